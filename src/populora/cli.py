@@ -32,6 +32,7 @@ COMMAND_MODULES = [
     "populora.evaluate.commands",
     "populora.operators.commands",
     "populora.engine.commands",
+    "populora.pretrain.commands",
     "populora.tasks.commands",
     "populora.sandbox.commands",
 ]
