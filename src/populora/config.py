@@ -1,0 +1,558 @@
+"""Typed run configuration: dataclasses (one docstring per field), YAML presets, `--set key=value` overrides.
+
+    cfg = load_config(preset="tiny", overrides=["population.teachers=4", "evolution.operators=M1,X2"])
+    cfg.population.teachers            # 4
+    to_yaml(cfg)                       # the fully resolved config written to RUN_DIR/config.yaml
+
+Presets live in `populora/presets/<name>.yaml`; a preset may start with `base: <other preset>` and then only
+lists what differs. Every error a user can cause (unknown key, bad value, unknown preset) raises `ConfigError`
+with one line that names the field and the fix; the CLI prints it without a traceback.
+This module imports nothing heavy (no torch): the CLI validates before loading a model.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import difflib
+import inspect
+import math
+import textwrap
+import typing
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+PRESET_DIR = Path(__file__).parent / "presets"
+TASK_TYPES = ("code_i", "code_o", "code_f")
+# The operators that ship in the paper's live population; the registry (populora.operators) has more.
+LIVE_OPERATORS = ("M1", "M2", "M3", "M4", "X1", "X2", "X3", "X4")
+ALL_OPERATORS = LIVE_OPERATORS + ("M5", "M6", "X5", "X6", "X7", "X8", "X9", "I1", "I2")
+
+
+class ConfigError(ValueError):
+    """A user-fixable configuration problem; `str(err)` is one line naming the field and the fix."""
+
+
+@dataclass
+class TrainConfig:
+    steps: int = 10
+    """Number of training (update) steps; each step runs all five phases once."""
+    checkpoint_every: int = 5
+    """Write an atomic checkpoint every this many steps (and always after the last step)."""
+    seed: int = 0
+    """Seed for every random choice (matchmaking, sampling, operators, torch); same seed, same first steps."""
+    threads: int = 2
+    """torch intra-op threads on CPU (1-2 on a 2-core laptop; more threads on a busy box make it slower)."""
+    keep_checkpoints: int = 3
+    """How many of the newest checkpoints to keep on disk (older ones are deleted); 0 keeps all."""
+
+
+@dataclass
+class ModelConfig:
+    name: str = "tiny"
+    """Base model: 'tiny' (bundled), 'smol' (SmolLM2-135M), a local HF model folder, or a hub id."""
+    backend: Literal["hf", "vllm"] = "hf"
+    """Rollout engine: 'hf' (transformers + batched multi-LoRA, any machine) or 'vllm' (GPU, multi-LoRA)."""
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    """Where the base model lives: 'auto' picks cuda when available, else cpu."""
+    memory_gb: float = 0.0
+    """Memory budget for base + adapters + optimiser state in GiB; 0 reads the machine's free memory."""
+
+
+@dataclass
+class LoRAConfig:
+    rank: int = 8
+    """LoRA rank r of every member (all members share one rank so the operators can combine them)."""
+    alpha: float = 16.0
+    """LoRA scaling alpha; the weight update is (alpha / r) * B @ A."""
+    targets: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+    """Module names the adapters attach to (the paper uses the attention projections q/k/v/o)."""
+
+
+@dataclass
+class PopulationConfig:
+    mode: Literal["population", "single"] = "population"
+    """'population': N_T teachers + N_S students; 'single': the AZR baseline, one adapter plays both roles."""
+    teachers: int = 2
+    """Number of teacher adapters N_T (ignored in single mode)."""
+    students: int = 2
+    """Number of student adapters N_S (ignored in single mode)."""
+    matchmaking: Literal["pfsp", "uniform"] = "pfsp"
+    """How each teacher picks its student: 'pfsp' (prioritised fictitious self-play over ratings) or 'uniform'."""
+    pfsp: Literal["var", "hard", "mix"] = "var"
+    """PFSP weighting: 'var' x(1-x) (near-balanced matchups), 'hard' (1-x)^p, 'mix' 60% var/25% hard/15% uniform."""
+    pfsp_hard_p: float = 2.0
+    """Exponent p of the f_hard weighting (2 is AlphaStar's 'squared')."""
+    balanced: bool = True
+    """When N_T == N_S, pair every student exactly once per step (PFSP-weighted sampling without replacement)."""
+
+
+@dataclass
+class RatingsConfig:
+    mu: float = 25.0
+    """TrueSkill prior mean of a new member."""
+    sigma: float = 25.0 / 3.0
+    """TrueSkill prior standard deviation of a new member."""
+    beta: float = 25.0 / 6.0
+    """TrueSkill performance noise (the skill gap for a ~76% win chance)."""
+    tau: float = 0.25
+    """Dynamics noise added to sigma before each update; above TrueSkill's 0.083 because members keep training."""
+    draw_probability: float = 0.10
+    """TrueSkill draw probability; matches whose solve rate is within draw_margin of 1/2 are draws."""
+    draw_margin: float = 0.10
+    """Match outcome from solve rate s: student wins if s >= 0.5 + m, teacher wins if s <= 0.5 - m, else draw."""
+    lcb_k: float = 1.0
+    """k in the lower confidence bound mu - k*sigma used to rank members for evolution."""
+
+
+@dataclass
+class EvolutionConfig:
+    every: int = 10
+    """Run the evolution phase every this many steps (the paper's k); 0 disables evolution."""
+    gamma: float = 0.25
+    """Fraction of each sub-population replaced at evolution (ceil(gamma*N), at most N-1); in (0, 1)."""
+    operators: list[str] = field(default_factory=lambda: list(LIVE_OPERATORS))
+    """Operators a child is made with, one drawn uniformly per child (the paper's live set M1-M4, X1-X4)."""
+    min_games: int = 1
+    """A member must have played this many rated matches since birth before it can be replaced."""
+    sigma_inflate: float = 1.5
+    """Child sigma = clip(sigma_inflate * max parent sigma, sigma_floor * prior sigma, prior sigma)."""
+    sigma_floor: float = 0.5
+    """Lower bound on a child's sigma as a fraction of the prior sigma (so a child is never over-confident)."""
+
+
+@dataclass
+class RLConfig:
+    lr: float = 5e-5
+    """AdamW learning rate of every adapter (LoRA wants ~10x a full fine-tune's rate)."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    grad_clip: float = 1.0
+    """Per-adapter gradient-norm clip; 0 disables."""
+    rollouts: int = 8
+    """n: student rollouts per valid problem (and learnability samples in single mode)."""
+    temperature: float = 1.0
+    """Sampling temperature of every training rollout (teachers, students, learnability samples)."""
+    top_p: float = 1.0
+    """Nucleus sampling threshold of the rollouts (1.0 = off)."""
+    whiten_scope: Literal["auto", "batch", "role", "member", "task_role"] = "auto"
+    """Whitening set after the per-prompt baseline: 'auto' = 'batch' in population mode (REINFORCE++-baseline)
+    and 'task_role' (TRR++) in single mode."""
+    token_weighted: bool = True
+    """Whitening statistics weight each sequence by its token count (as veRL's masked_whiten); else per sequence."""
+    invalid_reward: float = -1.0
+    """Teacher reward for a proposal that fails parsing or sandbox validation."""
+
+
+@dataclass
+class TasksConfig:
+    types: list[str] = field(default_factory=lambda: list(TASK_TYPES))
+    """AZR task types each teacher proposes, split equally: code_i (infer input), code_o (output), code_f (function)."""
+    prompts: int = 72
+    """Teacher proposals per matchup per step (the paper's 72), split equally across task types."""
+    references: int = 6
+    """K: reference problems from the buffers shown in each teacher prompt."""
+    teacher_max_new_tokens: int = 1024
+    """Token budget of a teacher's proposal."""
+    student_max_new_tokens: int = 1024
+    """Token budget of a student's answer."""
+    buffer_size: int = 16384
+    """Cap of each task buffer (oldest entries are evicted first)."""
+
+
+@dataclass
+class SandboxConfig:
+    workers: int = 2
+    """Sandbox worker processes that validate proposals and score answers."""
+    timeout_s: float = 5.0
+    """Wall-clock limit of one program run."""
+    memory_mb: int = 512
+    """Address-space limit of one program run."""
+
+
+@dataclass
+class Config:
+    train: TrainConfig = field(default_factory=TrainConfig)
+    """Length, checkpoints, seed and threads."""
+    model: ModelConfig = field(default_factory=ModelConfig)
+    """The frozen base model and where it runs."""
+    lora: LoRAConfig = field(default_factory=LoRAConfig)
+    """The adapters' shape."""
+    population: PopulationConfig = field(default_factory=PopulationConfig)
+    """Who plays: population sizes, mode and matchmaking."""
+    ratings: RatingsConfig = field(default_factory=RatingsConfig)
+    """TrueSkill ratings of the members."""
+    evolution: EvolutionConfig = field(default_factory=EvolutionConfig)
+    """The PBT replacement step."""
+    rl: RLConfig = field(default_factory=RLConfig)
+    """Optimiser, rollouts and advantages."""
+    tasks: TasksConfig = field(default_factory=TasksConfig)
+    """What teachers propose and how long answers may be."""
+    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
+    """The verifier's worker pool and limits."""
+
+    @property
+    def n_teachers(self) -> int:
+        return 0 if self.population.mode == "single" else self.population.teachers
+
+    @property
+    def n_students(self) -> int:
+        return 0 if self.population.mode == "single" else self.population.students
+
+    @property
+    def n_slots(self) -> int:
+        """Adapter slots the engine needs: one per member (1 in single mode)."""
+        return 1 if self.population.mode == "single" else self.population.teachers + self.population.students
+
+    @property
+    def effective_whiten_scope(self) -> str:
+        if self.rl.whiten_scope != "auto":
+            return self.rl.whiten_scope
+        return "task_role" if self.population.mode == "single" else "batch"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Field introspection (keys, types, docstrings)
+
+
+def _sections() -> dict[str, type]:
+    return {f.name: _hints(Config)[f.name] for f in dataclasses.fields(Config)}
+
+
+@cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+@cache
+def field_docs() -> dict[str, str]:
+    """`{"section.key": docstring}` for every field, read from the string literal under each field."""
+    docs: dict[str, str] = {}
+    for section, cls in _sections().items():
+        tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+        body = tree.body[0].body
+        for node, nxt in zip(body, body[1:] + [None], strict=True):
+            if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                doc = ""
+                if isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant) and isinstance(nxt.value.value, str):
+                    doc = " ".join(nxt.value.value.split())
+                docs[f"{section}.{node.target.id}"] = doc
+    return docs
+
+
+def all_keys() -> list[str]:
+    return [f"{s}.{f.name}" for s, cls in _sections().items() for f in dataclasses.fields(cls)]
+
+
+def _field_type(key: str) -> Any:
+    section, name = key.split(".", 1)
+    return _hints(_sections()[section])[name]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Coercion of YAML / --set values to the field's type
+
+
+def _describe(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        return "one of " + "|".join(str(a) for a in typing.get_args(tp))
+    if origin is list:
+        return "a list (comma-separated on the command line)"
+    return {int: "an integer", float: "a number", bool: "true or false", str: "a string"}.get(tp, str(tp))
+
+
+def _coerce(key: str, value: Any) -> Any:
+    tp = _field_type(key)
+    origin = typing.get_origin(tp)
+    bad = ConfigError(f"{key}: expected {_describe(tp)}, got {value!r}; set it like `--set {key}=...`.")
+    if origin is Literal:
+        choices = typing.get_args(tp)
+        if value not in choices:
+            hint = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1)
+            extra = f" (did you mean {hint[0]!r}?)" if hint else ""
+            raise ConfigError(f"{key}: {value!r} is not allowed{extra}; use one of {', '.join(map(str, choices))}.")
+        return value
+    if origin is list:
+        if isinstance(value, str):
+            value = [v.strip() for v in value.split(",") if v.strip()]
+        if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+            raise bad
+        return list(value)
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false", "yes", "no", "1", "0"):
+            return value.lower() in ("true", "yes", "1")
+        raise bad
+    if tp in (int, float) and isinstance(value, str):
+        # YAML 1.1 reads `5e-5` (no dot) as a string; a number is what people mean.
+        try:
+            value = float(value) if tp is float else int(value)
+        except ValueError:
+            raise bad from None
+    if tp is int:
+        if isinstance(value, bool):
+            raise bad
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, int):
+            return value
+        raise bad
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise bad
+        return float(value)
+    if tp is str:
+        if isinstance(value, bool | list | dict) or value is None:
+            raise bad
+        return str(value)
+    raise bad  # pragma: no cover - every field type is handled above
+
+
+def _unknown_key(key: str) -> ConfigError:
+    hint = difflib.get_close_matches(key, all_keys(), n=1, cutoff=0.5)
+    if not hint and "." not in key:
+        hint = difflib.get_close_matches(key, [k.split(".", 1)[1] for k in all_keys()], n=1)
+        hint = [k for k in all_keys() if k.endswith("." + hint[0])][:1] if hint else []
+    extra = f"; did you mean {hint[0]!r}?" if hint else "; run `populora train --help-config` for the keys."
+    return ConfigError(f"unknown config key {key!r}{extra}")
+
+
+def set_value(cfg: Config, key: str, value: Any) -> None:
+    """Set `section.field` to `value` (coerced to the field's type); raise ConfigError on unknown keys."""
+    if key not in all_keys():
+        raise _unknown_key(key)
+    section, name = key.split(".", 1)
+    setattr(getattr(cfg, section), name, _coerce(key, value))
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """`"rl.lr=1e-4"` -> `("rl.lr", 1e-4)`; values are parsed as YAML scalars (so `1e-4`, `true`, `[a, b]`)."""
+    if "=" not in text:
+        raise ConfigError(f"--set {text!r}: expected key=value, e.g. --set train.steps=20.")
+    key, raw = text.split("=", 1)
+    key = key.strip()
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return key, value
+
+
+def apply_mapping(cfg: Config, data: dict, where: str) -> None:
+    """Apply a nested `{section: {key: value}}` mapping (from YAML) onto `cfg`."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: expected a mapping of sections (train:, model:, ...), got {type(data).__name__}.")
+    for section, values in data.items():
+        if section == "base":
+            continue
+        if section not in _sections():
+            raise _unknown_key(str(section))
+        if not isinstance(values, dict):
+            raise ConfigError(f"{where}: section {section!r} must be a mapping of keys, got {values!r}.")
+        for name, value in values.items():
+            set_value(cfg, f"{section}.{name}", value)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Presets
+
+
+def preset_names() -> list[str]:
+    return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
+
+
+def _preset_path(name: str) -> Path:
+    path = Path(name)
+    if path.suffix in (".yaml", ".yml") and path.exists():
+        return path
+    candidate = PRESET_DIR / f"{name}.yaml"
+    if not candidate.exists():
+        hint = difflib.get_close_matches(name, preset_names(), n=1)
+        extra = f"did you mean {hint[0]!r}? " if hint else ""
+        raise ConfigError(f"--preset: unknown preset {name!r}; {extra}available: {', '.join(preset_names())} "
+                          "(or a path to a .yaml file).")
+    return candidate
+
+
+def _load_preset_into(cfg: Config, name: str, seen: tuple[str, ...] = ()) -> None:
+    if name in seen:
+        raise ConfigError(f"preset {name!r}: 'base:' chain loops ({' -> '.join(seen + (name,))}); remove the loop.")
+    path = _preset_path(name)
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError(f"preset {path}: not valid YAML ({str(err).splitlines()[0]}); fix the file.") from None
+    if isinstance(data, dict) and data.get("base"):
+        _load_preset_into(cfg, str(data["base"]), seen + (name,))
+    apply_mapping(cfg, data, str(path))
+
+
+def load_config(preset: str = "tiny", overrides: list[str] | tuple[str, ...] = (), check: bool = True) -> Config:
+    """Build a config from a preset (name or YAML path) plus `key=value` overrides, then validate it."""
+    cfg = Config()
+    _load_preset_into(cfg, preset)
+    for text in overrides:
+        key, value = parse_override(text)
+        set_value(cfg, key, value)
+    if check:
+        validate(cfg)
+    return cfg
+
+
+def to_dict(cfg: Config) -> dict:
+    return dataclasses.asdict(cfg)
+
+
+def from_dict(data: dict, check: bool = True) -> Config:
+    cfg = Config()
+    apply_mapping(cfg, data, "config")
+    if check:
+        validate(cfg)
+    return cfg
+
+
+def to_yaml(cfg: Config) -> str:
+    """The fully resolved config as YAML, each key preceded by its docstring as a comment."""
+    docs = field_docs()
+    lines = ["# PopuLoRA run config (fully resolved). Re-run with: populora train --preset <this file>"]
+    for section, values in to_dict(cfg).items():
+        lines.append(f"{section}:")
+        for name, value in values.items():
+            doc = docs.get(f"{section}.{name}", "")
+            if doc:
+                lines.append(f"  # {doc}")
+            dumped = yaml.safe_dump({name: value}, default_flow_style=True, width=1000).strip()
+            lines.append("  " + dumped[1:-1] if dumped.startswith("{") else "  " + dumped)
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Validation: each check names the field and the fix in one line
+
+
+def _require(ok: bool, msg: str) -> None:
+    if not ok:
+        raise ConfigError(msg)
+
+
+def validate(cfg: Config) -> Config:
+    """Check value ranges and cross-field constraints; raise ConfigError with a one-line fix."""
+    t, p, e, r, lo, tk = cfg.train, cfg.population, cfg.evolution, cfg.rl, cfg.lora, cfg.tasks
+    _require(t.steps >= 1, f"train.steps: must be >= 1, got {t.steps}; set e.g. --set train.steps=10.")
+    _require(t.checkpoint_every >= 1,
+             f"train.checkpoint_every: must be >= 1, got {t.checkpoint_every}; set e.g. --set train.checkpoint_every=5.")
+    _require(t.threads >= 1, f"train.threads: must be >= 1, got {t.threads}; use 1 or 2 on a laptop.")
+    _require(t.keep_checkpoints >= 0, f"train.keep_checkpoints: must be >= 0 (0 keeps all), got {t.keep_checkpoints}.")
+    _require(lo.rank >= 1, f"lora.rank: must be >= 1, got {lo.rank}; use e.g. --set lora.rank=8 (the paper uses 32).")
+    _require(lo.alpha > 0, f"lora.alpha: must be > 0, got {lo.alpha}; the usual choice is 2 x rank.")
+    _require(bool(lo.targets), "lora.targets: is empty; list module names, e.g. q_proj,k_proj,v_proj,o_proj.")
+    if p.mode == "population":
+        _require(p.teachers >= 1, f"population.teachers: must be >= 1, got {p.teachers}; use population.mode=single "
+                 "for the one-adapter baseline.")
+        _require(p.students >= 1, f"population.students: must be >= 1, got {p.students}; use population.mode=single "
+                 "for the one-adapter baseline.")
+    _require(p.pfsp_hard_p > 0, f"population.pfsp_hard_p: must be > 0, got {p.pfsp_hard_p}; 2 is AlphaStar's choice.")
+    rt = cfg.ratings
+    _require(rt.sigma > 0 and rt.beta > 0 and rt.tau >= 0,
+             "ratings.sigma and ratings.beta must be > 0 and ratings.tau >= 0; the defaults are 25/3, 25/6, 0.25.")
+    _require(0 < rt.draw_probability < 1,
+             f"ratings.draw_probability: must be in (0, 1), got {rt.draw_probability}; the default is 0.1.")
+    _require(0 <= rt.draw_margin < 0.5, f"ratings.draw_margin: must be in [0, 0.5), got {rt.draw_margin}; default 0.1.")
+    _require(rt.lcb_k >= 0, f"ratings.lcb_k: must be >= 0, got {rt.lcb_k}; use 1-2 for in-loop selection.")
+    _require(e.every >= 0, f"evolution.every: must be >= 0 (0 disables evolution), got {e.every}.")
+    _require(0 < e.gamma < 1, f"evolution.gamma: must be in (0, 1), got {e.gamma}; the paper uses 0.25 "
+             "(set evolution.every=0 to disable evolution).")
+    _require(bool(e.operators), "evolution.operators: is empty; use e.g. M1,M2,M3,M4,X1,X2,X3,X4 "
+             "or set evolution.every=0 to disable evolution.")
+    for op in e.operators:
+        if op not in ALL_OPERATORS:
+            hint = difflib.get_close_matches(op.upper(), ALL_OPERATORS, n=1)
+            extra = f"did you mean {hint[0]!r}? " if hint and hint[0] != op else ""
+            raise ConfigError(f"evolution.operators: unknown operator {op!r}; {extra}choose from "
+                              f"{', '.join(ALL_OPERATORS)} (the paper's live set is {','.join(LIVE_OPERATORS)}).")
+    _require(e.min_games >= 0, f"evolution.min_games: must be >= 0, got {e.min_games}.")
+    _require(e.sigma_inflate >= 1, f"evolution.sigma_inflate: must be >= 1, got {e.sigma_inflate}; 1.5 is the default.")
+    _require(0 < e.sigma_floor <= 1, f"evolution.sigma_floor: must be in (0, 1], got {e.sigma_floor}; 0.5 is the default.")
+    _require(r.lr > 0 and math.isfinite(r.lr), f"rl.lr: must be a positive number, got {r.lr}; the paper uses 5e-5.")
+    _require(r.weight_decay >= 0, f"rl.weight_decay: must be >= 0, got {r.weight_decay}.")
+    _require(r.grad_clip >= 0, f"rl.grad_clip: must be >= 0 (0 disables), got {r.grad_clip}.")
+    _require(r.rollouts >= 1, f"rl.rollouts: must be >= 1, got {r.rollouts}; the paper uses n=8 (2 on a laptop).")
+    _require(r.temperature > 0, f"rl.temperature: must be > 0, got {r.temperature}; training rollouts sample "
+             "(greedy rollouts make every learnability estimate 0 or 1), use 1.0.")
+    _require(0 < r.top_p <= 1, f"rl.top_p: must be in (0, 1], got {r.top_p}.")
+    _require(bool(tk.types), "tasks.types: is empty; use code_i,code_o,code_f.")
+    for tt in tk.types:
+        _require(tt in TASK_TYPES, f"tasks.types: unknown task type {tt!r}; choose from {', '.join(TASK_TYPES)}.")
+    _require(len(set(tk.types)) == len(tk.types), "tasks.types: lists a task type twice; list each once.")
+    _require(tk.prompts >= len(tk.types), f"tasks.prompts: must be >= the number of task types ({len(tk.types)}), "
+             f"got {tk.prompts}; the paper uses 72.")
+    _require(tk.references >= 0, f"tasks.references: must be >= 0, got {tk.references}; AZR uses K=6.")
+    _require(tk.teacher_max_new_tokens >= 8 and tk.student_max_new_tokens >= 8,
+             "tasks.teacher_max_new_tokens and tasks.student_max_new_tokens: must be >= 8.")
+    _require(tk.buffer_size >= 1, f"tasks.buffer_size: must be >= 1, got {tk.buffer_size}.")
+    _require(cfg.sandbox.workers >= 1, f"sandbox.workers: must be >= 1, got {cfg.sandbox.workers}.")
+    _require(cfg.sandbox.timeout_s > 0, f"sandbox.timeout_s: must be > 0, got {cfg.sandbox.timeout_s}.")
+    _require(cfg.sandbox.memory_mb >= 64, f"sandbox.memory_mb: must be >= 64, got {cfg.sandbox.memory_mb}.")
+    _require(cfg.model.memory_gb >= 0, f"model.memory_gb: must be >= 0 (0 = detect), got {cfg.model.memory_gb}.")
+    _require(bool(cfg.model.name.strip()), "model.name: is empty; use 'tiny', 'smol', a model folder or a hub id.")
+    check_model_path(cfg.model.name)
+    return cfg
+
+
+def check_model_path(name: str) -> None:
+    """Fail early, with the fix, when `model.name` looks like a local path that does not exist."""
+    if name in ("tiny", "smol"):
+        return
+    path = Path(name).expanduser()
+    if path.exists():
+        if not (path / "config.json").exists():
+            raise ConfigError(f"model.name: {name!r} has no config.json; point it at a Hugging Face model folder.")
+        return
+    looks_like_hub_id = name.count("/") == 1 and not name.startswith((".", "/", "~")) and not name.endswith("/")
+    if not looks_like_hub_id:
+        raise ConfigError(f"model.name: path {name!r} does not exist; use 'tiny', 'smol', an existing model folder "
+                          "or a hub id like Qwen/Qwen2.5-Coder-7B.")
+
+
+def adapter_bytes(hidden_sizes: dict[str, tuple[int, int]], n_layers: int, rank: int) -> int:
+    """Bytes one trainable fp32 adapter costs with its gradient and AdamW moments (4 copies)."""
+    per_layer = sum(rank * (d_in + d_out) for d_in, d_out in hidden_sizes.values())
+    return 4 * 4 * per_layer * n_layers
+
+
+def check_memory(cfg: Config, base_bytes: int, slot_bytes: int, available_bytes: int) -> None:
+    """Raise when base + n_slots adapters (+ optimiser state) cannot fit in the memory budget."""
+    need = base_bytes + cfg.n_slots * slot_bytes
+    if cfg.model.memory_gb > 0:
+        available_bytes = int(cfg.model.memory_gb * 2**30)
+    if need > available_bytes:
+        fit = max(0, (available_bytes - base_bytes) // max(slot_bytes, 1))
+        raise ConfigError(
+            f"population.teachers + population.students: {cfg.n_slots} adapter slots need ~{need / 2**30:.1f} GiB "
+            f"but only {available_bytes / 2**30:.1f} GiB is available; use at most {fit} slots, a smaller lora.rank, "
+            "or raise model.memory_gb.")
+
+
+def available_memory_bytes() -> int:
+    """Free system memory (MemAvailable), or a large number where it cannot be read."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 1 << 50
+
+
+__all__ = [
+    "ALL_OPERATORS", "Config", "ConfigError", "EvolutionConfig", "LIVE_OPERATORS", "LoRAConfig", "ModelConfig",
+    "PopulationConfig", "RLConfig", "RatingsConfig", "SandboxConfig", "TASK_TYPES", "TasksConfig", "TrainConfig",
+    "adapter_bytes", "all_keys", "available_memory_bytes", "check_memory", "check_model_path", "field_docs",
+    "from_dict", "load_config", "parse_override", "preset_names", "set_value", "to_dict", "to_yaml", "validate",
+]

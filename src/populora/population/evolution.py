@@ -1,0 +1,101 @@
+"""The PBT replacement step as a plan: who is replaced, by a child of whom, made with which operator.
+
+Per sub-population (teachers, students) of size N, every `evolution.every` steps (reference/operators.md §8):
+
+1. Rank members by the lower confidence bound LCB = mu - k*sigma (k = `ratings.lcb_k`).
+2. Replace the bottom n = min(ceil(gamma * N), N - 1) members that have played >= `evolution.min_games` rated
+   matches since birth (newborns are protected until rated). N = 1 never evolves (no other parent exists).
+3. Each child gets an operator drawn uniformly from `evolution.operators` and parents drawn uniformly from the
+   top max(ceil(gamma * N), arity) survivors by LCB (a crossover takes two distinct parents, ordered by LCB).
+   A replaced member never parents; if the survivors are too few for a crossover, a mutation is drawn instead.
+4. The child's rating: mu = mean parent mu; sigma = clip(sigma_inflate * max parent sigma,
+   sigma_floor * prior sigma, prior sigma): as good as its parents on average, but less certain.
+
+The plan is pure data; the trainer applies it (operators on adapters, optimiser reset, ids, events).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from populora.population.members import Member, Population
+from populora.population.ratings import Rating
+
+
+@dataclass(frozen=True)
+class Replacement:
+    role: str
+    replaced: str
+    operator: str
+    parents: tuple[str, ...]
+    child_rating: Rating
+    seed: int
+
+
+def n_replace(n: int, gamma: float) -> int:
+    """How many of a sub-population of n are replaced: ceil(gamma * n), at most n - 1."""
+    return max(0, min(math.ceil(gamma * n - 1e-9), n - 1))
+
+
+def default_arity(op: str) -> int:
+    """Crossovers (X*) take two parents; mutations (M*) and identity controls take one (I2 is the X-identity)."""
+    return 2 if op.startswith("X") or op == "I2" else 1
+
+
+def child_rating(parents: Sequence[Rating], prior: Rating, sigma_inflate: float = 1.5,
+                 sigma_floor: float = 0.5) -> Rating:
+    mu = sum(p.mu for p in parents) / len(parents)
+    sigma = sigma_inflate * max(p.sigma for p in parents)
+    sigma = min(max(sigma, sigma_floor * prior.sigma), prior.sigma)
+    return Rating(mu, sigma)
+
+
+def rank_by_lcb(members: Sequence[Member], k: float) -> list[Member]:
+    """Best first; ties broken by mu, then by id for determinism."""
+    return sorted(members, key=lambda m: (-m.rating.lcb(k), -m.mu, m.id))
+
+
+def plan_role(members: Sequence[Member], *, gamma: float, lcb_k: float, operators: Sequence[str], min_games: int,
+              prior: Rating, rng: random.Random, sigma_inflate: float = 1.5, sigma_floor: float = 0.5,
+              arity: Mapping[str, int] | None = None) -> list[Replacement]:
+    """The replacements for one sub-population (all members share one role)."""
+    n = n_replace(len(members), gamma)
+    if n == 0:
+        return []
+    ranked = rank_by_lcb(members, lcb_k)
+    eligible = [m for m in reversed(ranked) if m.games >= min_games]  # worst first
+    losers = eligible[:n]
+    if not losers:
+        return []
+    survivors = [m for m in ranked if m not in losers]
+    top = max(1, math.ceil(gamma * len(members) - 1e-9))
+    arity_of = (lambda op: arity.get(op, default_arity(op))) if arity else default_arity
+    plan = []
+    for loser in losers:
+        ops = [op for op in operators if arity_of(op) <= len(survivors)]
+        if not ops:
+            continue
+        op = rng.choice(sorted(ops))
+        k = arity_of(op)
+        pool = survivors[: max(top, k)]
+        parents = rng.sample(pool, k)
+        parents.sort(key=lambda m: ranked.index(m))  # best first: X4 extrapolates towards the better parent
+        plan.append(Replacement(loser.role, loser.id, op, tuple(p.id for p in parents),
+                                child_rating([p.rating for p in parents], prior, sigma_inflate, sigma_floor),
+                                rng.randrange(2**31)))
+    return plan
+
+
+def plan_evolution(pop: Population, cfg, prior: Rating, rng: random.Random,
+                   arity: Mapping[str, int] | None = None) -> list[Replacement]:
+    """Replacements for teachers, then students, from a `populora.config.Config`."""
+    plan = []
+    for role in ("teacher", "student"):
+        plan += plan_role(pop.by_role(role), gamma=cfg.evolution.gamma, lcb_k=cfg.ratings.lcb_k,
+                          operators=cfg.evolution.operators, min_games=cfg.evolution.min_games, prior=prior,
+                          rng=rng, sigma_inflate=cfg.evolution.sigma_inflate, sigma_floor=cfg.evolution.sigma_floor,
+                          arity=arity)
+    return plan
