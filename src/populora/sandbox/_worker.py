@@ -1,0 +1,458 @@
+"""Warm sandbox worker: a fresh interpreter that forks one isolated child per job.
+
+This file runs as a script (``python -s -S -P -B _worker.py CONFIG_JSON``) in a fresh interpreter started by
+`populora.sandbox.pool.Sandbox`; it must import nothing outside the standard library (and nothing heavy),
+because whatever it imports is inherited by every job. It owns:
+
+- the once-per-worker isolation layers: a new network namespace (no interfaces up) and a new mount namespace
+  in which every mount is remounted read-only and nosuid;
+- pre-importing the safe standard-library modules jobs may use (after the job drops to `nobody` it cannot
+  read the interpreter's files under /root, so only modules already in `sys.modules` are importable);
+- the per-job child: own session/process group, a fresh mount namespace with a private size-limited tmpfs
+  on /tmp as its empty working directory, rlimits, dropping to uid/gid 65534, a clean environment,
+  bounded stdout/stderr capture, exec of the program and eval of the call, and the result as JSON;
+- the per-job supervision: wall-clock deadline, SIGKILL of the job's process group, reaping, and turning
+  how the child ended into an outcome.
+
+Protocol with the parent: frames of a 4-byte big-endian length and UTF-8 JSON, requests on fd 0 and replies
+on fd 1 (both moved to private descriptors at start; 0-2 then point at /dev/null).
+"""
+
+import builtins
+import ctypes
+import errno
+import importlib
+import json
+import math
+import os
+import resource
+import select
+import signal
+import struct
+import sys
+import time
+import types
+
+_repr = builtins.repr  # captured before any job can monkeypatch builtins (each job is a fork anyway)
+_len = builtins.len
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWNET = 0x40000000
+MS_RDONLY = 1
+MS_NOSUID = 2
+MS_NODEV = 4
+MS_NOEXEC = 8
+MS_REMOUNT = 32
+MS_BIND = 4096
+MS_REC = 16384
+MS_PRIVATE = 1 << 18
+PR_SET_PDEATHSIG = 1
+PR_SET_NO_NEW_PRIVS = 38
+_MOUNT_OPT_FLAGS = {"ro": MS_RDONLY, "nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec": MS_NOEXEC}
+
+_libc = None
+
+
+def _c():
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(None, use_errno=True)
+        _libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
+        _libc.unshare.argtypes = [ctypes.c_int]
+        _libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    return _libc
+
+
+def _check(rc: int, what: str) -> None:
+    if rc != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def _unshare(flags: int) -> None:
+    _check(_c().unshare(flags), "unshare")
+
+
+def _mount(src, target, fstype, flags, data) -> None:
+    enc = lambda s: None if s is None else s.encode()  # noqa: E731
+    _check(_c().mount(enc(src), enc(target), enc(fstype), flags, enc(data)), f"mount {target}")
+
+
+def _prctl(option: int, arg: int) -> None:
+    _check(_c().prctl(option, arg, 0, 0, 0), "prctl")
+
+
+def _mountpoints() -> list:
+    """(mount point, per-mount flags) from /proc/self/mountinfo, parents before children."""
+    out = []
+    with open("/proc/self/mountinfo") as fh:
+        for line in fh:
+            parts = line.split()
+            mp = parts[4].encode().decode("unicode_escape")  # octal escapes like \040 for spaces
+            flags = 0
+            for opt in parts[5].split(","):
+                flags |= _MOUNT_OPT_FLAGS.get(opt, 0)
+            out.append((mp, flags))
+    return out
+
+
+def setup_isolation(cfg: dict) -> tuple:
+    """Apply the once-per-worker layers; return (isolation dict, warnings)."""
+    iso = {"netns": False, "mountns_readonly_root": False, "private_tmp": False, "uid_drop": False,
+           "rlimits": True, "no_new_processes": False, "no_new_privs": False, "clean_env": True}
+    warns = []
+    root = os.geteuid() == 0
+    if cfg.get("isolate", True):
+        try:
+            _unshare(CLONE_NEWNET)
+            iso["netns"] = True
+        except OSError as e:
+            warns.append(f"no network namespace ({e.strerror})")
+        try:
+            _unshare(CLONE_NEWNS)
+            _mount(None, "/", None, MS_REC | MS_PRIVATE, None)
+            failed = []
+            for mp, flags in _mountpoints():
+                try:
+                    _mount(None, mp, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | flags, None)
+                except OSError:
+                    failed.append(mp)
+            if failed:
+                warns.append("could not remount read-only: " + ", ".join(failed))
+            iso["mountns_readonly_root"] = "/" not in failed
+            # Probe the per-job private /tmp once here, in a throwaway child, so a failure is reported now.
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    _unshare(CLONE_NEWNS)
+                    _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0700")
+                    os._exit(0)
+                except BaseException:
+                    os._exit(1)
+            iso["private_tmp"] = os.waitpid(pid, 0)[1] == 0
+            if not iso["private_tmp"]:
+                warns.append("no private tmpfs per job")
+        except OSError as e:
+            warns.append(f"no mount namespace ({e.strerror})")
+    if root and cfg.get("isolate", True):
+        iso["uid_drop"] = True  # verified per job; a failure there is reported as crashed
+    # RLIMIT_NPROC is not enforced for root; it is for any other uid.
+    iso["no_new_processes"] = iso["uid_drop"] or not root
+    iso["no_new_privs"] = True
+    return iso, warns
+
+
+def preload(names: list) -> tuple:
+    ok, missing = [], []
+    for name in names:
+        try:
+            importlib.import_module(name)
+            ok.append(name)
+        except Exception:
+            missing.append(name)
+    return ok, missing
+
+
+# ----------------------------------------------------------------------------------------------- job child
+
+
+class _Capture:
+    """A text sink for sys.stdout/sys.stderr that keeps the first `cap` characters and drops the rest."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.parts = []
+        self.size = 0
+        self.dropped = False
+
+    def write(self, s) -> int:
+        if type(s) is not str:
+            raise TypeError(f"write() argument must be str, not {type(s).__name__}")
+        n = _len(s)
+        room = self.cap - self.size
+        if room > 0:
+            piece = s[:room]
+            self.parts.append(piece)
+            self.size += _len(piece)
+        if n > room:
+            self.dropped = True
+        return n
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return False
+
+    def writable(self) -> bool:
+        return True
+
+    def text(self) -> str:
+        return "".join(self.parts)
+
+
+_PLAIN_SCALARS = (int, float, str, bool, type(None), bytes, complex)
+
+
+def _is_plain(v, depth: int = 0) -> bool:
+    """True when v is built only from exact builtin literal types, so repr(v) round-trips literal_eval."""
+    if depth > 50:
+        return False
+    t = type(v)
+    if t in _PLAIN_SCALARS:
+        return not (t is float and not math.isfinite(v)) and not (
+            t is complex and not (math.isfinite(v.real) and math.isfinite(v.imag)))
+    if t is list or t is tuple or t is set or t is frozenset:
+        if t is frozenset:
+            return False  # repr 'frozenset({...})' is not a literal
+        return all(_is_plain(x, depth + 1) for x in v)
+    if t is dict:
+        return all(_is_plain(k, depth + 1) and _is_plain(x, depth + 1) for k, x in v.items())
+    return False
+
+
+def _limit(res: int, value: int) -> None:
+    try:
+        resource.setrlimit(res, (value, value))
+    except (ValueError, OSError):
+        soft, hard = resource.getrlimit(res)
+        if hard != resource.RLIM_INFINITY and value > hard:
+            resource.setrlimit(res, (hard, hard))
+        else:
+            raise
+
+
+def _child(job: dict, wfd: int, cfg: dict, iso: dict) -> None:
+    """Runs in the forked job process; never returns."""
+    status, value_repr, error_type, message, plain = "crashed", None, None, None, False
+    out = _Capture(int(job.get("max_stdout_chars", 2000)))
+    try:
+        os.setsid()  # own session and process group, so the worker can kill the whole group
+        lim = job["limits"]
+        # Job directory: a fresh private tmpfs on /tmp in a per-job mount namespace; it disappears with the job.
+        if iso["private_tmp"]:
+            _unshare(CLONE_NEWNS)
+            uid = cfg["uid"] if iso["uid_drop"] else os.getuid()
+            gid = cfg["gid"] if iso["uid_drop"] else os.getgid()
+            _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV,
+                   f"size={int(lim['tmp_mb'])}m,nr_inodes=4096,mode=0700,uid={uid},gid={gid}")
+            workdir = "/tmp"
+        else:
+            workdir = job["workdir"]
+        os.chdir(workdir)
+        devnull = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(devnull, fd)
+        os.close(devnull)
+        cpu = max(1, int(math.ceil(lim["cpu_s"])))
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+        mem = int(lim["memory_mb"]) * 1024 * 1024
+        _limit(resource.RLIMIT_AS, mem)
+        _limit(resource.RLIMIT_FSIZE, int(lim["file_mb"] * 1024 * 1024))
+        _limit(resource.RLIMIT_CORE, 0)
+        _limit(resource.RLIMIT_NOFILE, int(lim["nofile"]))
+        if iso["uid_drop"]:
+            os.setgroups([])
+            os.setresgid(cfg["gid"], cfg["gid"], cfg["gid"])
+            os.setresuid(cfg["uid"], cfg["uid"], cfg["uid"])
+        if iso["no_new_processes"]:
+            _limit(resource.RLIMIT_NPROC, 0)
+        _prctl(PR_SET_NO_NEW_PRIVS, 1)
+        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # after the uid change, which clears it
+        os.environ.clear()
+        os.environ.update({"PATH": "/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir, "LANG": "C.UTF-8"})
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    except BaseException as e:  # a setup failure must never run the job with less isolation
+        _send(wfd, {"status": "crashed", "error_type": "SandboxSetupError",
+                    "error_message": f"{type(e).__name__}: {e}"[:500]})
+        os._exit(70)
+
+    try:
+        mod = types.ModuleType("__main__")
+        mod.__dict__["__builtins__"] = builtins
+        sys.modules["__main__"] = mod
+        sys.stdout = sys.stderr = out
+        sys.argv = ["<program>"]
+        code = compile(job["program"], "<program>", "exec")
+        exec(code, mod.__dict__)
+        value = eval(compile(job["call"], "<call>", "eval"), mod.__dict__)
+        r = _repr(value)
+        if type(r) is not str:
+            raise TypeError("__repr__ returned non-string")
+        if _len(r) > int(lim["max_output_chars"]):
+            status, error_type = "output_limit", "OutputLimit"
+            message = f"repr of the value has {_len(r)} characters > max_output_chars={lim['max_output_chars']}"
+        else:
+            status, value_repr, plain = "ok", r, _is_plain(value)
+        value = r = None
+    except MemoryError:
+        status, error_type = "memory", "MemoryError"
+    except BaseException as e:  # SystemExit, KeyboardInterrupt and custom BaseExceptions are job errors too
+        status = "error"
+        try:
+            error_type = type(e).__name__[:200]
+            message = f"{error_type}: {str(e)[:500]}"
+        except BaseException:
+            message = error_type
+    sys.stdout = sys.stderr = sys.__stderr__
+    msg = {"status": status, "value_repr": value_repr, "error_type": error_type, "error_message": message,
+           "plain": plain, "stdout": out.text()}
+    try:
+        _send(wfd, msg)
+    except BaseException:
+        os._exit(71)
+    os._exit(0)
+
+
+def _send(fd: int, msg: dict) -> None:
+    data = json.dumps(msg).encode("utf-8", "surrogatepass")
+    data = struct.pack(">I", _len(data)) + data
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+# ------------------------------------------------------------------------------------------- supervision
+
+
+def _signame(sig: int) -> str:
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return f"signal {sig}"
+
+
+def run_job(job: dict, cfg: dict, iso: dict) -> dict:
+    lim = job["limits"]
+    workdir = None
+    if not iso["private_tmp"]:
+        import tempfile
+
+        workdir = tempfile.mkdtemp(prefix="populora-job-")
+        if iso["uid_drop"]:
+            os.chown(workdir, cfg["uid"], cfg["gid"])
+        job["workdir"] = workdir
+    r, w = os.pipe()
+    t0 = time.monotonic()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(r)
+            os.close(cfg["fin"])
+            os.close(cfg["fout"])
+            _child(job, w, cfg, iso)
+        finally:
+            os._exit(72)
+    os.close(w)
+    deadline = t0 + float(lim["timeout_s"])
+    cap = 4 * int(lim["max_output_chars"]) + 4 * int(job.get("max_stdout_chars", 2000)) + 65536
+    buf = bytearray()
+    timed_out = oversize = False
+    try:
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                timed_out = True
+                break
+            ready, _, _ = select.select([r], [], [], remaining)
+            if not ready:
+                continue
+            chunk = os.read(r, 1 << 16)
+            if not chunk:
+                break
+            buf += chunk
+            if _len(buf) >= 4 and _len(buf) - 4 >= struct.unpack(">I", buf[:4])[0]:
+                break  # a whole result: no need to wait for EOF
+            if _len(buf) > cap:
+                oversize = True
+                break
+    finally:
+        os.close(r)
+    elapsed = time.monotonic() - t0
+    try:
+        os.killpg(pid, signal.SIGKILL)  # the whole group, before reaping (the pgid cannot be reused yet)
+    except OSError:
+        pass
+    _, wstatus = os.waitpid(pid, 0)
+    if workdir is not None:
+        import shutil
+
+        shutil.rmtree(workdir, ignore_errors=True)
+    result = None
+    if not oversize and _len(buf) >= 4:
+        n = struct.unpack(">I", buf[:4])[0]
+        if _len(buf) - 4 >= n:
+            try:
+                result = json.loads(bytes(buf[4:4 + n]).decode("utf-8", "surrogatepass"))
+                if not isinstance(result, dict) or result.get("status") not in (
+                        "ok", "error", "memory", "output_limit", "crashed"):
+                    result = None
+            except ValueError:
+                result = None
+    if result is None:
+        if timed_out:
+            result = {"status": "timeout", "error_type": "Timeout",
+                      "error_message": f"wall-clock limit of {lim['timeout_s']} s exceeded"}
+        elif os.WIFSIGNALED(wstatus) and os.WTERMSIG(wstatus) in (signal.SIGXCPU, signal.SIGKILL) \
+                and elapsed >= min(float(lim["cpu_s"]), float(lim["timeout_s"])) * 0.9:
+            result = {"status": "timeout", "error_type": "Timeout",
+                      "error_message": f"CPU limit of {lim['cpu_s']} s exceeded"}
+        elif os.WIFSIGNALED(wstatus):
+            sig = _signame(os.WTERMSIG(wstatus))
+            result = {"status": "crashed", "error_type": sig, "error_message": f"job killed by {sig}"}
+        else:
+            code = os.WEXITSTATUS(wstatus) if os.WIFEXITED(wstatus) else -1
+            result = {"status": "crashed", "error_type": "Exit",
+                      "error_message": f"job exited with code {code} without a result"}
+    result["elapsed_s"] = elapsed
+    return result
+
+
+def _read_exact(fd: int, n: int) -> bytes:
+    parts = []
+    while n:
+        chunk = os.read(fd, n)
+        if not chunk:
+            raise EOFError
+        parts.append(chunk)
+        n -= _len(chunk)
+    return b"".join(parts)
+
+
+def main() -> None:
+    cfg = json.loads(sys.argv[1])
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when a worker stops
+    fin, fout = os.dup(0), os.dup(1)
+    devnull = os.open(os.devnull, os.O_RDWR)
+    os.dup2(devnull, 0)
+    os.dup2(devnull, 1)
+    os.close(devnull)
+    cfg["fin"], cfg["fout"] = fin, fout
+    ok, missing = preload(cfg.get("preload", []))
+    iso, warns = setup_isolation(cfg)
+    _send(fout, {"ready": True, "pid": os.getpid(), "isolation": iso, "warnings": warns,
+                 "preloaded": ok, "missing": missing})
+    while True:
+        try:
+            (n,) = struct.unpack(">I", _read_exact(fin, 4))
+            job = json.loads(_read_exact(fin, n))
+        except EOFError:
+            break
+        try:
+            result = run_job(job, cfg, iso)
+        except OSError as e:
+            if e.errno == errno.EPIPE:
+                break
+            result = {"status": "crashed", "error_type": "SandboxError", "error_message": str(e)[:500],
+                      "elapsed_s": 0.0}
+        result["id"] = job["id"]
+        try:
+            _send(fout, result)
+        except OSError:
+            break
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,73 @@
+"""Value types of the sandbox contract (DESIGN.md §4.1): `Limits` of one job and the `Outcome` of one job."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+STATUSES = ("ok", "error", "timeout", "memory", "output_limit", "crashed")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-job limits. `timeout_s` is wall-clock (the job's process group is SIGKILLed when it passes),
+    `memory_mb` the address-space limit (RLIMIT_AS), `max_output_chars` the longest accepted `repr` of the
+    value (longer gives status `output_limit`, never a truncated value). The rest have safe defaults."""
+
+    timeout_s: float = 5.0
+    memory_mb: int = 512
+    max_output_chars: int = 4000
+    cpu_s: float | None = None
+    """RLIMIT_CPU in seconds; default: the timeout rounded up (a backstop; the wall clock usually fires first)."""
+    file_mb: float = 16
+    """RLIMIT_FSIZE: the largest file the job may write."""
+    tmp_mb: int = 32
+    """Size of the job's private tmpfs (its working directory, mounted on /tmp)."""
+    nofile: int = 64
+    """RLIMIT_NOFILE: open file descriptors."""
+    max_stdout_chars: int = 2000
+    """stdout+stderr the job prints are kept up to this many characters; the rest is dropped."""
+
+    def __post_init__(self) -> None:
+        if not (self.timeout_s > 0 and math.isfinite(self.timeout_s)):
+            raise ValueError(f"Limits.timeout_s must be a positive number, got {self.timeout_s}")
+        if self.memory_mb < 32:
+            raise ValueError(f"Limits.memory_mb must be >= 32 (the interpreter itself needs it), got {self.memory_mb}")
+        if self.max_output_chars < 1:
+            raise ValueError(f"Limits.max_output_chars must be >= 1, got {self.max_output_chars}")
+        if self.cpu_s is not None and self.cpu_s <= 0:
+            raise ValueError(f"Limits.cpu_s must be > 0, got {self.cpu_s}")
+
+    def wire(self) -> dict:
+        """The limits as the worker reads them."""
+        d = asdict(self)
+        d["cpu_s"] = self.cpu_s if self.cpu_s is not None else max(1.0, math.ceil(self.timeout_s))
+        return d
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How one job ended.
+
+    `status` is one of `STATUSES`; `value_repr` is `repr()` of the call's value when status is `ok`;
+    `error_type` names the exception (`"ValueError"`), the signal (`"SIGSEGV"`) or `"Timeout"`/`"Exit"`/
+    `"OutputLimit"`; `elapsed_s` is the job's wall time from fork to result. The extra fields are optional:
+    `error_message` (bounded), `stdout` (what the job printed, bounded), and `plain`: True when the value was
+    built only from exact builtin literal types (int, float, str, bytes, bool, None, complex, list, tuple,
+    dict, set), i.e. `ast.literal_eval(value_repr)` reproduces it exactly (see `populora.sandbox.values`).
+    """
+
+    status: str
+    value_repr: str | None = None
+    error_type: str | None = None
+    elapsed_s: float = 0.0
+    error_message: str | None = None
+    stdout: str = ""
+    plain: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
