@@ -1,0 +1,60 @@
+"""PolicyEngine: N LoRA adapter slots on one frozen base model that generate and train in shared batches.
+
+`build(...)` makes an engine; `resolve_model(name)` finds a model folder. The hf backend (`hf.py`, default)
+generates and trains; the vllm backend (`vllm.py`) only generates, with one `LoRARequest` per slot.
+Imports `populora.lora` and `populora.rl.loss`; nothing here imports the trainer.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from populora.engine.models import resolve_model
+from populora.engine.types import EngineError, Generation, GenRequest, PolicyEngine, TrainBatch, TrainRow
+
+__all__ = ["EngineError", "GenRequest", "Generation", "PolicyEngine", "TrainBatch", "TrainRow", "build",
+           "resolve_model"]
+
+BACKENDS = ("hf", "vllm")
+
+
+def build(model: Any = "tiny", n_slots: int = 8, rank: int = 32, alpha: float = 64, targets=None,
+          backend: str = "hf", device: str = "cpu", *, tokenizer: Any = None, dtype: Any = None,
+          **options: Any):
+    """Build a PolicyEngine with `n_slots` LoRA slots (rank `rank`, scale `alpha/rank`) on `model`.
+
+    `model`: "tiny", "smol", a local HF folder, a hub id, or an already loaded transformers causal LM (then
+    pass `tokenizer=`). `targets`: None (q/k/v/o projections), "all-linear", a list of module-name suffixes
+    or a regex. Options for the hf engine (defaults in brackets): lr [5e-5], weight_decay [0], betas
+    [(0.9, 0.999)], eps [1e-8], max_grad_norm [1.0], clip_eps [None = REINFORCE], clip_eps_high [clip_eps],
+    entropy_coef [0], loss_agg ["token-mean"], micro_batch_tokens [4096], gen_batch_size [64],
+    gen_threads [1], train_threads [2], seed [0].
+    """
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never fall back to a hub lookup for a mistyped local path
+    if backend not in BACKENDS:
+        raise EngineError(f"unknown engine backend {backend!r}; choose one of {BACKENDS}.")
+    import torch
+
+    from populora.engine.models import load_model_and_tokenizer
+
+    dtype = dtype or torch.float32
+    if isinstance(model, torch.nn.Module):
+        if tokenizer is None:
+            raise EngineError("build(model=<module>) needs tokenizer=<its tokenizer>.")
+        name = getattr(getattr(model, "config", None), "_name_or_path", None) or None
+        net, tok = model, tokenizer
+    else:
+        net, tok, folder = load_model_and_tokenizer(model, device=device, dtype=dtype)
+        name = str(folder) if str(model) not in ("tiny", "smol") else str(model)
+        if tokenizer is not None:
+            tok = tokenizer
+    if backend == "vllm":
+        from populora.engine.vllm import VLLMEngine
+
+        return VLLMEngine(net, tok, n_slots=n_slots, rank=rank, alpha=alpha, targets=targets, device=device,
+                          model_name=name, **options)
+    from populora.engine.hf import HFEngine
+
+    return HFEngine(net, tok, n_slots=n_slots, rank=rank, alpha=alpha, targets=targets, device=device,
+                    model_name=name, **options)

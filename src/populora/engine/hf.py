@@ -1,0 +1,381 @@
+"""The hf PolicyEngine: N LoRA slots (`populora.lora.layers`) on one frozen transformers causal LM.
+
+- `generate`: mixed-slot batches, our own KV-cached decode loop (left padding, per-row temperature/top-p,
+  stop on EOS or max_new_tokens, finished rows pruned from the batch and the cache), per-token log-probs.
+- `train_step`: one mixed batch of rows from any slots, micro-batched by a padded-token budget, token-level
+  policy-gradient loss (`populora.rl.loss`), per-slot normalisation, per-slot gradient clipping and AdamW.
+  The lm_head runs only on response positions (the vocabulary projection dominates small models).
+- Threads: generation and training set their own torch thread counts (reference/feasibility.md §3).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from populora.engine.optim import SlotAdamW, clip_slot_grads
+from populora.engine.sampling import sample_next
+from populora.engine.types import EngineError, Generation, GenRequest, TrainBatch, TrainRow
+from populora.lora.adapter import LoRAAdapter
+from populora.lora.layers import get_slot_adapter, init_slots, inject_multi_lora, set_slot_adapter
+from populora.rl.loss import LOSS_AGG_MODES, entropy_from_logprobs, policy_loss, row_weights
+
+
+@contextmanager
+def torch_threads(n: int | None) -> Iterator[None]:
+    """Run the block with `n` intra-op threads (None: leave as is)."""
+    if not n:
+        yield
+        return
+    prev = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(prev)
+
+
+class HFEngine:
+    """N LoRA adapter slots on one frozen HF causal LM; see the module docstring and `populora.engine.build`."""
+
+    backend = "hf"
+
+    def __init__(self, model: nn.Module, tokenizer, *, n_slots: int = 8, rank: int = 32, alpha: float = 64,
+                 targets=None, device: str = "cpu", lr: float = 5e-5, weight_decay: float = 0.0,
+                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, max_grad_norm: float | None = 1.0,
+                 clip_eps: float | None = None, clip_eps_high: float | None = None, entropy_coef: float = 0.0,
+                 loss_agg: str = "token-mean", micro_batch_tokens: int = 4096, gen_batch_size: int = 64,
+                 gen_threads: int | None = 1, train_threads: int | None = 2, seed: int = 0,
+                 model_name: str | None = None) -> None:
+        if loss_agg not in LOSS_AGG_MODES:
+            raise EngineError(f"loss_agg={loss_agg!r}; choose one of {LOSS_AGG_MODES}")
+        self.model = model.to(device).eval()
+        self.tokenizer = tokenizer
+        self.device = torch.device(device)
+        self.model_name = model_name
+        self.n_slots, self.rank, self.alpha = int(n_slots), int(rank), float(alpha)
+        self.ctx, self.layers = inject_multi_lora(self.model, self.n_slots, self.rank, self.alpha, targets, seed=seed)
+        self.targets = sorted({n.rsplit(".", 1)[-1] for n in self.layers})
+        self.params = [p for layer in self.layers.values() for p in (layer.lora_A, layer.lora_B)]
+        for p in self.params:
+            p.requires_grad_(True)
+        self.optimizer = SlotAdamW(self.params, self.n_slots, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+        self.max_grad_norm = max_grad_norm
+        self.clip_eps, self.clip_eps_high, self.entropy_coef = clip_eps, clip_eps_high, float(entropy_coef)
+        self.loss_agg = loss_agg
+        self.micro_batch_tokens = int(micro_batch_tokens)
+        self.gen_batch_size = int(gen_batch_size)
+        self.gen_threads, self.train_threads = gen_threads, train_threads
+        self.seed = seed
+        self.generator = torch.Generator().manual_seed(seed)
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        self.eos_ids = self._eos_ids()
+        self._decoder = model.get_decoder()
+        self._head = model.get_output_embeddings()
+
+    # ------------------------------------------------------------------ slots and adapters
+    def _check_slot(self, slot: int) -> int:
+        if not isinstance(slot, int | torch.Tensor) or not 0 <= int(slot) < self.n_slots:
+            raise EngineError(f"slot {slot!r} out of range; this engine has slots 0..{self.n_slots - 1}.")
+        return int(slot)
+
+    def get_adapter(self, slot: int) -> LoRAAdapter:
+        """A copy of slot `slot` as a `LoRAAdapter` (module names = the base model's module paths)."""
+        ad = get_slot_adapter(self.layers, self._check_slot(slot))
+        ad.metadata.update({"base_model": self.model_name, "target_modules": self.targets})
+        return ad
+
+    def set_adapter(self, slot: int, adapter: LoRAAdapter, reset_optimizer: bool = True) -> None:
+        """Copy `adapter` into slot `slot`; `reset_optimizer` forgets the slot's AdamW moments and step."""
+        set_slot_adapter(self.layers, self._check_slot(slot), adapter)
+        if reset_optimizer:
+            self.optimizer.reset(slot)
+
+    def reset_slot(self, slot: int, seed: int | None = None) -> None:
+        """Re-initialise slot `slot` (PEFT init: B = 0, i.e. the base model) and its optimiser state."""
+        init_slots(self.layers, [self._check_slot(slot)], self.seed if seed is None else seed)
+        self.optimizer.reset(slot)
+
+    def save_adapter(self, slot: int, path: str | Path) -> None:
+        """Write slot `slot` as a PEFT LoRA folder (adapter_config.json + adapter_model.safetensors)."""
+        from populora.lora.peft_io import save_peft
+
+        save_peft(self.get_adapter(slot), path, base_model=self.model_name)
+
+    def load_adapter(self, slot: int, path: str | Path, reset_optimizer: bool = True) -> None:
+        """Load a PEFT LoRA folder into slot `slot` (targets and rank must match the engine's)."""
+        from populora.lora.peft_io import load_peft
+
+        self.set_adapter(slot, load_peft(path), reset_optimizer=reset_optimizer)
+
+    def set_lr(self, slot: int, lr: float) -> None:
+        self.optimizer.set_lr(self._check_slot(slot), lr)
+
+    def get_lr(self, slot: int) -> float:
+        return float(self.optimizer.lr[self._check_slot(slot)])
+
+    def optimizer_state(self) -> dict:
+        """All slots' AdamW state (moments, step counts, learning rates) for checkpoints (`torch.save`-able)."""
+        return self.optimizer.state_dict()
+
+    def load_optimizer_state(self, state: dict) -> None:
+        try:
+            self.optimizer.load_state_dict(state)
+        except (KeyError, ValueError) as e:
+            raise EngineError(f"cannot load optimizer state: {e}") from e
+
+    # ------------------------------------------------------------------ generation
+    def _eos_ids(self) -> set[int]:
+        ids: set[int] = set()
+        for src in (self.tokenizer.eos_token_id, getattr(self.model.generation_config, "eos_token_id", None)):
+            if src is None:
+                continue
+            ids.update([src] if isinstance(src, int) else list(src))
+        return ids
+
+    def encode(self, prompt: str | Sequence[int]) -> list[int]:
+        if isinstance(prompt, str):
+            ids = list(self.tokenizer(prompt)["input_ids"])
+        else:
+            ids = [int(t) for t in prompt]
+        if not ids:  # an empty prompt starts from BOS (or EOS, the document separator of packed pretraining)
+            start = self.tokenizer.bos_token_id if self.tokenizer.bos_token_id is not None else self.tokenizer.eos_token_id
+            ids = [start]
+        return ids
+
+    @torch.no_grad()
+    def generate(self, requests: list[GenRequest], seed: int | None = None) -> list[Generation]:
+        """Sample every request (any mix of slots) in KV-cached batches; results in request order."""
+        if not requests:
+            return []
+        gen = self.generator if seed is None else torch.Generator().manual_seed(seed)
+        for r in requests:
+            self._check_slot(r.slot)
+            if r.max_new_tokens < 0:
+                raise EngineError(f"max_new_tokens must be >= 0, got {r.max_new_tokens}")
+        prompts = [self.encode(r.prompt) for r in requests]
+        # Similar lengths together (less padding); inside a batch rows are sorted by slot (one LoRA run per slot).
+        order = sorted(range(len(requests)), key=lambda i: (len(prompts[i]), requests[i].slot))
+        results: list[Generation | None] = [None] * len(requests)
+        with torch_threads(self.gen_threads):
+            for c in range(0, len(order), self.gen_batch_size):
+                chunk = sorted(order[c:c + self.gen_batch_size], key=lambda i: (requests[i].slot, i))
+                outs = self._generate_batch([requests[i] for i in chunk], [prompts[i] for i in chunk], gen)
+                for i, out in zip(chunk, outs, strict=True):
+                    results[i] = out
+        return results  # type: ignore[return-value]
+
+    def _generate_batch(self, reqs: list[GenRequest], prompts: list[list[int]], gen: torch.Generator) -> list[Generation]:
+        from transformers import DynamicCache
+
+        b = len(reqs)
+        dev = self.device
+        lens = torch.tensor([len(p) for p in prompts])
+        width = int(lens.max())
+        input_ids = torch.full((b, width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((b, width), dtype=torch.long)
+        for i, p in enumerate(prompts):
+            input_ids[i, width - len(p):] = torch.tensor(p)
+            mask[i, width - len(p):] = 1
+        position_ids = (mask.cumsum(-1) - 1).clamp(min=0)
+        temps = torch.tensor([float(r.temperature) for r in reqs])
+        top_p = torch.tensor([float(r.top_p) for r in reqs])
+        max_new = torch.tensor([int(r.max_new_tokens) for r in reqs])
+        slots = torch.tensor([r.slot for r in reqs])
+        tokens: list[list[int]] = [[] for _ in range(b)]
+        logps: list[list[float]] = [[] for _ in range(b)]
+        reasons = ["length"] * b
+        alive = torch.arange(b)  # original row of each row still in the batch
+        eos = torch.tensor(sorted(self.eos_ids)) if self.eos_ids else None
+        cache = DynamicCache()
+        # next_pos: position of the token fed at the next decode step (the first sampled one sits at len(prompt)).
+        step_ids, cur_mask, next_pos = input_ids.to(dev), mask.to(dev), lens - 1
+        n_steps = int(max_new.max())
+        for step in range(n_steps):
+            with self.ctx.use(slots[alive]):
+                out = self.model(input_ids=step_ids, attention_mask=cur_mask,
+                                 position_ids=(position_ids.to(dev) if step == 0 else next_pos[:, None].to(dev)),
+                                 cache=cache, use_cache=True, logits_to_keep=1)
+            logits = out.logits[:, -1].float().cpu()
+            nxt = sample_next(logits, temps[alive], top_p[alive], gen)
+            lp = torch.log_softmax(logits, -1).gather(-1, nxt[:, None]).squeeze(-1)
+            done = torch.zeros(len(alive), dtype=torch.bool)
+            for j, row in enumerate(alive.tolist()):
+                t = int(nxt[j])
+                tokens[row].append(t)
+                logps[row].append(float(lp[j]))
+                if eos is not None and t in self.eos_ids:
+                    reasons[row] = "stop"
+                    done[j] = True
+                elif len(tokens[row]) >= int(max_new[row]):
+                    done[j] = True
+            if bool(done.all()):
+                break
+            keep = (~done).nonzero().squeeze(-1)
+            if len(keep) < len(alive):
+                # Drop finished rows from the batch and the KV cache (rows stay sorted by slot).
+                cache.batch_select_indices(keep.to(dev))
+                alive, nxt, cur_mask, next_pos = alive[keep], nxt[keep], cur_mask[keep.to(dev)], next_pos[keep]
+            step_ids = nxt[:, None].to(dev)
+            cur_mask = torch.cat([cur_mask, torch.ones((len(alive), 1), dtype=cur_mask.dtype, device=dev)], 1)
+            next_pos = next_pos + 1
+        return [
+            Generation(token_ids=tokens[i], text=self.tokenizer.decode(tokens[i], skip_special_tokens=True),
+                       logprobs=logps[i], finish_reason=reasons[i], prompt_ids=list(prompts[i]), slot=reqs[i].slot)
+            for i in range(b)
+        ]
+
+    # ------------------------------------------------------------------ training
+    def _micro_batches(self, rows: list[TrainRow]) -> list[list[int]]:
+        """Row indices grouped so that rows x padded length <= micro_batch_tokens; each group sorted by slot."""
+        order = sorted(range(len(rows)), key=lambda i: (len(rows[i].prompt_ids) + len(rows[i].response_ids), i))
+        groups, cur, cur_max = [], [], 0
+        for i in order:
+            n = len(rows[i].prompt_ids) + len(rows[i].response_ids)
+            if cur and (len(cur) + 1) * max(cur_max, n) > self.micro_batch_tokens:
+                groups.append(cur)
+                cur, cur_max = [], 0
+            cur.append(i)
+            cur_max = max(cur_max, n)
+        if cur:
+            groups.append(cur)
+        return [sorted(g, key=lambda i: (rows[i].slot, i)) for g in groups]
+
+    def _response_logits(self, rows: list[TrainRow]) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
+        """Logits `[N, V]` at the positions that predict each response token (rows concatenated), the
+        targets `[N]`, and the response length of each row."""
+        b = len(rows)
+        seqs = [list(r.prompt_ids) + list(r.response_ids) for r in rows]
+        width = max(len(s) for s in seqs)
+        ids = torch.full((b, width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((b, width), dtype=torch.long)
+        rows_idx, pos_idx, targets, n_resp = [], [], [], []
+        for i, (r, s) in enumerate(zip(rows, seqs, strict=True)):
+            ids[i, :len(s)] = torch.tensor(s)
+            mask[i, :len(s)] = 1
+            p, n = len(r.prompt_ids), len(r.response_ids)
+            rows_idx += [i] * n
+            pos_idx += list(range(p - 1, p + n - 1))
+            targets += list(r.response_ids)
+            n_resp.append(n)
+        with self.ctx.use([r.slot for r in rows]):
+            hidden = self._decoder(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
+                                   use_cache=False).last_hidden_state
+        h = hidden[torch.tensor(rows_idx, device=self.device), torch.tensor(pos_idx, device=self.device)]
+        return self._head(h).float(), torch.tensor(targets, device=self.device), n_resp
+
+    def _check_rows(self, batch: TrainBatch) -> list[TrainRow]:
+        if not isinstance(batch, TrainBatch):
+            raise EngineError(f"train_step expects a TrainBatch, got {type(batch).__name__}")
+        for r in batch.rows:
+            self._check_slot(r.slot)
+            if len(r.prompt_ids) < 1:
+                raise EngineError(f"row of slot {r.slot} has an empty prompt; give at least one prompt token.")
+            if r.old_logprobs is not None and len(r.old_logprobs) != len(r.response_ids):
+                raise EngineError(f"row of slot {r.slot}: {len(r.old_logprobs)} old_logprobs for "
+                                  f"{len(r.response_ids)} response tokens.")
+        return [r for r in batch.rows if len(r.response_ids) > 0]
+
+    @torch.no_grad()
+    def logprobs(self, batch: TrainBatch) -> list[list[float]]:
+        """Per-token log-probs of each row's response under its slot (no gradient), in row order."""
+        rows = self._check_rows(batch)
+        out: dict[int, list[float]] = {}
+        index = {id(r): i for i, r in enumerate(batch.rows)}
+        with torch_threads(self.train_threads):
+            for group in self._micro_batches(rows):
+                sub = [rows[i] for i in group]
+                logits, targets, n_resp = self._response_logits(sub)
+                lp = torch.log_softmax(logits, -1).gather(-1, targets[:, None]).squeeze(-1).cpu().tolist()
+                k = 0
+                for r, n in zip(sub, n_resp, strict=True):
+                    out[index[id(r)]] = lp[k:k + n]
+                    k += n
+        return [out.get(i, []) for i in range(len(batch.rows))]
+
+    def train_step(self, batch: TrainBatch) -> dict[str, float]:
+        """One optimiser step for every slot that has rows in `batch`; returns metrics.
+
+        Per slot s (keys `<name>/<s>`): loss, pg_loss, entropy (token mean), grad_norm (before clipping),
+        tokens, rows, adv_mean, and with PPO clip: clip_frac, approx_kl. Totals: loss (sum over slots),
+        tokens, rows, slots, time_s.
+        """
+        t0 = time.perf_counter()
+        rows = self._check_rows(batch)
+        if not rows:
+            raise EngineError("train_step got no rows with response tokens.")
+        weights = row_weights([len(r.response_ids) for r in rows], [r.slot for r in rows], self.loss_agg)
+        acc: dict[str, dict[int, float]] = defaultdict(lambda: defaultdict(float))
+        for p in self.params:
+            p.grad = None
+        with torch_threads(self.train_threads), torch.enable_grad():
+            for group in self._micro_batches(rows):
+                sub = [rows[i] for i in group]
+                logits, targets, n_resp = self._response_logits(sub)
+                logp_all = torch.log_softmax(logits, -1)
+                logp = logp_all.gather(-1, targets[:, None]).squeeze(-1)
+                adv = torch.tensor([a for r in sub for a in r.advantage_list()], device=logp.device)
+                old = None
+                if self.clip_eps is not None and any(r.old_logprobs is not None for r in sub):
+                    # Rows without sampler log-probs count as on-policy (ratio 1).
+                    parts, k = [], 0
+                    for r, n in zip(sub, n_resp, strict=True):
+                        parts.append(torch.tensor([float(x) for x in r.old_logprobs], device=logp.device)
+                                     if r.old_logprobs is not None else logp[k:k + n].detach())
+                        k += n
+                    old = torch.cat(parts)
+                pg, clipped = policy_loss(logp, adv, old, self.clip_eps, self.clip_eps_high)
+                with torch.set_grad_enabled(bool(self.entropy_coef)):
+                    ent = entropy_from_logprobs(logp_all)
+                w = torch.cat([torch.full((n,), weights[i], device=logp.device) for i, n in zip(group, n_resp, strict=True)])
+                loss = (w * pg).sum()
+                if self.entropy_coef:
+                    loss = loss - self.entropy_coef * (w * ent).sum()
+                loss.backward()
+                # Per-slot metrics: slice the flat token axis by row.
+                k = 0
+                with torch.no_grad():
+                    kl = (old - logp.detach()) if old is not None else None
+                    for r, n in zip(sub, n_resp, strict=True):
+                        s = r.slot
+                        sl = slice(k, k + n)
+                        acc["pg_loss"][s] += float((w[sl] * pg[sl]).sum())
+                        acc["entropy_sum"][s] += float(ent[sl].sum())
+                        acc["ent_w"][s] += float((w[sl] * ent[sl]).sum())
+                        acc["clip_sum"][s] += float(clipped[sl].sum())
+                        acc["adv_sum"][s] += float(adv[sl].sum())
+                        if kl is not None:
+                            acc["kl_sum"][s] += float(kl[sl].sum())
+                        acc["tokens"][s] += n
+                        acc["rows"][s] += 1
+                        k += n
+        slots = sorted(acc["tokens"])
+        norms = clip_slot_grads(self.params, self.n_slots, self.max_grad_norm)
+        self.optimizer.step(slots)
+        for p in self.params:
+            p.grad = None
+        m: dict[str, float] = {}
+        total = 0.0
+        for s in slots:
+            tok = acc["tokens"][s]
+            slot_loss = acc["pg_loss"][s] - self.entropy_coef * acc["ent_w"][s]
+            total += slot_loss
+            m[f"loss/{s}"] = slot_loss
+            m[f"pg_loss/{s}"] = acc["pg_loss"][s]
+            m[f"entropy/{s}"] = acc["entropy_sum"][s] / tok
+            m[f"grad_norm/{s}"] = float(norms[s])
+            m[f"tokens/{s}"] = float(tok)
+            m[f"rows/{s}"] = float(acc["rows"][s])
+            m[f"adv_mean/{s}"] = acc["adv_sum"][s] / tok
+            if self.clip_eps is not None:
+                m[f"clip_frac/{s}"] = acc["clip_sum"][s] / tok
+                m[f"approx_kl/{s}"] = acc["kl_sum"][s] / tok
+        m.update({"loss": total, "tokens": float(sum(acc["tokens"].values())), "rows": float(len(rows)),
+                  "slots": float(len(slots)), "time_s": time.perf_counter() - t0})
+        return m

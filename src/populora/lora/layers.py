@@ -1,0 +1,247 @@
+"""Multi-slot LoRA layers: N adapters stacked over one frozen base linear, selected per batch row.
+
+`MultiLoRALinear` wraps an `nn.Linear` and holds `lora_A [N, r, d_in]` and `lora_B [N, d_out, r]`; row `i`
+of a batch gets `base(x_i) + alpha/r * B[s_i] A[s_i] x_i` where `s_i` is its slot (`-1` = base only).
+All layers of one model share a `SlotContext` that carries the per-row slots, so one forward pass (also
+inside a KV-cached decode loop) serves rows of different adapters, and autograd sends each slot only the
+gradient of its own rows. This is the maths of PEFT's LoRA (`lora_B(lora_A(x)) * scaling`, dropout 0) with
+the adapters stacked instead of kept in a dict.
+
+Two exact evaluation paths (same result up to float rounding):
+- "runs": rows are split into runs of consecutive equal slots and each run does two plain matmuls on a
+  view of `x` (no copies of weights or activations). The engine sorts rows by slot, so a batch has at most
+  one run per slot. Used under autograd: it saves nothing but views for backward.
+- "gather": `A[idx]`, `B[idx]` are gathered per row and applied with `bmm`. Fewer Python-level ops; used
+  for inference (decode steps with T=1), where the gathered copies are small and not kept.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+
+import torch
+from torch import nn
+
+from populora.lora.adapter import AdapterError, LoRAAdapter
+
+DEFAULT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")
+
+
+class SlotContext:
+    """The per-row slot indices of the batch being run, shared by every `MultiLoRALinear` of a model.
+
+    `idx is None` means "no adapter at all" (pure base model). Not thread-safe: one model runs one batch
+    at a time.
+    """
+
+    def __init__(self) -> None:
+        self.idx: torch.Tensor | None = None
+        self.runs: list[tuple[int, int, int]] = []  # (slot, start, end) runs of consecutive equal slots
+        self.has_base_rows = False
+        self.mode = "auto"  # "auto" | "runs" | "gather"
+
+    def set(self, slots: torch.Tensor | Iterable[int] | None) -> None:
+        if slots is None:
+            self.idx, self.runs, self.has_base_rows = None, [], False
+            return
+        idx = torch.as_tensor(slots if isinstance(slots, torch.Tensor) else list(slots), dtype=torch.long)
+        if idx.dim() != 1:
+            raise ValueError(f"slot indices must be 1-D (one per batch row), got shape {tuple(idx.shape)}")
+        self.idx = idx
+        values = idx.tolist()
+        runs: list[tuple[int, int, int]] = []
+        start = 0
+        for i in range(1, len(values) + 1):
+            if i == len(values) or values[i] != values[start]:
+                runs.append((values[start], start, i))
+                start = i
+        self.runs = runs
+        self.has_base_rows = any(v < 0 for v in values)
+
+    @contextmanager
+    def use(self, slots: torch.Tensor | Iterable[int] | None) -> Iterator[None]:
+        """Run the model with these per-row slots inside the block; restores the previous state after."""
+        prev = (self.idx, self.runs, self.has_base_rows)
+        self.set(slots)
+        try:
+            yield
+        finally:
+            self.idx, self.runs, self.has_base_rows = prev
+
+
+class MultiLoRALinear(nn.Module):
+    """A frozen `nn.Linear` plus `n_slots` LoRA adapters of rank `rank`, scale `alpha / rank`."""
+
+    def __init__(self, base_layer: nn.Linear, n_slots: int, rank: int, alpha: float, ctx: SlotContext,
+                 dtype: torch.dtype = torch.float32) -> None:
+        super().__init__()
+        if not isinstance(base_layer, nn.Linear):
+            raise TypeError(f"MultiLoRALinear wraps nn.Linear, got {type(base_layer).__name__}")
+        self.base_layer = base_layer
+        self.ctx = ctx
+        self.n_slots, self.rank, self.alpha = n_slots, rank, float(alpha)
+        self.scaling = self.alpha / rank
+        dev = base_layer.weight.device
+        self.lora_A = nn.Parameter(torch.zeros(n_slots, rank, base_layer.in_features, device=dev, dtype=dtype))
+        self.lora_B = nn.Parameter(torch.zeros(n_slots, base_layer.out_features, rank, device=dev, dtype=dtype))
+
+    @property
+    def in_features(self) -> int:
+        return self.base_layer.in_features
+
+    @property
+    def out_features(self) -> int:
+        return self.base_layer.out_features
+
+    @torch.no_grad()
+    def reset_slot(self, slot: int, generator: torch.Generator | None = None) -> None:
+        """PEFT's default init: A ~ kaiming_uniform(a=sqrt(5)) = U(-1/sqrt(d_in), 1/sqrt(d_in)), B = 0."""
+        bound = 1.0 / math.sqrt(self.in_features)
+        a = torch.rand(self.lora_A.shape[1:], generator=generator, dtype=torch.float32) * (2 * bound) - bound
+        self.lora_A[slot].copy_(a)
+        self.lora_B[slot].zero_()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.base_layer(x)
+        ctx = self.ctx
+        if ctx.idx is None:
+            return y
+        if x.shape[0] != ctx.idx.shape[0]:
+            raise RuntimeError(f"batch has {x.shape[0]} rows but {ctx.idx.shape[0]} slot indices were set")
+        xa = x.to(self.lora_A.dtype)
+        mode = ctx.mode
+        if mode == "auto":
+            mode = "runs" if (torch.is_grad_enabled() or len(ctx.runs) == 1) else "gather"
+        if mode == "runs":
+            parts = []
+            for slot, a, b in ctx.runs:
+                xs = xa[a:b]
+                if slot < 0:
+                    parts.append(xs.new_zeros(*xs.shape[:-1], self.out_features))
+                else:
+                    parts.append((xs @ self.lora_A[slot].transpose(0, 1)) @ self.lora_B[slot].transpose(0, 1))
+            delta = parts[0] if len(parts) == 1 else torch.cat(parts, 0)
+        else:
+            idx = ctx.idx.to(x.device)
+            safe = idx.clamp(min=0)
+            shape = xa.shape
+            x3 = xa.reshape(shape[0], -1, shape[-1])  # [b, T, d_in]
+            h = torch.bmm(x3, self.lora_A[safe].transpose(1, 2))  # [b, T, r]
+            delta = torch.bmm(h, self.lora_B[safe].transpose(1, 2))  # [b, T, d_out]
+            if ctx.has_base_rows:
+                delta = delta * (idx >= 0).to(delta.dtype)[:, None, None]
+            delta = delta.reshape(*shape[:-1], self.out_features)
+        return y + (delta * self.scaling).to(y.dtype)
+
+    def extra_repr(self) -> str:
+        return f"n_slots={self.n_slots}, rank={self.rank}, alpha={self.alpha}"
+
+
+def _matches(name: str, targets: Iterable[str] | str) -> bool:
+    if isinstance(targets, str):  # a regex over the full module name, as in PEFT
+        return re.fullmatch(targets, name) is not None
+    last = name.rsplit(".", 1)[-1]
+    return any(last == t or name == t or name.endswith("." + t) for t in targets)
+
+
+def find_targets(model: nn.Module, targets: Iterable[str] | str | None = None) -> list[str]:
+    """Names of the `nn.Linear` modules of `model` that LoRA should wrap (default: q, k, v, o projections).
+
+    `targets`: None (q/k/v/o), "all-linear" (every linear except the output head), a list of module-name
+    suffixes (PEFT's list semantics) or a regex string matched against the full name.
+    """
+    if targets is None:
+        targets = DEFAULT_TARGETS
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    names = []
+    for name, mod in model.named_modules():
+        if not isinstance(mod, nn.Linear) or mod is head:
+            continue
+        if targets == "all-linear" or _matches(name, targets):
+            names.append(name)
+    if not names:
+        raise AdapterError(
+            f"no nn.Linear module of {type(model).__name__} matches targets {targets!r}; "
+            "use names like 'q_proj' (see model.named_modules())."
+        )
+    return names
+
+
+def inject_multi_lora(model: nn.Module, n_slots: int, rank: int, alpha: float,
+                      targets: Iterable[str] | str | None = None, seed: int = 0,
+                      dtype: torch.dtype = torch.float32) -> tuple[SlotContext, dict[str, MultiLoRALinear]]:
+    """Freeze `model` and replace its target linears by `MultiLoRALinear`s sharing one `SlotContext`.
+
+    Returns the context and `{module name: layer}` where names are the base model's original module paths
+    (the names `LoRAAdapter` uses). Every slot starts with PEFT's init (B = 0, so each slot equals the base);
+    slot `s` of module `k` draws A from a generator seeded with `(seed, s)`, so it does not depend on
+    the number of slots.
+    """
+    if n_slots < 1 or rank < 1:
+        raise ValueError(f"n_slots and rank must be >= 1, got n_slots={n_slots}, rank={rank}")
+    for p in model.parameters():
+        p.requires_grad_(False)
+    ctx = SlotContext()
+    layers: dict[str, MultiLoRALinear] = {}
+    for name in find_targets(model, targets):
+        parent_name, _, child = name.rpartition(".")
+        parent = model.get_submodule(parent_name) if parent_name else model
+        layer = MultiLoRALinear(getattr(parent, child), n_slots, rank, alpha, ctx, dtype=dtype)
+        setattr(parent, child, layer)
+        layers[name] = layer
+    init_slots(layers, range(n_slots), seed)
+    return ctx, layers
+
+
+def init_slots(layers: dict[str, MultiLoRALinear], slots: Iterable[int], seed: int) -> None:
+    """Re-initialise `slots` (PEFT init, B = 0) deterministically from `seed`."""
+    for slot in slots:
+        g = torch.Generator().manual_seed(int(seed) * 1_000_003 + int(slot))
+        for layer in layers.values():  # dict order = module order, so the draw order is fixed
+            layer.reset_slot(slot, g)
+
+
+def get_slot_adapter(layers: dict[str, MultiLoRALinear], slot: int) -> LoRAAdapter:
+    """A detached copy of slot `slot` as a `LoRAAdapter` (A [r, d_in], B [d_out, r] per module)."""
+    first = next(iter(layers.values()))
+    return LoRAAdapter(
+        modules={k: (m.lora_A[slot].detach().clone(), m.lora_B[slot].detach().clone()) for k, m in layers.items()},
+        alpha=first.alpha,
+    )
+
+
+@torch.no_grad()
+def set_slot_adapter(layers: dict[str, MultiLoRALinear], slot: int, adapter: LoRAAdapter) -> None:
+    """Copy `adapter` into slot `slot`. Raises `AdapterError` on target, rank or shape mismatch.
+
+    An adapter with the same rank but another alpha is accepted: B is rescaled by `adapter.alpha /
+    engine alpha` so the effective update `alpha/r * B A` is preserved exactly.
+    """
+    first = next(iter(layers.values()))
+    want, got = set(layers), set(adapter.modules)
+    if want != got:
+        missing, extra = sorted(want - got), sorted(got - want)
+        raise AdapterError(
+            f"adapter targets do not match the engine's: missing {missing[:4]}{'...' if len(missing) > 4 else ''}, "
+            f"unexpected {extra[:4]}{'...' if len(extra) > 4 else ''}; build the engine with the adapter's targets."
+        )
+    if adapter.rank != first.rank:
+        raise AdapterError(f"adapter rank {adapter.rank} != engine rank {first.rank}; build the engine with "
+                           f"rank={adapter.rank} or convert the adapter.")
+    for name, layer in layers.items():
+        a, b = adapter.modules[name]
+        if tuple(a.shape) != tuple(layer.lora_A.shape[1:]) or tuple(b.shape) != tuple(layer.lora_B.shape[1:]):
+            raise AdapterError(
+                f"module {name!r}: adapter A {tuple(a.shape)}, B {tuple(b.shape)} but the base model needs "
+                f"A {tuple(layer.lora_A.shape[1:])}, B {tuple(layer.lora_B.shape[1:])}; was it trained on another base model?"
+            )
+        if not (torch.isfinite(a).all() and torch.isfinite(b).all()):
+            raise AdapterError(f"module {name!r}: adapter weights contain NaN or inf.")
+    ratio = float(adapter.alpha) / first.alpha
+    for name, layer in layers.items():
+        a, b = adapter.modules[name]
+        layer.lora_A[slot].copy_(a.to(layer.lora_A.dtype))
+        layer.lora_B[slot].copy_((b.float() * ratio).to(layer.lora_B.dtype) if ratio != 1.0 else b.to(layer.lora_B.dtype))

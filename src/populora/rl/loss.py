@@ -1,0 +1,91 @@
+"""Token-level policy-gradient loss: REINFORCE, optional PPO clip, entropy, and per-group aggregation.
+
+Pure torch functions (no model, no engine). The engine computes, for every response token,
+`loss_t = policy_loss(logp_t, A_t, old_logp_t)` and then `sum_rows w_row * sum_t loss_t`, where the row
+weights from `row_weights` normalise *within each group* (one group = one adapter slot). Because each
+group is normalised by its own counts, a slot's gradient in a mixed batch equals the gradient it would get
+from the same rows alone.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+
+import torch
+
+LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
+
+
+def token_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """log p(target) under softmax(logits): `logits [..., V]`, `targets [...]` -> `[...]` (float32)."""
+    return torch.log_softmax(logits.float(), dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+
+
+def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
+    """Entropy of softmax(logits) over the last axis, in nats: `[..., V]` -> `[...]` (float32)."""
+    return entropy_from_logprobs(torch.log_softmax(logits.float(), dim=-1))
+
+
+def entropy_from_logprobs(logp: torch.Tensor) -> torch.Tensor:
+    """Entropy `-sum p log p` from normalised log-probabilities `[..., V]` -> `[...]`."""
+    return -(logp.exp() * logp).sum(-1)
+
+
+def policy_loss(logp: torch.Tensor, advantages: torch.Tensor, old_logp: torch.Tensor | None = None,
+                clip_eps: float | None = None, clip_eps_high: float | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token policy-gradient loss and a per-token "clipped" indicator (float 0/1).
+
+    - `clip_eps is None` (REINFORCE): `loss = -A * logp`. `old_logp` is ignored.
+    - PPO clip: `r = exp(logp - old_logp)` (log-ratio clamped to +-20, as verl does), `loss = max(-A r,
+      -A clip(r, 1 - clip_eps, 1 + clip_eps_high))` with `clip_eps_high` defaulting to `clip_eps`. Without
+      `old_logp` the rollout is taken as on-policy (`old_logp = logp.detach()`, so r = 1 and the gradient is
+      REINFORCE's).
+    """
+    advantages = advantages.to(logp.dtype)
+    if clip_eps is None:
+        return -advantages * logp, torch.zeros_like(logp)
+    high = clip_eps if clip_eps_high is None else clip_eps_high
+    old = logp.detach() if old_logp is None else old_logp.to(logp.dtype)
+    ratio = torch.exp((logp - old).clamp(-20.0, 20.0))
+    unclipped = -advantages * ratio
+    clipped = -advantages * ratio.clamp(1.0 - clip_eps, 1.0 + high)
+    return torch.maximum(unclipped, clipped), (clipped > unclipped).to(logp.dtype)
+
+
+def row_weights(lengths: Sequence[int], groups: Sequence[int], mode: str = "token-mean") -> list[float]:
+    """Weight `w_row` such that `sum_rows w_row * sum_t x_t` aggregates per group as `mode` says.
+
+    - "token-mean": mean over all tokens of the group (`1 / tokens in group`).
+    - "seq-mean-token-mean": mean over the group's rows of each row's token mean (`1 / (rows * len)`).
+    - "seq-mean-token-sum": mean over the group's rows of each row's token sum (`1 / rows`).
+    Rows of length 0 get weight 0.
+    """
+    if mode not in LOSS_AGG_MODES:
+        raise ValueError(f"unknown loss aggregation {mode!r}; choose one of {LOSS_AGG_MODES}")
+    if len(lengths) != len(groups):
+        raise ValueError(f"{len(lengths)} lengths but {len(groups)} groups")
+    tokens: Counter = Counter()
+    rows: Counter = Counter()
+    for n, g in zip(lengths, groups, strict=True):
+        if n > 0:
+            tokens[g] += n
+            rows[g] += 1
+    out = []
+    for n, g in zip(lengths, groups, strict=True):
+        if n <= 0:
+            out.append(0.0)
+        elif mode == "token-mean":
+            out.append(1.0 / tokens[g])
+        elif mode == "seq-mean-token-mean":
+            out.append(1.0 / (rows[g] * n))
+        else:
+            out.append(1.0 / rows[g])
+    return out
+
+
+def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean of `values` where `mask` is true (0 when the mask is empty)."""
+    mask = mask.to(values.dtype)
+    return (values * mask).sum() / mask.sum().clamp(min=1.0)
