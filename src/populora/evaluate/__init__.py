@@ -1,0 +1,22 @@
+"""Held-out evaluation: benchmark loaders, prompts, generation, graders and the results table.
+
+Owns `populora eval` (see `commands.py`). Layout:
+
+- `data.py`      benchmark registry and loaders (EvalPlus jsonl.gz, AZR-format math jsonl, LiveCodeBench jsonl)
+- `prompts.py`   the AZR evaluation prompts and a plain chat prompt
+- `extract.py`   answer extraction: AZR `<answer>` / last `\\boxed{}`, code blocks, EvalPlus-style sanitising
+- `math_grader.py`  math-verify grading with timeouts in worker processes
+- `code_grader.py`  EvalPlus and LiveCodeBench test semantics, executed in `populora.sandbox.Sandbox`
+- `generate.py`  greedy batched generation: PEFT-merged HF model, engine slot, or vLLM
+- `targets.py`   TARGET resolution (run folder or PEFT folder) and member selection
+- `oracle.py`    gold / deliberately wrong answers for grader self-checks
+- `runner.py`    orchestration: generate, grade, collect rows
+- `table.py`     JSON + Markdown results table like the paper's
+
+It imports `populora.sandbox` and (for the slot path) `populora.engine`; nothing imports it except the CLI.
+Heavy libraries (torch, transformers, peft, math_verify) are imported inside functions.
+"""
+
+from populora.evaluate.data import BENCHMARKS, CODE_BENCHMARKS, MATH_BENCHMARKS, Item, load_benchmark
+
+__all__ = ["BENCHMARKS", "CODE_BENCHMARKS", "MATH_BENCHMARKS", "Item", "load_benchmark"]
