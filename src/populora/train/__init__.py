@@ -1,0 +1,9 @@
+"""The self-play trainer: the paper's five phases per step, the single-agent AZR baseline, checkpoints/resume.
+
+    populora train [--preset tiny] [--run-dir DIR] [--set key=value ...]
+    populora train --resume DIR
+
+Modules: `trainer` (the step, top to bottom), `checkpoint` (atomic checkpoints), `run_folder` (config.yaml and
+the JSONL logs), `commands` (`train`, `demo`, `bench population`), `bench` (population vs single wall-clock).
+Imports `population`, `rl`, `tasks`, `engine`, `operators`, `diagnostics`; nothing imports `train`.
+"""
