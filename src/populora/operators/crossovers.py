@@ -1,0 +1,300 @@
+"""Crossovers X1-X9 and identity controls I1, I2 (reference/operators.md §2, "Crossovers", "Identity controls").
+
+Merges happen on effective deltas `D_k = B_k A_k`, never on factors separately (factor averages create cross
+terms). Linear merges (X4, X5, X8) use the exact factored SVD of the stacked factors; element-wise ones (X1,
+X6, X7, X9) form the dense delta and take a truncated SVD (randomized and seeded for big modules). Results are
+refactored to rank r with a balanced split and deterministic signs.
+
+Parent order: for X4 and I2, `parents[0]` is the better parent (higher rating).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import torch
+
+from populora.lora.adapter import LoRAAdapter
+from populora.operators.elementwise import della_sample, disjoint_mean, trim_topk
+from populora.operators.linalg import compute_dtype, fsvd, inner, lincomb, refactor, sq_norm, tsvd
+from populora.operators.registry import OperatorError, Rng, check_fraction, check_nonneg, operator
+
+
+def _cast(a: torch.Tensor, b: torch.Tensor, like_a: torch.Tensor, like_b: torch.Tensor):
+    return (a.to(dtype=like_a.dtype, device=like_a.device).contiguous(),
+            b.to(dtype=like_b.dtype, device=like_b.device).contiguous())
+
+
+def _pair(p1: LoRAAdapter, p2: LoRAAdapter, name: str):
+    """Both parents' factors of slot `name` in the compute dtype: (a1, b1, a2, b2, like_a, like_b)."""
+    a1, b1 = p1.modules[name]
+    a2, b2 = p2.modules[name]
+    cd = compute_dtype(a1)
+    dev = a1.device
+    return a1.to(cd), b1.to(cd), a2.to(device=dev, dtype=cd), b2.to(device=dev, dtype=cd), a1, b1
+
+
+class _Loss:
+    """Accumulates the global truncation loss tau = sqrt(1 - sum kept / sum total) over slots."""
+
+    def __init__(self) -> None:
+        self.kept = self.total = 0.0
+
+    def add(self, kept: float, total: float) -> None:
+        self.kept += kept
+        self.total += total
+
+    def info(self) -> dict:
+        tau = math.sqrt(max(0.0, 1 - self.kept / self.total)) if self.total > 0 else 0.0
+        return {"truncation_loss": tau}
+
+
+def _linear(parents, rng: Rng, coeffs_of, extra: dict | None = None):
+    """child = rank-r truncation of c0 D0 + c1 D1 per slot, coefficients from `coeffs_of(name, a0, b0, a1, b1)`."""
+    p1, p2 = parents
+    r = p1.rank
+    out, loss = {}, _Loss()
+    for name in p1.modules:
+        a1, b1, a2, b2, la, lb = _pair(p1, p2, name)
+        c1, c2 = coeffs_of(name, a1, b1, a2, b2)
+        u, s, v, kept, total = lincomb([(c1, b1, a1), (c2, b2, a2)], r)
+        out[name] = _cast(*refactor(u, s, v, r, rng.gen(name)), la, lb)
+        loss.add(kept, total)
+    return out, {**loss.info(), **(extra or {})}
+
+
+def _dense_merge(parents, rng: Rng, merge):
+    """child = rank-r truncated SVD of `merge(name, D0, D1, gen)` (a dense d x n matrix) per slot."""
+    p1, p2 = parents
+    r = p1.rank
+    out, loss = {}, _Loss()
+    for name in p1.modules:
+        a1, b1, a2, b2, la, lb = _pair(p1, p2, name)
+        g = rng.gen(name)
+        dc = merge(name, b1 @ a1, b2 @ a2, g)
+        u, s, v = tsvd(dc, r, g)
+        loss.add(float((s.double() ** 2).sum()), float(dc.double().pow(2).sum()))
+        del dc
+        out[name] = _cast(*refactor(u, s, v, r, g), la, lb)
+    return out, loss.info()
+
+
+@operator("X1", 2, "crossover", dense=True)
+def x1_dare(parents, rng: Rng, *, p: float = 0.5, space: str = "delta"):
+    """D = 1/2 (M1 * D1 + M2 * D2) / (1 - p), M_k ~ Bernoulli(1 - p) independent per entry, then truncated SVD to rank r."""
+    p = check_fraction("X1", "p", p, hi_open=True)
+    if space not in ("delta", "factor"):
+        raise OperatorError(f"operator X1: space={space!r} must be 'delta' (default, gauge-invariant) or 'factor'.")
+    if space == "factor":
+        return _dare_factor(parents, rng, p)
+    if p == 0:  # no drop: exactly task arithmetic (X5), same code path
+        return _linear(parents, rng, lambda *_: (0.5, 0.5))
+
+    def merge(name, d1, d2, g):
+        for d in (d1, d2):  # in place on our own temporaries: the masks are the dominant cost at 7B shapes
+            d.masked_fill_(torch.rand(d.shape, generator=g, dtype=d.dtype).to(d.device) < p, 0)
+        d1 += d2
+        return d1.mul_(0.5 / (1 - p))
+
+    return _dense_merge(parents, rng, merge)
+
+
+def _dare_factor(parents, rng: Rng, p: float):
+    """DARE on the factors (A_c = mean of masked A_k / (1 - p), B_c likewise): valid only for same-gauge parents."""
+    p1, p2 = parents
+    out = {}
+    for name in p1.modules:
+        a1, b1, a2, b2, la, lb = _pair(p1, p2, name)
+        g = rng.gen(name)
+
+        a1, a2, b1, b2 = (_drop(t, p, g) for t in (a1, a2, b1, b2))
+        out[name] = _cast(0.5 * (a1 + a2), 0.5 * (b1 + b2), la, lb)
+    return out, {}
+
+
+def _drop(t: torch.Tensor, p: float, g: torch.Generator) -> torch.Tensor:
+    return torch.where(torch.rand(t.shape, generator=g, dtype=t.dtype).to(t.device) < p, 0, t) / (1 - p)
+
+
+_LAYER = re.compile(r"\.(\d+)\.")
+
+
+@operator("X2", 2, "crossover")
+def x2_layerwise(parents, rng: Rng, *, prob: float = 0.5, per: str = "slot"):
+    """Per slot (or per layer with per='layer'): (A, B) copied together from parent 1 with probability prob, else from parent 2."""
+    prob = check_fraction("X2", "prob", prob)
+    if per not in ("slot", "layer"):
+        raise OperatorError(f"operator X2: per={per!r} must be 'slot' or 'layer'.")
+    p1, p2 = parents
+    g = rng.gen("coins")
+    coins: dict[str, bool] = {}
+    out, from_first = {}, []
+    for name in p1.modules:
+        m = _LAYER.search(name) if per == "layer" else None
+        key = m.group(1) if m else name
+        if key not in coins:
+            coins[key] = bool(torch.rand(1, generator=g) < prob)
+        a0, b0 = p1.modules[name]
+        src = p1 if coins[key] else p2
+        a, b = src.modules[name]
+        out[name] = _cast(a.clone(), b.clone(), a0, b0)
+        if coins[key]:
+            from_first.append(name)
+    return out, {"from_parent_1": from_first}
+
+
+@operator("X3", 2, "crossover")
+def x3_subspace(parents, rng: Rng, *, k: int | str = "half"):
+    """Top-k SVD components of D1 plus the top r-k of D2 projected off them, (I - U_k U_k^T) D2 (I - V_k V_k^T); no truncation loss."""
+    p1, p2 = parents
+    r = p1.rank
+    if isinstance(k, str) and k not in ("half", "random"):
+        raise OperatorError(f"operator X3: k={k!r} must be an int in [0, {r}], 'half' or 'random'.")
+    if not isinstance(k, str) and not 0 <= int(k) <= r:
+        raise OperatorError(f"operator X3: k={k} must lie in [0, r={r}].")
+    out, ks = {}, {}
+    for name in p1.modules:
+        a1, b1, a2, b2, la, lb = _pair(p1, p2, name)
+        g = rng.gen(name)
+        if k == "half":
+            kk = max(1, r // 2) if r > 1 else 1
+        elif k == "random":
+            kk = 1 + int(torch.randint(max(r - 1, 1), (1,), generator=g)) if r > 1 else 1
+        else:
+            kk = int(k)
+        u1, s1, v1 = fsvd(b1, a1)
+        kk = min(kk, s1.numel())
+        uk, vk = u1[:, :kk], v1[:, :kk]
+        b2p = b2 - uk @ (uk.T @ b2)
+        a2p = a2 - (a2 @ vk) @ vk.T
+        u2, s2, v2 = fsvd(b2p, a2p)
+        m = r - kk
+        u = torch.cat([uk, u2[:, :m]], dim=1)
+        s = torch.cat([s1[:kk], s2[:m]])
+        v = torch.cat([vk, v2[:, :m]], dim=1)
+        out[name] = _cast(*refactor(u, s, v, r, g), la, lb)
+        ks[name] = kk
+    return out, {"k": ks}
+
+
+@operator("X4", 2, "crossover")
+def x4_extrapolate(parents, rng: Rng, *, t: float = 1.5, norm_cap: float | None = 1.5, cos_gate: float | None = 0.5):
+    """D = t D1 + (1 - t) D2 with t > 1, extrapolating past parent 1 (the better one) away from parent 2; X5 where cos(D1, D2) < cos_gate."""
+    t = float(t)
+    if norm_cap is not None:
+        check_nonneg("X4", "norm_cap", norm_cap)
+    fallback: list[str] = []
+
+    def coeffs(name, a1, b1, a2, b2):
+        if cos_gate is None:
+            return t, 1 - t
+        n1, n2 = sq_norm(b1, a1), sq_norm(b2, a2)
+        cos = inner(b1, a1, b2, a2) / math.sqrt(n1 * n2) if n1 > 0 and n2 > 0 else 0.0
+        if cos < cos_gate:  # extrapolating between unrelated parents is destructive (measured cos -0.27)
+            fallback.append(name)
+            return 0.5, 0.5
+        return t, 1 - t
+
+    p1, p2 = parents
+    r = p1.rank
+    out, loss = {}, _Loss()
+    capped = 0
+    for name in p1.modules:
+        a1, b1, a2, b2, la, lb = _pair(p1, p2, name)
+        c1, c2 = coeffs(name, a1, b1, a2, b2)
+        u, s, v, kept, total = lincomb([(c1, b1, a1), (c2, b2, a2)], r)
+        if norm_cap is not None and total > 0:
+            limit = norm_cap * math.sqrt(max(sq_norm(b1, a1), sq_norm(b2, a2)))
+            if math.sqrt(total) > limit:
+                s = s * (limit / math.sqrt(total))
+                capped += 1
+        out[name] = _cast(*refactor(u, s, v, r, rng.gen(name)), la, lb)
+        loss.add(kept, total)
+    return out, {**loss.info(), "gated_to_X5": fallback, "norm_capped_slots": capped}
+
+
+@operator("X5", 2, "crossover")
+def x5_linear(parents, rng: Rng, *, weight: float = 0.5):
+    """D = weight D1 + (1 - weight) D2 (task arithmetic), exact SVD of the stacked factors truncated to rank r."""
+    w = float(weight)
+    return _linear(parents, rng, lambda *_: (w, 1 - w))
+
+
+@operator("X6", 2, "crossover", dense=True)
+def x6_ties(parents, rng: Rng, *, density: float = 0.2, lam: float = 1.0):
+    """D = lam * disjoint_mean(trim_density(D1), trim_density(D2)) with signs elected by sgn(sum), then truncated SVD."""
+    density = check_fraction("X6", "density", density, lo_open=True)
+
+    def merge(name, d1, d2, g):
+        return disjoint_mean([trim_topk(d1, density), trim_topk(d2, density)]).mul_(lam)
+
+    return _dense_merge(parents, rng, merge)
+
+
+@operator("X7", 2, "crossover", dense=True)
+def x7_della(parents, rng: Rng, *, density: float = 0.7, window: float = 0.14, lam: float = 1.0):
+    """D = lam * disjoint_mean(M_k * D_k / p_k), M_k ~ Bernoulli(p_k), p = density - window + 2 window rank_row(|D_k|)."""
+    density, window = float(density), float(window)
+    if not (0 < density - window and density + window <= 1 and window >= 0):
+        raise OperatorError(f"operator X7: need 0 < density - window and density + window <= 1 "
+                            f"(got density={density}, window={window}).")
+
+    def merge(name, d1, d2, g):
+        return disjoint_mean([della_sample(d1, density, window, g), della_sample(d2, density, window, g)]).mul_(lam)
+
+    return _dense_merge(parents, rng, merge)
+
+
+@operator("X8", 2, "crossover")
+def x8_slerp(parents, rng: Rng, *, t: float = 0.5, dot_threshold: float = 0.9995):
+    """D = sin((1-t) theta)/sin(theta) D1 + sin(t theta)/sin(theta) D2, cos(theta) = <D1, D2>/(|D1||D2|); lerp if near-parallel or ~0 norm."""
+    t = float(t)
+    lerped: list[str] = []
+
+    def coeffs(name, a1, b1, a2, b2):
+        n1, n2 = math.sqrt(sq_norm(b1, a1)), math.sqrt(sq_norm(b2, a2))
+        if min(n1, n2) < 1e-8 * max(n1, n2, 1e-30):
+            lerped.append(name)
+            return 1 - t, t
+        c = inner(b1, a1, b2, a2) / (n1 * n2)
+        if abs(c) > dot_threshold:
+            lerped.append(name)
+            return 1 - t, t
+        theta = math.acos(max(-1.0, min(1.0, c)))
+        return math.sin((1 - t) * theta) / math.sin(theta), math.sin(t * theta) / math.sin(theta)
+
+    out, info = _linear(parents, rng, coeffs)
+    return out, {**info, "lerp_slots": lerped}
+
+
+@operator("X9", 2, "crossover", dense=True)
+def x9_fisher(parents, rng: Rng, *, eps_rel: float = 1e-6, normalize: bool = False):
+    """D = (F1 D1 + F2 D2) / (F1 + F2 + eps), F_k = D_k^2 (squared-weight Fisher proxy), eps = eps_rel * mean(F1 + F2)."""
+    eps_rel = check_nonneg("X9", "eps_rel", eps_rel)
+
+    def merge(name, d1, d2, g):
+        f1, f2 = d1 * d1, d2 * d2
+        if normalize:  # invariance to the parents' overall scales
+            f1 = f1 / f1.mean().clamp_min(1e-30)
+            f2 = f2 / f2.mean().clamp_min(1e-30)
+        den = f1 + f2
+        eps = eps_rel * float(den.mean())
+        num = f1.mul_(d1).add_(f2.mul_(d2))
+        return num.div_(den.add_(eps if eps > 0 else 1e-30))
+
+    return _dense_merge(parents, rng, merge)
+
+
+@operator("I1", 1, "identity")
+def i1_copy(parents, rng: Rng):
+    """child = parent (bit-exact copy; the mutation noise floor)."""
+    (p,) = parents
+    return {k: (a.clone(), b.clone()) for k, (a, b) in p.modules.items()}, {}
+
+
+@operator("I2", 2, "identity")
+def i2_copy_first(parents, rng: Rng):
+    """child = parent 1 (bit-exact copy of the better parent; the crossover noise floor)."""
+    p = parents[0]
+    return {k: (a.clone(), b.clone()) for k, (a, b) in p.modules.items()}, {}
