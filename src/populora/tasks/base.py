@@ -1,0 +1,514 @@
+"""The three AZR task types behind one interface (DESIGN.md §4.2).
+
+`CodeTask` holds what they share: prompt rendering, proposal/answer parsing (never raising), validation of
+proposals through the sandbox (deterministic across two separate runs, plain-data outputs within the size
+limit, any exception = invalid), and scoring. Subclasses only say which blocks carry what and how an answer
+is checked:
+
+- `code_i` (abduction): student writes an input; it must be a literal argument list, is re-rendered from its
+  parsed values (model text never reaches the sandbox) and run with the gold program; right iff the result is
+  type-strictly equal to the gold output.
+- `code_o` (deduction): student writes the output; parsed as a literal in this process without evaluation and
+  compared type-strictly; no sandbox needed.
+- `code_f` (induction): student writes a program; it passes the capability policy and is run on every hidden
+  input in the sandbox; right iff every result is a plain value type-strictly equal to the hidden output.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from populora.tasks.extract import answer_region, clean_code, find_blocks
+from populora.tasks.literals import (
+    LiteralError,
+    parse_call_args,
+    parse_literal,
+    render_call_args,
+    strict_equal,
+)
+from populora.tasks.policy import DEFAULT_POLICY, CapabilityPolicy, parse_program
+from populora.tasks.templates import TemplateSet, load_template
+from populora.tasks.types import Answer, FormatError, Invalid, InvalidProblem, Problem, Proposal
+
+if TYPE_CHECKING:  # the sandbox is only duck-typed: anything with run_many([(program, call)]) -> [Outcome]
+    from populora.sandbox import Sandbox
+
+MAX_TEXT_CHARS = 200_000  # longer completions are format errors before any scanning
+PROMPT_BANNED = ("os", "sys", "subprocess", "socket", "shutil", "threading", "multiprocessing", "random", "time",
+                 "datetime", "logging", "hashlib", "calendar", "importlib", "io", "pathlib", "pickle")
+DEFAULT_THINKING = "Let me work through the code step by step."
+
+
+@dataclass(frozen=True)
+class TaskConfig:
+    """Knobs shared by the task types (AZR defaults where AZR has one)."""
+
+    n_inputs: int = 10                  # code_f: inputs per proposal (AZR num_inputs)
+    max_output_chars: int = 1000        # longer reprs make a proposal invalid (AZR truncated at 400: bug B2)
+    max_message_chars: int = 2000
+    max_answer_chars: int = 20_000      # longest answer block accepted
+    policy: CapabilityPolicy = field(default=DEFAULT_POLICY)
+
+
+def _status_reason(o: Any) -> str:
+    status = getattr(o, "status", "crashed")
+    et = getattr(o, "error_type", None)
+    if status == "error":
+        return f"raised {et or 'an exception'}"
+    if status == "output_limit":
+        return "output too long"
+    return f"{status}{f' ({et})' if et and status not in ('timeout', 'memory') else ''}"
+
+
+def _plain_value(o: Any, max_chars: int) -> tuple[Any, str | None]:
+    """`(value, None)` if the outcome is a finished call with a plain-data value, else `(None, reason)`."""
+    if getattr(o, "status", None) != "ok" or getattr(o, "value_repr", None) is None:
+        return None, _status_reason(o)
+    r = o.value_repr
+    if len(r) > max_chars:
+        return None, "output too long"
+    if getattr(o, "plain", True) is False:
+        return None, "output is not plain data"
+    try:
+        return parse_literal(r), None
+    except LiteralError:
+        return None, "output is not plain data"
+
+
+class CodeTask:
+    """Base of the three task types; use `populora.tasks.get(name)`."""
+
+    name: str = ""
+    answer_lang: str = ""        # the fenced block a student answers in
+
+    def __init__(self, config: TaskConfig | None = None, **overrides: Any):
+        cfg = config or TaskConfig()
+        if overrides:
+            cfg = TaskConfig(**{**cfg.__dict__, **overrides})
+        self.config = cfg
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r})"
+
+    @property
+    def policy(self) -> CapabilityPolicy:
+        return self.config.policy
+
+    def banned_text(self) -> str:
+        """The deny-list as the prompts show it: the best-known names, then a catch-all (the full list of
+        ~130 modules would cost hundreds of prompt tokens)."""
+        shown = [m for m in PROMPT_BANNED if m in self.policy.deny_modules]
+        extra = len(self.policy.deny_modules) - len(shown)
+        return ", ".join(shown) + (f", and {extra} other I/O, process, network or introspection modules"
+                                   if extra > 0 else "")
+
+    # ------------------------------------------------------------------ rendering
+    def _wrap(self, ts: TemplateSet, inner: str) -> str:
+        return ts.render("wrapper", prompt=inner)
+
+    def _completion(self, ts: TemplateSet, body: str, thinking: str | None) -> str:
+        return ts.render("completion", body=body, thinking=DEFAULT_THINKING if thinking is None else thinking)
+
+    def teacher_prompt(self, refs: Sequence[Problem], template: str | TemplateSet | None = None) -> str:
+        """The teacher's prompt: K reference problems (code_i/code_o) or the one program to probe (code_f)."""
+        raise NotImplementedError
+
+    def student_prompt(self, problem: Problem, template: str | TemplateSet | None = None) -> str:
+        raise NotImplementedError
+
+    def proposal_body(self, program: str, inputs: Sequence[str], message: str = "") -> str:
+        raise NotImplementedError
+
+    def render_proposal(self, program: str, inputs: Sequence[str], message: str = "",
+                        template: str | TemplateSet | None = None, thinking: str | None = None) -> str:
+        """What a perfect teacher writes after `teacher_prompt` for this (program, inputs, message).
+        `parse_proposal` of the result gives back exactly these pieces (code_f: inputs and message)."""
+        ts = load_template(template)
+        return self._completion(ts, self.proposal_body(program, inputs, message), thinking)
+
+    def render_answer(self, answer_text: str, template: str | TemplateSet | None = None,
+                      thinking: str | None = None) -> str:
+        """What a perfect student writes after `student_prompt` when its answer is `answer_text`."""
+        ts = load_template(template)
+        return self._completion(ts, f"```{self.answer_lang}\n{answer_text.strip(chr(10))}\n```", thinking)
+
+    def gold_answer(self, problem: Problem) -> str:
+        """An answer text that scores True (the teacher's input / output / program)."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ parsing
+    def _region(self, text: Any, template: str | TemplateSet | None) -> tuple[str | None, str | None]:
+        if not isinstance(text, str):
+            return None, "format: not text"
+        if len(text) > MAX_TEXT_CHARS:
+            return None, f"format: longer than {MAX_TEXT_CHARS} characters"
+        strict = load_template(template).strict_think_answer if template is not None else False
+        return answer_region(text, strict=strict)
+
+    def parse_proposal(self, text: str, *, program: str | None = None,
+                       template: str | TemplateSet | None = None) -> Proposal | FormatError:
+        """Parse a teacher completion. Never raises. `template`: pass the set used for the prompt to get the
+        strict R1 frame check of that set; None accepts text with or without `<answer>` tags."""
+        try:
+            return self._parse_proposal(text, program, template)
+        except Exception as e:  # a parser bug must not crash a training step
+            return FormatError(f"format: unparsable ({type(e).__name__})")
+
+    def _parse_proposal(self, text: str, program: str | None, template: Any) -> Proposal | FormatError:
+        raise NotImplementedError
+
+    def parse_answer(self, text: str, template: str | TemplateSet | None = None) -> Answer | FormatError:
+        """Parse a student completion: the last ```<lang> block of the answer region. Never raises."""
+        try:
+            region, why = self._region(text, template)
+            if region is None:
+                return FormatError(why or "format")
+            blocks = find_blocks(region, self.answer_lang)
+            if not blocks:
+                return FormatError(f"format: no ```{self.answer_lang} block")
+            body = blocks[-1]
+            if len(body) > self.config.max_answer_chars:
+                return FormatError("format: answer too long")
+            return self._check_answer(body)
+        except Exception as e:
+            return FormatError(f"format: unparsable ({type(e).__name__})")
+
+    def _check_answer(self, body: str) -> Answer | FormatError:
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ validation
+    def _static_check(self, program: str, inputs: Sequence[str], message: str, exact_n: bool) -> str | None:
+        """Everything about a proposal that needs no execution; the reason it fails, or None."""
+        _, why = parse_program(program, self.policy, require_params=True)
+        if why:
+            return why
+        for k, inp in enumerate(inputs):
+            if not isinstance(inp, str):
+                return f"input {k}: not text"
+            try:
+                args, kwargs = parse_call_args(inp)
+            except LiteralError as e:
+                return f"input {k}: {e}"
+            if not args and not kwargs:
+                return f"input {k}: no arguments"
+        return None
+
+    def _prepare(self, program: str, inputs: Sequence[str], message: str, exact_n: bool) -> str | None:
+        return self._static_check(program, inputs, message, exact_n)
+
+    def validate(self, proposals: Sequence[Proposal], sandbox: Sandbox) -> list[Problem | Invalid]:
+        """Turn proposals into Problems (or Invalid with a reason), running every input twice in separate
+        sandbox jobs; all jobs of the batch go to the sandbox in one `run_many` call."""
+        return self._validate(proposals, sandbox, exact_n=True)
+
+    def _validate(self, proposals: Sequence[Proposal], sandbox: Sandbox, exact_n: bool) -> list[Problem | Invalid]:
+        results: list[Problem | Invalid | None] = [None] * len(proposals)
+        jobs: list[tuple[str, str]] = []
+        spans: dict[int, tuple[int, int]] = {}
+        for i, p in enumerate(proposals):
+            if not isinstance(p, Proposal):
+                results[i] = Invalid(getattr(p, "reason", "not a proposal"), None)
+                continue
+            inputs = tuple(s.strip() for s in p.inputs)
+            why = self._prepare(p.program, inputs, p.message, exact_n)
+            if why:
+                results[i] = Invalid(why, p)
+                continue
+            start = len(jobs)
+            for inp in inputs:  # determinism: two separate jobs (fresh processes) per input
+                jobs.append((p.program, f"f({inp}\n)"))
+                jobs.append((p.program, f"f({inp}\n)"))
+            spans[i] = (start, len(jobs))
+        outcomes = list(sandbox.run_many(jobs)) if jobs else []
+        for i, (a, b) in spans.items():
+            p = proposals[i]
+            outs: list[str] = []
+            why = None
+            for k, j in enumerate(range(a, b, 2)):
+                v1, r1 = _plain_value(outcomes[j], self.config.max_output_chars)
+                v2, r2 = _plain_value(outcomes[j + 1], self.config.max_output_chars)
+                if r1 or r2:
+                    why = f"input {k}: {r1 or r2}"
+                    break
+                if not strict_equal(v1, v2):
+                    why = f"input {k}: nondeterministic"
+                    break
+                outs.append(outcomes[j].value_repr)
+            if why:
+                results[i] = Invalid(why, p)
+            else:
+                results[i] = Problem(task=self.name, program=p.program, inputs=tuple(s.strip() for s in p.inputs),
+                                     outputs=tuple(outs), message=p.message.strip(), proposer=p.proposer,
+                                     step=p.step)
+        return results  # type: ignore[return-value]
+
+    def problem_from(self, sandbox: Sandbox, program: str, inputs: Sequence[str], message: str = "",
+                     proposer: str | None = None, step: int | None = None) -> Problem:
+        """Validate raw pieces into a Problem (outputs computed in the sandbox); raises `InvalidProblem`.
+        code_f accepts any number >= 2 of inputs here (seed files have 6 or 10)."""
+        if isinstance(inputs, str):
+            raise InvalidProblem("inputs must be a list of argument texts, not one string")
+        prop = Proposal(program=program, inputs=tuple(inputs), message=message, proposer=proposer, step=step)
+        (res,) = self._validate([prop], sandbox, exact_n=False)
+        if isinstance(res, Invalid):
+            raise InvalidProblem(res.reason)
+        return res
+
+    # ------------------------------------------------------------------ scoring
+    def _coerce(self, a: Any) -> Answer | FormatError:
+        if isinstance(a, (Answer, FormatError)):
+            return a
+        if isinstance(a, str):
+            return self._check_answer_safe(a)
+        return FormatError("format: not an answer")
+
+    def _check_answer_safe(self, body: str) -> Answer | FormatError:
+        try:
+            return self._check_answer(body)
+        except Exception as e:
+            return FormatError(f"format: unparsable ({type(e).__name__})")
+
+    def score(self, problem: Problem, answers: Sequence[Answer | FormatError | str],
+              sandbox: Sandbox | None) -> list[bool]:
+        """One bool per answer: True iff the answer is right. FormatErrors score False. A plain `str` is taken
+        as the answer block's text. All sandbox jobs of the call go out in one `run_many`."""
+        raise NotImplementedError
+
+
+def _defines_f(tree: ast.Module) -> bool:
+    return any(isinstance(n, ast.FunctionDef) and n.name == "f" for n in tree.body)
+
+
+class CodeIO(CodeTask):
+    """code_i / code_o: the teacher writes a program and one input; the sandbox computes the output."""
+
+    def teacher_prompt(self, refs: Sequence[Problem], template: str | TemplateSet | None = None) -> str:
+        ts = load_template(template)
+        sep = "\n\n" if ts.strict_think_answer else "\n"
+        references = sep.join(ts.render("reference", k=k, program=r.program, input=r.inputs[0],
+                                        output=r.outputs[0]) for k, r in enumerate(refs))
+        inner = ts.render(f"teacher_{self.name}", references=references, banned=self.banned_text(),
+                          n=len(refs))
+        return self._wrap(ts, inner)
+
+    def proposal_body(self, program: str, inputs: Sequence[str], message: str = "") -> str:
+        if isinstance(inputs, str):
+            inputs = [inputs]
+        return f"```python\n{program.strip(chr(10))}\n```\n```input\n{inputs[0].strip()}\n```"
+
+    def _parse_proposal(self, text: str, program: str | None, template: Any) -> Proposal | FormatError:
+        region, why = self._region(text, template)
+        if region is None:
+            return FormatError(why or "format")
+        progs = find_blocks(region, "python")
+        if not progs:
+            return FormatError("format: no ```python block")
+        inputs = find_blocks(region, "input")
+        if not inputs:
+            return FormatError("format: no ```input block")
+        prog = clean_code(progs[0])
+        inp = inputs[0].strip()
+        if not prog:
+            return FormatError("format: empty ```python block")
+        if not inp:
+            return FormatError("format: empty ```input block")
+        return Proposal(program=prog, inputs=(inp,))
+
+    def _prepare(self, program: str, inputs: Sequence[str], message: str, exact_n: bool) -> str | None:
+        if len(inputs) != 1:
+            return f"{self.name} takes exactly one input, got {len(inputs)}"
+        return self._static_check(program, inputs, message, exact_n)
+
+
+class CodeI(CodeIO):
+    name = "code_i"
+    answer_lang = "input"
+
+    def student_prompt(self, problem: Problem, template: str | TemplateSet | None = None) -> str:
+        ts = load_template(template)
+        return self._wrap(ts, ts.render("student_code_i", program=problem.program, output=problem.outputs[0]))
+
+    def gold_answer(self, problem: Problem) -> str:
+        return problem.inputs[0]
+
+    def _check_answer(self, body: str) -> Answer | FormatError:
+        text = body.strip()
+        try:
+            parse_call_args(text)
+        except LiteralError as e:
+            return FormatError(f"format: input is not a literal argument list ({e})")
+        return Answer(text)
+
+    def score(self, problem: Problem, answers: Sequence[Answer | FormatError | str],
+              sandbox: Sandbox | None) -> list[bool]:
+        gold = parse_literal(problem.outputs[0])
+        calls: list[str | None] = []
+        for a in map(self._coerce, answers):
+            if not isinstance(a, Answer):
+                calls.append(None)
+                continue
+            try:
+                args, kwargs = parse_call_args(a.text)
+            except LiteralError:
+                calls.append(None)
+                continue
+            # The sandbox gets the re-rendered parsed values, never the model's text.
+            calls.append(f"f({render_call_args(args, kwargs)})")
+        unique = sorted({c for c in calls if c is not None})
+        if not unique:
+            return [False] * len(calls)
+        if sandbox is None:
+            raise ValueError("code_i scoring runs the program: pass a Sandbox")
+        outcomes = dict(zip(unique, sandbox.run_many([(problem.program, c) for c in unique]), strict=True))
+        verdict = {}
+        for c, o in outcomes.items():
+            v, why = _plain_value(o, 10 ** 9)
+            verdict[c] = why is None and strict_equal(v, gold)
+        return [c is not None and verdict[c] for c in calls]
+
+
+class CodeO(CodeIO):
+    name = "code_o"
+    answer_lang = "output"
+
+    def student_prompt(self, problem: Problem, template: str | TemplateSet | None = None) -> str:
+        ts = load_template(template)
+        return self._wrap(ts, ts.render("student_code_o", program=problem.program, input=problem.inputs[0]))
+
+    def gold_answer(self, problem: Problem) -> str:
+        return problem.outputs[0]
+
+    def _check_answer(self, body: str) -> Answer | FormatError:
+        text = body.strip()
+        try:
+            parse_literal(text)
+        except LiteralError as e:
+            return FormatError(f"format: output is not a literal ({e})")
+        return Answer(text)
+
+    def score(self, problem: Problem, answers: Sequence[Answer | FormatError | str],
+              sandbox: Sandbox | None = None) -> list[bool]:
+        gold = parse_literal(problem.outputs[0])
+        out = []
+        for a in map(self._coerce, answers):
+            if not isinstance(a, Answer):
+                out.append(False)
+                continue
+            try:
+                out.append(strict_equal(parse_literal(a.text), gold))
+            except LiteralError:
+                out.append(False)
+        return out
+
+
+class CodeF(CodeTask):
+    """code_f: the teacher writes N inputs and a message for a program from the buffers; the student sees the
+    first half of the pairs and the message and writes `f`; right iff every hidden pair matches."""
+
+    name = "code_f"
+    answer_lang = "python"
+
+    def teacher_prompt(self, refs: Sequence[Problem] | Problem | str,
+                       template: str | TemplateSet | None = None) -> str:
+        """`refs`: the program to write inputs for, as a Problem, a one-element list of one, or source text."""
+        ts = load_template(template)
+        program = _program_of(refs)
+        return self._wrap(ts, ts.render("teacher_code_f", program=program, n=self.config.n_inputs,
+                                        banned=self.banned_text()))
+
+    def proposal_body(self, program: str, inputs: Sequence[str], message: str = "") -> str:
+        parts = [f"```input\n{s.strip()}\n```" for s in inputs]
+        parts.append(f"```message\n{message.strip()}\n```")
+        return "\n".join(parts)
+
+    def _parse_proposal(self, text: str, program: str | None, template: Any) -> Proposal | FormatError:
+        region, why = self._region(text, template)
+        if region is None:
+            return FormatError(why or "format")
+        n = self.config.n_inputs
+        inputs = [s.strip() for s in find_blocks(region, "input")]
+        if len(inputs) < n:
+            return FormatError(f"format: {len(inputs)} ```input blocks, need {n}")
+        msgs = find_blocks(region, "message")
+        if not msgs or not msgs[-1].strip():
+            return FormatError("format: no ```message block")
+        return Proposal(program=(program or ""), inputs=tuple(inputs[-n:]), message=msgs[-1].strip())
+
+    def _prepare(self, program: str, inputs: Sequence[str], message: str, exact_n: bool) -> str | None:
+        n = self.config.n_inputs
+        if exact_n and len(inputs) != n:
+            return f"code_f needs {n} inputs, got {len(inputs)}"
+        if len(inputs) < 2:
+            return f"code_f needs at least 2 inputs, got {len(inputs)}"
+        if not isinstance(message, str) or not message.strip():
+            return "empty message"
+        if len(message) > self.config.max_message_chars:
+            return "message too long"
+        if program and (program.strip() in message or "def f(" in message):
+            return "message contains the code"
+        return self._static_check(program, inputs, message, exact_n)
+
+    def student_prompt(self, problem: Problem, template: str | TemplateSet | None = None) -> str:
+        ts = load_template(template)
+        sep = "\n\n" if ts.strict_think_answer else "\n"
+        pairs = sep.join(ts.render("pair", k=k, input=i, output=o) for k, (i, o) in enumerate(problem.given))
+        return self._wrap(ts, ts.render("student_code_f", pairs=pairs, message=problem.message,
+                                        banned=self.banned_text()))
+
+    def gold_answer(self, problem: Problem) -> str:
+        return problem.program
+
+    def _check_answer(self, body: str) -> Answer | FormatError:
+        code = clean_code(body)
+        if not code:
+            return FormatError("format: empty ```python block")
+        try:
+            tree = ast.parse(code)
+        except Exception as e:
+            return FormatError(f"format: program does not parse ({type(e).__name__})")
+        if not _defines_f(tree):
+            return FormatError("format: program defines no top-level f")
+        return Answer(code)
+
+    def score(self, problem: Problem, answers: Sequence[Answer | FormatError | str],
+              sandbox: Sandbox | None) -> list[bool]:
+        hidden = problem.hidden
+        gold = [parse_literal(o) for _, o in hidden]
+        programs: list[str | None] = []
+        for a in map(self._coerce, answers):
+            ok = isinstance(a, Answer) and parse_program(a.text, self.policy)[1] is None
+            programs.append(a.text if ok else None)
+        unique = sorted({p for p in programs if p is not None})
+        if not unique:
+            return [False] * len(programs)
+        if sandbox is None:
+            raise ValueError("code_f scoring runs the candidate programs: pass a Sandbox")
+        # hidden inputs passed the literal policy at validation, so they are safe to splice into the call
+        jobs = [(p, f"f({i}\n)") for p in unique for i, _ in hidden]
+        outcomes = list(sandbox.run_many(jobs))
+        verdict = {}
+        for u, p in enumerate(unique):
+            ok = True
+            for h in range(len(hidden)):
+                # Compare plain values parsed here: an object whose __eq__ always says True has a non-literal
+                # repr (or plain=False) and fails, whatever it claims inside the sandbox.
+                v, why = _plain_value(outcomes[u * len(hidden) + h], 10 ** 9)
+                if why is not None or not strict_equal(v, gold[h]):
+                    ok = False
+                    break
+            verdict[p] = ok
+        return [p is not None and verdict[p] for p in programs]
+
+
+def _program_of(refs: Any) -> str:
+    if isinstance(refs, str):
+        return refs
+    if isinstance(refs, Problem):
+        return refs.program
+    if isinstance(refs, Sequence) and refs:
+        r = refs[0]
+        return r if isinstance(r, str) else r.program
+    raise ValueError("code_f teacher_prompt needs the program to probe (a Problem or its source)")
