@@ -1,0 +1,181 @@
+"""Reading a run folder (docs/run-folder.md) into aligned per-step arrays.
+
+`load_run(path)` tolerates everything a live or killed run can leave behind: missing optional files, a
+cut last line, duplicated steps after a resume (the last record of a step wins), null values, members
+that appear and disappear through evolution. A folder with neither `metrics.jsonl` nor `config.yaml`
+is not a run and raises `NotARunError` with a message saying so.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from populora.diagnostics.sinks import read_jsonl
+
+__all__ = ["NotARunError", "Run", "load_run", "ROLE_ORDER"]
+
+ROLE_ORDER = ("teacher", "student", "single")
+
+
+class NotARunError(ValueError):
+    """The folder is not a PopuLoRA run folder."""
+
+
+def _num(v: Any) -> float:
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) and v == v else np.nan
+
+
+def _member_sort_key(mid: str) -> tuple[int, int, str]:
+    role = {"T": 0, "S": 1, "A": 2}.get(mid[:1], 3)
+    digits = "".join(ch for ch in mid[1:] if ch.isdigit())
+    return role, int(digits) if digits else 0, mid
+
+
+@dataclass
+class Run:
+    """One run folder's records, sorted by step (one metrics record per step)."""
+
+    path: Path
+    config: dict[str, Any]
+    metrics: list[dict[str, Any]]
+    problems: list[dict[str, Any]]
+    events: list[dict[str, Any]]
+    label: str = ""
+    _roles: dict[str, str] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        for rec in self.metrics:
+            for mid, m in (rec.get("members") or {}).items():
+                if isinstance(m, dict) and m.get("role"):
+                    self._roles.setdefault(mid, m["role"])
+        for ev in self.events:
+            if ev.get("type") == "evolution" and ev.get("child") and ev.get("role"):
+                self._roles.setdefault(ev["child"], ev["role"])
+        if not self.label:
+            self.label = self.default_label()
+
+    # -- basic facts --------------------------------------------------------------------------------
+    @property
+    def steps(self) -> np.ndarray:
+        return np.array([int(r["step"]) for r in self.metrics], dtype=np.int64)
+
+    @property
+    def n_steps(self) -> int:
+        return len(self.metrics)
+
+    @property
+    def mode(self) -> str:
+        for rec in self.metrics:
+            if rec.get("mode"):
+                return str(rec["mode"])
+        mode = self.cfg("population.mode")
+        return str(mode) if mode else "population"
+
+    @property
+    def members(self) -> list[str]:
+        """Every member id that ever appeared, teachers first, then students, in id order."""
+        return sorted(self._roles, key=_member_sort_key)
+
+    def role_of(self, member: str) -> str | None:
+        return self._roles.get(member)
+
+    def members_with_role(self, *roles: str) -> list[str]:
+        return [m for m in self.members if self._roles.get(m) in roles]
+
+    @property
+    def roles(self) -> list[str]:
+        present = set(self._roles.values())
+        return [r for r in ROLE_ORDER if r in present]
+
+    def cfg(self, dotted: str, default: Any = None) -> Any:
+        """A config value by dotted key (`population.teachers`), or `default`."""
+        node: Any = self.config
+        for part in dotted.split("."):
+            if not isinstance(node, dict) or part not in node:
+                return default
+            node = node[part]
+        return node
+
+    def default_label(self) -> str:
+        name = self.path.name
+        if self.mode == "single":
+            return f"{name} (single agent)"
+        nt = self.cfg("population.teachers") or len(self.members_with_role("teacher")) or "?"
+        ns = self.cfg("population.students") or len(self.members_with_role("student")) or "?"
+        return f"{name} ({nt}T+{ns}S)"
+
+    # -- series -------------------------------------------------------------------------------------
+    def series(self, key: str | Sequence[str]) -> np.ndarray:
+        """A top-level (or nested, given a key path) metric per step; NaN where missing or null."""
+        path = [key] if isinstance(key, str) else list(key)
+        out = np.full(self.n_steps, np.nan)
+        for i, rec in enumerate(self.metrics):
+            node: Any = rec
+            for part in path:
+                node = node.get(part) if isinstance(node, dict) else None
+            out[i] = _num(node)
+        return out
+
+    def member_series(self, member: str, key: str | Sequence[str]) -> np.ndarray:
+        """One member's metric per step (NaN while the member does not exist or the value is null)."""
+        path = [key] if isinstance(key, str) else list(key)
+        return self.series(["members", member, *path])
+
+    def role_series(self, role: str | Sequence[str], key: str | Sequence[str]) -> np.ndarray:
+        """Per-step mean of a metric over the members with the given role(s), ignoring nulls."""
+        roles = (role,) if isinstance(role, str) else tuple(role)
+        mids = self.members_with_role(*roles)
+        if not mids:
+            return np.full(self.n_steps, np.nan)
+        stack = np.vstack([self.member_series(m, key) for m in mids])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns are expected (missing data)
+            return np.nanmean(stack, axis=0)
+
+    def events_of(self, kind: str) -> list[dict[str, Any]]:
+        return [e for e in self.events if e.get("type") == kind]
+
+
+def _dedupe_by_step(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    by_step: dict[int, dict[str, Any]] = {}
+    for rec in records:
+        try:
+            by_step[int(rec["step"])] = rec  # a step re-run after a resume replaces the earlier one
+        except (KeyError, TypeError, ValueError):
+            continue
+    return [by_step[s] for s in sorted(by_step)]
+
+
+def load_run(path: str | Path, label: str | None = None) -> Run:
+    """Load a run folder; raise `NotARunError` if it is not one."""
+    path = Path(path)
+    if not path.exists():
+        raise NotARunError(f"{path} does not exist")
+    if not path.is_dir():
+        raise NotARunError(f"{path} is not a folder; pass a run folder written by `populora train`")
+    metrics_p, config_p = path / "metrics.jsonl", path / "config.yaml"
+    if not metrics_p.exists() and not config_p.exists():
+        raise NotARunError(f"{path} is not a run folder (no metrics.jsonl or config.yaml); "
+                           "pass the --run-dir of a `populora train` run")
+    config: dict[str, Any] = {}
+    if config_p.exists():
+        import yaml
+
+        try:
+            loaded = yaml.safe_load(config_p.read_text())
+        except yaml.YAMLError as exc:
+            raise NotARunError(f"{config_p} is not valid YAML: {exc}") from exc
+        config = loaded if isinstance(loaded, dict) else {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # corrupt middle lines: the report shows what is readable
+        metrics = _dedupe_by_step(read_jsonl(metrics_p, missing_ok=True))
+        problems = [p for p in read_jsonl(path / "problems.jsonl", missing_ok=True) if "step" in p]
+        events = [e for e in read_jsonl(path / "events.jsonl", missing_ok=True) if "step" in e]
+    events.sort(key=lambda e: e["step"])
+    return Run(path=path, config=config, metrics=metrics, problems=problems, events=events, label=label or "")

@@ -1,0 +1,50 @@
+"""CLI: `populora report RUN_DIR` and `populora compare RUN_A RUN_B [...] --out FILE.html`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+
+def _fail(msg: str) -> None:
+    typer.echo(f"error: {msg}", err=True)
+    raise typer.Exit(2)
+
+
+def register(app: typer.Typer, bench: typer.Typer) -> None:
+    @app.command("report")
+    def report(
+        run_dir: Path = typer.Argument(..., help="A run folder written by `populora train`."),
+        out: Path | None = typer.Option(None, "--out", help="Where to write the page (default RUN_DIR/report.html)."),
+    ) -> None:
+        """Write RUN_DIR/report.html: one self-contained page with the run's diagnostic plots."""
+        from populora.diagnostics.run import NotARunError
+        from populora.report.html import write_report
+
+        try:
+            path = write_report(run_dir, out)
+        except NotARunError as exc:
+            _fail(str(exc))
+        except OSError as exc:
+            _fail(f"could not write the report: {exc}")
+        typer.echo(f"wrote {path}")
+
+    @app.command("compare")
+    def compare(
+        run_dirs: list[Path] = typer.Argument(..., help="Two or more run folders to overlay."),
+        out: Path = typer.Option(Path("compare.html"), "--out", help="The HTML file to write."),
+    ) -> None:
+        """Overlay several runs (e.g. baseline vs population, population sizes) on the same axes."""
+        from populora.diagnostics.run import NotARunError
+        from populora.report.html import write_compare
+
+        if len(run_dirs) < 2:
+            _fail("compare needs at least two run folders (use `populora report RUN_DIR` for one)")
+        try:
+            path = write_compare(run_dirs, out)
+        except NotARunError as exc:
+            _fail(str(exc))
+        except OSError as exc:
+            _fail(f"could not write {out}: {exc}")
+        typer.echo(f"wrote {path}")

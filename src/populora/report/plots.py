@@ -1,0 +1,416 @@
+"""Matplotlib figures for the run report and the comparison page (Agg, no pyplot global state).
+
+Every function takes a `Run` (or a list of them) and returns a `Figure`, or None when the run holds no
+data for that plot; `to_png_base64(fig)` turns a figure into the data the HTML page embeds.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import warnings
+from collections.abc import Sequence
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from populora.diagnostics.dynamics import (
+    TASKS,
+    child_recovery,
+    complexity_curves,
+    coverage_curve,
+    matchup_matrix,
+    operator_usage,
+    proposer_roles,
+    rating_history,
+    smooth,
+    solve_rates_by_type,
+    solver_roles,
+)
+from populora.diagnostics.features import FEATURE_LABELS, FEATURES
+from populora.diagnostics.run import Run
+
+ROLE_COLOR = {"teacher": "#d9480f", "student": "#1c7ed6", "single": "#7048e8"}
+ROLE_LABEL = {"teacher": "teachers", "student": "students", "single": "single agent"}
+TASK_COLOR = {"code_i": "#2b8a3e", "code_o": "#e67700", "code_f": "#5f3dc4", "all": "#343a40"}
+TASK_LABEL = {"code_i": "code_i (infer input)", "code_o": "code_o (infer output)",
+              "code_f": "code_f (infer function)", "all": "all types"}
+RUN_COLORS = ["#1c7ed6", "#d9480f", "#2b8a3e", "#7048e8", "#e67700", "#c2255c", "#0c8599", "#5c940d"]
+_TEACHER_SHADES = ["#d9480f", "#f08c00", "#c92a2a", "#e8590c", "#a61e4d", "#fab005", "#862e9c", "#ff8787"]
+_STUDENT_SHADES = ["#1c7ed6", "#0ca678", "#3b5bdb", "#15aabf", "#2f9e44", "#4263eb", "#74c0fc", "#087f5b"]
+
+WIDE = (9.0, 3.4)
+DPI = 100
+
+
+def _fig(size: tuple[float, float] = WIDE, ncols: int = 1, nrows: int = 1, **kw):
+    fig = Figure(figsize=size, dpi=DPI, layout="constrained")
+    axes = fig.subplots(nrows, ncols, squeeze=False, **kw)
+    for ax in axes.flat:
+        ax.grid(True, color="#e9ecef", linewidth=0.8)
+        ax.set_axisbelow(True)
+        for side in ("top", "right"):
+            ax.spines[side].set_visible(False)
+    return fig, axes
+
+
+def to_png_base64(fig: Figure) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI)
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def member_colors(run: Run) -> dict[str, str]:
+    out, ti, si = {}, 0, 0
+    for m in run.members:
+        role = run.role_of(m)
+        if role == "teacher":
+            out[m] = _TEACHER_SHADES[ti % len(_TEACHER_SHADES)]
+            ti += 1
+        elif role == "student":
+            out[m] = _STUDENT_SHADES[si % len(_STUDENT_SHADES)]
+            si += 1
+        else:
+            out[m] = ROLE_COLOR["single"]
+    return out
+
+
+def _window(run: Run) -> int:
+    return max(1, min(5, run.n_steps // 8 or 1))
+
+
+def _plot_line(ax, x, y, **kw) -> bool:
+    """Plot y against x (NaN gaps kept); a single finite point is drawn as a marker. True if drawn."""
+    y = np.asarray(y, dtype=float)
+    fin = np.isfinite(y)
+    if not fin.any():
+        return False
+    if fin.sum() == 1:
+        kw = {k: v for k, v in kw.items() if k not in ("linestyle", "ls")}
+        ax.plot(np.asarray(x)[fin], y[fin], marker="o", linestyle="none", **kw)
+    else:
+        ax.plot(x, y, **kw)
+    return True
+
+
+def _mark_evolution(ax, run: Run, label: bool = True) -> None:
+    steps = sorted({int(e["step"]) for e in run.events_of("evolution")})
+    for i, s in enumerate(steps):
+        ax.axvline(s, color="#868e96", linestyle=":", linewidth=1.0,
+                   label="evolution" if (label and i == 0) else None, zorder=0)
+
+
+def _legend(ax, **kw) -> None:
+    handles, labels = ax.get_legend_handles_labels()
+    if handles:
+        ax.legend(frameon=False, fontsize=8, **kw)
+
+
+def _single_point_xlim(ax, steps: np.ndarray) -> None:
+    if steps.size == 1:
+        ax.set_xlim(steps[0] - 1, steps[0] + 1)
+
+
+# -- single-run figures ---------------------------------------------------------------------------------
+
+def rewards_figure(run: Run) -> Figure | None:
+    """Left: reward per member and role mean. Right: valid-proposal rate of the proposers."""
+    if run.n_steps == 0:
+        return None
+    fig, axes = _fig(ncols=2)
+    steps, colors = run.steps, member_colors(run)
+    ax = axes[0, 0]
+    drawn = False
+    for m in run.members:
+        drawn |= _plot_line(ax, steps, run.member_series(m, "reward"), color=colors[m], linewidth=0.7, alpha=0.35)
+    for role in run.roles:
+        drawn |= _plot_line(ax, steps, smooth(run.role_series(role, "reward"), _window(run)),
+                            color=ROLE_COLOR[role], linewidth=2.2, label=f"{ROLE_LABEL[role]} (mean)")
+    _mark_evolution(ax, run)
+    ax.set_title("reward per step", fontsize=10)
+    ax.set_xlabel("step")
+    _legend(ax, loc="best")
+    ax = axes[0, 1]
+    for m in run.members_with_role(*proposer_roles(run)):
+        _plot_line(ax, steps, smooth(run.member_series(m, "valid_rate"), _window(run)), color=colors[m],
+                   linewidth=0.9, alpha=0.6, label=m)
+    drawn |= _plot_line(ax, steps, smooth(run.role_series(proposer_roles(run), "valid_rate"), _window(run)),
+                        color="#212529", linewidth=2.2, label="mean")
+    ax.set_ylim(-0.03, 1.03)
+    ax.set_title("valid-proposal rate (smoothed)", fontsize=10)
+    ax.set_xlabel("step")
+    _legend(ax, loc="lower right", ncol=4)
+    for a in axes.flat:
+        _single_point_xlim(a, steps)
+    return fig if drawn else None
+
+
+def solve_rate_figure(run: Run) -> Figure | None:
+    """Solver solve rate per task type: raw (thin) and smoothed (bold), evolution marked."""
+    rates = solve_rates_by_type(run)
+    if not any(np.isfinite(v).any() for v in rates.values()):
+        return None
+    fig, axes = _fig(ncols=3, sharey=True)
+    steps, w = run.steps, _window(run)
+    for ax, task in zip(axes.flat, TASKS, strict=True):
+        y = rates[task]
+        _plot_line(ax, steps, y, color=TASK_COLOR[task], linewidth=0.8, alpha=0.35)
+        _plot_line(ax, steps, smooth(y, w), color=TASK_COLOR[task], linewidth=2.2, label=f"smoothed (w={w})")
+        _plot_line(ax, steps, smooth(rates["all"], w), color="#adb5bd", linewidth=1.2, linestyle="--",
+                   label="all types")
+        _mark_evolution(ax, run, label=False)
+        ax.set_title(TASK_LABEL[task], fontsize=10)
+        ax.set_xlabel("step")
+        ax.set_ylim(-0.03, 1.03)
+        _single_point_xlim(ax, steps)
+    axes[0, 0].set_ylabel("solve rate")
+    _legend(axes[0, 0], loc="lower left")
+    return fig
+
+
+def role_metric_figure(run: Run) -> Figure | None:
+    """Policy entropy (left) and response length (right) per role."""
+    if run.n_steps == 0:
+        return None
+    fig, axes = _fig(ncols=2)
+    steps, colors, drawn = run.steps, member_colors(run), False
+    for ax, key, title in ((axes[0, 0], "entropy", "policy entropy (nats/token)"),
+                           (axes[0, 1], "response_len", "response length (tokens)")):
+        for m in run.members:
+            _plot_line(ax, steps, run.member_series(m, key), color=colors[m], linewidth=0.6, alpha=0.3)
+        for role in run.roles:
+            drawn |= _plot_line(ax, steps, smooth(run.role_series(role, key), _window(run)),
+                                color=ROLE_COLOR[role], linewidth=2.2, label=ROLE_LABEL[role])
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("step")
+        _single_point_xlim(ax, steps)
+        _legend(ax, loc="best")
+    return fig if drawn else None
+
+
+def ratings_figure(run: Run) -> Figure | None:
+    """TrueSkill mu (line) and mu ± sigma (band) per member; evolution events as labelled dotted lines."""
+    hist = rating_history(run)
+    if not hist:
+        return None
+    fig, axes = _fig(size=(9.0, 3.8), ncols=2, sharey=True)
+    steps, colors = run.steps, member_colors(run)
+    for ax, role in zip(axes.flat, ("teacher", "student"), strict=True):
+        for m, (mu, sigma) in hist.items():
+            if run.role_of(m) != role:
+                continue
+            _plot_line(ax, steps, mu, color=colors[m], linewidth=1.8, label=m)
+            ax.fill_between(steps, mu - sigma, mu + sigma, color=colors[m], alpha=0.08, linewidth=0)
+        ax.axhline(25.0, color="#adb5bd", linewidth=0.8, linestyle="--")
+        for e in run.events_of("evolution"):
+            if e.get("role") == role:
+                ax.axvline(e["step"], color="#868e96", linestyle=":", linewidth=1.0, zorder=0)
+                ax.annotate(f"{e.get('operator', '?')}→{e.get('child', '?')}", xy=(e["step"], 1.0),
+                            xycoords=("data", "axes fraction"), fontsize=7, color="#495057",
+                            rotation=90, ha="right", va="top")
+        ax.set_title(f"{role}s: TrueSkill μ (band: μ ± σ)", fontsize=10)
+        ax.set_xlabel("step")
+        _single_point_xlim(ax, steps)
+        _legend(ax, loc="lower left", ncol=4)
+    axes[0, 0].set_ylabel("μ")
+    return fig
+
+
+def matchup_figure(run: Run) -> Figure | None:
+    """Student-by-teacher solve-rate heatmap, annotated with the rate and the number of problems."""
+    students, teachers, mat, cnt = matchup_matrix(run)
+    if not students:
+        return None
+    w = min(9.0, 2.2 + 0.75 * len(teachers))
+    h = min(6.0, 1.4 + 0.42 * len(students))
+    fig, axes = _fig(size=(max(4.2, w), max(2.4, h)))
+    ax = axes[0, 0]
+    ax.grid(False)
+    im = ax.imshow(np.ma.masked_invalid(mat), cmap="RdYlBu", vmin=0, vmax=1, aspect="auto")
+    ax.set_xticks(range(len(teachers)), teachers, fontsize=8)
+    ax.set_yticks(range(len(students)), students, fontsize=8)
+    ax.set_xlabel("teacher")
+    ax.set_ylabel("student")
+    for i in range(len(students)):
+        for j in range(len(teachers)):
+            if cnt[i, j]:
+                ax.text(j, i, f"{mat[i, j]:.2f}\n({cnt[i, j]})", ha="center", va="center", fontsize=7,
+                        color="#212529")
+    fig.colorbar(im, ax=ax, label="solve rate", shrink=0.9)
+    return fig
+
+
+def evolution_figure(run: Run) -> Figure | None:
+    """Left: children per operator. Right: each child's reward minus its parents' level, vs steps since birth."""
+    usage = operator_usage(run)
+    if not usage:
+        return None
+    recs = child_recovery(run)
+    fig, axes = _fig(ncols=2, width_ratios=[1, 2])
+    ax = axes[0, 0]
+    ops = sorted(usage)
+    ax.bar(ops, [usage[o] for o in ops], color=["#1c7ed6" if o.startswith("X") else "#d9480f" for o in ops])
+    ax.set_title("children per operator", fontsize=10)
+    ax.set_ylabel("children")
+    ax.yaxis.get_major_locator().set_params(integer=True)
+    ax = axes[0, 1]
+    steps = run.steps
+    colors = member_colors(run)
+    for r in recs:
+        if r.parent_level is None:
+            continue
+        after = steps > r.born_step
+        y = run.member_series(r.child, "reward")[after] - r.parent_level
+        x = steps[after] - r.born_step
+        _plot_line(ax, x, smooth(y, 3), color=colors.get(r.child, "#495057"), linewidth=1.4,
+                   label=f"{r.child} ({r.operator})")
+    ax.axhline(0.0, color="#212529", linewidth=1.0, linestyle="--")
+    ax.set_title("child reward − parents' level at birth (smoothed)", fontsize=10)
+    ax.set_xlabel("steps since birth")
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    _legend(ax, loc="lower right", ncol=3)
+    return fig
+
+
+def complexity_figure(run: Run) -> Figure | None:
+    """The four structural metrics of valid proposer programs: mean per step and ± std band."""
+    curves = complexity_curves(run)
+    if not curves or not any(np.isfinite(c[1]).any() for c in curves.values()):
+        return None
+    fig, axes = _fig(size=(9.0, 4.6), ncols=2, nrows=2)
+    color = ROLE_COLOR[proposer_roles(run)[0]]
+    for ax, f in zip(axes.flat, FEATURES, strict=True):
+        st, mean, std = curves[f]
+        ax.fill_between(st, mean - std, mean + std, color=color, alpha=0.12, linewidth=0)
+        _plot_line(ax, st, mean, color=color, linewidth=0.8, alpha=0.5)
+        _plot_line(ax, st, smooth(mean, _window(run)), color=color, linewidth=2.2)
+        ax.set_title(FEATURE_LABELS[f], fontsize=10)
+        _single_point_xlim(ax, np.asarray(st))
+    for ax in axes[1]:
+        ax.set_xlabel("step")
+    return fig
+
+
+def coverage_figure(run: Run) -> Figure | None:
+    """Cumulative CVT coverage (% of 4096 cells) over steps."""
+    steps, cov, cells = coverage_curve(run)
+    if not np.isfinite(cov).any():
+        return None
+    fig, axes = _fig(size=(9.0, 3.0))
+    ax = axes[0, 0]
+    color = ROLE_COLOR[proposer_roles(run)[0]]
+    _plot_line(ax, steps, 100 * cov, color=color, linewidth=2.2, label=run.label)
+    ax.fill_between(steps, 0, 100 * np.nan_to_num(cov), color=color, alpha=0.1, linewidth=0)
+    _mark_evolution(ax, run)
+    ax.set_ylabel("cells filled (%)")
+    ax.set_xlabel("step")
+    ax.set_ylim(bottom=0)
+    n_cells = 4096
+    sec = ax.secondary_yaxis("right", functions=(lambda p: p * n_cells / 100, lambda c: c * 100 / n_cells))
+    sec.set_ylabel("cells")
+    _single_point_xlim(ax, steps)
+    _legend(ax, loc="lower right")
+    return fig
+
+
+def phase_time_figure(run: Run) -> Figure | None:
+    """Seconds per step spent in each phase (stacked)."""
+    phases: list[str] = []
+    for rec in run.metrics:
+        for p in rec.get("phase_s") or {}:
+            if p not in phases:
+                phases.append(p)
+    if not phases:
+        return None
+    data = np.vstack([np.nan_to_num(run.series(["phase_s", p])) for p in phases])
+    if not data.any():
+        return None
+    fig, axes = _fig(size=(9.0, 3.0))
+    ax = axes[0, 0]
+    cmap = ["#4263eb", "#d9480f", "#fab005", "#1c7ed6", "#40c057", "#ae3ec9", "#868e96", "#212529"]
+    steps = run.steps
+    if steps.size == 1:
+        bottom = 0.0
+        for i, p in enumerate(phases):
+            ax.bar(steps, data[i], bottom=bottom, color=cmap[i % len(cmap)], label=p, width=0.6)
+            bottom += data[i]
+    else:
+        ax.stackplot(steps, data, labels=phases, colors=[cmap[i % len(cmap)] for i in range(len(phases))],
+                     alpha=0.85)
+    ax.set_ylabel("seconds")
+    ax.set_xlabel("step")
+    _single_point_xlim(ax, steps)
+    ax.legend(frameon=False, fontsize=8, ncol=4, loc="upper left", bbox_to_anchor=(0, -0.25))
+    return fig
+
+
+# -- comparison figures ---------------------------------------------------------------------------------
+
+def _run_styles(runs: Sequence[Run]) -> list[str]:
+    return [RUN_COLORS[i % len(RUN_COLORS)] for i in range(len(runs))]
+
+
+def compare_solve_figure(runs: Sequence[Run]) -> Figure | None:
+    """Solver solve rate (all types, smoothed) of every run on one axis, plus per-type panels."""
+    fig, axes = _fig(size=(9.0, 5.4), ncols=2, nrows=2, sharey=True)
+    drawn = False
+    for run, color in zip(runs, _run_styles(runs), strict=True):
+        rates = solve_rates_by_type(run)
+        for ax, task in zip(axes.flat, ("all", *TASKS), strict=True):
+            drawn |= _plot_line(ax, run.steps, smooth(rates[task], _window(run)), color=color, linewidth=2.0,
+                                label=run.label)
+            ax.set_title(TASK_LABEL[task], fontsize=10)
+            ax.set_ylim(-0.03, 1.03)
+    _legend(axes[0, 0], loc="lower right")
+    for ax in axes[1]:
+        ax.set_xlabel("step")
+    return fig if drawn else None
+
+
+def compare_metric_figure(runs: Sequence[Run], key: str, title: str) -> Figure | None:
+    """A per-role metric (entropy, response length, reward) of every run: proposers left, solvers right."""
+    fig, axes = _fig(ncols=2, sharey=True)
+    drawn = False
+    for run, color in zip(runs, _run_styles(runs), strict=True):
+        for ax, roles in ((axes[0, 0], proposer_roles(run)), (axes[0, 1], solver_roles(run))):
+            drawn |= _plot_line(ax, run.steps, smooth(run.role_series(roles, key), _window(run)), color=color,
+                                linewidth=2.0, label=run.label)
+    axes[0, 0].set_title(f"{title}: proposers (teachers / single agent)", fontsize=10)
+    axes[0, 1].set_title(f"{title}: solvers (students / single agent)", fontsize=10)
+    for ax in axes.flat:
+        ax.set_xlabel("step")
+    _legend(axes[0, 1], loc="best")
+    return fig if drawn else None
+
+
+def compare_complexity_figure(runs: Sequence[Run]) -> Figure | None:
+    fig, axes = _fig(size=(9.0, 4.8), ncols=2, nrows=2)
+    drawn = False
+    for run, color in zip(runs, _run_styles(runs), strict=True):
+        curves = complexity_curves(run)
+        for ax, f in zip(axes.flat, FEATURES, strict=True):
+            if f in curves:
+                st, mean, _ = curves[f]
+                drawn |= _plot_line(ax, st, smooth(mean, _window(run)), color=color, linewidth=2.0,
+                                    label=run.label)
+            ax.set_title(FEATURE_LABELS[f], fontsize=10)
+    _legend(axes[0, 0], loc="best")
+    for ax in axes[1]:
+        ax.set_xlabel("step")
+    return fig if drawn else None
+
+
+def compare_coverage_figure(runs: Sequence[Run]) -> Figure | None:
+    fig, axes = _fig(size=(9.0, 3.0))
+    ax = axes[0, 0]
+    drawn = False
+    for run, color in zip(runs, _run_styles(runs), strict=True):
+        steps, cov, _ = coverage_curve(run)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            drawn |= _plot_line(ax, steps, 100 * cov, color=color, linewidth=2.2, label=run.label)
+    ax.set_ylabel("cells filled (%)")
+    ax.set_xlabel("step")
+    ax.set_ylim(bottom=0)
+    _legend(ax, loc="upper left")
+    return fig if drawn else None
