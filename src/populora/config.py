@@ -156,12 +156,18 @@ class TasksConfig:
     """Teacher proposals per matchup per step (the paper's 72), split equally across task types."""
     references: int = 6
     """K: reference problems from the buffers shown in each teacher prompt."""
+    template: str = "azr"
+    """Prompt template set: 'azr' (the paper's prompts), 'compact' (short prompts for the tiny model) or a folder."""
     teacher_max_new_tokens: int = 1024
     """Token budget of a teacher's proposal."""
     student_max_new_tokens: int = 1024
     """Token budget of a student's answer."""
     buffer_size: int = 16384
     """Cap of each task buffer (oldest entries are evicted first)."""
+    seed_io: str = ""
+    """AZR seed file (`*_seed_io.jsonl`) that fills the code_i/code_o buffers at start; '' = the identity triplet."""
+    seed_code_f: str = ""
+    """AZR code_f seed file (`*_code_f_seed_io.jsonl`) for the code_f buffer; '' = the identity triplet."""
 
 
 @dataclass
@@ -495,6 +501,8 @@ def validate(cfg: Config) -> Config:
     _require(tk.references >= 0, f"tasks.references: must be >= 0, got {tk.references}; AZR uses K=6.")
     _require(tk.teacher_max_new_tokens >= 8 and tk.student_max_new_tokens >= 8,
              "tasks.teacher_max_new_tokens and tasks.student_max_new_tokens: must be >= 8.")
+    _require(tk.template in ("azr", "compact") or Path(tk.template).expanduser().is_dir(),
+             f"tasks.template: {tk.template!r} is not 'azr', 'compact' or an existing template folder.")
     _require(tk.buffer_size >= 1, f"tasks.buffer_size: must be >= 1, got {tk.buffer_size}.")
     _require(cfg.sandbox.workers >= 1, f"sandbox.workers: must be >= 1, got {cfg.sandbox.workers}.")
     _require(cfg.sandbox.timeout_s > 0, f"sandbox.timeout_s: must be > 0, got {cfg.sandbox.timeout_s}.")
