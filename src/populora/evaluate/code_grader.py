@@ -119,16 +119,18 @@ class CodeGrader:
     def grade(self, pairs: Sequence[tuple[Item, str]],
               progress: Callable[[int], None] | None = None) -> list[CodeResult]:
         """``pairs`` = [(item, program text), ...] for EvalPlus or LiveCodeBench items."""
-        from populora.sandbox import Limits, Sandbox
+        from populora.sandbox import DEFAULT_PRELOAD, Limits, Sandbox
 
         results: list[CodeResult | None] = [None] * len(pairs)
-        # One sandbox per time budget (EvalPlus vs LCB jobs differ); jobs run in chunks so progress advances.
+        # Jobs are grouped by time budget (EvalPlus vs LCB) and sent in chunks so that progress advances.
         groups: dict[float, list[int]] = {}
         for i, (item, _code) in enumerate(pairs):
             groups.setdefault(_job_timeout(self.limits, item), []).append(i)
-        for timeout, idxs in groups.items():
-            lim = Limits(timeout_s=timeout, memory_mb=self.limits.memory_mb, max_output_chars=4000)
-            with Sandbox(workers=self.workers, limits=lim) as sb:
+        preload = tuple(dict.fromkeys((*DEFAULT_PRELOAD, "signal")))
+        with Sandbox(workers=self.workers, preload=preload) as sb:
+            for timeout, idxs in groups.items():
+                lim = Limits(timeout_s=timeout, memory_mb=self.limits.memory_mb, max_output_chars=4000,
+                             cpu_s=timeout)
                 chunk = max(self.workers * 4, 8)
                 for s in range(0, len(idxs), chunk):
                     part = idxs[s : s + chunk]
@@ -137,7 +139,7 @@ class CodeGrader:
                         item, code = pairs[i]
                         job = lcb_job if item.kind == "lcb" else evalplus_job
                         jobs.append(job(item, code, self.limits))
-                    for i, out in zip(part, sb.run_many(jobs), strict=True):
+                    for i, out in zip(part, sb.run_many(jobs, limits=lim), strict=True):
                         item = pairs[i][0]
                         results[i] = _lcb_result(out) if item.kind == "lcb" else _evalplus_result(out)
                     if progress:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import gzip
 import json
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -224,6 +223,8 @@ def _math_items(bench: str, rows: list[dict]) -> list[Item]:
             question = row["question"]
         rid = str(row.get("id", row.get("idx", row.get("unique_id", i))))
         meta = {k: row[k] for k in ("unit", "answer_type", "is_multiple_answer", "level", "subject") if k in row}
+        if bench in ("math500", "minerva") and isinstance(row.get("solution"), str):
+            meta["solution"] = row["solution"]  # a worked solution ending in \boxed{}: the gold oracle's text
         items.append(Item(bench, f"{bench}/{rid}", "math", question, math_gold(bench, row), meta))
     return items
 
@@ -243,11 +244,6 @@ def _evalplus_items(bench: str, rows: list[dict]) -> list[Item]:
         gold = row["prompt"] + row["canonical_solution"]
         items.append(Item(bench, row["task_id"], "code", row["prompt"], gold, meta))
     return items
-
-
-def _task_number(item: Item) -> tuple:
-    tail = item.id.rsplit("/", 1)[-1]
-    return (0, int(tail), "") if re.fullmatch(r"\d+", tail) else (1, 0, tail)
 
 
 def load_benchmark(name: str, data_dir: str | Path | None = None, limit: int | None = None,

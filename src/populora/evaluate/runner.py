@@ -1,0 +1,209 @@
+"""Orchestration: load benchmarks, generate per member, grade in parallel, collect result rows.
+
+`evaluate_target` runs models; `run_oracle` runs the graders on gold / wrong answers. Both return an
+`EvalReport` whose ``to_json()`` is ``{"results": [{"benchmark", "member", "n", "pass@1", ...}], ...}``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from populora.evaluate.code_grader import CodeGrader, CodeLimits
+from populora.evaluate.data import BENCHMARKS, DataError, Item, load_benchmark
+from populora.evaluate.extract import extract_code_block, lcb_extract_code, sanitize
+from populora.evaluate.lcb import LCBUnavailable
+from populora.evaluate.math_grader import MathGrader
+from populora.evaluate.oracle import oracle_response
+from populora.evaluate.prompts import Prompt, build_prompt
+from populora.evaluate.table import summary, to_markdown
+
+Tick = Callable[[int], None] | None
+
+
+@dataclass
+class EvalOptions:
+    benchmarks: list[str] = field(default_factory=lambda: list(BENCHMARKS))
+    limit: int | None = None
+    data_dir: str | Path | None = None
+    lcb_path: str | Path | None = None
+    prompt_style: str = "azr"
+    max_new_tokens: int = 1024
+    batch_size: int = 8
+    workers: int = 2
+    code_limits: CodeLimits = field(default_factory=CodeLimits)
+    backend: str = "hf"
+    apply: str = "merge"
+    device: str = "cpu"
+
+
+@dataclass
+class EvalReport:
+    rows: list[dict]
+    roles: dict[str, str]
+    unavailable: dict[str, str] = field(default_factory=dict)
+    exceptions: dict[str, list[dict]] = field(default_factory=dict)
+    samples: list[dict] = field(default_factory=list)
+    meta: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        out = {"results": self.rows, "summary": summary(self.rows, self.roles), "unavailable": self.unavailable,
+               "meta": self.meta}
+        if self.exceptions:
+            out["exceptions"] = self.exceptions
+        return out
+
+    def markdown(self) -> str:
+        return to_markdown(self.rows, self.roles, self.unavailable, self.exceptions)
+
+    def write(self, out_dir: Path | None = None, json_path: Path | None = None) -> list[Path]:
+        """Write results.json / results.md / samples.jsonl into ``out_dir`` and/or the JSON to ``json_path``."""
+        written = []
+        payload = json.dumps(self.to_json(), indent=2) + "\n"
+        if out_dir is not None:
+            out_dir.mkdir(parents=True, exist_ok=True)
+            for name, text in (("results.json", payload), ("results.md", self.markdown()),
+                               ("samples.jsonl", "".join(json.dumps(s) + "\n" for s in self.samples))):
+                tmp = out_dir / f".{name}.tmp"
+                tmp.write_text(text)
+                tmp.replace(out_dir / name)
+                written.append(out_dir / name)
+        if json_path is not None:
+            json_path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = json_path.with_name(f".{json_path.name}.tmp")
+            tmp.write_text(payload)
+            tmp.replace(json_path)
+            written.append(json_path)
+        return written
+
+
+def load_items(opts: EvalOptions) -> tuple[dict[str, list[Item]], dict[str, str]]:
+    """Items per benchmark; LiveCodeBench without a local copy goes to ``unavailable`` (other gaps raise)."""
+    items: dict[str, list[Item]] = {}
+    unavailable: dict[str, str] = {}
+    for b in opts.benchmarks:
+        try:
+            items[b] = load_benchmark(b, opts.data_dir, opts.limit, opts.lcb_path)
+        except LCBUnavailable as exc:
+            unavailable[b] = str(exc).split(";")[0].removeprefix("LiveCodeBench unavailable: ")
+    return items, unavailable
+
+
+def program_from_response(item: Item, prompt: Prompt, response: str) -> str:
+    """The program to test, from a model response (EvalPlus sanitising; LCB's fence extraction)."""
+    if item.kind == "lcb":
+        return lcb_extract_code(prompt.prefix + response)
+    if prompt.direct:
+        return sanitize(item.question.strip() + "\n" + response, item.meta["entry_point"])
+    return sanitize(extract_code_block(prompt.prefix + response), item.meta["entry_point"])
+
+
+def grade(items: list[Item], responses: list[str | None], prompts: list[Prompt] | None, opts: EvalOptions,
+          tick: Tick = None, exact: bool = True) -> list[tuple[bool, str]]:
+    """(correct, detail) per item; code in the sandbox pool, math in math-verify worker processes."""
+    out: list[tuple[bool, str]] = [(False, "no response")] * len(items)
+    code_idx = [i for i, it in enumerate(items) if it.kind in ("code", "lcb") and responses[i] is not None]
+    math_idx = [i for i, it in enumerate(items) if it.kind == "math" and responses[i] is not None]
+    if code_idx:
+        pairs = []
+        for i in code_idx:
+            text = responses[i] or ""
+            prog = text if prompts is None else program_from_response(items[i], prompts[i], text)
+            pairs.append((items[i], prog))
+        res = CodeGrader(opts.workers, opts.code_limits).grade(pairs, tick)
+        for i, r in zip(code_idx, res, strict=True):
+            out[i] = (r.passed, r.detail or r.status)
+    if math_idx:
+        with MathGrader(workers=opts.workers if len(math_idx) > 50 else 1, prompt_style=opts.prompt_style,
+                        exact=exact) as mg:
+            res = mg.grade_many([(items[i].gold, responses[i] or "") for i in math_idx], tick)
+        for i, ok in zip(math_idx, res, strict=True):
+            out[i] = (ok, "" if ok else "answer differs from gold")
+    return out
+
+
+def _progress():
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    transient=False, disable=os.environ.get("POPULORA_NO_PROGRESS") == "1")
+
+
+def _rows_for(member: str, role: str, items_by_bench: dict[str, list[Item]], flat: list[Item],
+              graded: list[tuple[bool, str]]) -> list[dict]:
+    rows = []
+    index = {id(it): n for n, it in enumerate(flat)}
+    for b, items in items_by_bench.items():
+        oks = [graded[index[id(it)]][0] for it in items]
+        rows.append({"benchmark": b, "member": member, "role": role, "n": len(items),
+                     "n_correct": sum(oks), "pass@1": sum(oks) / len(items) if items else None})
+    return rows
+
+
+def run_oracle(mode: str, opts: EvalOptions) -> EvalReport:
+    """Graders on gold or wrong answers (member "oracle"); exceptions list the items that break the rule."""
+    t0 = time.time()
+    items_by_bench, unavailable = load_items(opts)
+    flat: list[Item] = []
+    responses: list[str | None] = []
+    for b, items in list(items_by_bench.items()):
+        resp = [oracle_response(it, mode, items) for it in items]
+        if all(r is None for r in resp):
+            unavailable[b] = "no reference solutions in the data"
+            del items_by_bench[b]
+            continue
+        keep = [(it, r) for it, r in zip(items, resp, strict=True) if r is not None]
+        items_by_bench[b] = [it for it, _ in keep]
+        flat += [it for it, _ in keep]
+        responses += [r for _, r in keep]
+    with _progress() as prog:
+        task = prog.add_task(f"oracle {mode}: grading", total=len(flat))
+        graded = grade(flat, responses, None, opts, lambda n: prog.advance(task, n), exact=(mode != "gold"))
+    rows = _rows_for("oracle", "oracle", items_by_bench, flat, graded)
+    exceptions: dict[str, list[dict]] = {}
+    for it, (ok, detail) in zip(flat, graded, strict=True):
+        if ok != (mode == "gold"):
+            exceptions.setdefault(it.benchmark, []).append({"id": it.id, "detail": detail[:300]})
+    meta = {"oracle": mode, "seconds": round(time.time() - t0, 1), "limit": opts.limit,
+            "code_limits": vars(opts.code_limits), "code_executor": "populora.sandbox (EvalPlus/LCB rules)",
+            "math_grader": "math-verify"}
+    return EvalReport(rows, {"oracle": "oracle"}, unavailable, exceptions, [], meta)
+
+
+def evaluate_target(target, members, opts: EvalOptions, generator=None) -> EvalReport:
+    """Generate with every member (base included) and grade; ``generator`` defaults to `make_generator`."""
+    from populora.evaluate.generate import make_generator
+
+    t0 = time.time()
+    items_by_bench, unavailable = load_items(opts)
+    flat = [it for items in items_by_bench.values() for it in items]
+    gen = generator or make_generator(target.base, opts.backend, opts.apply, opts.device, opts.batch_size)
+    prompts = [build_prompt(it, opts.prompt_style, gen.tokenizer) for it in flat]
+    adapters = {m.id: m.adapter for m in members}
+    roles = {m.id: m.role for m in members}
+    rows: list[dict] = []
+    samples: list[dict] = []
+    with _progress() as prog:
+        task = prog.add_task(f"generate ({len(adapters)} members × {len(flat)} prompts)",
+                             total=len(adapters) * len(flat))
+        texts = gen.generate(adapters, prompts, opts.max_new_tokens, lambda n: prog.advance(task, n))
+        gtask = prog.add_task("grade", total=len(adapters) * len(flat))
+        for m in adapters:
+            graded = grade(flat, texts[m], prompts, opts, lambda n: prog.advance(gtask, n))
+            rows += _rows_for(m, roles[m], items_by_bench, flat, graded)
+            samples += [{"member": m, "benchmark": it.benchmark, "id": it.id, "response": t, "correct": ok,
+                         "detail": d} for it, t, (ok, d) in zip(flat, texts[m], graded, strict=True)]
+    meta = {"base": str(target.base), "checkpoint": str(target.checkpoint) if target.checkpoint else None,
+            "backend": opts.backend, "apply": opts.apply, "prompt_style": opts.prompt_style,
+            "max_new_tokens": opts.max_new_tokens, "limit": opts.limit, "decoding": "greedy",
+            "seconds": round(time.time() - t0, 1), "code_limits": vars(opts.code_limits),
+            "code_executor": "populora.sandbox (EvalPlus/LCB rules)", "math_grader": "math-verify"}
+    return EvalReport(rows, roles, unavailable, {}, samples, meta)
+
+
+__all__ = ["DataError", "EvalOptions", "EvalReport", "evaluate_target", "grade", "load_items",
+           "program_from_response", "run_oracle"]

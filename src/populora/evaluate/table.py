@@ -1,0 +1,110 @@
+"""The results table: JSON rows -> per-benchmark columns like the paper's, and Markdown.
+
+Rows are ``{"benchmark", "member", "n", "pass@1", ...}`` with ``pass@1`` a fraction in [0, 1]. Columns: the
+base model, every single-agent / stand-alone adapter, and for teachers and students the population mean and
+the best member on each benchmark (the paper's "per-benchmark best and population mean for each role").
+Summary rows: code average (HumanEval+, MBPP+, LiveCodeBench), math average (the math benchmarks evaluated)
+and overall = (code avg + math avg) / 2 (AZR's CAvg/MAvg/overall, azr.md §8.1), each over the benchmarks
+measured in that column.
+"""
+
+from __future__ import annotations
+
+from statistics import mean
+
+from populora.evaluate.data import BENCHMARKS, CODE_BENCHMARKS, DISPLAY, MATH_BENCHMARKS
+
+POP_ROLES = ("teacher", "student")
+
+
+def columns(rows: list[dict], roles: dict[str, str]) -> dict[str, dict[str, float]]:
+    """Column name -> {benchmark: pass@1}."""
+    by_member: dict[str, dict[str, float]] = {}
+    for r in rows:
+        if r.get("pass@1") is not None:
+            by_member.setdefault(r["member"], {})[r["benchmark"]] = float(r["pass@1"])
+    cols: dict[str, dict[str, float]] = {}
+    if "base" in by_member:
+        cols["Base"] = by_member["base"]
+    for m, vals in by_member.items():
+        if m != "base" and roles.get(m) not in POP_ROLES:
+            cols[m] = vals
+    for role in POP_ROLES:
+        group = [m for m in by_member if roles.get(m) == role]
+        if not group:
+            continue
+        benches = [b for b in BENCHMARKS if any(b in by_member[m] for m in group)]
+        name = role.capitalize()
+        cols[f"{name} mean"] = {b: mean(by_member[m][b] for m in group if b in by_member[m]) for b in benches}
+        cols[f"{name} best"] = {b: max(by_member[m][b] for m in group if b in by_member[m]) for b in benches}
+    return cols
+
+
+def averages(vals: dict[str, float]) -> dict[str, float | None]:
+    code = [vals[b] for b in CODE_BENCHMARKS if b in vals]
+    math = [vals[b] for b in MATH_BENCHMARKS if b in vals]
+    c = mean(code) if code else None
+    m = mean(math) if math else None
+    overall = (c + m) / 2 if c is not None and m is not None else (c if m is None else m)
+    return {"code_avg": c, "math_avg": m, "overall": overall}
+
+
+def summary(rows: list[dict], roles: dict[str, str]) -> dict:
+    """Machine-readable table: {column: {benchmark|code_avg|math_avg|overall: pass@1}}."""
+    return {col: {**vals, **averages(vals)} for col, vals in columns(rows, roles).items()}
+
+
+def _pct(v: float | None) -> str:
+    return "–" if v is None else f"{100 * v:.1f}"
+
+
+def to_markdown(rows: list[dict], roles: dict[str, str], unavailable: dict[str, str] | None = None,
+                exceptions: dict[str, list[dict]] | None = None) -> str:
+    """Markdown: the paper-style table, then one line per member with n and the counts."""
+    unavailable = unavailable or {}
+    benches = [b for b in BENCHMARKS if any(r["benchmark"] == b for r in rows) or b in unavailable]
+    members = list(dict.fromkeys(r["member"] for r in rows))
+    out: list[str] = []
+    if members == ["oracle"]:
+        n = {r["benchmark"]: r for r in rows}
+        out.append("| benchmark | n | pass@1 (%) | exceptions |")
+        out.append("|---|---:|---:|---|")
+        for b in benches:
+            if b in unavailable:
+                out.append(f"| {DISPLAY[b]} | – | n/a | {unavailable[b]} |")
+                continue
+            ex = (exceptions or {}).get(b, [])
+            ids = ", ".join(e["id"] for e in ex[:6]) + (" …" if len(ex) > 6 else "")
+            out.append(f"| {DISPLAY[b]} | {n[b]['n']} | {_pct(n[b]['pass@1'])} | {len(ex)}{': ' + ids if ids else ''} |")
+        return "\n".join(out) + "\n"
+    cols = columns(rows, roles)
+    names = list(cols)
+    out.append("| benchmark | " + " | ".join(names) + " |")
+    out.append("|---|" + "---:|" * len(names))
+    for b in benches:
+        if b in unavailable:
+            out.append(f"| {DISPLAY[b]} | " + " | ".join("n/a" for _ in names) + " |")
+            continue
+        out.append(f"| {DISPLAY[b]} | " + " | ".join(_pct(cols[c].get(b)) for c in names) + " |")
+    avgs = {c: averages(v) for c, v in cols.items()}
+    for key, label in (("code_avg", "Code avg"), ("math_avg", "Math avg"), ("overall", "Overall")):
+        out.append(f"| **{label}** | " + " | ".join(_pct(avgs[c][key]) for c in names) + " |")
+    out.append("")
+    out.append("Per member (pass@1 %, n problems):")
+    out.append("")
+    out.append("| member | role | " + " | ".join(DISPLAY[b] for b in benches if b not in unavailable) + " |")
+    out.append("|---|---|" + "---:|" * len([b for b in benches if b not in unavailable]))
+    cell = {(r["member"], r["benchmark"]): r for r in rows}
+    for m in members:
+        vals = []
+        for b in benches:
+            if b in unavailable:
+                continue
+            r = cell.get((m, b))
+            vals.append("–" if r is None else f"{_pct(r['pass@1'])} ({r['n']})")
+        out.append(f"| {m} | {roles.get(m, '')} | " + " | ".join(vals) + " |")
+    if unavailable:
+        out.append("")
+        for b, why in unavailable.items():
+            out.append(f"- {DISPLAY[b]}: unavailable ({why})")
+    return "\n".join(out) + "\n"

@@ -1,0 +1,175 @@
+"""What `populora eval TARGET` evaluates: a run folder, a single PEFT folder, or a folder of PEFT folders.
+
+- Run folder (``config.yaml`` + ``checkpoints/``, docs/run-folder.md): the newest complete checkpoint's
+  ``adapters/<member>/``; the base model is ``config.yaml``'s ``model.name`` (resolved with
+  `populora.engine.resolve_model`: "tiny", "smol", a path or a hub id); roles and ratings from ``state.json``.
+- PEFT folder (``adapter_config.json``): one member named after the folder; the base is the adapter's
+  ``base_model_name_or_path``.
+- A folder whose sub-folders are PEFT folders (e.g. a checkpoint's ``adapters/``): one member per sub-folder.
+
+``--model`` overrides the base in every case. The base model alone is always evaluated too, as member
+``base``. ``--members``: ``all`` (default), ``best`` (per role, the highest conservative TrueSkill rating
+``mu - 3 sigma``; every member when there are no ratings) or explicit ids.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+class TargetError(Exception):
+    """TARGET cannot be evaluated as given; the message names the problem and the fix."""
+
+
+@dataclass
+class Member:
+    id: str
+    role: str  # "teacher" | "student" | "single" | "adapter" | "base"
+    adapter: Path | None
+    rating: float | None = None
+
+
+@dataclass
+class Target:
+    base: str
+    members: list[Member] = field(default_factory=list)
+    run_dir: Path | None = None
+    checkpoint: Path | None = None
+
+    def adapters(self) -> dict[str, Path | None]:
+        return {m.id: m.adapter for m in self.members}
+
+    def roles(self) -> dict[str, str]:
+        return {m.id: m.role for m in self.members}
+
+
+def _role_from_id(mid: str) -> str:
+    return {"T": "teacher", "S": "student", "A": "single"}.get(mid[:1], "adapter") if re.fullmatch(
+        r"[TSA]\d+", mid) else "adapter"
+
+
+def _latest_checkpoint(run_dir: Path) -> Path | None:
+    best = None
+    for p in (run_dir / "checkpoints").glob("step_*"):
+        m = re.fullmatch(r"step_(\d+)", p.name)
+        if m and p.is_dir() and (p / "state.json").is_file() and (p / "adapters").is_dir():
+            if best is None or int(m.group(1)) > best[0]:
+                best = (int(m.group(1)), p)
+    return best[1] if best else None
+
+
+def _state_members(state: dict) -> dict[str, dict]:
+    raw = state.get("members")
+    if raw is None and isinstance(state.get("population"), dict):
+        raw = state["population"].get("members")
+    out: dict[str, dict] = {}
+    if isinstance(raw, dict):
+        raw = [{"id": k, **(v if isinstance(v, dict) else {})} for k, v in raw.items()]
+    for m in raw or []:
+        if isinstance(m, dict) and "id" in m:
+            out[str(m["id"])] = m
+    return out
+
+
+def _rating(info: dict) -> float | None:
+    r = info.get("rating") if isinstance(info.get("rating"), dict) else info
+    mu, sigma = r.get("mu"), r.get("sigma")
+    if mu is None:
+        return None
+    return float(mu) - 3.0 * float(sigma or 0.0)
+
+
+def _read_model_name(run_dir: Path) -> str:
+    import yaml
+
+    cfg_path = run_dir / "config.yaml"
+    try:
+        cfg = yaml.safe_load(cfg_path.read_text()) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise TargetError(f"cannot read {cfg_path}: {exc}") from exc
+    name = (cfg.get("model") or {}).get("name") if isinstance(cfg.get("model"), dict) else None
+    if not name:
+        raise TargetError(f"{cfg_path} has no model.name; pass --model")
+    return str(name)
+
+
+def resolve_base(name: str) -> str:
+    """A base-model name as a loadable folder (or hub id): "tiny"/"smol"/paths through the engine's resolver."""
+    try:
+        from populora.engine import resolve_model
+
+        return str(resolve_model(name))
+    except ImportError:
+        return name
+    except Exception as exc:  # noqa: BLE001 - the engine's EngineError carries the fix
+        raise TargetError(str(exc)) from exc
+
+
+def _is_peft(p: Path) -> bool:
+    return (p / "adapter_config.json").is_file()
+
+
+def load_target(path: str | Path, model: str | None = None) -> Target:
+    """Resolve TARGET (see module docstring); ``model`` overrides the base."""
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise TargetError(f"TARGET {p} does not exist; give a run folder or a PEFT adapter folder")
+    members: list[Member] = []
+    run_dir = ckpt = None
+    if (p / "checkpoints").is_dir() or (p / "config.yaml").is_file():
+        run_dir = p
+        ckpt = _latest_checkpoint(p)
+        if ckpt is None:
+            raise TargetError(f"run folder {p} has no complete checkpoint (checkpoints/step_*/ with state.json "
+                              "and adapters/); train longer or pass a PEFT folder")
+        try:
+            state = json.loads((ckpt / "state.json").read_text())
+        except (OSError, json.JSONDecodeError):
+            state = {}
+        info = _state_members(state)
+        for sub in sorted((ckpt / "adapters").iterdir()):
+            if sub.is_dir() and _is_peft(sub):
+                i = info.get(sub.name, {})
+                members.append(Member(sub.name, str(i.get("role") or _role_from_id(sub.name)), sub, _rating(i)))
+        base = model or _read_model_name(p)
+    elif _is_peft(p):
+        members.append(Member(p.name, _role_from_id(p.name), p))
+        base = model or json.loads((p / "adapter_config.json").read_text()).get("base_model_name_or_path")
+    else:
+        for sub in sorted(q for q in p.iterdir() if q.is_dir() and _is_peft(q)):
+            members.append(Member(sub.name, _role_from_id(sub.name), sub))
+        if not members:
+            raise TargetError(f"{p} is neither a run folder, nor a PEFT folder (adapter_config.json), nor a "
+                              "folder of PEFT folders")
+        base = model or json.loads((members[0].adapter / "adapter_config.json").read_text()).get(
+            "base_model_name_or_path")
+    if not base:
+        raise TargetError(f"cannot tell the base model of {p}; pass --model NAME_OR_PATH")
+    if not members and run_dir is not None:
+        raise TargetError(f"checkpoint {ckpt} has no adapters/<member>/ PEFT folders")
+    return Target(resolve_base(str(base)), members, run_dir, ckpt)
+
+
+def select_members(target: Target, spec: list[str] | None) -> list[Member]:
+    """Members for ``--members`` (all | best | ids), always preceded by the base model."""
+    wanted = [s.strip() for part in (spec or ["all"]) for s in part.split(",") if s.strip()]
+    chosen: list[Member]
+    if not wanted or wanted == ["all"]:
+        chosen = list(target.members)
+    elif wanted == ["best"]:
+        chosen = []
+        for role in dict.fromkeys(m.role for m in target.members):
+            group = [m for m in target.members if m.role == role]
+            rated = [m for m in group if m.rating is not None]
+            chosen += [max(rated, key=lambda m: m.rating)] if rated else group
+    else:
+        known = {m.id: m for m in target.members}
+        missing = [w for w in wanted if w not in known and w != "base"]
+        if missing:
+            raise TargetError(f"unknown member(s) {', '.join(missing)}; available: "
+                              f"{', '.join(known) or '(none)'}")
+        chosen = [known[w] for w in wanted if w in known]
+    return [Member("base", "base", None)] + chosen
