@@ -31,10 +31,11 @@ DEFAULT_DENY_MODULES: frozenset[str] = frozenset({
     "numpy", "torch", "pandas", "__future__",
 })
 
+# Builtins that reach the interpreter itself or the file system. (`input`, `exit`, `help` are left out: they
+# only fail inside the sandbox, and `input` is a common variable name in seed programs.)
 DEFAULT_DENY_NAMES: frozenset[str] = frozenset({
-    "__import__", "exec", "eval", "compile", "open", "input", "breakpoint", "globals", "locals", "vars",
-    "exit", "quit", "help", "memoryview", "__builtins__", "__loader__", "__spec__", "copyright", "credits",
-    "license",
+    "__import__", "exec", "eval", "compile", "open", "breakpoint", "globals", "locals", "vars",
+    "__builtins__", "__loader__", "__spec__",
 })
 
 # Attribute names that lead from any object to modules, frames or code (the classic sandbox escapes).
