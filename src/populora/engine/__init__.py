@@ -46,7 +46,7 @@ def build(model: Any = "tiny", n_slots: int = 8, rank: int = 32, alpha: float = 
         net, tok = model, tokenizer
     else:
         net, tok, folder = load_model_and_tokenizer(model, device=device, dtype=dtype)
-        name = str(folder) if str(model) not in ("tiny", "smol") else str(model)
+        name = str(folder)
         if tokenizer is not None:
             tok = tokenizer
     if backend == "vllm":

@@ -106,7 +106,7 @@ class HFEngine:
         """Write slot `slot` as a PEFT LoRA folder (adapter_config.json + adapter_model.safetensors)."""
         from populora.lora.peft_io import save_peft
 
-        save_peft(self.get_adapter(slot), path, base_model=self.model_name)
+        save_peft(self.get_adapter(slot), path, base_model_name_or_path=self.model_name, target_modules=self.targets)
 
     def load_adapter(self, slot: int, path: str | Path, reset_optimizer: bool = True) -> None:
         """Load a PEFT LoRA folder into slot `slot` (targets and rank must match the engine's)."""
@@ -163,6 +163,9 @@ class HFEngine:
         # Similar lengths together (less padding); inside a batch rows are sorted by slot (one LoRA run per slot).
         order = sorted(range(len(requests)), key=lambda i: (len(prompts[i]), requests[i].slot))
         results: list[Generation | None] = [None] * len(requests)
+        for i in [i for i in order if requests[i].max_new_tokens == 0]:
+            results[i] = Generation([], "", [], "length", prompt_ids=prompts[i], slot=requests[i].slot)
+        order = [i for i in order if requests[i].max_new_tokens > 0]
         with torch_threads(self.gen_threads):
             for c in range(0, len(order), self.gen_batch_size):
                 chunk = sorted(order[c:c + self.gen_batch_size], key=lambda i: (requests[i].slot, i))

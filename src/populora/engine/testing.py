@@ -52,3 +52,38 @@ def random_model(arch: str = "qwen2", seed: int = 0, **overrides: Any):
     model.generation_config.eos_token_id = tok.eos_token_id
     model.generation_config.pad_token_id = tok.pad_token_id
     return model.eval(), tok
+
+
+def peft_model_with(base, adapter, adapter_name: str = "default"):
+    """A PEFT `PeftModel` over a deep copy of `base` holding exactly `adapter` (the reference in tests/bench).
+
+    Weights are copied into PEFT's modules directly (not through files), so this is independent of
+    `populora.lora.peft_io`.
+    """
+    import copy
+
+    from peft import LoraConfig, get_peft_model
+
+    targets = sorted({n.rsplit(".", 1)[-1] for n in adapter.modules})
+    cfg = LoraConfig(r=adapter.rank, lora_alpha=adapter.alpha, target_modules=targets, lora_dropout=0.0,
+                     init_lora_weights=False)
+    pm = get_peft_model(copy.deepcopy(base), cfg, adapter_name=adapter_name)
+    add_peft_adapter(pm, adapter, adapter_name)
+    return pm.eval()
+
+
+def add_peft_adapter(pm, adapter, adapter_name: str) -> None:
+    """Add (or overwrite) `adapter_name` in PeftModel `pm` with the factors of `adapter`."""
+    import torch
+    from peft import LoraConfig
+
+    if adapter_name not in pm.peft_config:
+        targets = sorted({n.rsplit(".", 1)[-1] for n in adapter.modules})
+        pm.add_adapter(adapter_name, LoraConfig(r=adapter.rank, lora_alpha=adapter.alpha, target_modules=targets,
+                                                lora_dropout=0.0, init_lora_weights=False))
+    inner = pm.base_model.model
+    with torch.no_grad():
+        for name, (a, b) in adapter.modules.items():
+            mod = inner.get_submodule(name)
+            mod.lora_A[adapter_name].weight.copy_(a)
+            mod.lora_B[adapter_name].weight.copy_(b)

@@ -1,0 +1,166 @@
+"""hf engine training: mixed batch == each slot alone == PEFT + torch AdamW; micro-batching, PPO, state."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from populora.engine import EngineError, TrainBatch, TrainRow
+from populora.engine.testing import peft_model_with
+
+TOL = 2e-6  # adapter weights after training steps, float32
+# Equivalence tests use AdamW eps=1: Adam's first steps are ~lr*sign(g), which turns float-rounding noise in
+# near-zero gradients into lr-sized differences; with eps=1 the update is ~lr*g, so weights compare like grads.
+LIN = dict(lr=1e-2, eps=1.0)
+
+
+def _rows(slots=(0, 1, 2, 1, 0, 1), seed=0):
+    g = torch.Generator().manual_seed(seed)
+    rows = []
+    for k, s in enumerate(slots):
+        p = torch.randint(0, 256, (3 + k % 4,), generator=g).tolist()
+        r = torch.randint(0, 256, (2 + (k * 3) % 5,), generator=g).tolist()
+        adv = float(torch.randn((), generator=g)) if k % 2 else torch.randn(len(r), generator=g).tolist()
+        rows.append(TrainRow(slot=s, prompt_ids=p, response_ids=r, advantages=adv))
+    return rows
+
+
+def _weights(eng, slot):
+    ad = eng.get_adapter(slot)
+    return {k: (a.clone(), b.clone()) for k, (a, b) in ad.modules.items()}
+
+
+def _maxdiff(w1, w2):
+    return max(max((w1[k][0] - w2[k][0]).abs().max().item(), (w1[k][1] - w2[k][1]).abs().max().item()) for k in w1)
+
+
+def test_mixed_step_equals_each_slot_alone(make_engine):
+    rows = _rows()
+    mixed = make_engine(**LIN)
+    for _ in range(2):
+        m = mixed.train_step(TrainBatch(rows))
+    assert set(m) >= {"loss", "tokens", "loss/0", "grad_norm/1", "entropy/2", "tokens/2"}
+    for s in range(3):
+        alone = make_engine(**LIN)
+        before_other = _weights(alone, (s + 1) % 3)
+        for _ in range(2):
+            a = alone.train_step(TrainBatch([r for r in rows if r.slot == s]))
+        assert _maxdiff(_weights(alone, s), _weights(mixed, s)) <= TOL
+        assert a[f"loss/{s}"] == pytest.approx(m[f"loss/{s}"], abs=1e-5)
+        assert _maxdiff(_weights(alone, (s + 1) % 3), before_other) == 0.0  # untouched slots do not move
+
+
+def test_step_equals_peft_with_torch_adamw(make_engine, base_and_tok):
+    """REINFORCE token-mean loss + clip_grad_norm_ + torch.optim.AdamW on PEFT holding the slot alone."""
+    base, _ = base_and_tok
+    lr, wd, clip = 1e-2, 0.1, 0.5
+    eng = make_engine(lr=lr, weight_decay=wd, max_grad_norm=clip, micro_batch_tokens=20)
+    rows = [r for r in _rows() if r.slot == 1]
+    pm = peft_model_with(base, eng.get_adapter(1))
+    params = [p for n, p in pm.named_parameters() if "lora_" in n]
+    for n, p in pm.named_parameters():
+        p.requires_grad_("lora_" in n)
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=wd)
+    n_tok = sum(len(r.response_ids) for r in rows)
+    for _ in range(3):
+        norm = eng.train_step(TrainBatch(rows))["grad_norm/1"]
+        opt.zero_grad()
+        loss = 0.0
+        for r in rows:
+            ids = torch.tensor([list(r.prompt_ids) + list(r.response_ids)])
+            logp = torch.log_softmax(pm(input_ids=ids).logits[0].float(), -1)
+            p = len(r.prompt_ids)
+            tok_lp = logp[p - 1:p - 1 + len(r.response_ids)].gather(-1, torch.tensor(r.response_ids)[:, None])[:, 0]
+            adv = torch.tensor(r.advantage_list())
+            loss = loss + (-adv * tok_lp).sum() / n_tok
+        loss.backward()
+        ref_norm = torch.nn.utils.clip_grad_norm_(params, clip).item()
+        opt.step()
+        assert norm == pytest.approx(ref_norm, rel=1e-4)
+    ours = eng.get_adapter(1)
+    for name, (a, b) in ours.modules.items():  # real AdamW (eps 1e-8): within 0.2% of one lr-sized step
+        mod = pm.base_model.model.get_submodule(name)
+        assert (a - mod.lora_A["default"].weight).abs().max() <= 2e-5
+        assert (b - mod.lora_B["default"].weight).abs().max() <= 2e-5
+
+
+def test_micro_batching_and_determinism(make_engine):
+    rows = _rows()
+    big = make_engine(**LIN, micro_batch_tokens=100_000)
+    small = make_engine(**LIN, micro_batch_tokens=16)
+    same = make_engine(**LIN, micro_batch_tokens=16)
+    for _ in range(2):
+        big.train_step(TrainBatch(rows))
+        small.train_step(TrainBatch(rows))
+        same.train_step(TrainBatch(rows))
+    for s in range(3):
+        assert _maxdiff(_weights(big, s), _weights(small, s)) <= TOL
+        assert _maxdiff(_weights(small, s), _weights(same, s)) == 0.0  # bitwise deterministic on CPU
+
+
+def test_ppo_on_policy_equals_reinforce_and_entropy_bonus(make_engine):
+    rows = _rows()
+    lp = make_engine().logprobs(TrainBatch(rows))
+    with_old = [TrainRow(r.slot, r.prompt_ids, r.response_ids, r.advantages, old) for r, old in zip(rows, lp, strict=True)]
+    ppo = make_engine(**LIN, clip_eps=0.2)
+    rf = make_engine(**LIN)
+    m = ppo.train_step(TrainBatch(with_old))
+    rf.train_step(TrainBatch(rows))
+    assert m["clip_frac/0"] == 0.0 and abs(m["approx_kl/1"]) < 1e-5
+    for s in range(3):
+        assert _maxdiff(_weights(ppo, s), _weights(rf, s)) <= 1e-5
+    # Off-policy tokens far outside the clip range get no gradient: nothing moves except weight decay (0).
+    far = [TrainRow(r.slot, r.prompt_ids, r.response_ids, 1.0, [x - 5.0 for x in old])
+           for r, old in zip(rows, lp, strict=True)]
+    eng = make_engine(**LIN, clip_eps=0.2)
+    before = _weights(eng, 0)
+    m = eng.train_step(TrainBatch(far))
+    assert m["clip_frac/0"] == 1.0 and m["grad_norm/0"] == 0.0
+    assert _maxdiff(_weights(eng, 0), before) == 0.0
+    # Entropy bonus alone (zero advantages) raises the entropy of the trained slot.
+    ent = make_engine(lr=1e-3, entropy_coef=1.0)
+    zero = [TrainRow(r.slot, r.prompt_ids, r.response_ids, 0.0) for r in rows]
+    e0 = ent.train_step(TrainBatch(zero))["entropy/1"]
+    e1 = ent.train_step(TrainBatch(zero))["entropy/1"]
+    assert e1 > e0
+
+
+def test_set_adapter_resets_optimizer_and_state_roundtrip(make_engine):
+    rows = _rows()
+    eng = make_engine(**LIN)
+    eng.train_step(TrainBatch(rows))
+    assert eng.optimizer.steps.tolist() == [1, 1, 1]
+    state = copy.deepcopy(eng.optimizer_state())
+    adapters = [eng.get_adapter(s) for s in range(3)]
+    eng.train_step(TrainBatch(rows))
+    # a fresh engine restored from adapters + optimizer state makes the same second step
+    other = make_engine(**LIN, randomise=False)
+    for s in range(3):
+        other.set_adapter(s, adapters[s])
+    other.load_optimizer_state(state)
+    other.train_step(TrainBatch(rows))
+    for s in range(3):
+        assert _maxdiff(_weights(other, s), _weights(eng, s)) == 0.0
+    other.set_adapter(1, adapters[0])
+    assert other.optimizer.steps.tolist() == [2, 0, 2]
+    assert all(m[1].abs().sum() == 0 for m in other.optimizer.exp_avg)
+    other.set_adapter(2, adapters[0], reset_optimizer=False)
+    assert other.optimizer.steps.tolist() == [2, 0, 2]
+    other.set_lr(0, 3e-4)
+    assert other.get_lr(0) == pytest.approx(3e-4)
+    with pytest.raises(EngineError, match="optimizer state"):
+        make_engine(n_slots=2).load_optimizer_state(state)
+
+
+def test_train_errors(make_engine):
+    eng = make_engine()
+    with pytest.raises(EngineError, match="out of range"):
+        eng.train_step(TrainBatch([TrainRow(5, [1], [2], 1.0)]))
+    with pytest.raises(EngineError, match="empty prompt"):
+        eng.train_step(TrainBatch([TrainRow(0, [], [2], 1.0)]))
+    with pytest.raises(EngineError, match="advantages"):
+        eng.train_step(TrainBatch([TrainRow(0, [1], [2, 3], [1.0])]))
+    with pytest.raises(EngineError, match="no rows"):
+        eng.train_step(TrainBatch([TrainRow(0, [1], [], 1.0)]))
