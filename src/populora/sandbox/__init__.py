@@ -5,11 +5,11 @@
         out = sb.run("def f(x):\n    return x * 2", "f(21)")      # Outcome(status='ok', value_repr='42', ...)
         outs = sb.run_many([(program, call), ...])                  # parallel, order kept
 
-Modules: `types` (Limits, Outcome), `pool` (Sandbox, the parent side), `_worker` (the worker script and the
+Modules: `contract` (Limits, Outcome), `pool` (Sandbox, the parent side), `_worker` (the worker script and the
 per-job isolation), `values` (parsing and comparing `value_repr`s outside the sandbox), `commands`/`bench`.
 """
 
+from populora.sandbox.contract import STATUSES, Limits, Outcome
 from populora.sandbox.pool import DEFAULT_PRELOAD, Sandbox, SandboxError
-from populora.sandbox.types import STATUSES, Limits, Outcome
 
 __all__ = ["DEFAULT_PRELOAD", "STATUSES", "Limits", "Outcome", "Sandbox", "SandboxError"]

@@ -20,7 +20,6 @@ on fd 1 (both moved to private descriptors at start; 0-2 then point at /dev/null
 
 import builtins
 import ctypes
-import errno
 import importlib
 import json
 import math
@@ -195,16 +194,14 @@ _PLAIN_SCALARS = (int, float, str, bool, type(None), bytes, complex)
 
 
 def _is_plain(v, depth: int = 0) -> bool:
-    """True when v is built only from exact builtin literal types, so repr(v) round-trips literal_eval."""
+    """True when v is built only from exact builtin literal types, so `values.parse_value(repr(v))` gives
+    it back (a subclass, e.g. one with a lying __repr__, is not plain)."""
     if depth > 50:
         return False
     t = type(v)
     if t in _PLAIN_SCALARS:
-        return not (t is float and not math.isfinite(v)) and not (
-            t is complex and not (math.isfinite(v.real) and math.isfinite(v.imag)))
+        return True
     if t is list or t is tuple or t is set or t is frozenset:
-        if t is frozenset:
-            return False  # repr 'frozenset({...})' is not a literal
         return all(_is_plain(x, depth + 1) for x in v)
     if t is dict:
         return all(_is_plain(k, depth + 1) and _is_plain(x, depth + 1) for k, x in v.items())
@@ -324,7 +321,8 @@ def _signame(sig: int) -> str:
         return f"signal {sig}"
 
 
-def run_job(job: dict, cfg: dict, iso: dict) -> dict:
+def run_job(job: dict, cfg: dict, iso: dict) -> tuple:
+    """Run one job in a forked child; return (result, pid still to reap or None)."""
     lim = job["limits"]
     workdir = None
     if not iso["private_tmp"]:
@@ -375,11 +373,6 @@ def run_job(job: dict, cfg: dict, iso: dict) -> dict:
         os.killpg(pid, signal.SIGKILL)  # the whole group, before reaping (the pgid cannot be reused yet)
     except OSError:
         pass
-    _, wstatus = os.waitpid(pid, 0)
-    if workdir is not None:
-        import shutil
-
-        shutil.rmtree(workdir, ignore_errors=True)
     result = None
     if not oversize and _len(buf) >= 4:
         n = struct.unpack(">I", buf[:4])[0]
@@ -391,6 +384,16 @@ def run_job(job: dict, cfg: dict, iso: dict) -> dict:
                     result = None
             except ValueError:
                 result = None
+    if result is not None and workdir is None:
+        # The job is dead (SIGKILLed above) and its result is in: reply first and reap afterwards, so the
+        # kernel's teardown of its mount namespace overlaps with the parent's round trip.
+        result["elapsed_s"] = elapsed
+        return result, pid
+    _, wstatus = os.waitpid(pid, 0)
+    if workdir is not None:
+        import shutil
+
+        shutil.rmtree(workdir, ignore_errors=True)
     if result is None:
         if timed_out:
             result = {"status": "timeout", "error_type": "Timeout",
@@ -407,7 +410,7 @@ def run_job(job: dict, cfg: dict, iso: dict) -> dict:
             result = {"status": "crashed", "error_type": "Exit",
                       "error_message": f"job exited with code {code} without a result"}
     result["elapsed_s"] = elapsed
-    return result
+    return result, None
 
 
 def _read_exact(fd: int, n: int) -> bytes:
@@ -440,11 +443,10 @@ def main() -> None:
             job = json.loads(_read_exact(fin, n))
         except EOFError:
             break
+        reap = None
         try:
-            result = run_job(job, cfg, iso)
+            result, reap = run_job(job, cfg, iso)
         except OSError as e:
-            if e.errno == errno.EPIPE:
-                break
             result = {"status": "crashed", "error_type": "SandboxError", "error_message": str(e)[:500],
                       "elapsed_s": 0.0}
         result["id"] = job["id"]
@@ -452,6 +454,9 @@ def main() -> None:
             _send(fout, result)
         except OSError:
             break
+        finally:
+            if reap is not None:
+                os.waitpid(reap, 0)
 
 
 if __name__ == "__main__":

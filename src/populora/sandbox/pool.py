@@ -25,7 +25,7 @@ from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
 
-from populora.sandbox.types import Limits, Outcome
+from populora.sandbox.contract import Limits, Outcome
 
 WORKER_SCRIPT = Path(__file__).with_name("_worker.py")
 
@@ -37,7 +37,7 @@ DEFAULT_PRELOAD: tuple[str, ...] = (
     "collections.abc", "contextlib", "copy", "dataclasses", "datetime", "_strptime", "decimal", "difflib",
     "enum", "fractions", "functools", "graphlib", "hashlib", "heapq", "io", "itertools", "json", "keyword",
     "math", "numbers", "operator", "pprint", "random", "re", "statistics", "string", "struct", "textwrap",
-    "time", "types", "typing", "unicodedata", "weakref", "zlib",
+    "time", "types", "typing", "unicodedata", "weakref", "zlib", "secrets", "hmac", "queue", "uuid",
     "encodings.ascii", "encodings.latin_1", "encodings.utf_16", "encodings.utf_32", "encodings.cp1252",
 )
 
@@ -134,13 +134,15 @@ class Sandbox:
 
     def __init__(self, workers: int = 2, limits: Limits | None = None, *,
                  preload: Sequence[str] = DEFAULT_PRELOAD, isolate: bool = True,
-                 uid: int = NOBODY, gid: int = NOBODY, startup_timeout_s: float = 30.0) -> None:
+                 uid: int = NOBODY, gid: int = NOBODY, startup_timeout_s: float = 30.0,
+                 pipeline_depth: int = 2) -> None:
         if workers < 1:
             raise ValueError(f"Sandbox(workers=) must be >= 1, got {workers}")
         self.limits = limits or Limits()
         self.n_workers = workers
         self._cfg = {"preload": list(preload), "isolate": bool(isolate), "uid": uid, "gid": gid}
         self._startup_timeout_s = startup_timeout_s
+        self._depth = max(1, pipeline_depth)
         self._lock = threading.RLock()
         self._workers: list[_Worker] = []
         self._closed = False
@@ -231,7 +233,11 @@ class Sandbox:
                     sel.register(w.rfd, selectors.EVENT_READ, slot)
                 while done < len(jobs):
                     for w in self._workers:
-                        if not w.inflight and queue:
+                        # Two jobs in flight per worker while plenty are queued, so a worker never waits for
+                        # our round trip; one near the end, so no job waits behind a slow one while a
+                        # worker is idle.
+                        depth = self._depth if len(queue) > len(self._workers) * self._depth else 1
+                        while len(w.inflight) < depth and queue:
                             i = queue.popleft()
                             jid = next(_ids)
                             program, call = jobs[i]
@@ -262,6 +268,8 @@ class Sandbox:
                                 elapsed_s=float(m.get("elapsed_s", 0.0)), error_message=m.get("error_message"),
                                 stdout=m.get("stdout") or "", plain=bool(m.get("plain", False)))
                             done += 1
+                            if w.inflight:  # the queued job starts now; the wedge clock counts from here
+                                w.inflight[0] = (*w.inflight[0][:2], time.monotonic())
                     now = time.monotonic()
                     for slot, w in enumerate(self._workers):
                         if w.inflight and now - w.inflight[0][2] > grace:
