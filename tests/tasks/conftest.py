@@ -7,5 +7,5 @@ import pytest
 def sandbox():
     from populora.sandbox import Limits, Sandbox
 
-    with Sandbox(workers=2, limits=Limits(timeout_s=3, memory_mb=256, max_output_chars=4000)) as sb:
+    with Sandbox(workers=2, limits=Limits(timeout_s=1, memory_mb=256, max_output_chars=4000)) as sb:
         yield sb

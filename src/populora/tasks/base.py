@@ -486,20 +486,19 @@ class CodeF(CodeTask):
             return [False] * len(programs)
         if sandbox is None:
             raise ValueError("code_f scoring runs the candidate programs: pass a Sandbox")
-        # hidden inputs passed the literal policy at validation, so they are safe to splice into the call
-        jobs = [(p, f"f({i}\n)") for p in unique for i, _ in hidden]
-        outcomes = list(sandbox.run_many(jobs))
-        verdict = {}
-        for u, p in enumerate(unique):
-            ok = True
-            for h in range(len(hidden)):
-                # Compare plain values parsed here: an object whose __eq__ always says True has a non-literal
-                # repr (or plain=False) and fails, whatever it claims inside the sandbox.
-                v, why = _plain_value(outcomes[u * len(hidden) + h], 10 ** 9)
-                if why is not None or not strict_equal(v, gold[h]):
-                    ok = False
-                    break
-            verdict[p] = ok
+        # Hidden inputs passed the literal policy at validation, so they are safe to splice into the call.
+        # One round per hidden pair, only for programs still right: a wrong or looping candidate usually costs
+        # one job instead of len(hidden).
+        alive = list(unique)
+        for (inp, _), want in zip(hidden, gold, strict=True):
+            if not alive:
+                break
+            outcomes = sandbox.run_many([(p, f"f({inp}\n)") for p in alive])
+            # Compare plain values parsed here: an object whose __eq__ always says True has a non-literal
+            # repr (or plain=False) and fails, whatever it claims inside the sandbox.
+            alive = [p for p, o in zip(alive, outcomes, strict=True)
+                     if (v := _plain_value(o, 10 ** 9))[1] is None and strict_equal(v[0], want)]
+        verdict = {p: p in alive for p in unique}
         return [p is not None and verdict[p] for p in programs]
 
 
