@@ -1,0 +1,4 @@
+"""The bundled tiny base model: a synthetic corpus of small Python programs in the task formats
+(`programs`, `corpus`), its BPE tokenizer (`tokenizer`), model training (`train`), ability measurement
+(`abilities`) and the `populora pretrain-tiny` command. Imports torch/transformers only inside functions.
+"""

@@ -1,0 +1,68 @@
+"""CLI: `populora pretrain-tiny` (build the bundled tiny model) and `populora bench tiny-model`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+ASSET_DIR = Path(__file__).resolve().parents[1] / "assets" / "tiny-coder"
+
+
+def register(app: typer.Typer, bench: typer.Typer) -> None:
+    @app.command("pretrain-tiny")
+    def pretrain_tiny(
+        out: Path = typer.Option(ASSET_DIR, "--out", help="Folder to write the model to (a standard HF folder)."),
+        seed: int = typer.Option(0, "--seed", help="Seed for the corpus, the data order and the init."),
+        minutes: float = typer.Option(15.0, "--minutes", help="Wall-clock training budget (ignored with --steps)."),
+        steps: int | None = typer.Option(None, "--steps", help="Exact number of steps (reproducible runs)."),
+        examples: int = typer.Option(30000, "--examples", help="Corpus size in examples."),
+        hidden: int = typer.Option(256, "--hidden", help="Hidden size."),
+        layers: int = typer.Option(4, "--layers", help="Number of transformer layers."),
+        intermediate: int = typer.Option(688, "--intermediate", help="MLP size."),
+        heads: int = typer.Option(4, "--heads", help="Attention heads."),
+        vocab: int = typer.Option(4096, "--vocab", help="BPE vocabulary size."),
+        seq_len: int = typer.Option(1024, "--seq-len", help="Training row length in tokens."),
+        batch_size: int = typer.Option(8, "--batch-size", help="Rows per step."),
+        lr: float = typer.Option(3e-3, "--lr", help="Peak learning rate."),
+        threads: int = typer.Option(2, "--threads", help="torch threads (2 is best for training on 2 cores)."),
+        quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
+    ) -> None:
+        """Generate the synthetic corpus, train tokenizer and model, and write the tiny model folder."""
+        from rich.console import Console
+
+        from populora.pretrain.train import PretrainConfig, pretrain
+
+        if steps is not None and steps < 1:
+            typer.echo("error: --steps must be >= 1", err=True)
+            raise typer.Exit(2)
+        if minutes <= 0 and steps is None:
+            typer.echo("error: --minutes must be > 0 (or give --steps)", err=True)
+            raise typer.Exit(2)
+        if hidden % heads:
+            typer.echo(f"error: --hidden {hidden} must be divisible by --heads {heads}", err=True)
+            raise typer.Exit(2)
+        if out.exists() and not out.is_dir():
+            typer.echo(f"error: --out {out} exists and is not a folder; choose another path", err=True)
+            raise typer.Exit(2)
+        cfg = PretrainConfig(seed=seed, minutes=minutes, steps=steps, n_examples=examples, hidden_size=hidden,
+                             num_layers=layers, intermediate_size=intermediate, num_heads=heads,
+                             num_kv_heads=heads, vocab_size=vocab, seq_len=seq_len, batch_size=batch_size,
+                             lr=lr, threads=threads)
+        info = pretrain(cfg, out, progress=not quiet)
+        Console().print(f"wrote {out}: {info['steps']} steps, final loss {info['final_train_loss']}, "
+                        f"val completion loss {info['val_completion_loss']}, {info['parameters']:,} parameters")
+
+    @bench.command("tiny-model")
+    def bench_tiny_model(
+        quick: bool = typer.Option(False, "--quick", help="Fewer problems."),
+        out: Path | None = typer.Option(None, "--out", help="JSON path (default bench/results/tiny_model.json)."),
+        model: Path = typer.Option(ASSET_DIR, "--model", help="Model folder to measure."),
+    ) -> None:
+        """Valid-proposal rate and student accuracy of the tiny model per task type."""
+        from populora.pretrain.bench import run
+
+        if not (model / "config.json").exists():
+            typer.echo(f"error: no model at {model}; run `populora pretrain-tiny --out {model}` first", err=True)
+            raise typer.Exit(2)
+        run(quick=quick, out=out, model=model)

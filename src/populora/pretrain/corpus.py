@@ -1,0 +1,79 @@
+"""The pretraining corpus: generated programs rendered as teacher and student examples in the task formats.
+
+An `Example` is a (prompt, completion) pair. Teacher examples show K reference triplets and then the
+proposal a perfect teacher writes (code_i/code_o: a new program and input; code_f: N inputs and a
+message for a given program); student examples show a problem and then the correct answer. Rendering goes
+through `populora.tasks` (its compact templates, `teacher_prompt`, `student_prompt`, `render_answer`
+and proposal renderer) so the formats match the parsers byte for byte. Plain program text with
+`# f(args) == result` lines is mixed in as well: it teaches the language and its semantics cheaply.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from populora.pretrain.programs import Triplet, sample_code_f, sample_triplet
+
+TASKS = ("code_i", "code_o", "code_f")
+# Mixture of example kinds (weights per drawn example).
+MIX = {
+    "student:code_o": 3.0,
+    "student:code_i": 2.0,
+    "student:code_f": 2.0,
+    "teacher:code_o": 1.0,
+    "teacher:code_i": 1.0,
+    "teacher:code_f": 1.5,
+    "program": 1.0,
+}
+
+
+@dataclass(frozen=True)
+class Example:
+    kind: str  # "student:code_o", "teacher:code_f", "program", ...
+    prompt: str
+    completion: str
+
+
+def program_text(tr: Triplet, pairs: list[tuple[str, str]] | None = None) -> str:
+    pairs = pairs or [(tr.input, tr.output)]
+    return tr.program + "\n" + "".join(f"# f({i}) == {o}\n" for i, o in pairs)
+
+
+def iter_examples(seed: int, renderer, k_refs: tuple[int, int] = (2, 6), n_inputs: int = 10,
+                  mix: dict[str, float] | None = None) -> Iterator[Example]:
+    """An endless, seeded stream of examples. Same seed and renderer -> same stream."""
+    rng = random.Random(seed)
+    mix = mix or MIX
+    kinds, weights = list(mix), list(mix.values())
+    while True:
+        kind = rng.choices(kinds, weights=weights)[0]
+        if kind == "program":
+            tr = sample_triplet(rng)
+            yield Example(kind, "", program_text(tr))
+            continue
+        role, task = kind.split(":")
+        if task == "code_f":
+            prog, pairs = sample_code_f(rng, n_inputs)
+            if role == "teacher":
+                prompt, completion = renderer.teacher_f(prog.code, pairs, prog.message)
+            else:
+                prompt, completion = renderer.student_f(prog.code, pairs, prog.message)
+        else:
+            tr = sample_triplet(rng)
+            if role == "teacher":
+                refs = [sample_triplet(rng) for _ in range(rng.randint(*k_refs))]
+                prompt, completion = renderer.teacher_io(task, refs, tr)
+            else:
+                prompt, completion = renderer.student_io(task, tr)
+        yield Example(kind, prompt, completion)
+
+
+def build_corpus(seed: int, n: int, renderer, **kw) -> list[Example]:
+    out: list[Example] = []
+    for ex in iter_examples(seed, renderer, **kw):
+        out.append(ex)
+        if len(out) == n:
+            return out
+    return out

@@ -1,0 +1,241 @@
+"""Train the tiny Qwen2-architecture model on the synthetic corpus and write a standard HF model folder.
+
+`pretrain(cfg, out)` generates the corpus (seeded), trains the tokenizer on part of it, packs whole
+examples into fixed-length rows (prompt tokens weighted by `prompt_loss_weight`, completions by 1), and
+trains with AdamW and a warm-up + cosine schedule. The number of steps is either given (`steps`,
+reproducible bit for bit on the same machine and torch build) or derived from a wall-clock budget
+(`minutes`): the step time is measured over the first steps and fixed once, so the schedule is a normal
+step-based one; the derived number is written to `pretrain_info.json`, and passing it back as `steps`
+reproduces the run.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from populora.pretrain.corpus import MIX, Example, build_corpus
+
+
+@dataclass
+class PretrainConfig:
+    seed: int = 0
+    # Model (Qwen2 architecture; tied embeddings keep the fp32 safetensors near 17 MB).
+    hidden_size: int = 256
+    num_layers: int = 4
+    num_heads: int = 4
+    num_kv_heads: int = 4
+    intermediate_size: int = 688
+    vocab_size: int = 4096
+    max_positions: int = 2048
+    # Data.
+    n_examples: int = 30000
+    tokenizer_examples: int = 6000
+    val_examples: int = 300
+    k_refs: tuple[int, int] = (2, 6)
+    n_inputs: int = 10
+    mix: dict[str, float] = field(default_factory=lambda: dict(MIX))
+    # Optimisation.
+    seq_len: int = 1024
+    batch_size: int = 8
+    lr: float = 3e-3
+    warmup_steps: int = 30
+    min_lr_ratio: float = 0.1
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0
+    prompt_loss_weight: float = 0.3
+    steps: int | None = None
+    minutes: float = 15.0
+    threads: int = 2
+
+
+@dataclass
+class PackedData:
+    ids: list[list[int]]
+    weights: list[list[float]]
+
+
+def _encode(tok, examples: list[Example], cfg: PretrainConfig) -> list[tuple[list[int], list[float]]]:
+    """Prompt and completion are tokenized separately, exactly as the engine sees them at inference."""
+    prompts = tok([e.prompt for e in examples], add_special_tokens=False)["input_ids"]
+    comps = tok([e.completion for e in examples], add_special_tokens=False)["input_ids"]
+    out = []
+    for p, c in zip(prompts, comps, strict=True):
+        ids = p + c + [tok.eos_token_id]
+        if len(ids) > cfg.seq_len:
+            continue  # rare very long teacher prompts; dropping keeps every kept example whole
+        out.append((ids, [cfg.prompt_loss_weight] * len(p) + [1.0] * (len(c) + 1)))
+    return out
+
+
+def _pack(encoded: list[tuple[list[int], list[float]]], seq_len: int, pad_id: int) -> PackedData:
+    """First-fit packing of whole examples into rows of seq_len tokens (pad has weight 0)."""
+    rows_ids: list[list[int]] = []
+    rows_w: list[list[float]] = []
+    cur_ids: list[int] = []
+    cur_w: list[float] = []
+    for ids, w in encoded:
+        if len(cur_ids) + len(ids) > seq_len:
+            rows_ids.append(cur_ids + [pad_id] * (seq_len - len(cur_ids)))
+            rows_w.append(cur_w + [0.0] * (seq_len - len(cur_w)))
+            cur_ids, cur_w = [], []
+        cur_ids += ids
+        cur_w += w
+    if cur_ids:
+        rows_ids.append(cur_ids + [pad_id] * (seq_len - len(cur_ids)))
+        rows_w.append(cur_w + [0.0] * (seq_len - len(cur_w)))
+    return PackedData(rows_ids, rows_w)
+
+
+def model_config(cfg: PretrainConfig, tok):
+    from transformers import Qwen2Config
+
+    return Qwen2Config(
+        vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size, intermediate_size=cfg.intermediate_size,
+        num_hidden_layers=cfg.num_layers, num_attention_heads=cfg.num_heads,
+        num_key_value_heads=cfg.num_kv_heads, max_position_embeddings=cfg.max_positions,
+        tie_word_embeddings=True, rope_theta=10000.0, bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, use_cache=True,
+    )
+
+
+def _weighted_loss(model, ids, weights):
+    import torch.nn.functional as F
+
+    logits = model(input_ids=ids).logits[:, :-1]
+    target = ids[:, 1:]
+    w = weights[:, 1:]
+    nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1), reduction="none")
+    nll = nll.view_as(w)
+    return (nll * w).sum() / w.sum().clamp_min(1.0), nll, w
+
+
+def pretrain(cfg: PretrainConfig, out: Path, progress: bool = True, renderer=None) -> dict:
+    """Build corpus + tokenizer + model, train, and write the model folder to `out`. Returns the info dict."""
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    import torch
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+    from transformers import GenerationConfig, Qwen2ForCausalLM
+
+    from populora.pretrain.render import get_renderer
+    from populora.pretrain.tokenizer import train_tokenizer
+
+    t0 = time.time()
+    torch.set_num_threads(cfg.threads)
+    torch.manual_seed(cfg.seed)
+    renderer = renderer or get_renderer()
+    kw = dict(k_refs=cfg.k_refs, n_inputs=cfg.n_inputs, mix=cfg.mix)
+    train_ex = build_corpus(cfg.seed, cfg.n_examples, renderer, **kw)
+    # A different stream for validation; a few collisions with training programs are possible and harmless.
+    val_ex = build_corpus(cfg.seed + 1_000_003, cfg.val_examples, renderer, **kw)
+    t_corpus = time.time() - t0
+
+    tok = train_tokenizer((e.prompt + e.completion for e in train_ex[: cfg.tokenizer_examples]),
+                          vocab_size=cfg.vocab_size)
+    enc = _encode(tok, train_ex, cfg)
+    val_enc = _encode(tok, val_ex, cfg)
+    n_tokens = sum(len(ids) for ids, _ in enc)
+    rng = random.Random(cfg.seed)
+    rng.shuffle(enc)
+    data = _pack(enc, cfg.seq_len, tok.pad_token_id)
+    val = _pack(val_enc, cfg.seq_len, tok.pad_token_id)
+    ids_all = torch.tensor(data.ids)
+    w_all = torch.tensor(data.weights)
+
+    model = Qwen2ForCausalLM(model_config(cfg, tok))
+    model.train()
+    decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
+                             {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.95))
+
+    total = cfg.steps or 10**9  # fixed after the first measured steps when running on a time budget
+    measure_at = 6
+    n_rows = ids_all.shape[0]
+    gen = torch.Generator().manual_seed(cfg.seed)
+    order = torch.randperm(n_rows, generator=gen)
+    pos = 0
+    losses: list[float] = []
+    step = 0
+    t_train = time.time()
+    deadline = t_train + 1.3 * cfg.minutes * 60 if not cfg.steps else float("inf")
+
+    def lr_at(s: int) -> float:
+        if s < cfg.warmup_steps:
+            return cfg.lr * (s + 1) / cfg.warmup_steps
+        frac = min(1.0, (s - cfg.warmup_steps) / max(1, total - cfg.warmup_steps))
+        return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * frac)))
+
+    columns = [TextColumn("[bold]pretrain-tiny"), BarColumn(), TextColumn("{task.completed}/{task.total} steps"),
+               TextColumn("loss {task.fields[loss]}"), TextColumn("{task.fields[tps]} tok/s"),
+               TimeElapsedColumn(), TimeRemainingColumn()]
+    with Progress(*columns, disable=not progress, transient=False) as bar:
+        task = bar.add_task("train", total=cfg.steps or None, loss="-", tps="-")
+        while step < total and time.time() < deadline:
+            if pos + cfg.batch_size > n_rows:
+                order = torch.randperm(n_rows, generator=gen)
+                pos = 0
+            idx = order[pos: pos + cfg.batch_size]
+            pos += cfg.batch_size
+            for g in opt.param_groups:
+                g["lr"] = lr_at(step)
+            loss, _, _ = _weighted_loss(model, ids_all[idx], w_all[idx])
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            opt.step()
+            step += 1
+            losses.append(loss.item())
+            if step == measure_at and not cfg.steps:
+                per_step = (time.time() - t_train) / step
+                total = max(measure_at + 1, int(cfg.minutes * 60 / per_step))
+                bar.update(task, total=total)
+            elapsed = time.time() - t_train
+            tps = step * cfg.batch_size * cfg.seq_len / max(elapsed, 1e-9)
+            recent = sum(losses[-20:]) / len(losses[-20:])
+            bar.update(task, completed=step, loss=f"{recent:.3f}", tps=f"{tps:,.0f}")
+            if progress and not bar.console.is_terminal and (step % 25 == 0 or step == 1):
+                # Logged to a file: the live bar is not drawn, so print a line now and then.
+                bar.console.print(f"step {step}/{total if total < 10**9 else '?'} loss {recent:.3f} "
+                                  f"{tps:,.0f} tok/s {elapsed:.0f}s")
+
+    model.eval()
+    with torch.no_grad():
+        vids, vw = torch.tensor(val.ids), torch.tensor(val.weights)
+        num = den = 0.0
+        for i in range(0, vids.shape[0], cfg.batch_size):
+            _, nll, w = _weighted_loss(model, vids[i: i + cfg.batch_size], vw[i: i + cfg.batch_size])
+            mask = (w == 1.0).float()  # completion tokens only: what the model must produce
+            num += (nll * mask).sum().item()
+            den += mask.sum().item()
+    val_loss = num / max(den, 1.0)
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    model.generation_config = GenerationConfig(bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+                                               pad_token_id=tok.pad_token_id, do_sample=False)
+    model.save_pretrained(out, safe_serialization=True)
+    tok.save_pretrained(out)
+    info = {
+        "seed": cfg.seed,
+        "renderer": getattr(renderer, "name", type(renderer).__name__),
+        "corpus_examples": len(train_ex),
+        "corpus_tokens": n_tokens,
+        "packed_rows": n_rows,
+        "steps": step,
+        "tokens_seen": step * cfg.batch_size * cfg.seq_len,
+        "final_train_loss": round(sum(losses[-20:]) / max(1, len(losses[-20:])), 4),
+        "val_completion_loss": round(val_loss, 4),
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "train_seconds": round(time.time() - t_train, 1),
+        "corpus_seconds": round(t_corpus, 1),
+        "config": {k: v for k, v in asdict(cfg).items()},
+    }
+    info["config"]["steps"] = step  # pass this back (with the same seed) to reproduce the run
+    (out / "pretrain_info.json").write_text(json.dumps(info, indent=2) + "\n")
+    return info

@@ -1,0 +1,167 @@
+"""The tiny-model pipeline: program generator, corpus in the task formats, tokenizer, training, the asset."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from populora.pretrain.commands import ASSET_DIR
+from populora.pretrain.corpus import build_corpus
+from populora.pretrain.programs import compile_program, run, sample_code_f, sample_program, sample_triplet
+from populora.pretrain.tasks_render import TasksRenderer
+from populora.sandbox import Sandbox
+from populora.tasks import Answer, Problem, Proposal, get
+
+MINI = dict(hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=2, intermediate_size=64, vocab_size=600,
+            n_examples=150, tokenizer_examples=150, val_examples=10, seq_len=512, batch_size=2, steps=3,
+            warmup_steps=2)
+
+
+@pytest.fixture(scope="module")
+def sandbox():
+    with Sandbox(workers=1) as sb:
+        yield sb
+
+
+def test_programs_are_deterministic_for_a_seed_and_their_outputs_reproduce():
+    a = [sample_triplet(random.Random(7)) for _ in range(3)]
+    b = [sample_triplet(random.Random(7)) for _ in range(3)]
+    assert a == b
+    rng = random.Random(11)
+    triplets = [sample_triplet(rng) for _ in range(50)]
+    assert len({t.program for t in triplets}) > 40  # varied, not one template
+    for t in triplets:
+        assert run(compile_program(t.program), t.input) == t.output
+    # Shapes vary: loops, comprehensions, conditionals all appear in a modest sample.
+    text = "\n".join(sample_program(rng).code for _ in range(200))
+    for needle in ("for ", "while ", "if ", " for ", "{", "[", "def g("):
+        assert needle in text
+
+
+def test_corpus_is_deterministic_for_a_seed():
+    r = TasksRenderer()
+    assert build_corpus(3, 40, r) == build_corpus(3, 40, r)
+    assert build_corpus(3, 40, r) != build_corpus(4, 40, r)
+    kinds = {e.kind for e in build_corpus(3, 200, r)}
+    assert {"student:code_i", "student:code_o", "student:code_f", "teacher:code_i", "teacher:code_o",
+            "teacher:code_f"} <= kinds
+
+
+def test_corpus_completions_parse_with_the_task_parsers():
+    for e in build_corpus(5, 120, TasksRenderer()):
+        if e.kind == "program":
+            continue
+        role, name = e.kind.split(":")
+        task = get(name)
+        parsed = task.parse_answer(e.completion) if role == "student" else task.parse_proposal(e.completion)
+        assert isinstance(parsed, Answer if role == "student" else Proposal), (e.kind, parsed, e.completion)
+
+
+def test_rendered_examples_validate_and_score_in_the_real_sandbox(sandbox):
+    """A perfect teacher's proposal validates to the same outputs; a perfect student's answer scores True."""
+    r = TasksRenderer()
+    rng = random.Random(2)
+    for name in ("code_i", "code_o"):
+        task = get(name)
+        trs = [sample_triplet(rng) for _ in range(6)]
+        props = [task.parse_proposal(r.teacher_io(name, trs[:2], t)[1]) for t in trs]
+        problems = task.validate(props, sandbox)
+        assert [p.outputs for p in problems] == [(t.output,) for t in trs], problems
+        for t in trs:
+            prompt, answer = r.student_io(name, t)
+            assert task.score(r.problem_io(name, t), [task.parse_answer(answer)], sandbox) == [True]
+    task = get("code_f")
+    prog, pairs = sample_code_f(rng)
+    prop = task.parse_proposal(r.teacher_f(prog.code, pairs, prog.message)[1], program=prog.code)
+    (problem,) = task.validate([prop], sandbox)
+    assert isinstance(problem, Problem), problem
+    assert list(problem.outputs) == [o for _, o in pairs]
+    _, answer = r.student_f(prog.code, pairs, prog.message)
+    assert task.score(problem, [task.parse_answer(answer)], sandbox) == [True]
+
+
+def _save_with_qwen2_config(tok, folder: Path) -> None:
+    from transformers import Qwen2Config
+
+    tok.save_pretrained(folder)
+    Qwen2Config(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                num_attention_heads=2, num_key_value_heads=2).save_pretrained(folder)
+
+
+def test_tokenizer_round_trips_and_autotokenizer_ids_equal_the_raw_ids(tmp_path):
+    from tokenizers import Tokenizer
+    from transformers import AutoTokenizer
+
+    from populora.pretrain.tokenizer import train_tokenizer
+
+    corpus = build_corpus(1, 150, TasksRenderer())
+    tok = train_tokenizer((e.prompt + e.completion for e in corpus), vocab_size=600)
+    _save_with_qwen2_config(tok, tmp_path)
+    auto = AutoTokenizer.from_pretrained(tmp_path)
+    raw = Tokenizer.from_file(str(tmp_path / "tokenizer.json"))
+    assert auto.padding_side == "left"
+    assert auto.eos_token == "<|endoftext|>" and auto.pad_token == "<|pad|>"
+    held_out = [e.prompt + e.completion for e in build_corpus(99, 30, TasksRenderer())]
+    held_out += ["x = 12345 + 6789\n", "  ünïcödé 'strings'\n\n\t", "def f(s):\n    return s[::-1]"]
+    for text in held_out:
+        ids = auto(text, add_special_tokens=False)["input_ids"]
+        assert ids == raw.encode(text).ids
+        assert auto.decode(ids) == text
+    # Qwen's regex splits numbers into single digits.
+    assert [auto.decode([i]) for i in auto("12345", add_special_tokens=False)["input_ids"]] == list("12345")
+
+
+def test_pretrain_tiny_run_writes_a_loadable_and_reproducible_model_folder(tmp_path):
+    import torch
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from populora.pretrain.train import PretrainConfig, pretrain
+
+    info = pretrain(PretrainConfig(seed=1, **MINI), tmp_path / "a", progress=False)
+    pretrain(PretrainConfig(seed=1, **MINI), tmp_path / "b", progress=False)
+    assert info["steps"] == 3 and info["corpus_examples"] == 150
+    assert json.loads((tmp_path / "a" / "pretrain_info.json").read_text())["seed"] == 1
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "a")
+    tok = AutoTokenizer.from_pretrained(tmp_path / "a")
+    assert model.config.model_type == "qwen2" and model.config.tie_word_embeddings
+    ids = tok("def f(x):", return_tensors="pt")["input_ids"]
+    assert model(input_ids=ids).logits.shape == (1, ids.shape[1], model.config.vocab_size)
+    a, b = load_file(tmp_path / "a" / "model.safetensors"), load_file(tmp_path / "b" / "model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_pretrain_tiny_cli_rejects_bad_arguments():
+    from typer.testing import CliRunner
+
+    from populora.cli import app
+
+    res = CliRunner().invoke(app, ["pretrain-tiny", "--steps", "0"])
+    assert res.exit_code == 2 and "--steps" in res.output
+
+
+def test_committed_asset_loads_fits_and_greedy_generates_for_a_compact_prompt():
+    import torch
+    from tokenizers import Tokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    files = {p.name for p in ASSET_DIR.iterdir()}
+    assert {"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
+            "model.safetensors"} <= files
+    assert sum(p.stat().st_size for p in ASSET_DIR.iterdir()) <= 25 * 2**20
+    torch.set_num_threads(1)
+    model = AutoModelForCausalLM.from_pretrained(ASSET_DIR).eval()
+    tok = AutoTokenizer.from_pretrained(ASSET_DIR)
+    task = get("code_o")
+    prompt = task.student_prompt(Problem(task="code_o", program="def f(x):\n    return x + 1", inputs=("3",),
+                                         outputs=("4",)), template="compact")
+    ids = tok(prompt, return_tensors="pt", add_special_tokens=False)
+    assert ids["input_ids"][0].tolist() == Tokenizer.from_file(str(ASSET_DIR / "tokenizer.json")).encode(prompt).ids
+    with torch.no_grad():
+        out = model.generate(**ids, max_new_tokens=16, do_sample=False, pad_token_id=tok.pad_token_id)
+    text = tok.decode(out[0, ids["input_ids"].shape[1]:], skip_special_tokens=True)
+    assert text.strip()  # the trained asset answers in a fenced block; the bench measures how well
+    assert text.lstrip().startswith("```")
