@@ -6,12 +6,11 @@ rates oscillate (code_o fast, code_i/code_f slowly), teachers' programs grow in 
 growing, TrueSkill ratings (the real `trueskill` package, banded win/draw/loss) spread out, and every
 `evolve_every` steps the weakest member per role is replaced by a child that dips and recovers. In single
 mode the agent's solve rate climbs to a plateau, its programs shrink to `return number * 3`, and entropy
-collapses. Programs are real Python text; their features are measured, not invented.
+collapses. Programs are real Python text; their features are measured by `populora.tasks.features`.
 """
 
 from __future__ import annotations
 
-import ast
 import math
 from pathlib import Path
 from typing import Any
@@ -30,40 +29,13 @@ PHASES = ("matchmaking", "teacher", "validate", "student", "score", "update", "e
 
 
 def program_features(source: str) -> dict[str, int] | None:
-    """The four features of a program: the tasks package's definition when installed, else a local copy.
+    """The program's structural features (`populora.tasks.features`), or None when it does not parse."""
+    from populora.tasks.features import program_features as _pf
 
-    The local copy follows reference/operators.md §7 (AST depth without context/operator nodes, radon
-    total cyclomatic complexity, radon SLOC, distinct bound names).
-    """
     try:
-        from populora.tasks.features import program_features as _pf
-    except ImportError:
-        return _local_features(source)
-    return _pf(source)
-
-
-def _local_features(source: str) -> dict[str, int] | None:
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
+        return _pf(source)
+    except ValueError:
         return None
-    from radon.raw import analyze
-    from radon.visitors import ComplexityVisitor
-
-    skip = (ast.expr_context, ast.boolop, ast.operator, ast.unaryop, ast.cmpop)
-    depth, stack = 0, [(tree, 0)]
-    while stack:
-        node, d = stack.pop()
-        depth = max(depth, d)
-        stack.extend((c, d + 1) for c in ast.iter_child_nodes(node) if not isinstance(c, skip))
-    names: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store | ast.Del):
-            names.add(node.id)
-        elif isinstance(node, ast.arg):
-            names.add(node.arg)
-    return {"ast_depth": depth, "cyclomatic": int(ComplexityVisitor.from_code(source).total_complexity),
-            "loc": int(analyze(source).sloc), "n_vars": len(names)}
 
 
 # --------------------------------------------------------------------------------------------------

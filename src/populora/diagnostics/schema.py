@@ -1,0 +1,125 @@
+"""The run-folder record schema of docs/run-folder.md as code, and a checker for it.
+
+`check_run(run_dir)` returns a list of human-readable violations (empty when the folder follows the
+contract); the trainer's tests and the synthetic writer's tests use it so both sides keep to one schema.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from populora.diagnostics.sinks import read_jsonl
+
+__all__ = ["METRICS_KEYS", "MEMBER_KEYS", "PROBLEM_KEYS", "EVENT_KEYS", "PHASES", "TASK_KEYS", "ROLES",
+           "check_metrics_record", "check_problem_record", "check_event_record", "check_run"]
+
+METRICS_KEYS = ("step", "time", "mode", "phase_s", "tokens_per_s", "tokens", "coverage", "coverage_cells",
+                "members", "matchups")
+PHASES = ("matchmaking", "teacher", "validate", "student", "score", "update", "evolution", "checkpoint")
+MEMBER_KEYS = ("role", "reward", "valid_rate", "solve_rate", "response_len", "entropy", "mu", "sigma", "loss",
+               "grad_norm", "complexity", "n_valid", "n_proposed")
+TASK_KEYS = ("code_i", "code_o", "code_f", "all")
+ROLES = ("teacher", "student", "single")
+COMPLEXITY_KEYS = ("ast_depth", "cyclomatic", "loc", "n_vars")
+MATCHUP_KEYS = ("teacher", "student", "solve_rate", "n_problems")
+PROBLEM_KEYS = ("step", "proposer", "solver", "task", "valid", "reason", "id", "program", "inputs", "outputs",
+                "message", "solve_rate", "features")
+EVENT_KEYS = {
+    "matchup": ("step", "type", "teacher", "student", "solve_rate", "n_problems"),
+    "evolution": ("step", "type", "role", "operator", "parents", "child", "replaced", "child_mu", "child_sigma",
+                  "seconds"),
+    "checkpoint": ("step", "type", "path"),
+    "resume": ("step", "type", "from"),
+}
+
+
+def _missing(rec: Mapping[str, Any], keys: tuple[str, ...], where: str) -> list[str]:
+    return [f"{where}: missing key {k!r}" for k in keys if k not in rec]
+
+
+def _is_num(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def check_metrics_record(rec: Mapping[str, Any]) -> list[str]:
+    """Violations of the metrics.jsonl schema in one record."""
+    where = f"metrics step {rec.get('step', '?')}"
+    errs = _missing(rec, METRICS_KEYS, where)
+    if not isinstance(rec.get("step"), int):
+        errs.append(f"{where}: 'step' must be an integer")
+    if rec.get("mode") not in ("population", "single"):
+        errs.append(f"{where}: 'mode' must be 'population' or 'single', not {rec.get('mode')!r}")
+    cov = rec.get("coverage")
+    if cov is not None and not (_is_num(cov) and 0 <= cov <= 1):
+        errs.append(f"{where}: 'coverage' must be in [0, 1] or null")
+    if isinstance(rec.get("phase_s"), Mapping):
+        errs += [f"{where}: phase_s missing {p!r}" for p in PHASES if p not in rec["phase_s"]]
+    members = rec.get("members")
+    if not isinstance(members, Mapping) or not members:
+        errs.append(f"{where}: 'members' must be a non-empty object")
+        members = {}
+    for mid, m in members.items():
+        mw = f"{where} member {mid}"
+        if not isinstance(m, Mapping):
+            errs.append(f"{mw}: not an object")
+            continue
+        errs += _missing(m, MEMBER_KEYS, mw)
+        if m.get("role") not in ROLES:
+            errs.append(f"{mw}: role must be one of {ROLES}, not {m.get('role')!r}")
+        sr = m.get("solve_rate")
+        if not isinstance(sr, Mapping):
+            errs.append(f"{mw}: 'solve_rate' must be an object with keys {TASK_KEYS}")
+        else:
+            errs += [f"{mw}: solve_rate missing {t!r}" for t in TASK_KEYS if t not in sr]
+        cx = m.get("complexity")
+        if cx is not None:
+            if not isinstance(cx, Mapping):
+                errs.append(f"{mw}: 'complexity' must be an object or null")
+            else:
+                for k in COMPLEXITY_KEYS:
+                    if not (isinstance(cx.get(k), Mapping) and "mean" in cx[k] and "std" in cx[k]):
+                        errs.append(f"{mw}: complexity[{k!r}] must be {{'mean', 'std'}}")
+        if rec.get("mode") == "single" and (m.get("mu") is not None or m.get("sigma") is not None):
+            errs.append(f"{mw}: single mode has null mu/sigma")
+    for mu in rec.get("matchups") or []:
+        errs += _missing(mu, MATCHUP_KEYS, f"{where} matchup")
+    return errs
+
+
+def check_problem_record(rec: Mapping[str, Any]) -> list[str]:
+    where = f"problem {rec.get('id', '?')} (step {rec.get('step', '?')})"
+    errs = _missing(rec, PROBLEM_KEYS, where)
+    if rec.get("task") not in ("code_i", "code_o", "code_f"):
+        errs.append(f"{where}: unknown task {rec.get('task')!r}")
+    if rec.get("valid") is False and not rec.get("reason"):
+        errs.append(f"{where}: an invalid proposal needs a 'reason'")
+    feats = rec.get("features")
+    if feats is not None and not all(k in feats for k in COMPLEXITY_KEYS):
+        errs.append(f"{where}: 'features' needs {COMPLEXITY_KEYS}")
+    return errs
+
+
+def check_event_record(rec: Mapping[str, Any]) -> list[str]:
+    kind = rec.get("type")
+    if kind not in EVENT_KEYS:
+        return [f"event at step {rec.get('step', '?')}: unknown type {kind!r}"]
+    return _missing(rec, EVENT_KEYS[kind], f"{kind} event at step {rec.get('step', '?')}")
+
+
+def check_run(run_dir: str | Path) -> list[str]:
+    """All schema violations in a run folder's config.yaml and three JSONL files (empty list: conforming)."""
+    run_dir = Path(run_dir)
+    errs = [] if (run_dir / "config.yaml").exists() else ["config.yaml is missing"]
+    steps = []
+    for rec in read_jsonl(run_dir / "metrics.jsonl", missing_ok=True):
+        errs += check_metrics_record(rec)
+        steps.append(rec.get("step"))
+    if steps != sorted(steps) or len(set(steps)) != len(steps):
+        errs.append("metrics.jsonl: steps must be strictly increasing (repair the file on resume)")
+    for rec in read_jsonl(run_dir / "problems.jsonl", missing_ok=True):
+        errs += check_problem_record(rec)
+    for rec in read_jsonl(run_dir / "events.jsonl", missing_ok=True):
+        errs += check_event_record(rec)
+    return errs

@@ -1,0 +1,119 @@
+"""The HTML report and comparison page on synthetic runs, including partial and broken run folders."""
+
+import base64
+import io
+import re
+import shutil
+
+import pytest
+from PIL import Image
+from typer.testing import CliRunner
+
+from populora.cli import app
+from populora.diagnostics.run import NotARunError, load_run
+from populora.diagnostics.schema import check_run
+from populora.report import render_report, write_compare, write_report
+from populora.report.synthetic import write_synthetic_run
+
+IMG = re.compile(r'<img alt="([^"]*)" src="data:image/png;base64,([A-Za-z0-9+/=]+)">')
+
+
+def images(html):
+    out = []
+    for alt, b64 in IMG.findall(html):
+        im = Image.open(io.BytesIO(base64.b64decode(b64)))
+        out.append((alt, im.size))
+    return out
+
+
+def test_synthetic_runs_follow_the_contract(pop_run, single_run):
+    assert check_run(pop_run) == []
+    assert check_run(single_run) == []
+    run = load_run(single_run)
+    assert run.members == ["A0"] and run.mode == "single"
+    assert not run.events_of("evolution")
+
+
+def test_population_report(pop_report):
+    html = pop_report.read_text()
+    assert pop_report.name == "report.html"
+    imgs = images(html)
+    alts = [a for a, _ in imgs]
+    assert alts == ["Rewards and valid proposals", "Solve rate per task type", "Policy entropy and response length",
+                    "TrueSkill ratings", "Student × teacher solve rates",
+                    "Evolution: operator usage and child recovery", "Problem complexity",
+                    "Problem-space coverage", "Time per step by phase"]
+    assert all(w >= 300 and h >= 150 for _, (w, h) in imgs)
+    # one explanatory sentence per plot, plus the run's own numbers in them
+    assert html.count('<p class="cap">') == len(imgs) + 1  # +1: the example problems' caption
+    assert "direction changes" in html and "children recovered" in html and "cells)" in html
+    # header: config summary; notes about the cut line; examples early and late with their metrics
+    assert "3T+3S" in html and "evolution every" in html
+    assert "ends with a cut line" in html
+    assert "Early: step 1" in html and "Late: step 24" in html
+    assert re.search(r"AST depth \d+, cyclomatic \d+, \d+ LOC", html)
+    text = IMG.sub("", html).lower().replace("nats/token", "")
+    assert not re.search(r"\bnan\b|\binf\b", text)
+    # self-contained: no external resources, no scripts
+    assert not re.search(r'(src|href)="(https?:|//)', html) and "<script" not in html
+
+
+def test_single_mode_report(single_report):
+    html = single_report.read_text()
+    alts = [a for a, _ in images(html)]
+    assert "TrueSkill ratings" not in alts and "Student × teacher solve rates" not in alts
+    assert "A single-agent run has no ratings." in html and "A single-agent run does not evolve." in html
+    assert {"Solve rate per task type", "Problem complexity", "Problem-space coverage"} <= set(alts)
+    assert "the single agent" in html and "ends with a cut line" not in html
+
+
+def test_one_step_run_and_missing_files(tmp_path, pop_run):
+    one = write_synthetic_run(tmp_path / "one", steps=1, evolve_every=0, teachers=2, students=2)
+    html = render_report(load_run(one))
+    assert "Only one step is logged" in html and "No evolution event yet." in html
+    assert len(images(html)) >= 6
+    # metrics only (no config, problems or events)
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    shutil.copy(pop_run / "metrics.jsonl", bare / "metrics.jsonl")
+    html = render_report(load_run(bare))
+    assert "config.yaml is missing" in html and "No valid problem with program text" in html
+    assert "Problem complexity" in [a for a, _ in images(html)]  # from the metrics' complexity summaries
+    # config only: a run that has not finished its first step
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    shutil.copy(pop_run / "config.yaml", fresh / "config.yaml")
+    out = write_report(fresh)
+    html = out.read_text()
+    assert "No training step has been logged yet." in html and images(html) == []
+
+
+def test_not_a_run_folder(tmp_path):
+    with pytest.raises(NotARunError):
+        write_report(tmp_path)
+    res = CliRunner().invoke(app, ["report", str(tmp_path)])
+    assert res.exit_code == 2 and "is not a run folder" in res.output and "Traceback" not in res.output
+
+
+def test_cli_report_and_compare(tmp_path, pop_run, single_run):
+    runner = CliRunner()
+    res = runner.invoke(app, ["report", str(single_run), "--out", str(tmp_path / "r.html")])
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "r.html").exists()
+    res = runner.invoke(app, ["compare", str(pop_run), "--out", str(tmp_path / "c.html")])
+    assert res.exit_code == 2 and "at least two" in res.output
+    res = runner.invoke(app, ["compare", str(pop_run), str(tmp_path / "missing"), "--out", str(tmp_path / "c.html")])
+    assert res.exit_code == 2 and "does not exist" in res.output
+
+
+def test_compare_overlays_runs(tmp_path, pop_run, single_run):
+    # two runs with the same folder name still get distinct legend labels
+    twin = tmp_path / "other" / "pop"
+    shutil.copytree(pop_run, twin)
+    out = write_compare([pop_run, single_run, twin], tmp_path / "sub" / "cmp.html")
+    html = out.read_text()
+    alts = [a for a, _ in images(html)]
+    assert alts == ["Solve rate", "Problem complexity", "Problem-space coverage", "Policy entropy",
+                    "Response length", "Reward"]
+    assert "single (single agent)" in html and "pop (3T+3S) [other/pop]" in html
+    assert html.count("<tr>") == 4  # header + 3 runs
