@@ -205,45 +205,68 @@ class CodeTask:
         return self._validate(proposals, sandbox, exact_n=True)
 
     def _validate(self, proposals: Sequence[Proposal], sandbox: Sandbox, exact_n: bool) -> list[Problem | Invalid]:
+        # Two passes, both in fresh sandbox processes: pass 1 runs every input in its own job (the outputs);
+        # pass 2 re-runs all inputs of a proposal in one more job, as a tuple (the determinism check, AZR's
+        # "j=2 runs" but across processes). A program whose result depends on earlier calls (mutable default
+        # arguments, class-level caches) fails pass 2, which is what a stateless test subject needs.
         results: list[Problem | Invalid | None] = [None] * len(proposals)
-        jobs: list[tuple[str, str]] = []
-        spans: dict[int, tuple[int, int]] = {}
+        prepared: list[tuple[int, tuple[str, ...]]] = []
         for i, p in enumerate(proposals):
             if not isinstance(p, Proposal):
                 results[i] = Invalid(getattr(p, "reason", "not a proposal"), None)
                 continue
-            inputs = tuple(s.strip() for s in p.inputs)
+            inputs = tuple(s.strip() if isinstance(s, str) else s for s in p.inputs)
             why = self._prepare(p.program, inputs, p.message, exact_n)
             if why:
                 results[i] = Invalid(why, p)
-                continue
-            start = len(jobs)
-            for inp in inputs:  # determinism: two separate jobs (fresh processes) per input
-                jobs.append((p.program, f"f({inp}\n)"))
-                jobs.append((p.program, f"f({inp}\n)"))
-            spans[i] = (start, len(jobs))
-        outcomes = list(sandbox.run_many(jobs)) if jobs else []
-        for i, (a, b) in spans.items():
-            p = proposals[i]
-            outs: list[str] = []
-            why = None
-            for k, j in enumerate(range(a, b, 2)):
-                v1, r1 = _plain_value(outcomes[j], self.config.max_output_chars)
-                v2, r2 = _plain_value(outcomes[j + 1], self.config.max_output_chars)
-                if r1 or r2:
-                    why = f"input {k}: {r1 or r2}"
-                    break
-                if not strict_equal(v1, v2):
-                    why = f"input {k}: nondeterministic"
-                    break
-                outs.append(outcomes[j].value_repr)
-            if why:
-                results[i] = Invalid(why, p)
             else:
-                results[i] = Problem(task=self.name, program=p.program, inputs=tuple(s.strip() for s in p.inputs),
-                                     outputs=tuple(outs), message=p.message.strip(), proposer=p.proposer,
-                                     step=p.step)
+                prepared.append((i, inputs))
+        singles = [(proposals[i].program, f"f({inp}\n)") for i, inputs in prepared for inp in inputs]
+        first = list(sandbox.run_many(singles)) if singles else []
+        survivors: list[tuple[int, tuple[str, ...], list]] = []
+        pos = 0
+        for i, inputs in prepared:
+            outs = first[pos: pos + len(inputs)]
+            pos += len(inputs)
+            values = []
+            for k, o in enumerate(outs):
+                v, why = _plain_value(o, self.config.max_output_chars)
+                if why:
+                    results[i] = Invalid(f"input {k}: {why}", proposals[i])
+                    break
+                values.append(v)
+            else:
+                survivors.append((i, inputs, outs))
+        if survivors:
+            again = self._run_combined(sandbox, [(proposals[i].program, inputs) for i, inputs, _ in survivors])
+            for (i, inputs, outs), o in zip(survivors, again, strict=True):
+                p = proposals[i]
+                v, why = _plain_value(o, 10 ** 9)
+                if why or not isinstance(v, tuple) or len(v) != len(outs):
+                    results[i] = Invalid(f"nondeterministic ({why or 'different results when re-run'})", p)
+                    continue
+                bad = [k for k, (o1, v2) in enumerate(zip(outs, v, strict=True))
+                       if not strict_equal(parse_literal(o1.value_repr), v2)]
+                if bad:
+                    results[i] = Invalid(f"input {bad[0]}: nondeterministic", p)
+                    continue
+                results[i] = Problem(task=self.name, program=p.program, inputs=inputs,
+                                     outputs=tuple(o1.value_repr for o1 in outs), message=p.message.strip(),
+                                     proposer=p.proposer, step=p.step)
         return results  # type: ignore[return-value]
+
+    def _run_combined(self, sandbox: Sandbox, items: list[tuple[str, tuple[str, ...]]]) -> list[Any]:
+        """One job per program evaluating `(f(i1), f(i2), ...)`, with limits scaled to the number of calls."""
+        jobs = [(prog, "(" + "".join(f"f({inp}\n), " for inp in inputs) + ")") for prog, inputs in items]
+        n = max(len(inputs) for _, inputs in items)
+        lim = getattr(sandbox, "limits", None)
+        if lim is None or n == 1:
+            return list(sandbox.run_many(jobs))
+        from dataclasses import replace
+        wider = replace(lim, timeout_s=lim.timeout_s * n,
+                        cpu_s=(lim.cpu_s * n if getattr(lim, "cpu_s", None) else None),
+                        max_output_chars=max(lim.max_output_chars, n * (self.config.max_output_chars + 2) + 2))
+        return list(sandbox.run_many(jobs, limits=wider))
 
     def problem_from(self, sandbox: Sandbox, program: str, inputs: Sequence[str], message: str = "",
                      proposer: str | None = None, step: int | None = None) -> Problem:

@@ -103,10 +103,11 @@ def program_features(source: str) -> dict[str, int]:
       For a program with one function `f` this equals radon's `cc_visit` complexity of `f`; radon's own
       `total_complexity` drops decisions inside nested functions and classes, so it is not used.
       Straight-line code scores 1.
-    - `loc`: logical lines of code, radon `analyze(source).lloc` (statements, a compound header counting as
-      one; comments, blank lines and docstrings excluded).
+    - `loc`: logical lines of code, radon `analyze(source).lloc`: one per statement (a compound statement's
+      header counts one, a docstring counts as its expression statement); comments and blank lines excluded.
     - `n_vars`: number of distinct bound identifiers (see `bound_names`).
-    - extras: `sloc` (radon source lines) and `control_depth` (block nesting).
+    - extras: `sloc` (radon source lines: non-blank, non-comment, non-docstring) and `control_depth` (block
+      nesting, see `control_depth`).
     """
     try:
         tree = ast.parse(source)
