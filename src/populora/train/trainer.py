@@ -132,6 +132,8 @@ class Trainer:
         """Start the sandbox (before torch: forking a torch process is slow), then the engine and buffers."""
         from populora.sandbox import Limits, Sandbox
 
+        if self.engine is None:
+            preflight(self.cfg)  # fail on a missing model or too many slots before starting anything
         sb = self.cfg.sandbox
         self.sandbox = Sandbox(workers=sb.workers, limits=Limits(timeout_s=sb.timeout_s, memory_mb=sb.memory_mb))
         import torch
@@ -535,9 +537,9 @@ class Trainer:
 
 
 # -------------------------------------------------------------------------------------------------- engine
-def build_engine(cfg: Config):
-    """The engine for a config, after checking that base + slots fit in memory (one clear line if not)."""
-    from populora.engine import EngineError, build, resolve_model
+def preflight(cfg: Config) -> str:
+    """Check the model exists and base + slots fit in memory (one clear line if not); return the device."""
+    from populora.engine import EngineError, resolve_model
 
     try:
         folder = resolve_model(cfg.model.name)
@@ -550,6 +552,14 @@ def build_engine(cfg: Config):
         device = "cuda" if torch.cuda.is_available() else "cpu"
     base_bytes, slot_bytes = estimate_memory(folder, cfg.lora.rank, cfg.lora.targets)
     check_memory(cfg, base_bytes, slot_bytes, available_bytes(device))
+    return device
+
+
+def build_engine(cfg: Config):
+    """The engine for a config (after `preflight`)."""
+    from populora.engine import EngineError, build
+
+    device = preflight(cfg)
     try:
         return build(model=cfg.model.name, n_slots=cfg.n_slots, rank=cfg.lora.rank, alpha=cfg.lora.alpha,
                      targets=cfg.lora.targets, backend=cfg.model.backend, device=device, lr=cfg.rl.lr,

@@ -1,0 +1,65 @@
+"""SIGKILL a training subprocess at a random moment after its first checkpoint, resume it, check the folder."""
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+
+from populora.diagnostics.sinks import read_jsonl
+from populora.train.checkpoint import list_checkpoints
+
+STEPS = 4
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "populora.cli", *args]
+
+
+def test_sigkill_then_resume_leaves_a_consistent_run(tmp_path, fast):
+    run = tmp_path / "run"
+    sets = [x for kv in [*fast, f"train.steps={STEPS}", "train.checkpoint_every=1", "evolution.every=2",
+                         "train.keep_checkpoints=2"] for x in ("--set", kv)]
+    env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE", "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(_cli("train", "--run-dir", str(run), "--quiet", *sets), env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.time() + 240
+    events = run / "events.jsonl"
+    while time.time() < deadline and proc.poll() is None:
+        if events.exists() and '"checkpoint"' in events.read_text():
+            break
+        time.sleep(0.2)
+    assert proc.poll() is None or proc.returncode == 0, proc.stderr.read().decode()[-2000:]
+    time.sleep(random.Random().uniform(0.0, 4.0))  # a random moment: mid-generation, mid-write or mid-save
+    killed = proc.poll() is None
+    if killed:
+        proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=60)
+    proc.stderr.close()
+
+    res = subprocess.run(_cli("train", "--resume", str(run), "--quiet"), env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+
+    # every line of every log is whole JSON, and each step appears exactly once
+    for name in ("metrics.jsonl", "problems.jsonl", "events.jsonl"):
+        text = (run / name).read_text()
+        assert text.endswith("\n")
+        for line in text.splitlines():
+            json.loads(line)
+    metrics = read_jsonl(run / "metrics.jsonl")
+    assert [m["step"] for m in metrics] == list(range(1, STEPS + 1))
+    assert Counter(p["step"] for p in read_jsonl(run / "problems.jsonl")) == {s: 6 for s in range(1, STEPS + 1)}
+    evs = read_jsonl(run / "events.jsonl")
+    assert Counter(e["step"] for e in evs if e["type"] == "matchup") == {s: 2 for s in range(1, STEPS + 1)}
+    assert Counter(e["step"] for e in evs if e["type"] == "evolution") == {2: 2, 4: 2}
+    if killed and any(e["type"] == "resume" for e in evs):
+        assert all(e["step"] < STEPS for e in evs if e["type"] == "resume")
+    # checkpoints: complete, newest is the last step, old ones pruned, no temp folders left
+    assert [s for s, _ in list_checkpoints(run)] == [STEPS - 1, STEPS]
+    assert not [p for p in (run / "checkpoints").iterdir() if p.name.startswith(".")]
+    last = metrics[-1]["members"]
+    assert sorted(p.name for p in (run / "checkpoints" / f"step_{STEPS:06d}" / "adapters").iterdir()) == sorted(last)
