@@ -53,6 +53,11 @@ class Rng:
         return torch.Generator().manual_seed(int.from_bytes(h, "little") & (2**63 - 1))
 
 
+def _all_finite(t: torch.Tensor) -> bool:
+    """True iff no NaN/Inf; one reduction (a NaN or Inf poisons the sum), exact check only if the sum overflows."""
+    return bool(torch.isfinite(t.sum())) or bool(torch.isfinite(t).all())
+
+
 def _check_parents(name: str, arity: int, parents: Sequence[LoRAAdapter]) -> list[LoRAAdapter]:
     if isinstance(parents, LoRAAdapter):
         parents = [parents]
@@ -64,7 +69,7 @@ def _check_parents(name: str, arity: int, parents: Sequence[LoRAAdapter]) -> lis
         if not isinstance(p, LoRAAdapter):
             raise OperatorError(f"operator {name}: parent {i} is a {type(p).__name__}, not a LoRAAdapter.")
         for mod, (a, b) in p.modules.items():
-            if not (torch.isfinite(a).all() and torch.isfinite(b).all()):
+            if not _all_finite(a) or not _all_finite(b):
                 raise AdapterError(f"operator {name}: parent {i} module {mod!r} contains NaN or Inf; "
                                    "refusing to breed from a broken adapter.")
     for p in parents[1:]:

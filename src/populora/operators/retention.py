@@ -57,6 +57,10 @@ def _svd(x: LoRAAdapter, name: str):
     return fsvd(b, a)
 
 
+def _mean(v: list[float]) -> float:
+    return sum(v) / len(v) if v else 0.0
+
+
 def _erank(s: torch.Tensor) -> float:
     tot = float(s.sum())
     if tot <= 0:
@@ -75,8 +79,7 @@ def spectrum_stats(x: LoRAAdapter) -> dict[str, float]:
         er.append(_erank(s))
         sr.append(float((s**2).sum() / s[0] ** 2))
         pr.append(float((s**2).sum() ** 2 / (s**4).sum()))
-    mean = (lambda v: sum(v) / len(v) if v else 0.0)
-    return {"erank": mean(er), "stable_rank": mean(sr), "participation_ratio": mean(pr)}
+    return {"erank": _mean(er), "stable_rank": _mean(sr), "participation_ratio": _mean(pr)}
 
 
 def effective_rank(x: LoRAAdapter) -> float:
@@ -95,8 +98,7 @@ def subspace_overlap(child: LoRAAdapter, parent: LoRAAdapter, k: int | None = No
             continue
         left.append(float((uc[:, :kk].T @ up[:, :kk]).pow(2).sum()) / kk)
         right.append(float((vc[:, :kk].T @ vp[:, :kk]).pow(2).sum()) / kk)
-    mean = (lambda v: sum(v) / len(v) if v else 0.0)
-    return {"overlap_left": mean(left), "overlap_right": mean(right)}
+    return {"overlap_left": _mean(left), "overlap_right": _mean(right)}
 
 
 def midpoint(p1: LoRAAdapter, p2: LoRAAdapter) -> LoRAAdapter:

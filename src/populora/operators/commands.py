@@ -1,0 +1,131 @@
+"""CLI: `populora evolve OP --parent DIR [--parent DIR] --out DIR`, `populora evolve --list`, `populora bench operators`.
+
+Works on PEFT LoRA folders of any model. Heavy imports (torch, peft) happen inside the commands; user errors
+(unknown operator, bad --set, missing or incompatible adapters) print one line and exit with code 2.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+
+def _fail(msg: str) -> None:
+    typer.echo(f"error: {msg}", err=True)
+    raise typer.Exit(2)
+
+
+def parse_set(items: list[str]) -> dict:
+    """`k=v` strings -> params; values parsed as JSON (numbers, true/false, null), else kept as strings."""
+    params = {}
+    for item in items:
+        if "=" not in item:
+            raise ValueError(f"--set {item!r} is not key=value (e.g. --set sigma=0.2).")
+        key, raw = item.split("=", 1)
+        key, raw = key.strip(), raw.strip()
+        if raw.lower() in ("none", "null"):
+            params[key] = None
+            continue
+        try:
+            params[key] = json.loads(raw.lower() if raw.lower() in ("true", "false") else raw)
+        except json.JSONDecodeError:
+            params[key] = raw
+    return params
+
+
+def _list_table():
+    from rich.table import Table
+
+    from populora.operators import LIVE_OPERATORS, REGISTRY
+
+    table = Table(title="PopuLoRA operators (live set: " + ", ".join(LIVE_OPERATORS) + ")")
+    for col in ("op", "kind", "parents", "defaults", "maths"):
+        table.add_column(col, overflow="fold")
+    for name, op in REGISTRY.items():
+        defaults = ", ".join(f"{k}={v}" for k, v in op.defaults.items()) or "—"
+        live = " *" if name in LIVE_OPERATORS else ""
+        table.add_row(name + live, op.kind + (" (dense ΔW)" if op.dense else ""), str(op.arity), defaults, op.summary)
+    return table
+
+
+def _retention_table(child, parents, seconds: float):
+    from rich.table import Table
+
+    from populora.operators import retention
+
+    rep = retention.retention(child, parents)
+    tau = rep.pop("truncation_loss", {}).get("tau")
+    title = f"child vs parents ({seconds:.2f} s" + (f", truncation loss τ = {tau:.3f}" if tau is not None else "") + ")"
+    table = Table(title=title)
+    for col in ("vs", "rel.Fro", "cos", "norm ratio", "erank c/p", "overlap L/R"):
+        table.add_column(col, justify="right" if col != "vs" else "left")
+    for who, m in rep.items():
+        erank = f"{m['erank_child']:.1f}/{m['erank_parent']:.1f}" if "erank_child" in m else "—"
+        overlap = f"{m['overlap_left']:.2f}/{m['overlap_right']:.2f}" if "overlap_left" in m else "—"
+        table.add_row(who, f"{m['rel_fro']:.3f}", f"{m['cos']:.3f}", f"{m['norm_ratio']:.3f}", erank, overlap)
+    return table
+
+
+def register(app: typer.Typer, bench: typer.Typer) -> None:
+    @app.command("evolve")
+    def evolve(
+        op: str = typer.Argument(None, help="Operator: M1-M6 (one parent), X1-X9 (two), I1, I2. See --list."),
+        parent: list[Path] = typer.Option(None, "--parent", "-p", help="PEFT LoRA folder (repeat for crossovers; "
+                                          "for X4 and I2 the first is the better parent)."),
+        out: Path = typer.Option(None, "--out", "-o", help="Folder for the child (PEFT format)."),
+        seed: int = typer.Option(0, "--seed", help="Random seed: the same seed gives the same child."),
+        sets: list[str] = typer.Option(None, "--set", help="Operator parameter key=value (repeatable), "
+                                       "e.g. --set sigma=0.2."),
+        list_ops: bool = typer.Option(False, "--list", help="List operators, parents, defaults and maths."),
+    ) -> None:
+        """Breed a child LoRA adapter from PEFT folders with one of the 17 weight-space operators."""
+        from rich.console import Console
+
+        console = Console()
+        if list_ops:
+            console.print(_list_table())
+            return
+        if not op:
+            _fail("give an operator (e.g. `populora evolve M1 --parent DIR --out DIR`) or --list.")
+        if not parent:
+            _fail("give the parent adapter folder(s) with --parent DIR.")
+        if out is None:
+            _fail("give the child's folder with --out DIR.")
+        import time
+
+        from populora.lora.adapter import AdapterError
+        from populora.lora.peft_io import load_peft, save_peft
+        from populora.operators import OperatorError, apply, get
+
+        try:
+            operator = get(op)
+            params = parse_set(sets or [])
+            if len(parent) != operator.arity:
+                _fail(f"{operator.name} takes {operator.arity} parent(s) (--parent DIR), got {len(parent)}.")
+            parents = [load_peft(p) for p in parent]
+            t0 = time.perf_counter()
+            child = apply(operator.name, parents, seed=seed, **params)
+            secs = time.perf_counter() - t0
+            save_peft(child, out)
+        except (AdapterError, OperatorError, ValueError) as e:
+            _fail(str(e))
+            return
+        console.print(f"[bold]{operator.name}[/] ({operator.summary})")
+        console.print(f"wrote {out}: {len(child.modules)} modules, rank {child.rank}, alpha {child.alpha:g}, seed {seed}")
+        console.print(_retention_table(child, parents, secs))
+
+    @bench.command("operators")
+    def bench_operators(
+        shape: str = typer.Option("qwen2.5-coder-7b", "--shape", help="qwen2.5-coder-7b or tiny."),
+        quick: bool = typer.Option(False, "--quick", help="Time 4 layers and extrapolate to the full depth."),
+        out: Path = typer.Option(None, "--out", help="JSON path (default bench/results/operators.json)."),
+        threads: int = typer.Option(2, "--threads", help="torch threads."),
+    ) -> None:
+        """Time per child of every operator at a 7B adapter shape, vs PEFT's svd merge; retention table."""
+        from populora.operators.bench import DEFAULT_OUT, SHAPES, run
+
+        if shape not in SHAPES:
+            _fail(f"unknown shape {shape!r}; choose one of {', '.join(SHAPES)}.")
+        run(quick=quick, out=out or DEFAULT_OUT, shape_name=shape, threads=threads)
