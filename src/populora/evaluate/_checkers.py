@@ -232,9 +232,10 @@ def _check_phase(P, inputs, expected, times):
         left = budget - (_time.perf_counter() - start)
         if left <= 0:
             return "timeout", i, "phase budget exceeded"
+        lim = min(limits[i], left)
         try:
             with _quiet():
-                with _limit(min(limits[i], left)):
+                with _limit(lim):
                     out = fn(*inp)
             exp = expected[i]
             exact = out == exp
@@ -266,7 +267,8 @@ def _check_phase(P, inputs, expected, times):
             else:
                 ok = bool(exact)
         except _PopuloraTimeout:
-            return "timeout", i, "input %d: time limit %.3fs" % (i, limits[i])
+            why = "time limit %.3fs" % limits[i] if lim == limits[i] else "phase budget %.1fs" % budget
+            return "timeout", i, "input %d: %s" % (i, why)
         except BaseException as e:
             return "fail", i, "input %d: %s: %s" % (i, type(e).__name__, str(e)[:200])
         if not ok:
