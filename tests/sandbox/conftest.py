@@ -13,24 +13,8 @@ from populora.sandbox import DEFAULT_PRELOAD, Limits, Sandbox
 ATTACK_PRELOAD = DEFAULT_PRELOAD + (
     "os", "sys", "socket", "subprocess", "multiprocessing", "threading", "ctypes", "shutil", "signal",
     "tempfile", "pathlib", "gc", "builtins", "resource", "urllib.request", "http.client",
+    "multiprocessing.popen_fork", "encodings.idna",
 )
-
-
-def worker_children(pid: int) -> list[int]:
-    """Direct children of a worker (its running job, if any), from /proc."""
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children") as fh:
-            return [int(x) for x in fh.read().split()]
-    except OSError:
-        return []
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 @pytest.fixture(scope="session")

@@ -34,6 +34,11 @@ import types
 
 _repr = builtins.repr  # captured before any job can monkeypatch builtins (each job is a fork anyway)
 _len = builtins.len
+# After the job, the child restores builtins from this snapshot before it builds and sends the result, so a job
+# that patched builtins (isinstance, str, ...) cannot break the reporting. (A job that digs into this module's
+# internals can at worst spoil its own outcome: it could return any value it likes anyway.)
+_BUILTINS = dict(builtins.__dict__)
+_dumps = json.dumps
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWNET = 0x40000000
@@ -97,8 +102,9 @@ def _mountpoints() -> list:
 
 def setup_isolation(cfg: dict) -> tuple:
     """Apply the once-per-worker layers; return (isolation dict, warnings)."""
-    iso = {"netns": False, "mountns_readonly_root": False, "private_tmp": False, "uid_drop": False,
-           "rlimits": True, "no_new_processes": False, "no_new_privs": False, "clean_env": True}
+    iso = {"netns": False, "mountns_readonly_root": False, "private_tmp": False, "pidns": False,
+           "private_proc": False, "uid_drop": False, "rlimits": True, "no_new_processes": False,
+           "no_new_privs": False, "clean_env": True}
     warns = []
     root = os.geteuid() == 0
     if cfg.get("isolate", True):
@@ -119,6 +125,10 @@ def setup_isolation(cfg: dict) -> tuple:
             if failed:
                 warns.append("could not remount read-only: " + ", ".join(failed))
             iso["mountns_readonly_root"] = "/" not in failed
+        except OSError as e:
+            warns.append(f"no mount namespace ({e.strerror})")
+        _enter_pid_namespace(cfg, iso, warns)
+        if iso["mountns_readonly_root"]:
             # Probe the per-job private /tmp once here, in a throwaway child, so a failure is reported now.
             pid = os.fork()
             if pid == 0:
@@ -131,14 +141,47 @@ def setup_isolation(cfg: dict) -> tuple:
             iso["private_tmp"] = os.waitpid(pid, 0)[1] == 0
             if not iso["private_tmp"]:
                 warns.append("no private tmpfs per job")
-        except OSError as e:
-            warns.append(f"no mount namespace ({e.strerror})")
     if root and cfg.get("isolate", True):
         iso["uid_drop"] = True  # verified per job; a failure there is reported as crashed
     # RLIMIT_NPROC is not enforced for root; it is for any other uid.
     iso["no_new_processes"] = iso["uid_drop"] or not root
     iso["no_new_privs"] = True
     return iso, warns
+
+
+def _enter_pid_namespace(cfg: dict, iso: dict, warns: list) -> None:
+    """Continue as PID 1 of a new PID namespace, so jobs can neither see nor signal any process outside it
+    (`kill(-1, SIGKILL)` from a job reaches nothing), and so every job dies with the worker: when the
+    namespace's init exits, the kernel kills everything in it. The original process stays as a small shim
+    that waits for the inner worker and exits with it; the inner one dies (PDEATHSIG) if the shim is killed."""
+    CLONE_NEWPID = 0x20000000
+    try:
+        _unshare(CLONE_NEWPID)
+    except OSError as e:
+        warns.append(f"no PID namespace ({e.strerror})")
+        return
+    shim = os.getpid()
+    pid = os.fork()
+    if pid > 0:
+        os.close(cfg["fin"])
+        os.close(cfg["fout"])
+        while True:
+            try:
+                _, status = os.waitpid(pid, 0)
+                break
+            except InterruptedError:
+                continue
+        os._exit(os.waitstatus_to_exitcode(status) & 0x7F if os.WIFEXITED(status) else 1)
+    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != 0:  # in a new PID namespace our parent (outside it) shows as 0
+        warns.append(f"PID namespace: unexpected parent {os.getppid()} (shim {shim})")
+    iso["pidns"] = True
+    if iso["mountns_readonly_root"]:
+        try:  # a /proc that shows only this namespace's processes (read-only)
+            _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY, None)
+            iso["private_proc"] = True
+        except OSError as e:
+            warns.append(f"no private /proc ({e.strerror})")
 
 
 def preload(names: list) -> tuple:
@@ -248,12 +291,14 @@ def _child(job: dict, wfd: int, cfg: dict, iso: dict) -> None:
         _limit(resource.RLIMIT_FSIZE, int(lim["file_mb"] * 1024 * 1024))
         _limit(resource.RLIMIT_CORE, 0)
         _limit(resource.RLIMIT_NOFILE, int(lim["nofile"]))
+        if iso["no_new_processes"]:
+            # Before the uid change: the kernel then flags the process as over its NPROC limit, which makes
+            # execve fail too (EAGAIN), not only fork/clone (threads count as processes).
+            _limit(resource.RLIMIT_NPROC, 0)
         if iso["uid_drop"]:
             os.setgroups([])
             os.setresgid(cfg["gid"], cfg["gid"], cfg["gid"])
             os.setresuid(cfg["uid"], cfg["uid"], cfg["uid"])
-        if iso["no_new_processes"]:
-            _limit(resource.RLIMIT_NPROC, 0)
         _prctl(PR_SET_NO_NEW_PRIVS, 1)
         _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # after the uid change, which clears it
         os.environ.clear()
@@ -275,6 +320,7 @@ def _child(job: dict, wfd: int, cfg: dict, iso: dict) -> None:
         exec(code, mod.__dict__)
         value = eval(compile(job["call"], "<call>", "eval"), mod.__dict__)
         r = _repr(value)
+        _restore_builtins()
         if type(r) is not str:
             raise TypeError("__repr__ returned non-string")
         if _len(r) > int(lim["max_output_chars"]):
@@ -286,12 +332,14 @@ def _child(job: dict, wfd: int, cfg: dict, iso: dict) -> None:
     except MemoryError:
         status, error_type = "memory", "MemoryError"
     except BaseException as e:  # SystemExit, KeyboardInterrupt and custom BaseExceptions are job errors too
+        _restore_builtins()
         status = "error"
         try:
             error_type = type(e).__name__[:200]
             message = f"{error_type}: {str(e)[:500]}"
         except BaseException:
             message = error_type
+    _restore_builtins()
     sys.stdout = sys.stderr = sys.__stderr__
     msg = {"status": status, "value_repr": value_repr, "error_type": error_type, "error_message": message,
            "plain": plain, "stdout": out.text()}
@@ -302,8 +350,15 @@ def _child(job: dict, wfd: int, cfg: dict, iso: dict) -> None:
     os._exit(0)
 
 
+def _restore_builtins() -> None:
+    d = builtins.__dict__
+    if d != _BUILTINS:
+        d.clear()
+        d.update(_BUILTINS)
+
+
 def _send(fd: int, msg: dict) -> None:
-    data = json.dumps(msg).encode("utf-8", "surrogatepass")
+    data = _dumps(msg).encode("utf-8", "surrogatepass")
     data = struct.pack(">I", _len(data)) + data
     view = memoryview(data)
     while view:
@@ -319,6 +374,28 @@ def _signame(sig: int) -> str:
         return signal.Signals(sig).name
     except ValueError:
         return f"signal {sig}"
+
+
+def _wait_exit(pid: int, deadline: float) -> bool:
+    """Wait until child `pid` has exited (without reaping it) or the deadline passes; True if it exited."""
+    try:
+        fd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        fd = None
+    try:
+        while True:
+            if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+                return True
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            if fd is not None:
+                select.select([fd], [], [], remaining)
+            else:
+                time.sleep(min(remaining, 0.002))
+    finally:
+        if fd is not None:
+            os.close(fd)
 
 
 def run_job(job: dict, cfg: dict, iso: dict) -> tuple:
@@ -358,7 +435,8 @@ def run_job(job: dict, cfg: dict, iso: dict) -> tuple:
             if not ready:
                 continue
             chunk = os.read(r, 1 << 16)
-            if not chunk:
+            if not chunk:  # EOF without a whole result: let the child finish dying (it may still run)
+                timed_out = not _wait_exit(pid, deadline)
                 break
             buf += chunk
             if _len(buf) >= 4 and _len(buf) - 4 >= struct.unpack(">I", buf[:4])[0]:

@@ -226,6 +226,7 @@ class Sandbox:
             if self._closed:
                 raise SandboxError("Sandbox is closed")
             queue = deque(range(len(jobs)))
+            retried: dict[int, int] = {}
             done = 0
             sel = selectors.DefaultSelector()
             try:
@@ -257,7 +258,7 @@ class Sandbox:
                         except OSError:
                             data = b""
                         if not data:
-                            done += self._heal(sel, slot, results, queue, "worker died")
+                            done += self._heal(sel, slot, results, queue, "worker died", retried)
                             continue
                         for m in w.frames(data):
                             i, jid, _ = w.inflight.popleft()
@@ -273,21 +274,28 @@ class Sandbox:
                     now = time.monotonic()
                     for slot, w in enumerate(self._workers):
                         if w.inflight and now - w.inflight[0][2] > grace:
-                            done += self._heal(sel, slot, results, queue, "worker wedged")
+                            done += self._heal(sel, slot, results, queue, "worker wedged", retried)
             finally:
                 sel.close()
         return results  # type: ignore[return-value]
 
-    def _heal(self, sel: selectors.BaseSelector, slot: int, results: list, queue: deque, why: str) -> int:
+    def _heal(self, sel: selectors.BaseSelector, slot: int, results: list, queue: deque, why: str,
+              retried: dict[int, int]) -> int:
         """Replace a dead or wedged worker. Its running job is `crashed`; jobs queued behind it are retried."""
         w = self._workers[slot]
         sel.unregister(w.rfd)
         finished = 0
         if w.inflight:
             i, _, sent = w.inflight.popleft()
-            results[i] = Outcome(status="crashed", error_type="WorkerDied", elapsed_s=time.monotonic() - sent,
-                                 error_message=f"sandbox {why} while running this job; it was replaced")
-            finished = 1
+            # The worker may have died before this job started (killed from outside while idle): retry it
+            # once on the fresh worker; a job that takes its worker down twice is reported `crashed`.
+            if retried.get(i, 0) >= 1 or why == "worker wedged":
+                results[i] = Outcome(status="crashed", error_type="WorkerDied", elapsed_s=time.monotonic() - sent,
+                                     error_message=f"sandbox {why} while running this job; it was replaced")
+                finished = 1
+            else:
+                retried[i] = retried.get(i, 0) + 1
+                w.inflight.appendleft((i, 0, sent))
             for i, _, _ in reversed(w.inflight):
                 queue.appendleft(i)
             w.inflight.clear()
