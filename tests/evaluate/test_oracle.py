@@ -59,4 +59,4 @@ def test_cli_user_errors(tmp_path):
     r = runner.invoke(app, ["eval", str(tmp_path / "missing")])
     assert r.exit_code == 2 and "does not exist" in r.output
     r = runner.invoke(app, ["eval"])
-    assert r.exit_code == 2 and "TARGET" in r.output
+    assert r.exit_code == 2 and "TARGET" in r.output and "--model" in r.output

@@ -28,7 +28,8 @@ def _print_report(report, title: str) -> None:
 def register(app: typer.Typer, bench: typer.Typer) -> None:
     @app.command("eval")
     def eval_cmd(
-        target: Path = typer.Argument(None, help="Run folder, PEFT adapter folder, or folder of PEFT folders."),
+        target: Path = typer.Argument(None, help="Run folder, PEFT adapter folder, or folder of PEFT folders "
+                                      "(omit it with --model to evaluate a base model alone)."),
         members: list[str] = typer.Option(["all"], "--members", "-m", help="all | best | member ids "
                                           "(repeatable or comma-separated). The base model is always a row."),
         benchmarks: str = typer.Option("all", "--benchmarks", "-b", help="Comma-separated: humaneval+, mbpp+, "
@@ -87,18 +88,19 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
             for p in report.write(out_dir, json_out):
                 typer.echo(f"wrote {p}")
             return
-        if target is None:
-            _fail("give a TARGET (run folder or PEFT folder), or --oracle gold|wrong")
+        if target is None and model is None:
+            _fail("give a TARGET (run folder or PEFT folder), --model NAME for the base model alone, or "
+                  "--oracle gold|wrong")
         from populora.evaluate.generate import GenerationError
-        from populora.evaluate.targets import TargetError, load_target, select_members
+        from populora.evaluate.targets import Target, TargetError, load_target, resolve_base, select_members
 
         try:
-            tgt = load_target(target, model)
+            tgt = load_target(target, model) if target is not None else Target(resolve_base(model))
             chosen = select_members(tgt, members)
             report = evaluate_target(tgt, chosen, opts)
         except (DataError, TargetError, GenerationError) as exc:
             _fail(str(exc))
-        _print_report(report, f"eval: {target}")
+        _print_report(report, f"eval: {target or model}")
         if out_dir is None and tgt.run_dir is not None:
             out_dir = tgt.run_dir / "eval"
         for p in report.write(out_dir, json_out):

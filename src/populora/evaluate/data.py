@@ -18,6 +18,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -211,7 +212,9 @@ def math_gold(bench: str, row: dict) -> str:
             return boxed
         return str(row.get("answer", ""))
     if bench == "olympiadbench":
-        return str(row["final_answer"][0]).strip("$")
+        # AZR strips the outer `$`; multi-answer golds like `$69$,$84$` also need the inner ones removed,
+        # else "69, 84" never matches.
+        return re.sub(r"\$\s*,\s*\$", ", ", str(row["final_answer"][0]).strip().strip("$"))
     return _fmt_number(row["answer"])
 
 
