@@ -121,6 +121,8 @@ def _run(sb, quick, out, model_dir, n, k_refs, seed) -> dict:
         triv = [task.score(p, [task.parse_answer(task.render_answer(_trivial(name, p), template=TEMPLATE))], sb)[0]
                 for p in problems]
         row["trivial_student_accuracy"] = sum(triv) / len(problems)
+        gold = [task.score(p, [task.parse_answer(g)], sb)[0] for p, g in zip(problems, gold_s, strict=True)]
+        row["gold_student_accuracy"] = sum(gold) / len(problems)  # the pipeline's own check: must be 1.0
         for temp in (0.0, 1.0):
             key = "greedy" if temp == 0 else "t1"
             prompts = [task.student_prompt(p, template=TEMPLATE) for p in problems]

@@ -48,19 +48,21 @@ LETTERS = "abcdexyz"
 
 
 def random_value(rng: random.Random, typ: str) -> object:
+    # Small values keep inputs and outputs short (digits are single tokens), so answers fit the engine's
+    # max_new_tokens and a small model can trace them.
     if typ == "int":
-        return rng.choice([rng.randint(0, 9), rng.randint(0, 20), rng.randint(-5, 30)])
+        return rng.choice([rng.randint(0, 9), rng.randint(0, 9), rng.randint(0, 20), rng.randint(-5, 30)])
     if typ == "str":
         if rng.random() < 0.5:
             return rng.choice(WORDS)
-        return "".join(rng.choice(LETTERS) for _ in range(rng.randint(1, 7)))
+        return "".join(rng.choice(LETTERS) for _ in range(rng.randint(1, 5)))
     if typ == "list":
-        hi = rng.choice([9, 9, 20, 50])
-        return [rng.randint(0, hi) for _ in range(rng.randint(1, 7))]
+        hi = rng.choice([9, 9, 9, 20])
+        return [rng.randint(0, hi) for _ in range(rng.randint(1, 5))]
     if typ == "strs":
-        return [rng.choice(WORDS) for _ in range(rng.randint(1, 5))]
+        return [rng.choice(WORDS) for _ in range(rng.randint(1, 3))]
     if typ == "dict":
-        keys = rng.sample(["a", "b", "c", "x", "y", "k", "z"], rng.randint(1, 4))
+        keys = rng.sample(["a", "b", "c", "x", "y", "k", "z"], rng.randint(1, 3))
         return {k: rng.randint(0, 9) for k in keys}
     raise ValueError(typ)
 

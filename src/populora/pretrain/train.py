@@ -34,23 +34,23 @@ class PretrainConfig:
     vocab_size: int = 4096
     max_positions: int = 2048
     # Data.
-    n_examples: int = 30000
+    n_examples: int = 12000
     tokenizer_examples: int = 6000
-    val_examples: int = 300
-    k_refs: tuple[int, int] = (2, 6)
+    val_examples: int = 200
+    k_refs: tuple[int, int] = (1, 4)
     n_inputs: int = 10
     mix: dict[str, float] = field(default_factory=lambda: dict(MIX))
     # Optimisation.
-    seq_len: int = 1024
-    batch_size: int = 8
-    lr: float = 3e-3
-    warmup_steps: int = 30
+    seq_len: int = 512
+    batch_size: int = 4
+    lr: float = 2e-3
+    warmup_steps: int = 20
     min_lr_ratio: float = 0.1
     weight_decay: float = 0.1
     grad_clip: float = 1.0
     prompt_loss_weight: float = 0.3
     steps: int | None = None
-    minutes: float = 15.0
+    minutes: float = 18.0
     threads: int = 2
 
 
