@@ -186,14 +186,22 @@ def _cap_evolution(run: Run) -> str:
     s = (f"Left: children produced by each operator ({sum(usage.values())} in all; orange: mutations, blue: "
          "crossovers). Right: each child's reward minus its parents' mean reward at birth (the live "
          "retention test); the child has recovered when its curve reaches the dashed zero line. ")
-    if scored:
-        med = f", after a median of {np.median(done):.0f} steps" if done else ""
-        s += f"{len(done)} of {len(scored)} children recovered{med}"
-        censored = [r for r in scored if r.steps is None]
+    observed = [r for r in scored if r.observed > 0]
+    unseen = len(scored) - len(observed)
+    if observed:
+        med = f", after a median of {_steps(np.median(done))}" if done else ""
+        s += f"{len(done)} of {len(observed)} children recovered{med}"
+        censored = [r for r in observed if r.steps is None]
         if censored:
-            s += f" ({len(censored)} not yet, observed for ≤ {max(r.observed for r in censored)} steps)"
+            s += f" ({len(censored)} not yet, observed for at most {_steps(max(r.observed for r in censored))})"
         s += "."
+    if unseen:
+        s += f" {unseen} born at the last logged step {'is' if unseen == 1 else 'are'} not observed yet."
     return _esc(s)
+
+
+def _steps(n: float) -> str:
+    return f"{n:.0f} step" + ("" if round(n) == 1 else "s")
 
 
 def _cap_complexity(run: Run) -> str:
@@ -327,6 +335,39 @@ def _pick_examples(run: Run, which: str, n: int = 2) -> list[dict]:
     return out
 
 
+def _problem_block(p: dict, head: str) -> str:
+    f = p.get("features") or {}
+    feat = (f"AST depth {_fmt(f.get('ast_depth'))}, cyclomatic {_fmt(f.get('cyclomatic'))}, "
+            f"{_fmt(f.get('loc'))} LOC, {_fmt(f.get('n_vars'))} variables")
+    return (f"<div class=\"problem\"><div>{head}</div><pre>{_esc(p['program'])}</pre>"
+            f"<div class=\"feat\">{_esc(feat)}</div></div>")
+
+
+def _compare_examples(runs: Sequence[Run]) -> str:
+    """One program per run at matched early and late steps (the paper's baseline-vs-population pairs)."""
+    valid = {id(r): [p for p in r.problems if p.get("valid") and p.get("program")] for r in runs}
+    have = [r for r in runs if valid[id(r)]]
+    if not have:
+        return ""
+    first = max(min(int(p["step"]) for p in valid[id(r)]) for r in have)
+    last = min(max(int(p["step"]) for p in valid[id(r)]) for r in have)
+    rows = []
+    for title, target in (("Early", first), ("Late", last)):
+        cells = []
+        for r in have:
+            pool = valid[id(r)]
+            step = min({int(p["step"]) for p in pool}, key=lambda s: (abs(s - target), s))
+            p = next(p for p in pool if int(p["step"]) == step)
+            head = f"<b>{_esc(r.label)}</b> · step {step} · {_esc(p.get('task', '?'))} · {_esc(p.get('proposer', '?'))}"
+            cells.append(_problem_block(p, head))
+        rows.append(f"<h3>{title} (step ≈ {target})</h3><div class=\"examples\">{''.join(cells)}</div>")
+        if first == last:
+            break
+    return ('<section class="card" id="examples"><h2>Example problems at matched steps</h2><p class="cap">'
+            "One valid proposer program from each run near the same early and late step, with its structural "
+            f"metrics (as in the paper's appendix).</p>{''.join(rows)}</section>\n")
+
+
 def _examples(run: Run) -> str:
     early, late = _pick_examples(run, "early"), _pick_examples(run, "late")
     if not early:
@@ -441,6 +482,7 @@ def render_compare(runs: Sequence[Run]) -> str:
         _figure_card("reward", "Reward", lambda: plots.compare_metric_figure(runs, "reward", "reward"),
                      "Mean training reward of proposers and solvers per run (the single agent's reward mixes "
                      "both roles, so compare shapes rather than levels).", "No rewards logged."),
+        _compare_examples(runs),
     ]
     head = (f"<h1>PopuLoRA run comparison</h1><p class=\"sub\">{len(runs)} runs · generated "
             f"{_dt.datetime.now().strftime('%Y-%m-%d %H:%M')}</p><section class=\"card\">{table}</section>")

@@ -36,8 +36,9 @@ TASK_COLOR = {"code_i": "#2b8a3e", "code_o": "#e67700", "code_f": "#5f3dc4", "al
 TASK_LABEL = {"code_i": "code_i (infer input)", "code_o": "code_o (infer output)",
               "code_f": "code_f (infer function)", "all": "all types"}
 RUN_COLORS = ["#1c7ed6", "#d9480f", "#2b8a3e", "#7048e8", "#e67700", "#c2255c", "#0c8599", "#5c940d"]
-_TEACHER_SHADES = ["#d9480f", "#f08c00", "#c92a2a", "#e8590c", "#a61e4d", "#fab005", "#862e9c", "#ff8787"]
-_STUDENT_SHADES = ["#1c7ed6", "#0ca678", "#3b5bdb", "#15aabf", "#2f9e44", "#4263eb", "#74c0fc", "#087f5b"]
+# Warm hues for teachers, cool hues for students, each list ordered for maximal contrast between neighbours.
+_TEACHER_SHADES = ["#d9480f", "#c2255c", "#f59f00", "#862e9c", "#a61e1e", "#e8590c", "#e64980", "#946c00"]
+_STUDENT_SHADES = ["#1c7ed6", "#0ca678", "#5f3dc4", "#15aabf", "#2f9e44", "#364fc7", "#66a80f", "#0b7285"]
 
 WIDE = (9.0, 3.4)
 DPI = 100
@@ -97,7 +98,7 @@ def _mark_evolution(ax, run: Run, label: bool = True) -> None:
     steps = sorted({int(e["step"]) for e in run.events_of("evolution")})
     for i, s in enumerate(steps):
         ax.axvline(s, color="#868e96", linestyle=":", linewidth=1.0,
-                   label="evolution" if (label and i == 0) else None, zorder=0)
+                   label="evolution" if (label and i == 0) else None, zorder=1.5)
 
 
 def _legend(ax, **kw) -> None:
@@ -155,7 +156,8 @@ def solve_rate_figure(run: Run) -> Figure | None:
     for ax, task in zip(axes.flat, TASKS, strict=True):
         y = rates[task]
         _plot_line(ax, steps, y, color=TASK_COLOR[task], linewidth=0.8, alpha=0.35)
-        _plot_line(ax, steps, smooth(y, w), color=TASK_COLOR[task], linewidth=2.2, label=f"smoothed (w={w})")
+        _plot_line(ax, steps, smooth(y, w), color=TASK_COLOR[task], linewidth=2.2,
+                   label=f"smoothed (window {w})" if w > 1 else "per step")
         _plot_line(ax, steps, smooth(rates["all"], w), color="#adb5bd", linewidth=1.2, linestyle="--",
                    label="all types")
         _mark_evolution(ax, run, label=False)
@@ -205,10 +207,20 @@ def ratings_figure(run: Run) -> Figure | None:
         for e in run.events_of("evolution"):
             if e.get("role") == role:
                 ax.axvline(e["step"], color="#868e96", linestyle=":", linewidth=1.0, zorder=0)
+                child, cmu = e.get("child"), e.get("child_mu")
+                if isinstance(cmu, int | float):
+                    # the child's birth rating, joined to its first logged rating
+                    col = colors.get(child, "#495057")
+                    ax.plot([e["step"]], [cmu], marker="*", markersize=9, color=col, zorder=3)
+                    mu_c = hist.get(child, (np.full(steps.size, np.nan),))[0]
+                    later = np.flatnonzero((steps > e["step"]) & np.isfinite(mu_c))
+                    if later.size:
+                        ax.plot([e["step"], steps[later[0]]], [cmu, mu_c[later[0]]], color=col, linewidth=1.0,
+                                linestyle="--")
                 ax.annotate(f"{e.get('operator', '?')}→{e.get('child', '?')}", xy=(e["step"], 1.0),
                             xycoords=("data", "axes fraction"), fontsize=7, color="#495057",
                             rotation=90, ha="right", va="top")
-        ax.set_title(f"{role}s: TrueSkill μ (band: μ ± σ)", fontsize=10)
+        ax.set_title(f"{role}s: TrueSkill μ (band: μ ± σ; ★ child at birth)", fontsize=10)
         ax.set_xlabel("step")
         _single_point_xlim(ax, steps)
         _legend(ax, loc="lower left", ncol=4)
@@ -268,7 +280,7 @@ def evolution_figure(run: Run) -> Figure | None:
     ax.set_title("child reward − parents' level at birth (smoothed)", fontsize=10)
     ax.set_xlabel("steps since birth")
     ax.xaxis.get_major_locator().set_params(integer=True)
-    _legend(ax, loc="lower right", ncol=3)
+    _legend(ax, loc="best", ncol=3)
     return fig
 
 
