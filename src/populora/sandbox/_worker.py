@@ -233,7 +233,7 @@ class _Capture:
         return "".join(self.parts)
 
 
-_PLAIN_SCALARS = (int, float, str, bool, type(None), bytes, complex)
+_PLAIN_SCALARS = (int, float, str, bool, type(None), bytes, complex, type(...))
 
 
 def _is_plain(v, depth: int = 0) -> bool:

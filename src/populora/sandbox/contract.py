@@ -53,8 +53,8 @@ class Outcome:
     `error_type` names the exception (`"ValueError"`), the signal (`"SIGSEGV"`) or `"Timeout"`/`"Exit"`/
     `"OutputLimit"`; `elapsed_s` is the job's wall time from fork to result. The extra fields are optional:
     `error_message` (bounded), `stdout` (what the job printed, bounded), and `plain`: True when the value was
-    built only from exact builtin literal types (int, float, str, bytes, bool, None, complex, list, tuple,
-    dict, set, frozenset), i.e. `populora.sandbox.values.parse_value(value_repr)` reproduces it exactly.
+    built only from exact builtin literal types (int, float, str, bytes, bool, None, Ellipsis, complex, list,
+    tuple, dict, set, frozenset), i.e. `populora.sandbox.values.parse_value(value_repr)` reproduces it exactly.
     Outcomes of `timeout`/`crashed` jobs may carry `error_type` "Timeout", a signal name, "Exit" (the job
     left without a result, e.g. `os._exit`) or "WorkerDied" (the pool replaced the worker).
     """

@@ -23,7 +23,7 @@ def parse_value(value_repr: str, max_chars: int = 100_000) -> Any:
     try:
         return ast.literal_eval(value_repr)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError) as e:
-        if any(w in value_repr for w in ("inf", "nan", "frozenset")):  # repr(inf) is 'inf', not a literal
+        if any(w in value_repr for w in ("inf", "nan", "frozenset", "Ellipsis")):  # repr(inf) is 'inf' ...
             try:
                 return _eval_with_specials(ast.parse(value_repr.strip(), mode="eval").body)
             except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
@@ -31,11 +31,11 @@ def parse_value(value_repr: str, max_chars: int = 100_000) -> Any:
         raise ValueError(f"not a plain-data literal: {value_repr[:80]!r} ({type(e).__name__})") from None
 
 
-_SPECIALS = {"inf": math.inf, "nan": math.nan}
+_SPECIALS = {"inf": math.inf, "nan": math.nan, "Ellipsis": ...}
 
 
 def _eval_with_specials(node: ast.AST) -> Any:
-    """literal_eval's grammar plus the names `inf` and `nan` and `frozenset(...)`, as `repr` writes them."""
+    """literal_eval's grammar plus `inf`, `nan`, `Ellipsis` and `frozenset(...)`, as `repr` writes them."""
     if isinstance(node, ast.Name) and node.id in _SPECIALS:
         return _SPECIALS[node.id]
     if isinstance(node, ast.Constant):
