@@ -130,12 +130,17 @@ class Sandbox:
 
     `program` is module source; `call` an expression evaluated after it; the outcome carries `repr()` of its
     value. Use as a context manager or call `close()`. Thread-safe (calls are serialized).
+
+    Options: `preload` (stdlib modules jobs can import; default `DEFAULT_PRELOAD`), `isolate=False` (skip the
+    namespaces and the uid drop; rlimits stay), `uid`/`gid` of jobs when started as root, `pipeline_depth`
+    (jobs queued per worker while many are pending), `wedge_grace_s` (how long past a job's timeout a silent
+    worker is declared wedged and replaced).
     """
 
     def __init__(self, workers: int = 2, limits: Limits | None = None, *,
                  preload: Sequence[str] = DEFAULT_PRELOAD, isolate: bool = True,
                  uid: int = NOBODY, gid: int = NOBODY, startup_timeout_s: float = 30.0,
-                 pipeline_depth: int = 2) -> None:
+                 pipeline_depth: int = 2, wedge_grace_s: float = 10.0) -> None:
         if workers < 1:
             raise ValueError(f"Sandbox(workers=) must be >= 1, got {workers}")
         self.limits = limits or Limits()
@@ -143,6 +148,7 @@ class Sandbox:
         self._cfg = {"preload": list(preload), "isolate": bool(isolate), "uid": uid, "gid": gid}
         self._startup_timeout_s = startup_timeout_s
         self._depth = max(1, pipeline_depth)
+        self._wedge_grace_s = wedge_grace_s
         self._lock = threading.RLock()
         self._workers: list[_Worker] = []
         self._closed = False
@@ -220,7 +226,7 @@ class Sandbox:
         """Run jobs in parallel over the workers; the outcomes come back in the order of `jobs`."""
         lim = limits or self.limits
         wire = lim.wire()
-        grace = lim.timeout_s + 10.0  # the worker kills its job at timeout_s; past this the worker is wedged
+        grace = lim.timeout_s + self._wedge_grace_s  # the worker kills its job at timeout_s; past this it is wedged
         results: list[Outcome | None] = [None] * len(jobs)
         with self._lock:
             if self._closed:
