@@ -1,6 +1,8 @@
 """Each task type end to end on hand-made problems, through the real sandbox."""
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import populora.tasks as T
 from populora.tasks import FormatError, Invalid, InvalidProblem, Problem, Proposal
@@ -127,3 +129,31 @@ def test_prompts_show_references_and_task(template):
         assert tp.endswith("Assistant: <think>") and "<snippet_1>" in tp and "os, sys, subprocess" in tp
     else:
         assert tp.endswith("# new\n") and "<think>" not in tp and len(tp) < 400
+
+
+def test_stateful_programs_are_nondeterministic(sandbox):
+    # the result of the second call depends on the first: a stateless student could never match it
+    prog = "def f(x, seen=[]):\n    seen.append(x)\n    return len(seen)"
+    with pytest.raises(InvalidProblem, match="nondeterministic"):
+        T.get("code_f").problem_from(sandbox, program=prog, inputs=["1", "2"], message="count calls")
+
+
+def test_bad_options_and_hand_made_gold():
+    with pytest.raises(ValueError, match="unknown task option"):
+        T.get("code_o", n_input=3)
+    p = Problem("code_o", "def f(x):\n    return x", ("1",), ("<object at 0x1>",))
+    assert T.get("code_o").score(p, ["1"], None) == [False]
+
+
+_prog = st.sampled_from(["def f(x):\n    return x", "def f(x):\n    return x[0]", "def f(:", "", "x = 1",
+                         "def f(x):\n    return {x}", "import os\ndef f(x):\n    return 1"]) | st.text(max_size=40)
+_inp = st.sampled_from(["1", "[1, 2]", "'a'", "", "{}", "x", "1) or (2", "[[]]"]) | st.text(max_size=15)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(_prog, st.lists(_inp, min_size=1, max_size=3), st.text(max_size=20)), max_size=4))
+def test_validate_never_raises(sandbox, items):
+    for name in T.TASK_NAMES:
+        props = [Proposal(p, tuple(i), m) for p, i, m in items]
+        res = T.get(name, n_inputs=2).validate(props, sandbox)
+        assert len(res) == len(props) and all(isinstance(r, (Problem, Invalid)) for r in res)

@@ -87,6 +87,9 @@ class CodeTask:
     def __init__(self, config: TaskConfig | None = None, **overrides: Any):
         cfg = config or TaskConfig()
         if overrides:
+            unknown = sorted(set(overrides) - set(cfg.__dict__))
+            if unknown:
+                raise ValueError(f"unknown task option(s) {', '.join(unknown)}; valid: {', '.join(cfg.__dict__)}")
             cfg = TaskConfig(**{**cfg.__dict__, **overrides})
         self.config = cfg
 
@@ -367,7 +370,10 @@ class CodeI(CodeIO):
 
     def score(self, problem: Problem, answers: Sequence[Answer | FormatError | str],
               sandbox: Sandbox | None) -> list[bool]:
-        gold = parse_literal(problem.outputs[0])
+        try:
+            gold = parse_literal(problem.outputs[0])
+        except LiteralError:  # a hand-made problem with a non-literal gold output can never be matched
+            return [False] * len(answers)
         calls: list[str | None] = []
         for a in map(self._coerce, answers):
             if not isinstance(a, Answer):
@@ -414,7 +420,10 @@ class CodeO(CodeIO):
 
     def score(self, problem: Problem, answers: Sequence[Answer | FormatError | str],
               sandbox: Sandbox | None = None) -> list[bool]:
-        gold = parse_literal(problem.outputs[0])
+        try:
+            gold = parse_literal(problem.outputs[0])
+        except LiteralError:
+            return [False] * len(answers)
         out = []
         for a in map(self._coerce, answers):
             if not isinstance(a, Answer):
@@ -499,7 +508,10 @@ class CodeF(CodeTask):
     def score(self, problem: Problem, answers: Sequence[Answer | FormatError | str],
               sandbox: Sandbox | None) -> list[bool]:
         hidden = problem.hidden
-        gold = [parse_literal(o) for _, o in hidden]
+        try:
+            gold = [parse_literal(o) for _, o in hidden]
+        except LiteralError:
+            return [False] * len(answers)
         programs: list[str | None] = []
         for a in map(self._coerce, answers):
             ok = isinstance(a, Answer) and parse_program(a.text, self.policy)[1] is None

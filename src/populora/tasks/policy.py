@@ -98,9 +98,10 @@ class CapabilityPolicy:
                 if name in self.deny_attrs or (name.startswith("__") and name.endswith("__")):
                     return f"forbidden attribute: {name}"
             elif isinstance(node, ast.Constant) and isinstance(node.value, str):
-                # Strings naming escape routes are only useful to reflection; reject them outright.
-                if node.value in self.deny_attrs or node.value in ("__import__", "__builtins__"):
-                    return f"forbidden attribute: {node.value}"
+                # Dunder strings naming escape routes are only useful to reflection; reject them outright.
+                v = node.value
+                if v.startswith("__") and v.endswith("__") and (v in self.deny_attrs or v in self.deny_names):
+                    return f"forbidden attribute: {v}"
         return None
 
 
