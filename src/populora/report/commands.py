@@ -17,6 +17,8 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
     def report(
         run_dir: Path = typer.Argument(..., help="A run folder written by `populora train`."),
         out: Path | None = typer.Option(None, "--out", help="Where to write the page (default RUN_DIR/report.html)."),
+        shot: Path | None = typer.Option(None, "--screenshot", help="Also save a PNG of the page's top (Chromium)."),
+        shot_height: int = typer.Option(2400, "--screenshot-height", help="Screenshot height in CSS pixels."),
     ) -> None:
         """Write RUN_DIR/report.html: one self-contained page with the run's diagnostic plots."""
         from populora.diagnostics.run import NotARunError
@@ -29,6 +31,13 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         except OSError as exc:
             _fail(f"could not write the report: {exc}")
         typer.echo(f"wrote {path}")
+        if shot is not None:
+            from populora.report.screenshot import ScreenshotError, screenshot
+
+            try:
+                typer.echo(f"wrote {screenshot(path, shot, height=shot_height)}")
+            except ScreenshotError as exc:
+                _fail(str(exc))
 
     @app.command("compare")
     def compare(

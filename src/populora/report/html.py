@@ -52,8 +52,11 @@ h2 { font-size: 1.15rem; margin: 0 0 8px; }
 table { border-collapse: collapse; font-size: .9rem; }
 td, th { padding: 4px 14px 4px 0; text-align: left; vertical-align: top; }
 th { color: var(--muted); font-weight: 600; }
-.kv td:first-child { color: var(--muted); }
-.grid { display: grid; grid-template-columns: repeat(auto-fit, minmax(280px, 1fr)); gap: 4px 24px; }
+.kv { display: grid; grid-template-columns: repeat(3, max-content minmax(0, 1fr)); gap: 3px 12px;
+      font-size: .9rem; margin: 0 0 12px; }
+.kv dt { color: var(--muted); }
+.kv dd { margin: 0; }
+@media (max-width: 760px) { .kv { grid-template-columns: max-content 1fr; } }
 pre { background: #f1f3f5; border-radius: 6px; padding: 10px 12px; overflow-x: auto; font-size: .85rem;
       margin: 6px 0; }
 .examples { display: grid; grid-template-columns: 1fr 1fr; gap: 0 22px; }
@@ -200,6 +203,10 @@ def _cap_evolution(run: Run) -> str:
     return _esc(s)
 
 
+def _rate(x: float) -> str:
+    return f"{x:.2f}" if np.isfinite(x) else "–"
+
+
 def _steps(n: float) -> str:
     return f"{n:.0f} step" + ("" if round(n) == 1 else "s")
 
@@ -267,7 +274,7 @@ def _header(run: Run) -> str:
     times = run.series("time")
     if np.isfinite(times).sum() >= 2:
         badges.append(f"wall {(np.nanmax(times) - np.nanmin(times)) / 60:.1f} min")
-    rows = "".join(f"<tr><td>{_esc(k)}</td><td>{_esc(_fmt(run.cfg(key)))}</td></tr>"
+    rows = "".join(f"<dt>{_esc(k)}</dt><dd>{_esc(_fmt(run.cfg(key)))}</dd>"
                    for k, key in CONFIG_ROWS if run.cfg(key) is not None)
     summary = _summary_rows(run)
     import yaml
@@ -280,8 +287,8 @@ def _header(run: Run) -> str:
         f"<h1>PopuLoRA run report</h1><p class=\"sub\">{_esc(run.path.resolve())} · generated "
         f"{_dt.datetime.now().strftime('%Y-%m-%d %H:%M')}</p>"
         f"<div class=\"badges\">{''.join(f'<span>{_esc(b)}</span>' for b in badges)}</div>{notes_html}"
-        f"<section class=\"card\"><div class=\"grid\"><div><h2>Configuration</h2><table class=\"kv\">{rows}</table>"
-        f"</div><div><h2>Summary</h2><table class=\"kv\">{summary}</table></div></div>"
+        f"<section class=\"card\"><h2>Summary</h2><dl class=\"kv\">{summary}</dl>"
+        f"<h2>Configuration</h2><dl class=\"kv\">{rows}</dl>"
         f"<details><summary>full config.yaml</summary><pre>{_esc(full)}</pre></details></section>"
         f"<nav>{nav}</nav>"
     )
@@ -315,7 +322,7 @@ def _summary_rows(run: Run) -> str:
     resumes = run.events_of("resume")
     if resumes:
         rows.append(("resumed", ", ".join(f"step {e['step']}" for e in resumes)))
-    return "".join(f"<tr><td>{_esc(k)}</td><td>{_esc(v)}</td></tr>" for k, v in rows)
+    return "".join(f"<dt>{_esc(k)}</dt><dd>{_esc(v)}</dd>" for k, v in rows)
 
 
 def _pick_examples(run: Run, which: str, n: int = 2) -> list[dict]:
@@ -457,7 +464,7 @@ def render_compare(runs: Sequence[Run]) -> str:
         k = max(1, run.n_steps // 10)
         cov_s = f"{100 * cov[np.isfinite(cov)][-1]:.2f}%" if np.isfinite(cov).any() else "–"
         rows.append(f"<tr><td><span style=\"color:{color}\">■</span> {_esc(run.label)}</td>"
-                    f"<td>{_esc(run.mode)}</td><td>{run.n_steps}</td><td>{_esc(_fmt(nanmean(sr[-k:]), 2))}</td>"
+                    f"<td>{_esc(run.mode)}</td><td>{run.n_steps}</td><td>{_esc(_rate(nanmean(sr[-k:])))}</td>"
                     f"<td>{_esc(cov_s)}</td><td>{len(run.events_of('evolution'))}</td></tr>")
     table = ("<table><tr><th>run</th><th>mode</th><th>steps</th><th>solve rate (last 10%)</th>"
              f"<th>coverage</th><th>evolution events</th></tr>{''.join(rows)}</table>")

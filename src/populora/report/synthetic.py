@@ -294,3 +294,27 @@ def write_synthetic_run(run_dir: str | Path, mode: str = "population", steps: in
         with open(run_dir / "metrics.jsonl", "a") as fh:
             fh.write(f'{{"step": {first_step + steps}, "time": 1733000999.0, "mode": "{mode}", "members": {{"T0": {{"ro')
     return run_dir
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m populora.report.synthetic DIR [--mode single] [--steps N]`: write a synthetic run folder."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description="Write a synthetic PopuLoRA run folder (docs/run-folder.md).")
+    ap.add_argument("run_dir", type=Path)
+    ap.add_argument("--mode", choices=("population", "single"), default="population")
+    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--teachers", type=int, default=3)
+    ap.add_argument("--students", type=int, default=3)
+    ap.add_argument("--evolve-every", type=int, default=10)
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args(argv)
+    if a.run_dir.exists() and any(a.run_dir.iterdir()):
+        ap.error(f"{a.run_dir} is not empty; pass a new folder")
+    write_synthetic_run(a.run_dir, mode=a.mode, steps=a.steps, teachers=a.teachers, students=a.students,
+                        evolve_every=a.evolve_every, seed=a.seed)
+    print(f"wrote {a.run_dir}")
+
+
+if __name__ == "__main__":
+    main()
