@@ -86,7 +86,7 @@ def run(quick: bool = False, out: Path | None = None, extra: list[str] | None = 
                       f"{r['ratio_vs_single']:.2f}", f"{r['s_per_matchup']:.2f}", f"{r['gen_tokens_per_step']:.0f}",
                       f"{r['tokens_per_s']:.0f}", f"{ph['teacher']:.2f}", f"{ph['student']:.2f}",
                       f"{ph['update']:.2f}", f"{ph['validate'] + ph['score']:.2f}")
-    console = Console()
+    console = Console(width=150)
     console.print(table)
     if four:
         console.print(f"4T+4S / single wall-clock: ours {four['ratio_vs_single']:.2f}x on this machine vs the "

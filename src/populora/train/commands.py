@@ -95,11 +95,8 @@ def _write_report(run_dir: Path) -> Path | None:
     try:
         from populora.report import write_report
     except ImportError:
-        try:
-            from populora.report.html import write_report  # type: ignore[no-redef]
-        except ImportError:
-            typer.echo("note: the report package is not installed; run `populora report RUN_DIR` later.", err=True)
-            return None
+        typer.echo("note: the report package is not installed; run `populora report RUN_DIR` later.", err=True)
+        return None
     try:
         return Path(write_report(run_dir))
     except Exception as err:  # noqa: BLE001 - a report failure must not hide a finished run

@@ -322,10 +322,17 @@ class Trainer:
 
     # (4) ------------------------------------------------------------------------------------------------
     def update(self, items: list[Item]) -> dict[str, float]:
-        """REINFORCE++-baseline advantages over every row of every member, then one `engine.train_step`."""
+        """REINFORCE++-baseline advantages over every row of every member, then ONE `engine.train_step`."""
+        from populora.engine import TrainBatch
+
+        rows, _ = self.build_rows(items)
+        return self.engine.train_step(TrainBatch(rows)) if rows else {}
+
+    def build_rows(self, items: list[Item]) -> tuple[list, dict]:
+        """Training rows of every member with their advantages, plus the inputs of the advantage computation."""
         import torch
 
-        from populora.engine import TrainBatch, TrainRow
+        from populora.engine import TrainRow
 
         scope = self.cfg.effective_whiten_scope
         rows, rewards, lengths, groups, scopes = [], [], [], [], []
@@ -346,13 +353,14 @@ class Trainer:
             for gen, ok, fmt in zip(item.answers, item.solves, item.formatted, strict=True):
                 # The n rollouts of one student on one problem share the baseline (prompt x slot).
                 add(item.student, "student", item.task, gen, self._student_reward(fmt, ok), ("student", i))
+        info = {"rewards": rewards, "lengths": lengths, "groups": groups, "scopes": scopes}
         if not rows:
-            return {}
+            return [], info
         adv = reinforce_pp_baseline(torch.tensor(rewards), torch.tensor(lengths), groups, scopes,
                                     token_weighted=self.cfg.rl.token_weighted)
         for row, a in zip(rows, adv.tolist(), strict=True):
             row.advantages = float(a)
-        return self.engine.train_step(TrainBatch(rows))
+        return rows, info
 
     def rate(self, pairs: list[tuple[str, str]], items: list[Item], step: int) -> list[dict]:
         """One TrueSkill update per matchup from the student's solve rate on the teacher's valid problems."""
