@@ -98,3 +98,13 @@ def test_proposal_format_errors():
     assert "message" in t.parse_proposal("\n".join(f"```input\n{i}\n```" for i in range(10))).reason
     assert "python" in T.get("code_o").parse_proposal("```input\n1\n```").reason
     assert T.get("code_f", n_inputs=4).parse_proposal(five, program="p").inputs == ("1", "2", "3", "4")
+
+
+def test_azr_fallbacks():
+    o, f = T.get("code_o"), T.get("code_f")
+    assert o.parse_answer("x</think><answer> [1, 2] </answer>", template="azr") == Answer("[1, 2]")
+    assert T.get("code_i").parse_answer("<answer>'a', 2</answer>") == Answer("'a', 2")
+    assert isinstance(o.parse_answer("[1, 2]"), FormatError)             # no tags, no block: not an answer
+    assert isinstance(o.parse_answer("<answer>```\n1\n```</answer>"), FormatError)  # a fence, but not ```output
+    assert f.parse_answer("```\ndef f(a):\n    return a\n```") == Answer("def f(a):\n    return a")
+    assert f.parse_answer("```py\ndef f(a):\n    return 1\n```") == Answer("def f(a):\n    return 1")

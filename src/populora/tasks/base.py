@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from populora.tasks.extract import answer_region, clean_code, find_blocks
+from populora.tasks.extract import FENCE, answer_region, clean_code, fenced_blocks, find_blocks
 from populora.tasks.literals import (
     LiteralError,
     parse_call_args,
@@ -164,12 +164,17 @@ class CodeTask:
         raise NotImplementedError
 
     def parse_answer(self, text: str, template: str | TemplateSet | None = None) -> Answer | FormatError:
-        """Parse a student completion: the last ```<lang> block of the answer region. Never raises."""
+        """Parse a student completion: the last ```<lang> block of the answer region. Never raises.
+
+        Fallbacks, as AZR (azr.md §4.5): code_f also takes the last bare ``` / ```py block; code_i/code_o
+        take the whole inside of an explicit `<answer>...</answer>` that holds no fenced block at all."""
         try:
             region, why = self._region(text, template)
             if region is None:
                 return FormatError(why or "format")
             blocks = find_blocks(region, self.answer_lang)
+            if not blocks:
+                blocks = self._fallback_blocks(region, "<answer>" in text)
             if not blocks:
                 return FormatError(f"format: no ```{self.answer_lang} block")
             body = blocks[-1]
@@ -181,6 +186,13 @@ class CodeTask:
 
     def _check_answer(self, body: str) -> Answer | FormatError:
         raise NotImplementedError
+
+    def _fallback_blocks(self, region: str, tagged: bool) -> list[str]:
+        if self.answer_lang == "python":
+            return [b.content for b in fenced_blocks(region) if b.lang in ("", "py", "python3")]
+        if tagged and FENCE not in region and region.strip():
+            return [region]
+        return []
 
     # ------------------------------------------------------------------ validation
     def _static_check(self, program: str, inputs: Sequence[str], message: str, exact_n: bool) -> str | None:
