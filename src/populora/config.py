@@ -244,7 +244,11 @@ def field_docs() -> dict[str, str]:
         for node, nxt in zip(body, body[1:] + [None], strict=True):
             if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
                 doc = ""
-                if isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant) and isinstance(nxt.value.value, str):
+                if (
+                    isinstance(nxt, ast.Expr)
+                    and isinstance(nxt.value, ast.Constant)
+                    and isinstance(nxt.value.value, str)
+                ):
                     doc = " ".join(nxt.value.value.split())
                 docs[f"{section}.{node.target.id}"] = doc
     return docs
@@ -281,7 +285,9 @@ def _coerce(key: str, value: Any) -> Any:
         if value not in choices:
             hint = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1)
             extra = f" (did you mean {hint[0]!r}?)" if hint else ""
-            raise ConfigError(f"{key}: {value!r} is not allowed{extra}; use one of {', '.join(map(str, choices))}.")
+            raise ConfigError(
+                f"{key}: {value!r} is not allowed{extra}; use one of {', '.join(map(str, choices))}."
+            )
         return value
     if origin is list:
         if isinstance(value, str):
@@ -353,7 +359,9 @@ def parse_override(text: str) -> tuple[str, Any]:
 def apply_mapping(cfg: Config, data: dict, where: str) -> None:
     """Apply a nested `{section: {key: value}}` mapping (from YAML) onto `cfg`."""
     if not isinstance(data, dict):
-        raise ConfigError(f"{where}: expected a mapping of sections (train:, model:, ...), got {type(data).__name__}.")
+        raise ConfigError(
+            f"{where}: expected a mapping of sections (train:, model:, ...), got {type(data).__name__}."
+        )
     for section, values in data.items():
         if section == "base":
             continue
@@ -381,25 +389,33 @@ def _preset_path(name: str) -> Path:
     if not candidate.exists():
         hint = difflib.get_close_matches(name, preset_names(), n=1)
         extra = f"did you mean {hint[0]!r}? " if hint else ""
-        raise ConfigError(f"--preset: unknown preset {name!r}; {extra}available: {', '.join(preset_names())} "
-                          "(or a path to a .yaml file).")
+        raise ConfigError(
+            f"--preset: unknown preset {name!r}; {extra}available: {', '.join(preset_names())} "
+            "(or a path to a .yaml file)."
+        )
     return candidate
 
 
 def _load_preset_into(cfg: Config, name: str, seen: tuple[str, ...] = ()) -> None:
     if name in seen:
-        raise ConfigError(f"preset {name!r}: 'base:' chain loops ({' -> '.join(seen + (name,))}); remove the loop.")
+        raise ConfigError(
+            f"preset {name!r}: 'base:' chain loops ({' -> '.join(seen + (name,))}); remove the loop."
+        )
     path = _preset_path(name)
     try:
         data = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as err:
-        raise ConfigError(f"preset {path}: not valid YAML ({str(err).splitlines()[0]}); fix the file.") from None
+        raise ConfigError(
+            f"preset {path}: not valid YAML ({str(err).splitlines()[0]}); fix the file."
+        ) from None
     if isinstance(data, dict) and data.get("base"):
         _load_preset_into(cfg, str(data["base"]), seen + (name,))
     apply_mapping(cfg, data, str(path))
 
 
-def load_config(preset: str = "tiny", overrides: list[str] | tuple[str, ...] = (), check: bool = True) -> Config:
+def load_config(
+    preset: str = "tiny", overrides: list[str] | tuple[str, ...] = (), check: bool = True
+) -> Config:
     """Build a config from a preset (name or YAML path) plus `key=value` overrides, then validate it."""
     cfg = Config()
     _load_preset_into(cfg, preset)
@@ -451,64 +467,123 @@ def validate(cfg: Config) -> Config:
     """Check value ranges and cross-field constraints; raise ConfigError with a one-line fix."""
     t, p, e, r, lo, tk = cfg.train, cfg.population, cfg.evolution, cfg.rl, cfg.lora, cfg.tasks
     _require(t.steps >= 1, f"train.steps: must be >= 1, got {t.steps}; set e.g. --set train.steps=10.")
-    _require(t.checkpoint_every >= 1,
-             f"train.checkpoint_every: must be >= 1, got {t.checkpoint_every}; set e.g. --set train.checkpoint_every=5.")
+    _require(
+        t.checkpoint_every >= 1,
+        f"train.checkpoint_every: must be >= 1, got {t.checkpoint_every}; set e.g. --set train.checkpoint_every=5.",
+    )
     _require(t.threads >= 1, f"train.threads: must be >= 1, got {t.threads}; use 1 or 2 on a laptop.")
-    _require(t.keep_checkpoints >= 0, f"train.keep_checkpoints: must be >= 0 (0 keeps all), got {t.keep_checkpoints}.")
-    _require(lo.rank >= 1, f"lora.rank: must be >= 1, got {lo.rank}; use e.g. --set lora.rank=8 (the paper uses 32).")
+    _require(
+        t.keep_checkpoints >= 0,
+        f"train.keep_checkpoints: must be >= 0 (0 keeps all), got {t.keep_checkpoints}.",
+    )
+    _require(
+        lo.rank >= 1,
+        f"lora.rank: must be >= 1, got {lo.rank}; use e.g. --set lora.rank=8 (the paper uses 32).",
+    )
     _require(lo.alpha > 0, f"lora.alpha: must be > 0, got {lo.alpha}; the usual choice is 2 x rank.")
     _require(bool(lo.targets), "lora.targets: is empty; list module names, e.g. q_proj,k_proj,v_proj,o_proj.")
     if p.mode == "population":
-        _require(p.teachers >= 1, f"population.teachers: must be >= 1, got {p.teachers}; use population.mode=single "
-                 "for the one-adapter baseline.")
-        _require(p.students >= 1, f"population.students: must be >= 1, got {p.students}; use population.mode=single "
-                 "for the one-adapter baseline.")
-    _require(p.pfsp_hard_p > 0, f"population.pfsp_hard_p: must be > 0, got {p.pfsp_hard_p}; 2 is AlphaStar's choice.")
+        _require(
+            p.teachers >= 1,
+            f"population.teachers: must be >= 1, got {p.teachers}; use population.mode=single "
+            "for the one-adapter baseline.",
+        )
+        _require(
+            p.students >= 1,
+            f"population.students: must be >= 1, got {p.students}; use population.mode=single "
+            "for the one-adapter baseline.",
+        )
+    _require(
+        p.pfsp_hard_p > 0,
+        f"population.pfsp_hard_p: must be > 0, got {p.pfsp_hard_p}; 2 is AlphaStar's choice.",
+    )
     rt = cfg.ratings
-    _require(rt.sigma > 0 and rt.beta > 0 and rt.tau >= 0,
-             "ratings.sigma and ratings.beta must be > 0 and ratings.tau >= 0; the defaults are 25/3, 25/6, 0.25.")
-    _require(0 < rt.draw_probability < 1,
-             f"ratings.draw_probability: must be in (0, 1), got {rt.draw_probability}; the default is 0.1.")
-    _require(0 <= rt.draw_margin < 0.5, f"ratings.draw_margin: must be in [0, 0.5), got {rt.draw_margin}; default 0.1.")
+    _require(
+        rt.sigma > 0 and rt.beta > 0 and rt.tau >= 0,
+        "ratings.sigma and ratings.beta must be > 0 and ratings.tau >= 0; the defaults are 25/3, 25/6, 0.25.",
+    )
+    _require(
+        0 < rt.draw_probability < 1,
+        f"ratings.draw_probability: must be in (0, 1), got {rt.draw_probability}; the default is 0.1.",
+    )
+    _require(
+        0 <= rt.draw_margin < 0.5,
+        f"ratings.draw_margin: must be in [0, 0.5), got {rt.draw_margin}; default 0.1.",
+    )
     _require(rt.lcb_k >= 0, f"ratings.lcb_k: must be >= 0, got {rt.lcb_k}; use 1-2 for in-loop selection.")
     _require(e.every >= 0, f"evolution.every: must be >= 0 (0 disables evolution), got {e.every}.")
-    _require(0 < e.gamma < 1, f"evolution.gamma: must be in (0, 1), got {e.gamma}; the paper uses 0.25 "
-             "(set evolution.every=0 to disable evolution).")
-    _require(bool(e.operators), "evolution.operators: is empty; use e.g. M1,M2,M3,M4,X1,X2,X3,X4 "
-             "or set evolution.every=0 to disable evolution.")
+    _require(
+        0 < e.gamma < 1,
+        f"evolution.gamma: must be in (0, 1), got {e.gamma}; the paper uses 0.25 "
+        "(set evolution.every=0 to disable evolution).",
+    )
+    _require(
+        bool(e.operators),
+        "evolution.operators: is empty; use e.g. M1,M2,M3,M4,X1,X2,X3,X4 "
+        "or set evolution.every=0 to disable evolution.",
+    )
     for op in e.operators:
         if op not in ALL_OPERATORS:
             hint = difflib.get_close_matches(op.upper(), ALL_OPERATORS, n=1)
             extra = f"did you mean {hint[0]!r}? " if hint and hint[0] != op else ""
-            raise ConfigError(f"evolution.operators: unknown operator {op!r}; {extra}choose from "
-                              f"{', '.join(ALL_OPERATORS)} (the paper's live set is {','.join(LIVE_OPERATORS)}).")
+            raise ConfigError(
+                f"evolution.operators: unknown operator {op!r}; {extra}choose from "
+                f"{', '.join(ALL_OPERATORS)} (the paper's live set is {','.join(LIVE_OPERATORS)})."
+            )
     _require(e.min_games >= 0, f"evolution.min_games: must be >= 0, got {e.min_games}.")
-    _require(e.sigma_inflate >= 1, f"evolution.sigma_inflate: must be >= 1, got {e.sigma_inflate}; 1.5 is the default.")
-    _require(0 < e.sigma_floor <= 1, f"evolution.sigma_floor: must be in (0, 1], got {e.sigma_floor}; 0.5 is the default.")
-    _require(r.lr > 0 and math.isfinite(r.lr), f"rl.lr: must be a positive number, got {r.lr}; the paper uses 5e-5.")
+    _require(
+        e.sigma_inflate >= 1,
+        f"evolution.sigma_inflate: must be >= 1, got {e.sigma_inflate}; 1.5 is the default.",
+    )
+    _require(
+        0 < e.sigma_floor <= 1,
+        f"evolution.sigma_floor: must be in (0, 1], got {e.sigma_floor}; 0.5 is the default.",
+    )
+    _require(
+        r.lr > 0 and math.isfinite(r.lr),
+        f"rl.lr: must be a positive number, got {r.lr}; the paper uses 5e-5.",
+    )
     _require(r.weight_decay >= 0, f"rl.weight_decay: must be >= 0, got {r.weight_decay}.")
     _require(r.grad_clip >= 0, f"rl.grad_clip: must be >= 0 (0 disables), got {r.grad_clip}.")
-    _require(r.rollouts >= 1, f"rl.rollouts: must be >= 1, got {r.rollouts}; the paper uses n=8 (2 on a laptop).")
-    _require(r.temperature > 0, f"rl.temperature: must be > 0, got {r.temperature}; training rollouts sample "
-             "(greedy rollouts make every learnability estimate 0 or 1), use 1.0.")
+    _require(
+        r.rollouts >= 1, f"rl.rollouts: must be >= 1, got {r.rollouts}; the paper uses n=8 (2 on a laptop)."
+    )
+    _require(
+        r.temperature > 0,
+        f"rl.temperature: must be > 0, got {r.temperature}; training rollouts sample "
+        "(greedy rollouts make every learnability estimate 0 or 1), use 1.0.",
+    )
     _require(0 < r.top_p <= 1, f"rl.top_p: must be in (0, 1], got {r.top_p}.")
     _require(bool(tk.types), "tasks.types: is empty; use code_i,code_o,code_f.")
     for tt in tk.types:
-        _require(tt in TASK_TYPES, f"tasks.types: unknown task type {tt!r}; choose from {', '.join(TASK_TYPES)}.")
+        _require(
+            tt in TASK_TYPES, f"tasks.types: unknown task type {tt!r}; choose from {', '.join(TASK_TYPES)}."
+        )
     _require(len(set(tk.types)) == len(tk.types), "tasks.types: lists a task type twice; list each once.")
-    _require(tk.prompts >= len(tk.types), f"tasks.prompts: must be >= the number of task types ({len(tk.types)}), "
-             f"got {tk.prompts}; the paper uses 72.")
+    _require(
+        tk.prompts >= len(tk.types),
+        f"tasks.prompts: must be >= the number of task types ({len(tk.types)}), "
+        f"got {tk.prompts}; the paper uses 72.",
+    )
     _require(tk.references >= 0, f"tasks.references: must be >= 0, got {tk.references}; AZR uses K=6.")
-    _require(tk.teacher_max_new_tokens >= 8 and tk.student_max_new_tokens >= 8,
-             "tasks.teacher_max_new_tokens and tasks.student_max_new_tokens: must be >= 8.")
-    _require(tk.template in ("azr", "compact") or Path(tk.template).expanduser().is_dir(),
-             f"tasks.template: {tk.template!r} is not 'azr', 'compact' or an existing template folder.")
+    _require(
+        tk.teacher_max_new_tokens >= 8 and tk.student_max_new_tokens >= 8,
+        "tasks.teacher_max_new_tokens and tasks.student_max_new_tokens: must be >= 8.",
+    )
+    _require(
+        tk.template in ("azr", "compact") or Path(tk.template).expanduser().is_dir(),
+        f"tasks.template: {tk.template!r} is not 'azr', 'compact' or an existing template folder.",
+    )
     _require(tk.buffer_size >= 1, f"tasks.buffer_size: must be >= 1, got {tk.buffer_size}.")
     _require(cfg.sandbox.workers >= 1, f"sandbox.workers: must be >= 1, got {cfg.sandbox.workers}.")
     _require(cfg.sandbox.timeout_s > 0, f"sandbox.timeout_s: must be > 0, got {cfg.sandbox.timeout_s}.")
     _require(cfg.sandbox.memory_mb >= 64, f"sandbox.memory_mb: must be >= 64, got {cfg.sandbox.memory_mb}.")
-    _require(cfg.model.memory_gb >= 0, f"model.memory_gb: must be >= 0 (0 = detect), got {cfg.model.memory_gb}.")
-    _require(bool(cfg.model.name.strip()), "model.name: is empty; use 'tiny', 'smol', a model folder or a hub id.")
+    _require(
+        cfg.model.memory_gb >= 0, f"model.memory_gb: must be >= 0 (0 = detect), got {cfg.model.memory_gb}."
+    )
+    _require(
+        bool(cfg.model.name.strip()), "model.name: is empty; use 'tiny', 'smol', a model folder or a hub id."
+    )
     check_model_path(cfg.model.name)
     return cfg
 
@@ -520,12 +595,18 @@ def check_model_path(name: str) -> None:
     path = Path(name).expanduser()
     if path.exists():
         if not (path / "config.json").exists():
-            raise ConfigError(f"model.name: {name!r} has no config.json; point it at a Hugging Face model folder.")
+            raise ConfigError(
+                f"model.name: {name!r} has no config.json; point it at a Hugging Face model folder."
+            )
         return
-    looks_like_hub_id = name.count("/") == 1 and not name.startswith((".", "/", "~")) and not name.endswith("/")
+    looks_like_hub_id = (
+        name.count("/") == 1 and not name.startswith((".", "/", "~")) and not name.endswith("/")
+    )
     if not looks_like_hub_id:
-        raise ConfigError(f"model.name: path {name!r} does not exist; use 'tiny', 'smol', an existing model folder "
-                          "or a hub id like Qwen/Qwen2.5-Coder-7B.")
+        raise ConfigError(
+            f"model.name: path {name!r} does not exist; use 'tiny', 'smol', an existing model folder "
+            "or a hub id like Qwen/Qwen2.5-Coder-7B."
+        )
 
 
 def adapter_bytes(hidden_sizes: dict[str, tuple[int, int]], n_layers: int, rank: int) -> int:
@@ -544,7 +625,8 @@ def check_memory(cfg: Config, base_bytes: int, slot_bytes: int, available_bytes:
         raise ConfigError(
             f"population.teachers + population.students: {cfg.n_slots} adapter slots need ~{need / 2**30:.1f} GiB "
             f"but only {available_bytes / 2**30:.1f} GiB is available; use at most {fit} slots, a smaller lora.rank, "
-            "or raise model.memory_gb.")
+            "or raise model.memory_gb."
+        )
 
 
 def available_memory_bytes() -> int:
@@ -559,8 +641,32 @@ def available_memory_bytes() -> int:
 
 
 __all__ = [
-    "ALL_OPERATORS", "Config", "ConfigError", "EvolutionConfig", "LIVE_OPERATORS", "LoRAConfig", "ModelConfig",
-    "PopulationConfig", "RLConfig", "RatingsConfig", "SandboxConfig", "TASK_TYPES", "TasksConfig", "TrainConfig",
-    "adapter_bytes", "all_keys", "available_memory_bytes", "check_memory", "check_model_path", "field_docs",
-    "from_dict", "load_config", "parse_override", "preset_names", "set_value", "to_dict", "to_yaml", "validate",
+    "ALL_OPERATORS",
+    "Config",
+    "ConfigError",
+    "EvolutionConfig",
+    "LIVE_OPERATORS",
+    "LoRAConfig",
+    "ModelConfig",
+    "PopulationConfig",
+    "RLConfig",
+    "RatingsConfig",
+    "SandboxConfig",
+    "TASK_TYPES",
+    "TasksConfig",
+    "TrainConfig",
+    "adapter_bytes",
+    "all_keys",
+    "available_memory_bytes",
+    "check_memory",
+    "check_model_path",
+    "field_docs",
+    "from_dict",
+    "load_config",
+    "parse_override",
+    "preset_names",
+    "set_value",
+    "to_dict",
+    "to_yaml",
+    "validate",
 ]

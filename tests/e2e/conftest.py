@@ -6,8 +6,15 @@ from pathlib import Path
 
 import pytest
 
-FAST = ["tasks.prompts=3", "rl.rollouts=2", "tasks.teacher_max_new_tokens=48", "tasks.student_max_new_tokens=24",
-        "sandbox.workers=1", "train.threads=1", "tasks.references=1"]
+FAST = [
+    "tasks.prompts=3",
+    "rl.rollouts=2",
+    "tasks.teacher_max_new_tokens=48",
+    "tasks.student_max_new_tokens=24",
+    "sandbox.workers=1",
+    "train.threads=1",
+    "tasks.references=1",
+]
 
 
 @pytest.fixture(scope="session")

@@ -9,20 +9,24 @@ from typer.testing import CliRunner
 from populora.cli import app
 
 
-@pytest.mark.parametrize("args,needle", [
-    (["--set", "lora.rank=0"], "lora.rank: must be >= 1"),
-    (["--set", "evolution.gamma=1"], "evolution.gamma: must be in (0, 1)"),
-    (["--set", "evolution.operators=M1,Z9"], "unknown operator 'Z9'"),
-    (["--preset", "tinyy"], "unknown preset 'tinyy'; did you mean 'tiny'"),
-    (["--set", "model.name=/no/such/model"], "model.name: path '/no/such/model' does not exist"),
-    (["--set", "model.name=./missing-model"], "model.name: path './missing-model' does not exist"),
-    (["--set", "rl.lrr=1"], "did you mean 'rl.lr'"),
-    (["--set", "population.teachers=100000", "--set", "model.memory_gb=0.001"], "adapter slots need"),
-    (["--resume", "/no/such/run"], "--resume /no/such/run: no config.yaml"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["--set", "lora.rank=0"], "lora.rank: must be >= 1"),
+        (["--set", "evolution.gamma=1"], "evolution.gamma: must be in (0, 1)"),
+        (["--set", "evolution.operators=M1,Z9"], "unknown operator 'Z9'"),
+        (["--preset", "tinyy"], "unknown preset 'tinyy'; did you mean 'tiny'"),
+        (["--set", "model.name=/no/such/model"], "model.name: path '/no/such/model' does not exist"),
+        (["--set", "model.name=./missing-model"], "model.name: path './missing-model' does not exist"),
+        (["--set", "rl.lrr=1"], "did you mean 'rl.lr'"),
+        (["--set", "population.teachers=100000", "--set", "model.memory_gb=0.001"], "adapter slots need"),
+        (["--resume", "/no/such/run"], "--resume /no/such/run: no config.yaml"),
+    ],
+)
 def test_bad_values_one_line(args, needle, tmp_path, model_name):
-    res = CliRunner().invoke(app, ["train", "--run-dir", str(tmp_path / "r"), "--set", f"model.name={model_name}",
-                                   *args])
+    res = CliRunner().invoke(
+        app, ["train", "--run-dir", str(tmp_path / "r"), "--set", f"model.name={model_name}", *args]
+    )
     assert res.exit_code == 2, res.output
     out = res.output.strip()
     assert needle in out and "Traceback" not in out
@@ -30,10 +34,26 @@ def test_bad_values_one_line(args, needle, tmp_path, model_name):
 
 
 def test_real_entry_point_prints_no_traceback(tmp_path):
-    res = subprocess.run([sys.executable, "-m", "populora.cli", "train", "--run-dir", str(tmp_path / "r"),
-                          "--set", "lora.rank=0"], capture_output=True, text=True, timeout=120)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "populora.cli",
+            "train",
+            "--run-dir",
+            str(tmp_path / "r"),
+            "--set",
+            "lora.rank=0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert res.returncode == 2
-    assert res.stderr.strip() == "error: lora.rank: must be >= 1, got 0; use e.g. --set lora.rank=8 (the paper uses 32)."
+    assert (
+        res.stderr.strip()
+        == "error: lora.rank: must be >= 1, got 0; use e.g. --set lora.rank=8 (the paper uses 32)."
+    )
     assert "Traceback" not in res.stdout + res.stderr
 
 

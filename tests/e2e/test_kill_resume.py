@@ -21,11 +21,24 @@ def _cli(*args: str) -> list[str]:
 
 def test_sigkill_then_resume_leaves_a_consistent_run(tmp_path, fast):
     run = tmp_path / "run"
-    sets = [x for kv in [*fast, f"train.steps={STEPS}", "train.checkpoint_every=1", "evolution.every=2",
-                         "train.keep_checkpoints=2"] for x in ("--set", kv)]
+    sets = [
+        x
+        for kv in [
+            *fast,
+            f"train.steps={STEPS}",
+            "train.checkpoint_every=1",
+            "evolution.every=2",
+            "train.keep_checkpoints=2",
+        ]
+        for x in ("--set", kv)
+    ]
     env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE", "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen(_cli("train", "--run-dir", str(run), "--quiet", *sets), env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        _cli("train", "--run-dir", str(run), "--quiet", *sets),
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     deadline = time.time() + 240
     events = run / "events.jsonl"
     while time.time() < deadline and proc.poll() is None:
@@ -40,8 +53,9 @@ def test_sigkill_then_resume_leaves_a_consistent_run(tmp_path, fast):
     proc.wait(timeout=60)
     proc.stderr.close()
 
-    res = subprocess.run(_cli("train", "--resume", str(run), "--quiet"), env=env, capture_output=True, text=True,
-                         timeout=300)
+    res = subprocess.run(
+        _cli("train", "--resume", str(run), "--quiet"), env=env, capture_output=True, text=True, timeout=300
+    )
     assert res.returncode == 0, res.stderr[-2000:]
 
     # every line of every log is whole JSON, and each step appears exactly once
@@ -52,7 +66,9 @@ def test_sigkill_then_resume_leaves_a_consistent_run(tmp_path, fast):
             json.loads(line)
     metrics = read_jsonl(run / "metrics.jsonl")
     assert [m["step"] for m in metrics] == list(range(1, STEPS + 1))
-    assert Counter(p["step"] for p in read_jsonl(run / "problems.jsonl")) == {s: 6 for s in range(1, STEPS + 1)}
+    assert Counter(p["step"] for p in read_jsonl(run / "problems.jsonl")) == {
+        s: 6 for s in range(1, STEPS + 1)
+    }
     evs = read_jsonl(run / "events.jsonl")
     assert Counter(e["step"] for e in evs if e["type"] == "matchup") == {s: 2 for s in range(1, STEPS + 1)}
     assert Counter(e["step"] for e in evs if e["type"] == "evolution") == {2: 2, 4: 2}
@@ -62,4 +78,6 @@ def test_sigkill_then_resume_leaves_a_consistent_run(tmp_path, fast):
     assert [s for s, _ in list_checkpoints(run)] == [STEPS - 1, STEPS]
     assert not [p for p in (run / "checkpoints").iterdir() if p.name.startswith(".")]
     last = metrics[-1]["members"]
-    assert sorted(p.name for p in (run / "checkpoints" / f"step_{STEPS:06d}" / "adapters").iterdir()) == sorted(last)
+    assert sorted(
+        p.name for p in (run / "checkpoints" / f"step_{STEPS:06d}" / "adapters").iterdir()
+    ) == sorted(last)

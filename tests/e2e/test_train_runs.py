@@ -7,10 +7,33 @@ from populora.lora.peft_io import load_peft
 from populora.train.checkpoint import list_checkpoints, read_state
 from populora.train.trainer import train
 
-METRIC_KEYS = {"step", "time", "mode", "phase_s", "tokens_per_s", "tokens", "coverage", "coverage_cells", "members",
-               "matchups"}
-MEMBER_KEYS = {"role", "reward", "valid_rate", "solve_rate", "response_len", "entropy", "mu", "sigma", "loss",
-               "grad_norm", "complexity", "n_valid", "n_proposed"}
+METRIC_KEYS = {
+    "step",
+    "time",
+    "mode",
+    "phase_s",
+    "tokens_per_s",
+    "tokens",
+    "coverage",
+    "coverage_cells",
+    "members",
+    "matchups",
+}
+MEMBER_KEYS = {
+    "role",
+    "reward",
+    "valid_rate",
+    "solve_rate",
+    "response_len",
+    "entropy",
+    "mu",
+    "sigma",
+    "loss",
+    "grad_norm",
+    "complexity",
+    "n_valid",
+    "n_proposed",
+}
 PHASES = {"matchmaking", "teacher", "validate", "student", "score", "update", "evolution", "checkpoint"}
 TIMING = {"time", "phase_s", "step_s", "tokens_per_s"}
 
@@ -20,8 +43,11 @@ def _stable(rec: dict) -> dict:
 
 
 def _events(run):
-    return [{k: v for k, v in e.items() if k != "seconds"} for e in read_jsonl(run / "events.jsonl")
-            if e["type"] in ("matchup", "evolution")]
+    return [
+        {k: v for k, v in e.items() if k != "seconds"}
+        for e in read_jsonl(run / "events.jsonl")
+        if e["type"] in ("matchup", "evolution")
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +78,17 @@ def test_population_run_folder_schema(runs):
     problems = read_jsonl(a / "problems.jsonl")
     assert len(problems) == 3 * 2 * 3  # steps x teachers x prompts
     for p in problems:
-        assert {"step", "proposer", "solver", "task", "valid", "reason", "program", "solve_rate", "features"} <= set(p)
+        assert {
+            "step",
+            "proposer",
+            "solver",
+            "task",
+            "valid",
+            "reason",
+            "program",
+            "solve_rate",
+            "features",
+        } <= set(p)
         assert p["valid"] or p["reason"]
 
 
@@ -95,8 +131,12 @@ def test_same_seed_and_resume_reproduce_the_metrics(runs):
 
 
 def test_single_mode(tmp_path, fast):
-    run = train("tiny", tmp_path / "single", [*fast, "population.mode=single", "train.steps=2",
-                                              "train.checkpoint_every=2", "evolution.every=1"], quiet=True)
+    run = train(
+        "tiny",
+        tmp_path / "single",
+        [*fast, "population.mode=single", "train.steps=2", "train.checkpoint_every=2", "evolution.every=1"],
+        quiet=True,
+    )
     metrics = read_jsonl(run / "metrics.jsonl")
     assert [m["step"] for m in metrics] == [1, 2]
     for m in metrics:

@@ -35,8 +35,9 @@ def test_child_rating_by_hand():
 
 
 def test_mutation_replaces_the_worst_with_a_child_of_the_best():
-    plan = plan_role(_teachers(), gamma=0.25, lcb_k=1.0, operators=["M1"], min_games=1, prior=PRIOR,
-                     rng=random.Random(0))
+    plan = plan_role(
+        _teachers(), gamma=0.25, lcb_k=1.0, operators=["M1"], min_games=1, prior=PRIOR, rng=random.Random(0)
+    )
     assert len(plan) == 1
     r = plan[0]
     assert (r.replaced, r.operator, r.parents) == ("T2", "M1", ("T0",))
@@ -44,31 +45,52 @@ def test_mutation_replaces_the_worst_with_a_child_of_the_best():
 
 
 def test_crossover_takes_two_distinct_top_parents_best_first():
-    plan = plan_role(_teachers(), gamma=0.25, lcb_k=1.0, operators=["X1"], min_games=1, prior=PRIOR,
-                     rng=random.Random(0))
+    plan = plan_role(
+        _teachers(), gamma=0.25, lcb_k=1.0, operators=["X1"], min_games=1, prior=PRIOR, rng=random.Random(0)
+    )
     assert plan[0].parents == ("T0", "T1") and plan[0].child_rating == Rating(27.5, 7.5)
 
 
 def test_unrated_members_are_protected():
     members = _teachers()
     members[2].games = 0  # T2 is newborn
-    plan = plan_role(members, gamma=0.25, lcb_k=1.0, operators=["M2"], min_games=1, prior=PRIOR, rng=random.Random(0))
+    plan = plan_role(
+        members, gamma=0.25, lcb_k=1.0, operators=["M2"], min_games=1, prior=PRIOR, rng=random.Random(0)
+    )
     assert plan[0].replaced == "T3"
 
 
 def test_two_members_only_mutate_and_one_member_never_evolves():
     two = _teachers()[:2]
-    plan = plan_role(two, gamma=0.25, lcb_k=1.0, operators=["X1", "X2", "M3"], min_games=0, prior=PRIOR,
-                     rng=random.Random(0))
+    plan = plan_role(
+        two,
+        gamma=0.25,
+        lcb_k=1.0,
+        operators=["X1", "X2", "M3"],
+        min_games=0,
+        prior=PRIOR,
+        rng=random.Random(0),
+    )
     assert plan[0].replaced == "T1" and plan[0].operator == "M3" and plan[0].parents == ("T0",)
-    assert plan_role(two, gamma=0.25, lcb_k=1.0, operators=["X1"], min_games=0, prior=PRIOR, rng=random.Random(0)) == []
-    assert plan_role(two[:1], gamma=0.25, lcb_k=1.0, operators=["M1"], min_games=0, prior=PRIOR,
-                     rng=random.Random(0)) == []
+    assert (
+        plan_role(
+            two, gamma=0.25, lcb_k=1.0, operators=["X1"], min_games=0, prior=PRIOR, rng=random.Random(0)
+        )
+        == []
+    )
+    assert (
+        plan_role(
+            two[:1], gamma=0.25, lcb_k=1.0, operators=["M1"], min_games=0, prior=PRIOR, rng=random.Random(0)
+        )
+        == []
+    )
 
 
 def test_plan_is_deterministic_for_a_seed():
     kw = dict(gamma=0.5, lcb_k=1.0, operators=["M1", "M2", "X1", "X3"], min_games=0, prior=PRIOR)
-    assert plan_role(_teachers(), rng=random.Random(3), **kw) == plan_role(_teachers(), rng=random.Random(3), **kw)
+    assert plan_role(_teachers(), rng=random.Random(3), **kw) == plan_role(
+        _teachers(), rng=random.Random(3), **kw
+    )
 
 
 def test_population_ids_are_never_reused():

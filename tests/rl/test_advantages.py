@@ -53,7 +53,9 @@ def test_role_scope_whitens_teachers_and_students_separately():
     assert adv[:4].tolist() == pytest.approx([0.5 * s, -0.5 * s, 0.0, 0.0], rel=1e-6)
     # teachers: x = [.5, -1], w = [3, 1]: mean 0.125, var = (0.375^2*3 + 1.125^2) / 3
     var = (0.375**2 * 3 + 1.125**2) / 3
-    assert adv[4:].tolist() == pytest.approx([0.375 / math.sqrt(var + 1e-8), -1.125 / math.sqrt(var + 1e-8)], rel=1e-6)
+    assert adv[4:].tolist() == pytest.approx(
+        [0.375 / math.sqrt(var + 1e-8), -1.125 / math.sqrt(var + 1e-8)], rel=1e-6
+    )
 
 
 def test_constant_or_single_token_scope_is_only_centred():

@@ -20,6 +20,7 @@ def _writer(step):
     def write(d):
         (d / "adapters").mkdir()
         write_json(d / "state.json", {"step": step})
+
     return write
 
 

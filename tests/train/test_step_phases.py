@@ -19,8 +19,14 @@ PROGRAM = "def f(x):\n    return x * 3"
 
 def _gen(engine, slot: int, prompt: str, text: str) -> Generation:
     ids = engine.tokenizer(text, add_special_tokens=False)["input_ids"]
-    return Generation(token_ids=ids, text=text, logprobs=[-1.0] * len(ids), finish_reason="stop",
-                      prompt_ids=engine.encode(prompt), slot=slot)
+    return Generation(
+        token_ids=ids,
+        text=text,
+        logprobs=[-1.0] * len(ids),
+        finish_reason="stop",
+        prompt_ids=engine.encode(prompt),
+        slot=slot,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +42,12 @@ def trainer(tmp_path_factory):
 
 def _items(tr):
     code_o = tasks.get("code_o")
-    good = Item("T0", "S0", "code_o", gen=_gen(tr.engine, 0, "p", code_o.render_proposal(PROGRAM, ["4"], template="compact")))
+    good = Item(
+        "T0",
+        "S0",
+        "code_o",
+        gen=_gen(tr.engine, 0, "p", code_o.render_proposal(PROGRAM, ["4"], template="compact")),
+    )
     bad = Item("T0", "S0", "code_i", gen=_gen(tr.engine, 0, "p", "no blocks here"))
     return [good, bad]
 
@@ -55,8 +66,10 @@ def test_validate_solve_score_update_rate_metrics(trainer):
     # overwrite the sampled answers with one right and one wrong answer, written by hand
     code_o = tasks.get("code_o")
     prompt = code_o.student_prompt(good.problem, template="compact")
-    good.answers = [_gen(tr.engine, 2, prompt, code_o.render_answer("12", template="compact")),
-                    _gen(tr.engine, 2, prompt, code_o.render_answer("13", template="compact"))]
+    good.answers = [
+        _gen(tr.engine, 2, prompt, code_o.render_answer("12", template="compact")),
+        _gen(tr.engine, 2, prompt, code_o.render_answer("13", template="compact")),
+    ]
     tr.score(items)
     assert good.solves == [True, False] and good.formatted == [True, True]
     assert good.reward == 0.5 and bad.reward == -1.0  # 1 - rho with rho = 1/2; invalid -1
@@ -74,8 +87,11 @@ def test_validate_solve_score_update_rate_metrics(trainer):
     expected = [(a - mean) / math.sqrt(var + 1e-8) for a in x]
     assert [r.advantages for r in rows] == pytest.approx(expected, rel=1e-5)
     assert [r.advantages for r in rows] == pytest.approx(
-        reinforce_pp_baseline(torch.tensor(info["rewards"]), torch.tensor(lengths), info["groups"],
-                              info["scopes"]).tolist(), rel=1e-6)
+        reinforce_pp_baseline(
+            torch.tensor(info["rewards"]), torch.tensor(lengths), info["groups"], info["scopes"]
+        ).tolist(),
+        rel=1e-6,
+    )
 
     before = tr.engine.get_adapter(2).modules
     tm = tr.update(items)
@@ -84,19 +100,39 @@ def test_validate_solve_score_update_rate_metrics(trainer):
     assert any(not torch.equal(before[k][1], after[k][1]) for k in before)  # the student's B moved
 
     matchups = tr.rate([("T0", "S0")], items, step=1)
-    assert matchups == [{"teacher": "T0", "student": "S0", "solve_rate": 0.5, "n_problems": 1, "outcome": "draw"}]
+    assert matchups == [
+        {"teacher": "T0", "student": "S0", "solve_rate": 0.5, "n_problems": 1, "outcome": "draw"}
+    ]
     assert tr.pop["T0"].mu == pytest.approx(25.0) and tr.pop["T0"].sigma < 25 / 3 and tr.pop["S0"].games == 1
 
-    timings = {k: 0.1 for k in ("matchmaking", "teacher", "validate", "student", "score", "update", "evolution",
-                                "checkpoint")}
+    timings = {
+        k: 0.1
+        for k in (
+            "matchmaking",
+            "teacher",
+            "validate",
+            "student",
+            "score",
+            "update",
+            "evolution",
+            "checkpoint",
+        )
+    }
     rec = tr.metrics_record(1, items, tm, matchups, timings, 1.0)
     t0, s0 = rec["members"]["T0"], rec["members"]["S0"]
     assert (t0["valid_rate"], t0["reward"], t0["n_valid"], t0["n_proposed"]) == (0.5, -0.25, 1, 2)
     assert t0["solve_rate"] == {"code_i": None, "code_o": 0.5, "code_f": None, "all": 0.5}
     assert t0["complexity"]["loc"] == {"mean": 2.0, "std": 0.0}
-    assert (s0["reward"], s0["solve_rate"]["all"], s0["valid_rate"], s0["complexity"]) == (0.25, 0.5, None, None)
+    assert (s0["reward"], s0["solve_rate"]["all"], s0["valid_rate"], s0["complexity"]) == (
+        0.25,
+        0.5,
+        None,
+        None,
+    )
     assert rec["members"]["T1"]["reward"] is None and rec["coverage_cells"] == 1
-    assert rec["tokens"] == sum(len(it.gen.token_ids) for it in items) + sum(len(g.token_ids) for g in good.answers)
+    assert rec["tokens"] == sum(len(it.gen.token_ids) for it in items) + sum(
+        len(g.token_ids) for g in good.answers
+    )
     assert "step    1/6" in summary_line(rec, [], 6)
     probs = tr.problem_records(1, items)
     assert probs[0]["valid"] and probs[0]["outputs"] == ["12"] and probs[0]["solve_rate"] == 0.5
@@ -120,10 +156,14 @@ def test_evolution_replaces_the_loser_in_the_engine(trainer):
 
 
 def test_task_schedule_and_memory_estimate(tmp_path):
-    assert task_schedule(["code_i", "code_o", "code_f"], 7) == ["code_i"] * 3 + ["code_o"] * 2 + ["code_f"] * 2
+    assert (
+        task_schedule(["code_i", "code_o", "code_f"], 7) == ["code_i"] * 3 + ["code_o"] * 2 + ["code_f"] * 2
+    )
     assert task_schedule(["code_o"], 2) == ["code_o", "code_o"]
-    (tmp_path / "config.json").write_text('{"hidden_size": 8, "num_hidden_layers": 2, "num_attention_heads": 2, '
-                                          '"num_key_value_heads": 1, "intermediate_size": 16}')
+    (tmp_path / "config.json").write_text(
+        '{"hidden_size": 8, "num_hidden_layers": 2, "num_attention_heads": 2, '
+        '"num_key_value_heads": 1, "intermediate_size": 16}'
+    )
     (tmp_path / "model.safetensors").write_bytes(b"x" * 100)
     base, slot = estimate_memory(tmp_path, rank=2, targets=["q_proj", "k_proj"])
     # q: 8 -> 8, k: 8 -> 4 (one kv head of dim 4): rank 2 * (16 + 12) = 56 params per layer, 2 layers, x4 fp32 x4

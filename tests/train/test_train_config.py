@@ -18,9 +18,22 @@ from populora.config import (
     to_yaml,
 )
 
-CONTRACT_KEYS = ["train.steps", "train.checkpoint_every", "train.seed", "population.mode", "population.teachers",
-                 "population.students", "evolution.every", "evolution.gamma", "evolution.operators", "rl.lr",
-                 "rl.rollouts", "model.name", "lora.rank", "lora.alpha"]
+CONTRACT_KEYS = [
+    "train.steps",
+    "train.checkpoint_every",
+    "train.seed",
+    "population.mode",
+    "population.teachers",
+    "population.students",
+    "evolution.every",
+    "evolution.gamma",
+    "evolution.operators",
+    "rl.lr",
+    "rl.rollouts",
+    "model.name",
+    "lora.rank",
+    "lora.alpha",
+]
 
 
 def test_contract_keys_exist_and_every_field_is_documented():
@@ -48,37 +61,55 @@ def test_every_preset_loads_and_paper_values():
 
 def test_tiny_is_the_2t2s_cpu_default():
     c = load_config()
-    assert (c.population.teachers, c.population.students, c.model.name, c.model.device) == (2, 2, "tiny", "cpu")
+    assert (c.population.teachers, c.population.students, c.model.name, c.model.device) == (
+        2,
+        2,
+        "tiny",
+        "cpu",
+    )
     assert c.n_slots == 4 and c.effective_whiten_scope == "batch"
     assert c.evolution.every <= c.train.steps  # the demo shows an evolution event
 
 
 def test_overrides_are_typed():
-    c = load_config("tiny", ["rl.lr=5e-5", "evolution.operators=M1,X2", "population.teachers=3",
-                             "population.balanced=false", "evolution.gamma=0.5", "lora.alpha=8",
-                             "lora.targets=[q_proj, v_proj]", "population.mode=single"])
+    c = load_config(
+        "tiny",
+        [
+            "rl.lr=5e-5",
+            "evolution.operators=M1,X2",
+            "population.teachers=3",
+            "population.balanced=false",
+            "evolution.gamma=0.5",
+            "lora.alpha=8",
+            "lora.targets=[q_proj, v_proj]",
+            "population.mode=single",
+        ],
+    )
     assert c.rl.lr == 5e-5 and isinstance(c.rl.lr, float)
     assert c.evolution.operators == ["M1", "X2"] and c.population.teachers == 3
     assert c.population.balanced is False and c.lora.alpha == 8.0 and c.lora.targets == ["q_proj", "v_proj"]
     assert c.n_slots == 1 and c.effective_whiten_scope == "task_role"
 
 
-@pytest.mark.parametrize("override,needle", [
-    ("lora.rank=0", "lora.rank: must be >= 1"),
-    ("evolution.gamma=1", "evolution.gamma: must be in (0, 1)"),
-    ("evolution.gamma=1.5", "evolution.gamma"),
-    ("evolution.operators=M1,Q7", "evolution.operators: unknown operator 'Q7'"),
-    ("evolution.operators=m1", "did you mean 'M1'"),
-    ("rl.lrr=1", "unknown config key 'rl.lrr'; did you mean 'rl.lr'"),
-    ("steps=3", "did you mean 'train.steps'"),
-    ("population.mode=singel", "did you mean 'single'"),
-    ("train.steps=2.5", "train.steps: expected an integer"),
-    ("rl.lr=fast", "rl.lr: expected a number"),
-    ("rl.temperature=0", "rl.temperature: must be > 0"),
-    ("model.name=./no/such/model", "model.name: path './no/such/model' does not exist"),
-    ("population.teachers=0", "population.teachers: must be >= 1"),
-    ("train.steps", "expected key=value"),
-])
+@pytest.mark.parametrize(
+    "override,needle",
+    [
+        ("lora.rank=0", "lora.rank: must be >= 1"),
+        ("evolution.gamma=1", "evolution.gamma: must be in (0, 1)"),
+        ("evolution.gamma=1.5", "evolution.gamma"),
+        ("evolution.operators=M1,Q7", "evolution.operators: unknown operator 'Q7'"),
+        ("evolution.operators=m1", "did you mean 'M1'"),
+        ("rl.lrr=1", "unknown config key 'rl.lrr'; did you mean 'rl.lr'"),
+        ("steps=3", "did you mean 'train.steps'"),
+        ("population.mode=singel", "did you mean 'single'"),
+        ("train.steps=2.5", "train.steps: expected an integer"),
+        ("rl.lr=fast", "rl.lr: expected a number"),
+        ("rl.temperature=0", "rl.temperature: must be > 0"),
+        ("model.name=./no/such/model", "model.name: path './no/such/model' does not exist"),
+        ("population.teachers=0", "population.teachers: must be >= 1"),
+        ("train.steps", "expected key=value"),
+    ],
+)
 def test_bad_values_give_one_line_naming_the_field(override, needle):
     with pytest.raises(ConfigError) as err:
         load_config("tiny", [override])
@@ -94,7 +125,9 @@ def test_unknown_preset():
 def test_more_slots_than_memory_allows():
     c = load_config("tiny", ["population.teachers=8", "population.students=8"])
     check_memory(c, base_bytes=2**30, slot_bytes=2**20, available_bytes=4 * 2**30)  # fits
-    with pytest.raises(ConfigError, match=r"16 adapter slots need ~2.0 GiB but only 1.5 GiB.*at most 8 slots"):
+    with pytest.raises(
+        ConfigError, match=r"16 adapter slots need ~2.0 GiB but only 1.5 GiB.*at most 8 slots"
+    ):
         check_memory(c, base_bytes=2**30, slot_bytes=2**26, available_bytes=3 * 2**29)
 
 

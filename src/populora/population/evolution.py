@@ -45,8 +45,9 @@ def default_arity(op: str) -> int:
     return 2 if op.startswith("X") or op == "I2" else 1
 
 
-def child_rating(parents: Sequence[Rating], prior: Rating, sigma_inflate: float = 1.5,
-                 sigma_floor: float = 0.5) -> Rating:
+def child_rating(
+    parents: Sequence[Rating], prior: Rating, sigma_inflate: float = 1.5, sigma_floor: float = 0.5
+) -> Rating:
     mu = sum(p.mu for p in parents) / len(parents)
     sigma = sigma_inflate * max(p.sigma for p in parents)
     sigma = min(max(sigma, sigma_floor * prior.sigma), prior.sigma)
@@ -58,9 +59,19 @@ def rank_by_lcb(members: Sequence[Member], k: float) -> list[Member]:
     return sorted(members, key=lambda m: (-m.rating.lcb(k), -m.mu, m.id))
 
 
-def plan_role(members: Sequence[Member], *, gamma: float, lcb_k: float, operators: Sequence[str], min_games: int,
-              prior: Rating, rng: random.Random, sigma_inflate: float = 1.5, sigma_floor: float = 0.5,
-              arity: Mapping[str, int] | None = None) -> list[Replacement]:
+def plan_role(
+    members: Sequence[Member],
+    *,
+    gamma: float,
+    lcb_k: float,
+    operators: Sequence[str],
+    min_games: int,
+    prior: Rating,
+    rng: random.Random,
+    sigma_inflate: float = 1.5,
+    sigma_floor: float = 0.5,
+    arity: Mapping[str, int] | None = None,
+) -> list[Replacement]:
     """The replacements for one sub-population (all members share one role)."""
     n = n_replace(len(members), gamma)
     if n == 0:
@@ -83,19 +94,35 @@ def plan_role(members: Sequence[Member], *, gamma: float, lcb_k: float, operator
         pool = survivors[: max(top, k)]
         parents = rng.sample(pool, k)
         parents.sort(key=lambda m: ranked.index(m))  # best first: X4 extrapolates towards the better parent
-        plan.append(Replacement(loser.role, loser.id, op, tuple(p.id for p in parents),
-                                child_rating([p.rating for p in parents], prior, sigma_inflate, sigma_floor),
-                                rng.randrange(2**31)))
+        plan.append(
+            Replacement(
+                loser.role,
+                loser.id,
+                op,
+                tuple(p.id for p in parents),
+                child_rating([p.rating for p in parents], prior, sigma_inflate, sigma_floor),
+                rng.randrange(2**31),
+            )
+        )
     return plan
 
 
-def plan_evolution(pop: Population, cfg, prior: Rating, rng: random.Random,
-                   arity: Mapping[str, int] | None = None) -> list[Replacement]:
+def plan_evolution(
+    pop: Population, cfg, prior: Rating, rng: random.Random, arity: Mapping[str, int] | None = None
+) -> list[Replacement]:
     """Replacements for teachers, then students, from a `populora.config.Config`."""
     plan = []
     for role in ("teacher", "student"):
-        plan += plan_role(pop.by_role(role), gamma=cfg.evolution.gamma, lcb_k=cfg.ratings.lcb_k,
-                          operators=cfg.evolution.operators, min_games=cfg.evolution.min_games, prior=prior,
-                          rng=rng, sigma_inflate=cfg.evolution.sigma_inflate, sigma_floor=cfg.evolution.sigma_floor,
-                          arity=arity)
+        plan += plan_role(
+            pop.by_role(role),
+            gamma=cfg.evolution.gamma,
+            lcb_k=cfg.ratings.lcb_k,
+            operators=cfg.evolution.operators,
+            min_games=cfg.evolution.min_games,
+            prior=prior,
+            rng=rng,
+            sigma_inflate=cfg.evolution.sigma_inflate,
+            sigma_floor=cfg.evolution.sigma_floor,
+            arity=arity,
+        )
     return plan

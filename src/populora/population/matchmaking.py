@@ -60,9 +60,17 @@ def _pick_weighting(weighting: str, rng: random.Random) -> str:
     return MIX[-1][0]
 
 
-def match(teachers: Sequence[str], students: Sequence[str], ratings: Mapping[str, Rating], system: RatingSystem,
-          rng: random.Random, method: str = "pfsp", weighting: str = "var", hard_p: float = 2.0,
-          balanced: bool = True) -> list[tuple[str, str]]:
+def match(
+    teachers: Sequence[str],
+    students: Sequence[str],
+    ratings: Mapping[str, Rating],
+    system: RatingSystem,
+    rng: random.Random,
+    method: str = "pfsp",
+    weighting: str = "var",
+    hard_p: float = 2.0,
+    balanced: bool = True,
+) -> list[tuple[str, str]]:
     """Return one (teacher, student) pair per teacher, in teacher order."""
     if not teachers or not students:
         return []

@@ -59,9 +59,18 @@ class Population:
         self.next_index[prefix] = i + 1
         return f"{prefix}{i}"
 
-    def add(self, role: str, slot: int, rating: Rating, parents: list[str] | None = None, born_step: int = 0,
-            operator: str | None = None) -> Member:
-        m = Member(self.new_id(role), role, slot, rating.mu, rating.sigma, list(parents or []), born_step, operator)
+    def add(
+        self,
+        role: str,
+        slot: int,
+        rating: Rating,
+        parents: list[str] | None = None,
+        born_step: int = 0,
+        operator: str | None = None,
+    ) -> Member:
+        m = Member(
+            self.new_id(role), role, slot, rating.mu, rating.sigma, list(parents or []), born_step, operator
+        )
         self.members[m.id] = m
         return m
 

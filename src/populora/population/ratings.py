@@ -48,10 +48,19 @@ def match_outcome(solve_rate: float | None, margin: float = 0.1) -> Outcome:
 class RatingSystem:
     """A TrueSkill environment with the run's prior; pure functions of ratings (no member bookkeeping)."""
 
-    def __init__(self, mu: float = 25.0, sigma: float = 25.0 / 3.0, beta: float = 25.0 / 6.0, tau: float = 0.25,
-                 draw_probability: float = 0.1, draw_margin: float = 0.1) -> None:
+    def __init__(
+        self,
+        mu: float = 25.0,
+        sigma: float = 25.0 / 3.0,
+        beta: float = 25.0 / 6.0,
+        tau: float = 0.25,
+        draw_probability: float = 0.1,
+        draw_margin: float = 0.1,
+    ) -> None:
         self.mu, self.sigma, self.beta, self.draw_margin = mu, sigma, beta, draw_margin
-        self.env = trueskill.TrueSkill(mu=mu, sigma=sigma, beta=beta, tau=tau, draw_probability=draw_probability)
+        self.env = trueskill.TrueSkill(
+            mu=mu, sigma=sigma, beta=beta, tau=tau, draw_probability=draw_probability
+        )
 
     @classmethod
     def from_config(cls, cfg) -> RatingSystem:
@@ -61,7 +70,9 @@ class RatingSystem:
     def prior(self) -> Rating:
         return Rating(self.mu, self.sigma)
 
-    def update(self, teacher: Rating, student: Rating, solve_rate: float | None) -> tuple[Rating, Rating, Outcome]:
+    def update(
+        self, teacher: Rating, student: Rating, solve_rate: float | None
+    ) -> tuple[Rating, Rating, Outcome]:
         """New (teacher, student) ratings after one matchup, and its outcome."""
         outcome = match_outcome(solve_rate, self.draw_margin)
         t = self.env.create_rating(teacher.mu, teacher.sigma)

@@ -48,8 +48,9 @@ def group_baseline(rewards: torch.Tensor, group_keys: Sequence[Hashable]) -> tor
     return out
 
 
-def whiten(values: torch.Tensor, lengths: torch.Tensor, scope_keys: Sequence[Hashable],
-           token_weighted: bool = True) -> torch.Tensor:
+def whiten(
+    values: torch.Tensor, lengths: torch.Tensor, scope_keys: Sequence[Hashable], token_weighted: bool = True
+) -> torch.Tensor:
     """Whiten `values` (one per sequence) within each scope set; weights are token counts or 1 per sequence."""
     x = values.to(torch.float64)
     w = lengths.to(torch.float64) if token_weighted else torch.ones_like(x)
@@ -71,8 +72,13 @@ def whiten(values: torch.Tensor, lengths: torch.Tensor, scope_keys: Sequence[Has
     return out
 
 
-def reinforce_pp_baseline(rewards: torch.Tensor, lengths: torch.Tensor, group_keys: Sequence[Hashable],
-                          scope_keys: Sequence[Hashable], token_weighted: bool = True) -> torch.Tensor:
+def reinforce_pp_baseline(
+    rewards: torch.Tensor,
+    lengths: torch.Tensor,
+    group_keys: Sequence[Hashable],
+    scope_keys: Sequence[Hashable],
+    token_weighted: bool = True,
+) -> torch.Tensor:
     """Per-sequence advantages: group-mean baseline, then whitening within scopes (float32, shape [B])."""
     if not (len(rewards) == len(lengths) == len(group_keys) == len(scope_keys)):
         raise ValueError("rewards, lengths, group_keys and scope_keys must have one entry per sequence")

@@ -20,10 +20,18 @@ import tempfile
 import time
 from pathlib import Path
 
-CONFIGS = [("single", ["population.mode=single"]), ("1T+1S", ["population.teachers=1", "population.students=1"]),
-           ("2T+2S", ["population.teachers=2", "population.students=2"]),
-           ("4T+4S", ["population.teachers=4", "population.students=4"])]
-PAPER = {"adapters": 8, "config": "4T+4S", "ratio_vs_single": 1.31, "hardware": "1 node, 8x H100, vLLM multi-LoRA"}
+CONFIGS = [
+    ("single", ["population.mode=single"]),
+    ("1T+1S", ["population.teachers=1", "population.students=1"]),
+    ("2T+2S", ["population.teachers=2", "population.students=2"]),
+    ("4T+4S", ["population.teachers=4", "population.students=4"]),
+]
+PAPER = {
+    "adapters": 8,
+    "config": "4T+4S",
+    "ratio_vs_single": 1.31,
+    "hardware": "1 node, 8x H100, vLLM multi-LoRA",
+}
 DEFAULT_OUT = Path("bench/results/population.json")
 
 
@@ -34,8 +42,18 @@ def _measure(name: str, overrides: list[str], steps: int, extra: list[str]) -> d
     tmp = Path(tempfile.mkdtemp(prefix=f"populora-bench-{name.replace('+', '')}-"))
     try:
         t0 = time.perf_counter()
-        train("tiny", tmp / "run", [*overrides, f"train.steps={steps}", f"train.checkpoint_every={steps}",
-                                    "evolution.every=0", *extra], quiet=True)
+        train(
+            "tiny",
+            tmp / "run",
+            [
+                *overrides,
+                f"train.steps={steps}",
+                f"train.checkpoint_every={steps}",
+                "evolution.every=0",
+                *extra,
+            ],
+            quiet=True,
+        )
         total = time.perf_counter() - t0
         recs = read_jsonl(tmp / "run" / "metrics.jsonl")
     finally:
@@ -43,11 +61,19 @@ def _measure(name: str, overrides: list[str], steps: int, extra: list[str]) -> d
     step_s = [r["step_s"] for r in recs]
     phases = {k: sum(r["phase_s"][k] for r in recs) / len(recs) for k in recs[0]["phase_s"]}
     n_adapters = len(recs[0]["members"])
-    return {"config": name, "adapters": n_adapters, "matchups": len(recs[0]["matchups"]), "steps": len(recs),
-            "step_s_mean": sum(step_s) / len(step_s), "step_s": step_s, "run_s_incl_setup": total,
-            "phase_s_mean": phases, "gen_tokens_per_step": sum(r["tokens"] for r in recs) / len(recs),
-            "train_tokens_per_step": sum(r["train_tokens"] or 0 for r in recs) / len(recs),
-            "tokens_per_s": sum(r["tokens"] for r in recs) / max(sum(step_s), 1e-9)}
+    return {
+        "config": name,
+        "adapters": n_adapters,
+        "matchups": len(recs[0]["matchups"]),
+        "steps": len(recs),
+        "step_s_mean": sum(step_s) / len(step_s),
+        "step_s": step_s,
+        "run_s_incl_setup": total,
+        "phase_s_mean": phases,
+        "gen_tokens_per_step": sum(r["tokens"] for r in recs) / len(recs),
+        "train_tokens_per_step": sum(r["train_tokens"] or 0 for r in recs) / len(recs),
+        "tokens_per_s": sum(r["tokens"] for r in recs) / max(sum(step_s), 1e-9),
+    }
 
 
 def run(quick: bool = False, out: Path | None = None, extra: list[str] | None = None) -> dict:
@@ -64,9 +90,18 @@ def run(quick: bool = False, out: Path | None = None, extra: list[str] | None = 
         r["s_per_matchup"] = r["step_s_mean"] / max(r["matchups"], 1)
     four = next((r for r in rows if r["config"] == "4T+4S"), None)
     result = {
-        "benchmark": "population", "quick": quick, "preset": "tiny", "steps_per_config": steps,
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
-        "extra_overrides": list(extra or []), "rows": rows, "paper": PAPER,
+        "benchmark": "population",
+        "quick": quick,
+        "preset": "tiny",
+        "steps_per_config": steps,
+        "machine": {
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+        },
+        "extra_overrides": list(extra or []),
+        "rows": rows,
+        "paper": PAPER,
         "ours_4t4s_vs_single": four["ratio_vs_single"] if four else None,
         "explanation": (
             "Per-adapter work is fixed, so total work grows with the number of matchups (4 for 4T+4S). On the paper's "
@@ -74,23 +109,48 @@ def run(quick: bool = False, out: Path | None = None, extra: list[str] | None = 
             "GPUs are far from saturated by one adapter's rollouts, so 4x the sequences cost only 1.31x the time. "
             "On a 2-core CPU a batched forward is already compute-bound at one matchup's batch size: more rows "
             "cost proportionally more FLOPs, so wall-clock grows nearly linearly with matchups; what batching still "
-            "saves here is the per-call overhead (one generate and one train_step for all members)."),
+            "saves here is the per-call overhead (one generate and one train_step for all members)."
+        ),
     }
     table = Table(title=f"populora bench population (tiny preset, {steps} steps each, same work per matchup)")
-    for col in ("config", "adapters", "matchups", "s/step", "x single", "s/matchup", "gen tok/step", "tok/s",
-                "teacher s", "student s", "update s", "sandbox s"):
+    for col in (
+        "config",
+        "adapters",
+        "matchups",
+        "s/step",
+        "x single",
+        "s/matchup",
+        "gen tok/step",
+        "tok/s",
+        "teacher s",
+        "student s",
+        "update s",
+        "sandbox s",
+    ):
         table.add_column(col, justify="right")
     for r in rows:
         ph = r["phase_s_mean"]
-        table.add_row(r["config"], str(r["adapters"]), str(r["matchups"]), f"{r['step_s_mean']:.2f}",
-                      f"{r['ratio_vs_single']:.2f}", f"{r['s_per_matchup']:.2f}", f"{r['gen_tokens_per_step']:.0f}",
-                      f"{r['tokens_per_s']:.0f}", f"{ph['teacher']:.2f}", f"{ph['student']:.2f}",
-                      f"{ph['update']:.2f}", f"{ph['validate'] + ph['score']:.2f}")
+        table.add_row(
+            r["config"],
+            str(r["adapters"]),
+            str(r["matchups"]),
+            f"{r['step_s_mean']:.2f}",
+            f"{r['ratio_vs_single']:.2f}",
+            f"{r['s_per_matchup']:.2f}",
+            f"{r['gen_tokens_per_step']:.0f}",
+            f"{r['tokens_per_s']:.0f}",
+            f"{ph['teacher']:.2f}",
+            f"{ph['student']:.2f}",
+            f"{ph['update']:.2f}",
+            f"{ph['validate'] + ph['score']:.2f}",
+        )
     console = Console(width=150)
     console.print(table)
     if four:
-        console.print(f"4T+4S / single wall-clock: ours {four['ratio_vs_single']:.2f}x on this machine vs the "
-                      f"paper's {PAPER['ratio_vs_single']}x on {PAPER['hardware']}.")
+        console.print(
+            f"4T+4S / single wall-clock: ours {four['ratio_vs_single']:.2f}x on this machine vs the "
+            f"paper's {PAPER['ratio_vs_single']}x on {PAPER['hardware']}."
+        )
     out = Path(out) if out else DEFAULT_OUT
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")

@@ -57,7 +57,9 @@ def write_json(path: Path, obj: Any) -> None:
     path.write_text(json.dumps(obj, indent=1, sort_keys=True) + "\n")
 
 
-def save_checkpoint(run_dir: str | os.PathLike, step: int, write: Callable[[Path], None], keep: int = 0) -> Path:
+def save_checkpoint(
+    run_dir: str | os.PathLike, step: int, write: Callable[[Path], None], keep: int = 0
+) -> Path:
     """Create `checkpoints/step_NNNNNN` atomically; `write(tmp_dir)` fills it and must write `state.json`.
 
     `keep > 0` deletes all but the newest `keep` complete checkpoints afterwards. Returns the final path.

@@ -26,8 +26,9 @@ def _print_config_help() -> None:
         typer.echo(f"{key} = {defaults[section][name]!r}\n    {doc}")
 
 
-def run_training(preset: str, run_dir: Path | None, overrides: list[str], resume: Path | None,
-                 quiet: bool = False) -> Path:
+def run_training(
+    preset: str, run_dir: Path | None, overrides: list[str], resume: Path | None, quiet: bool = False
+) -> Path:
     """Shared by `train` and `demo`: resolve the config, run, and turn user errors into one line."""
     from populora.config import ConfigError
 
@@ -40,8 +41,10 @@ def run_training(preset: str, run_dir: Path | None, overrides: list[str], resume
     except TrainError as err:
         _fail(str(err))
     except KeyboardInterrupt:
-        typer.echo("interrupted; resume with `populora train --resume RUN_DIR` (the newest checkpoint is kept)",
-                   err=True)
+        typer.echo(
+            "interrupted; resume with `populora train --resume RUN_DIR` (the newest checkpoint is kept)",
+            err=True,
+        )
         raise typer.Exit(130) from None
     raise AssertionError("unreachable")
 
@@ -49,16 +52,24 @@ def run_training(preset: str, run_dir: Path | None, overrides: list[str], resume
 def register(app: typer.Typer, bench: typer.Typer) -> None:
     @app.command("train")
     def train_cmd(
-        preset: str = typer.Option("tiny", "--preset", "-p", help="Preset name (tiny, smol, paper-7b, "
-                                   "ablation-*) or a YAML file."),
-        run_dir: Path = typer.Option(None, "--run-dir", "-o", help="Run folder (default runs/<preset>-<time>)."),
-        set_: list[str] = typer.Option([], "--set", "-s", help="Override a config key: --set rl.lr=1e-4 "
-                                       "(repeatable)."),
-        resume: Path = typer.Option(None, "--resume", help="Continue the run in this folder from its newest "
-                                    "checkpoint."),
-        quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar; one summary line per step."),
-        help_config: bool = typer.Option(False, "--help-config", help="List every config key with its default "
-                                         "and meaning, then exit."),
+        preset: str = typer.Option(
+            "tiny", "--preset", "-p", help="Preset name (tiny, smol, paper-7b, ablation-*) or a YAML file."
+        ),
+        run_dir: Path = typer.Option(
+            None, "--run-dir", "-o", help="Run folder (default runs/<preset>-<time>)."
+        ),
+        set_: list[str] = typer.Option(
+            [], "--set", "-s", help="Override a config key: --set rl.lr=1e-4 (repeatable)."
+        ),
+        resume: Path = typer.Option(
+            None, "--resume", help="Continue the run in this folder from its newest checkpoint."
+        ),
+        quiet: bool = typer.Option(
+            False, "--quiet", "-q", help="No progress bar; one summary line per step."
+        ),
+        help_config: bool = typer.Option(
+            False, "--help-config", help="List every config key with its default and meaning, then exit."
+        ),
     ) -> None:
         """Self-play training: teachers propose, matched students solve, the population evolves."""
         if help_config:
@@ -95,7 +106,9 @@ def _write_report(run_dir: Path) -> Path | None:
     try:
         from populora.report import write_report
     except ImportError:
-        typer.echo("note: the report package is not installed; run `populora report RUN_DIR` later.", err=True)
+        typer.echo(
+            "note: the report package is not installed; run `populora report RUN_DIR` later.", err=True
+        )
         return None
     try:
         return Path(write_report(run_dir))

@@ -56,8 +56,10 @@ class RunFolder:
 
     def repair(self, last_step: int) -> dict[str, int]:
         """Drop cut lines and records after `last_step` from every log; returns lines removed per file."""
-        return {name: repair_jsonl(self.path / name, keep=lambda r: int(r.get("step", -1)) <= last_step)
-                for name in LOGS}
+        return {
+            name: repair_jsonl(self.path / name, keep=lambda r: int(r.get("step", -1)) <= last_step)
+            for name in LOGS
+        }
 
     def read(self, name: str) -> list[dict[str, Any]]:
         return read_jsonl(self.path / name, missing_ok=True)

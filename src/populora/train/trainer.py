@@ -111,8 +111,15 @@ def task_schedule(types: list[str], prompts: int) -> list[str]:
 class Trainer:
     """Owns the sandbox, the engine, the population, the buffers and the run folder of one run."""
 
-    def __init__(self, cfg: Config, run_dir: str | Path, *, engine: Any = None, console: Any = None,
-                 quiet: bool = False) -> None:
+    def __init__(
+        self,
+        cfg: Config,
+        run_dir: str | Path,
+        *,
+        engine: Any = None,
+        console: Any = None,
+        quiet: bool = False,
+    ) -> None:
         self.cfg = cfg
         self.single = cfg.population.mode == "single"
         self.run = RunFolder(run_dir)
@@ -135,7 +142,9 @@ class Trainer:
         if self.engine is None:
             preflight(self.cfg)  # fail on a missing model or too many slots before starting anything
         sb = self.cfg.sandbox
-        self.sandbox = Sandbox(workers=sb.workers, limits=Limits(timeout_s=sb.timeout_s, memory_mb=sb.memory_mb))
+        self.sandbox = Sandbox(
+            workers=sb.workers, limits=Limits(timeout_s=sb.timeout_s, memory_mb=sb.memory_mb)
+        )
         import torch
 
         from populora import tasks
@@ -149,7 +158,9 @@ class Trainer:
         if self.engine is None:
             self.engine = build_engine(self.cfg)
         if self.engine.n_slots < self.cfg.n_slots:
-            raise TrainError(f"the engine has {self.engine.n_slots} slots but the population needs {self.cfg.n_slots}.")
+            raise TrainError(
+                f"the engine has {self.engine.n_slots} slots but the population needs {self.cfg.n_slots}."
+            )
         self._gen_takes_seed = "seed" in inspect.signature(self.engine.generate).parameters
         from populora.tasks.buffers import TaskBuffers
         from populora.tasks.rewards import RewardConfig
@@ -157,10 +168,16 @@ class Trainer:
         tk = self.cfg.tasks
         self.rewards = RewardConfig(invalid_proposal=self.cfg.rl.invalid_reward)
         try:
-            self.buffers = TaskBuffers.seeded(tk.buffer_size, seed_io=tk.seed_io or None,
-                                              seed_code_f=tk.seed_code_f or None, sandbox=self.sandbox)
+            self.buffers = TaskBuffers.seeded(
+                tk.buffer_size,
+                seed_io=tk.seed_io or None,
+                seed_code_f=tk.seed_code_f or None,
+                sandbox=self.sandbox,
+            )
         except OSError as err:
-            raise TrainError(f"tasks.seed_io / tasks.seed_code_f: cannot read the seed file ({err}).") from None
+            raise TrainError(
+                f"tasks.seed_io / tasks.seed_code_f: cannot read the seed file ({err})."
+            ) from None
 
     def _student_reward(self, formatted: bool, correct: bool) -> float:
         from populora.tasks.rewards import student_reward
@@ -192,16 +209,30 @@ class Trainer:
     def _request(self, slot: int, prompt: str, max_new_tokens: int):
         from populora.engine import GenRequest
 
-        return GenRequest(slot=slot, prompt=prompt, max_new_tokens=max_new_tokens,
-                          temperature=self.cfg.rl.temperature, top_p=self.cfg.rl.top_p)
+        return GenRequest(
+            slot=slot,
+            prompt=prompt,
+            max_new_tokens=max_new_tokens,
+            temperature=self.cfg.rl.temperature,
+            top_p=self.cfg.rl.top_p,
+        )
 
     def _pairs(self) -> list[tuple[str, str]]:
         if self.single:
             return [("A0", "A0")]
         p = self.cfg.population
         ratings = {m.id: m.rating for m in self.pop.members.values()}
-        return match([m.id for m in self.pop.teachers], [m.id for m in self.pop.students], ratings, self.ratings,
-                     self.rng, method=p.matchmaking, weighting=p.pfsp, hard_p=p.pfsp_hard_p, balanced=p.balanced)
+        return match(
+            [m.id for m in self.pop.teachers],
+            [m.id for m in self.pop.students],
+            ratings,
+            self.ratings,
+            self.rng,
+            method=p.matchmaking,
+            weighting=p.pfsp,
+            hard_p=p.pfsp_hard_p,
+            balanced=p.balanced,
+        )
 
     # ---------------------------------------------------------------------------------------------- the step
     def step(self, step: int) -> StepResult:
@@ -236,7 +267,9 @@ class Trainer:
             if not self.single and cfg.evolution.every and step % cfg.evolution.every == 0:
                 events += self.evolve(step)
 
-        record = self.metrics_record(step, items, train_metrics, matchups, timings, time.perf_counter() - t_step)
+        record = self.metrics_record(
+            step, items, train_metrics, matchups, timings, time.perf_counter() - t_step
+        )
         return StepResult(step, record, items, events)
 
     # (2) ------------------------------------------------------------------------------------------------
@@ -266,7 +299,9 @@ class Trainer:
         by_task: dict[str, list[tuple[Item, Any]]] = defaultdict(list)
         for item in items:
             task = self.tasks[item.task]
-            parsed = task.parse_proposal(item.gen.text, program=item.shown_program, template=self.cfg.tasks.template)
+            parsed = task.parse_proposal(
+                item.gen.text, program=item.shown_program, template=self.cfg.tasks.template
+            )
             if isinstance(parsed, FormatError):
                 item.reason = parsed.reason
                 continue
@@ -340,8 +375,15 @@ class Trainer:
         def add(member: str, role: str, task: str, gen, reward: float, group) -> None:
             if not gen.token_ids:
                 return  # nothing to train on (an immediate EOS is still one token; an empty budget is not)
-            rows.append(TrainRow(slot=self.pop[member].slot, prompt_ids=gen.prompt_ids, response_ids=gen.token_ids,
-                                 advantages=0.0, old_logprobs=gen.logprobs))
+            rows.append(
+                TrainRow(
+                    slot=self.pop[member].slot,
+                    prompt_ids=gen.prompt_ids,
+                    response_ids=gen.token_ids,
+                    advantages=0.0,
+                    old_logprobs=gen.logprobs,
+                )
+            )
             rewards.append(reward)
             lengths.append(len(gen.token_ids))
             groups.append(group)
@@ -356,8 +398,13 @@ class Trainer:
         info = {"rewards": rewards, "lengths": lengths, "groups": groups, "scopes": scopes}
         if not rows:
             return [], info
-        adv = reinforce_pp_baseline(torch.tensor(rewards), torch.tensor(lengths), groups, scopes,
-                                    token_weighted=self.cfg.rl.token_weighted)
+        adv = reinforce_pp_baseline(
+            torch.tensor(rewards),
+            torch.tensor(lengths),
+            groups,
+            scopes,
+            token_weighted=self.cfg.rl.token_weighted,
+        )
         for row, a in zip(rows, adv.tolist(), strict=True):
             row.advantages = float(a)
         return rows, info
@@ -393,19 +440,34 @@ class Trainer:
             parents = [self.engine.get_adapter(self.pop[p].slot) for p in r.parents]
             child = apply(r.operator, parents=parents, seed=r.seed)
             slot = self.pop[r.replaced].slot
-            self.engine.set_adapter(slot, child, reset_optimizer=True)  # a child starts with fresh AdamW moments
+            self.engine.set_adapter(
+                slot, child, reset_optimizer=True
+            )  # a child starts with fresh AdamW moments
             member = self.pop.replace(r.replaced, r.child_rating, list(r.parents), step, r.operator)
-            events.append({"step": step, "type": "evolution", "role": r.role, "operator": r.operator,
-                           "parents": list(r.parents), "child": member.id, "replaced": r.replaced,
-                           "child_mu": member.mu, "child_sigma": member.sigma, "seed": r.seed,
-                           "seconds": time.perf_counter() - t0})
+            events.append(
+                {
+                    "step": step,
+                    "type": "evolution",
+                    "role": r.role,
+                    "operator": r.operator,
+                    "parents": list(r.parents),
+                    "child": member.id,
+                    "replaced": r.replaced,
+                    "child_mu": member.mu,
+                    "child_sigma": member.sigma,
+                    "seed": r.seed,
+                    "seconds": time.perf_counter() - t0,
+                }
+            )
         return events
 
     # ---------------------------------------------------------------------------------------------- metrics
-    def metrics_record(self, step: int, items: list[Item], tm: dict, matchups: list[dict], timings: dict,
-                       step_s: float) -> dict:
-        gen_tokens = sum(len(it.gen.token_ids) for it in items) + sum(len(g.token_ids) for it in items
-                                                                      for g in it.answers)
+    def metrics_record(
+        self, step: int, items: list[Item], tm: dict, matchups: list[dict], timings: dict, step_s: float
+    ) -> dict:
+        gen_tokens = sum(len(it.gen.token_ids) for it in items) + sum(
+            len(g.token_ids) for it in items for g in it.answers
+        )
         members = {}
         for m in self.pop.ordered():
             slot = m.slot
@@ -417,8 +479,11 @@ class Trainer:
                 rewards += [it.reward for it in as_teacher]
                 lens += [len(it.gen.token_ids) for it in as_teacher]
             if student_like:
-                rewards += [self._student_reward(f, ok) for it in as_student
-                            for ok, f in zip(it.solves, it.formatted, strict=True)]
+                rewards += [
+                    self._student_reward(f, ok)
+                    for it in as_student
+                    for ok, f in zip(it.solves, it.formatted, strict=True)
+                ]
                 lens += [len(g.token_ids) for it in as_student for g in it.answers]
             solved_items = as_teacher if m.role == "teacher" else as_student
             solve = {}
@@ -441,13 +506,17 @@ class Trainer:
                 "sigma": None if self.single else m.sigma,
                 "loss": tm.get(f"loss/{slot}"),
                 "grad_norm": tm.get(f"grad_norm/{slot}"),
-                "complexity": summarize([it.features for it in as_teacher if it.valid]) if teacher_like else None,
+                "complexity": summarize([it.features for it in as_teacher if it.valid])
+                if teacher_like
+                else None,
                 "n_valid": n_valid if teacher_like else None,
                 "n_proposed": len(as_teacher) if teacher_like else None,
             }
         gen_s = timings["teacher"] + timings["student"]
         return {
-            "step": step, "time": time.time(), "mode": self.cfg.population.mode,
+            "step": step,
+            "time": time.time(),
+            "mode": self.cfg.population.mode,
             "phase_s": {k: round(v, 4) for k, v in timings.items()},
             "step_s": round(step_s, 4),
             "tokens_per_s": gen_tokens / gen_s if gen_s > 0 else None,
@@ -463,15 +532,24 @@ class Trainer:
         out = []
         for it in items:
             p = it.problem
-            out.append({
-                "step": step, "proposer": it.teacher, "solver": it.student, "task": it.task, "valid": it.valid,
-                "reason": it.reason, "id": p.id if p is not None else None,
-                "program": p.program if p is not None else it.program,
-                "inputs": list(p.inputs) if p is not None else it.inputs,
-                "outputs": list(p.outputs) if p is not None else None,
-                "message": p.message if p is not None else "",
-                "solve_rate": it.solve_rate, "reward": it.reward, "features": it.features,
-            })
+            out.append(
+                {
+                    "step": step,
+                    "proposer": it.teacher,
+                    "solver": it.student,
+                    "task": it.task,
+                    "valid": it.valid,
+                    "reason": it.reason,
+                    "id": p.id if p is not None else None,
+                    "program": p.program if p is not None else it.program,
+                    "inputs": list(p.inputs) if p is not None else it.inputs,
+                    "outputs": list(p.outputs) if p is not None else None,
+                    "message": p.message if p is not None else "",
+                    "solve_rate": it.solve_rate,
+                    "reward": it.reward,
+                    "features": it.features,
+                }
+            )
         return out
 
     # ---------------------------------------------------------------------------------------------- checkpoints
@@ -486,16 +564,25 @@ class Trainer:
             torch.save(self.engine.optimizer_state(), d / "optimizer.pt")
             torch.save(ckpt.rng_state(self.rng), d / "rng.pt")
             self.buffers.save(d / "buffers.jsonl")
-            ckpt.write_json(d / "state.json", {
-                "step": step, "mode": self.cfg.population.mode, "seed": self.cfg.train.seed,
-                "members": self.pop.to_dict()["members"], "population": self.pop.to_dict(),
-                "coverage": self.coverage.state_dict(), "time": time.time(),
-            })
+            ckpt.write_json(
+                d / "state.json",
+                {
+                    "step": step,
+                    "mode": self.cfg.population.mode,
+                    "seed": self.cfg.train.seed,
+                    "members": self.pop.to_dict()["members"],
+                    "population": self.pop.to_dict(),
+                    "coverage": self.coverage.state_dict(),
+                    "time": time.time(),
+                },
+            )
 
         path = ckpt.save_checkpoint(self.run.path, step, write, keep=self.cfg.train.keep_checkpoints)
         rel = path.relative_to(self.run.path).as_posix()
         seconds = time.perf_counter() - t0
-        self.run.event({"step": step, "type": "checkpoint", "path": rel, "seconds": round(seconds, 4)}, fsync=True)
+        self.run.event(
+            {"step": step, "type": "checkpoint", "path": rel, "seconds": round(seconds, 4)}, fsync=True
+        )
         self._pending_checkpoint_s = seconds
         return path
 
@@ -519,8 +606,9 @@ class Trainer:
         self.buffers = TaskBuffers.load(path / "buffers.jsonl")
         self.coverage.load_state_dict(state["coverage"])
         self.run.repair(step)
-        self.run.event({"step": step, "type": "resume", "from": path.relative_to(self.run.path).as_posix()},
-                       fsync=True)
+        self.run.event(
+            {"step": step, "type": "resume", "from": path.relative_to(self.run.path).as_posix()}, fsync=True
+        )
         return step
 
     # ---------------------------------------------------------------------------------------------- loop
@@ -569,18 +657,29 @@ def build_engine(cfg: Config):
 
     device = preflight(cfg)
     try:
-        return build(model=cfg.model.name, n_slots=cfg.n_slots, rank=cfg.lora.rank, alpha=cfg.lora.alpha,
-                     targets=cfg.lora.targets, backend=cfg.model.backend, device=device, lr=cfg.rl.lr,
-                     weight_decay=cfg.rl.weight_decay, max_grad_norm=cfg.rl.grad_clip or None, seed=cfg.train.seed,
-                     train_threads=cfg.train.threads)
+        return build(
+            model=cfg.model.name,
+            n_slots=cfg.n_slots,
+            rank=cfg.lora.rank,
+            alpha=cfg.lora.alpha,
+            targets=cfg.lora.targets,
+            backend=cfg.model.backend,
+            device=device,
+            lr=cfg.rl.lr,
+            weight_decay=cfg.rl.weight_decay,
+            max_grad_norm=cfg.rl.grad_clip or None,
+            seed=cfg.train.seed,
+            train_threads=cfg.train.threads,
+        )
     except EngineError as err:
         raise TrainError(f"model: {err}") from None
 
 
 def estimate_memory(folder: Path, rank: int, targets: list[str]) -> tuple[int, int]:
     """(bytes of the base weights on disk, bytes of one adapter slot with grads and AdamW moments)."""
-    base = sum(p.stat().st_size for p in Path(folder).glob("*.safetensors")) or \
-        sum(p.stat().st_size for p in Path(folder).glob("*.bin"))
+    base = sum(p.stat().st_size for p in Path(folder).glob("*.safetensors")) or sum(
+        p.stat().st_size for p in Path(folder).glob("*.bin")
+    )
     try:
         c = json.loads((Path(folder) / "config.json").read_text())
         h, layers = int(c["hidden_size"]), int(c["num_hidden_layers"])
@@ -590,8 +689,15 @@ def estimate_memory(folder: Path, rank: int, targets: list[str]) -> tuple[int, i
         inter = int(c.get("intermediate_size", 4 * h))
     except (OSError, KeyError, ValueError, TypeError):
         return base, 0
-    dims = {"q_proj": (h, heads * hd), "k_proj": (h, kv * hd), "v_proj": (h, kv * hd), "o_proj": (heads * hd, h),
-            "gate_proj": (h, inter), "up_proj": (h, inter), "down_proj": (inter, h)}
+    dims = {
+        "q_proj": (h, heads * hd),
+        "k_proj": (h, kv * hd),
+        "v_proj": (h, kv * hd),
+        "o_proj": (heads * hd, h),
+        "gate_proj": (h, inter),
+        "up_proj": (h, inter),
+        "down_proj": (inter, h),
+    }
     per_layer = sum(rank * sum(dims.get(t, (h, h))) for t in targets)
     return base, 4 * 4 * per_layer * layers  # fp32 weights, grads, two AdamW moments
 
@@ -620,11 +726,15 @@ def summary_line(rec: dict, events: list[dict], total: int) -> str:
 
     evo = [f"{e['replaced']}->{e['child']}({e['operator']})" for e in events if e["type"] == "evolution"]
     if rec["mode"] == "single":
-        body = (f"valid {avg('single', 'valid_rate')}  solve {avg('single', 'solve_rate', 'all')}  "
-                f"reward {avg('single', 'reward')}")
+        body = (
+            f"valid {avg('single', 'valid_rate')}  solve {avg('single', 'solve_rate', 'all')}  "
+            f"reward {avg('single', 'reward')}"
+        )
     else:
-        body = (f"T valid {avg('teacher', 'valid_rate')} reward {avg('teacher', 'reward')}  |  "
-                f"S solve {avg('student', 'solve_rate', 'all')} reward {avg('student', 'reward')}")
+        body = (
+            f"T valid {avg('teacher', 'valid_rate')} reward {avg('teacher', 'reward')}  |  "
+            f"S solve {avg('student', 'solve_rate', 'all')} reward {avg('student', 'reward')}"
+        )
     tail = f"  |  cov {rec['coverage_cells']} cells  |  {rec['step_s']:.1f}s"
     return f"step {rec['step']:>4}/{total}  {body}{tail}" + (f"  |  evolve {' '.join(evo)}" if evo else "")
 
@@ -642,8 +752,14 @@ class _Progress:
         if not quiet and console.is_terminal:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-            self.bar = Progress(TextColumn("[bold]training"), BarColumn(), MofNCompleteColumn(),
-                                TimeRemainingColumn(), console=console, transient=True)
+            self.bar = Progress(
+                TextColumn("[bold]training"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeRemainingColumn(),
+                console=console,
+                transient=True,
+            )
             self.task = self.bar.add_task("train", total=total, completed=start)
             self.bar.start()
 
@@ -660,23 +776,32 @@ class _Progress:
 
 
 # -------------------------------------------------------------------------------------------------- entry point
-def train(preset: str = "tiny", run_dir: str | Path | None = None, overrides: list[str] | tuple = (),
-          resume: str | Path | None = None, quiet: bool = False, engine: Any = None) -> Path:
+def train(
+    preset: str = "tiny",
+    run_dir: str | Path | None = None,
+    overrides: list[str] | tuple = (),
+    resume: str | Path | None = None,
+    quiet: bool = False,
+    engine: Any = None,
+) -> Path:
     """Run (or resume) training; returns the run folder. Raises ConfigError / TrainError on user errors."""
     if resume is not None:
         run_path = Path(resume)
         cfg_file = run_path / "config.yaml"
         if not cfg_file.is_file():
-            raise TrainError(f"--resume {run_path}: no config.yaml there; pass a run folder written by "
-                             "`populora train`.")
+            raise TrainError(
+                f"--resume {run_path}: no config.yaml there; pass a run folder written by `populora train`."
+            )
         import yaml
 
         cfg = from_dict(yaml.safe_load(cfg_file.read_text()))
         for text in overrides:
             key = text.split("=", 1)[0].strip()
             if key not in RESUMABLE_OVERRIDES:
-                raise ConfigError(f"--set {key}: cannot change on --resume (only {', '.join(RESUMABLE_OVERRIDES)}); "
-                                  "start a new run to change it.")
+                raise ConfigError(
+                    f"--set {key}: cannot change on --resume (only {', '.join(RESUMABLE_OVERRIDES)}); "
+                    "start a new run to change it."
+                )
         if overrides:
             from populora.config import parse_override, set_value, validate
 
@@ -685,10 +810,16 @@ def train(preset: str = "tiny", run_dir: str | Path | None = None, overrides: li
             validate(cfg)
     else:
         cfg = load_config(preset, overrides)
-        run_path = Path(run_dir) if run_dir else Path("runs") / f"{Path(preset).stem}-{time.strftime('%Y%m%d-%H%M%S')}"
+        run_path = (
+            Path(run_dir)
+            if run_dir
+            else Path("runs") / f"{Path(preset).stem}-{time.strftime('%Y%m%d-%H%M%S')}"
+        )
         if (run_path / "metrics.jsonl").exists() or ckpt.list_checkpoints(run_path):
-            raise TrainError(f"--run-dir {run_path}: already holds a run; continue it with "
-                             f"`populora train --resume {run_path}` or choose another --run-dir.")
+            raise TrainError(
+                f"--run-dir {run_path}: already holds a run; continue it with "
+                f"`populora train --resume {run_path}` or choose another --run-dir."
+            )
     trainer = Trainer(cfg, run_path, engine=engine, quiet=quiet)
     try:
         trainer.setup()
@@ -700,8 +831,11 @@ def train(preset: str = "tiny", run_dir: str | Path | None = None, overrides: li
         elif resume is not None:
             trainer.run.write_config(to_yaml(cfg))  # records a changed train.steps
         if start >= cfg.train.steps:
-            print(f"nothing to do: {run_path} finished all {cfg.train.steps} steps "
-                  "(raise train.steps with --set to continue).", file=sys.stderr)
+            print(
+                f"nothing to do: {run_path} finished all {cfg.train.steps} steps "
+                "(raise train.steps with --set to continue).",
+                file=sys.stderr,
+            )
         trainer.fit(start)
     finally:
         trainer.close()
