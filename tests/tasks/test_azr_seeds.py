@@ -45,3 +45,12 @@ def test_seeds_fill_buffers(shared_data, sandbox, reports, tmp_path):
     assert {p.task for p in b["code_i"]} == {"code_i"}
     with pytest.raises(ValueError, match="Sandbox"):
         TaskBuffers.seeded(seed_io=io)
+
+
+def test_features_of_every_valid_seed_program(reports):
+    from populora.tasks.features import program_features
+
+    for rep in reports.values():
+        for p in rep.problems:
+            f = program_features(p.program)
+            assert f["ast_depth"] >= 4 and f["cyclomatic"] >= 1 and f["loc"] >= 2 and f["n_vars"] >= 1

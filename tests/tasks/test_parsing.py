@@ -108,3 +108,17 @@ def test_azr_fallbacks():
     assert isinstance(o.parse_answer("<answer>```\n1\n```</answer>"), FormatError)  # a fence, but not ```output
     assert f.parse_answer("```\ndef f(a):\n    return a\n```") == Answer("def f(a):\n    return a")
     assert f.parse_answer("```py\ndef f(a):\n    return 1\n```") == Answer("def f(a):\n    return 1")
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
+                    | st.text(max_size=8), lambda x: st.lists(x, max_size=3) | st.tuples(x, x), max_leaves=8),
+       st.sampled_from(TEMPLATES))
+def test_code_o_gold_round_trip(value, template):
+    # whatever the value, the rendered gold answer parses and scores True; a type-changed one does not
+    t = T.get("code_o")
+    p = T.Problem("code_o", "def f(x):\n    return x", ("1",), (repr(value),))
+    a = t.parse_answer(t.render_answer(t.gold_answer(p), template=template), template=template)
+    assert t.score(p, [a], None) == [True]
+    if isinstance(value, list):
+        assert t.score(p, [repr(tuple(value))], None) == [False]
