@@ -168,6 +168,8 @@ class TasksConfig:
     """AZR seed file (`*_seed_io.jsonl`) that fills the code_i/code_o buffers at start; '' = the identity triplet."""
     seed_code_f: str = ""
     """AZR code_f seed file (`*_code_f_seed_io.jsonl`) for the code_f buffer; '' = the identity triplet."""
+    seed_synthetic: int = 0
+    """Extra seed problems per task from the built-in program generator (validated in the sandbox); 0 = none."""
 
 
 @dataclass
@@ -574,6 +576,7 @@ def validate(cfg: Config) -> Config:
         tk.template in ("azr", "compact") or Path(tk.template).expanduser().is_dir(),
         f"tasks.template: {tk.template!r} is not 'azr', 'compact' or an existing template folder.",
     )
+    _require(tk.seed_synthetic >= 0, f"tasks.seed_synthetic: must be >= 0, got {tk.seed_synthetic}.")
     _require(tk.buffer_size >= 1, f"tasks.buffer_size: must be >= 1, got {tk.buffer_size}.")
     _require(cfg.sandbox.workers >= 1, f"sandbox.workers: must be >= 1, got {cfg.sandbox.workers}.")
     _require(cfg.sandbox.timeout_s > 0, f"sandbox.timeout_s: must be > 0, got {cfg.sandbox.timeout_s}.")

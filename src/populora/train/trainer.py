@@ -178,6 +178,9 @@ class Trainer:
             raise TrainError(
                 f"tasks.seed_io / tasks.seed_code_f: cannot read the seed file ({err})."
             ) from None
+        if tk.seed_synthetic:
+            for p in synthetic_seeds(self.all_tasks, tk.seed_synthetic, self.sandbox, self.cfg.train.seed):
+                self.buffers.add(p)
 
     def _student_reward(self, formatted: bool, correct: bool) -> float:
         from populora.tasks.rewards import student_reward
@@ -630,6 +633,33 @@ class Trainer:
                 progress.advance(summary_line(res.record, res.events, cfg.train.steps))
         finally:
             progress.stop()
+
+
+# -------------------------------------------------------------------------------------------------- seeds
+def synthetic_seeds(all_tasks: dict, n: int, sandbox, seed: int) -> list:
+    """`n` seed problems per task type from the pretraining program generator, validated in the sandbox.
+
+    AZR seeds its buffers with 256 programs its base model proposed before training; a tiny model proposes
+    too few valid ones, so the tiny preset seeds from the generator its base model was pretrained on instead.
+    """
+    from populora.pretrain.programs import sample_code_f, sample_triplet
+    from populora.tasks import InvalidProblem
+
+    rng = random.Random(_derive_seed("seeds", seed))
+    out = []
+    for name, task in all_tasks.items():
+        for _ in range(n):
+            try:
+                if name == "code_f":
+                    prog, pairs = sample_code_f(rng, task.config.n_inputs)
+                    p = task.problem_from(sandbox, prog.code, [i for i, _ in pairs], prog.message, "seed", 0)
+                else:
+                    tr = sample_triplet(rng)
+                    p = task.problem_from(sandbox, tr.program, [tr.input], "", "seed", 0)
+            except InvalidProblem:
+                continue  # the generator and the task policy disagree on a rare program: skip it
+            out.append(p)
+    return out
 
 
 # -------------------------------------------------------------------------------------------------- engine
