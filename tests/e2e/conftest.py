@@ -14,6 +14,7 @@ FAST = [
     "sandbox.workers=1",
     "train.threads=1",
     "tasks.references=1",
+    "tasks.seed_synthetic=2",
 ]
 
 
