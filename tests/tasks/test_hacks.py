@@ -59,12 +59,16 @@ HIDDEN = Problem("code_f", "def f(x):\n    return x * 2", tuple(str(i) for i in 
     "def f(x):\n    return eval('x*2')",
     # crashes and exceptions without 'Error' in the name (B1)
     "def f(x):\n    raise StopIteration",
-    "def f(x):\n    while True:\n        pass",
 ])
 def test_induction_hacks_score_false(sandbox, program):
     t = T.get("code_f")
     right = "def f(x):\n    return x + x"
     assert t.score(HIDDEN, [program, right], sandbox) == [False, True]
+
+
+def test_induction_timeout_scores_false(quick_sandbox):
+    loop = "def f(x):\n    while True:\n        pass"
+    assert T.get("code_f").score(HIDDEN, [loop, "def f(x):\n    return x + x"], quick_sandbox) == [False, True]
 
 
 # ---------------------------------------------------------------- B4: deduction answers eval'd in the trainer
