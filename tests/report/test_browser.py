@@ -39,7 +39,7 @@ def _check_page(drv, path):
 def test_report_renders_in_chromium(driver, pop_report, single_report, tmp_path):
     from populora.report import write_compare
 
-    for path, min_imgs in ((pop_report, 9), (single_report, 6)):
+    for path, min_imgs in ((pop_report, 10), (single_report, 7)):
         n, loaded, errors, title = _check_page(driver, path)
         assert n >= min_imgs and loaded == n, f"{path}: {loaded}/{n} images loaded"
         assert errors == [], errors

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from populora.cli import app
 from populora.diagnostics.run import NotARunError, load_run
-from populora.diagnostics.schema import check_run
+from populora.diagnostics.schema import PHASES, check_run
 from populora.report import render_report, write_compare, write_report
 from populora.report.synthetic import write_synthetic_run
 
@@ -39,7 +39,7 @@ def test_population_report(pop_report):
     assert pop_report.name == "report.html"
     imgs = images(html)
     alts = [a for a, _ in imgs]
-    assert alts == ["Rewards and valid proposals", "Solve rate per task type", "Policy entropy and response length",
+    assert alts == ["Rewards and valid proposals", "Invalid proposals by reason", "Solve rate per task type", "Policy entropy and response length",
                     "TrueSkill ratings", "Student × teacher solve rates",
                     "Evolution: operator usage and child recovery", "Problem complexity",
                     "Problem-space coverage", "Time per step by phase"]
@@ -117,3 +117,37 @@ def test_compare_overlays_runs(tmp_path, pop_run, single_run):
                     "Response length", "Reward"]
     assert "single (single agent)" in html and "pop (3T+3S) [other/pop]" in html
     assert html.count("<tr>") == 4  # header + 3 runs
+
+
+def test_run_where_every_proposal_is_invalid(tmp_path):
+    """An untrained model's first steps: nothing valid, so only rewards, reasons, ratings, timing to show."""
+    from populora.diagnostics.sinks import append_jsonl
+
+    null_sr = {"code_i": None, "code_o": None, "code_f": None, "all": None}
+    for step in (1, 2, 3):
+        members = {}
+        for mid, role in (("T0", "teacher"), ("S0", "student")):
+            teacher = role == "teacher"
+            members[mid] = {"role": role, "reward": -1.0 if teacher else None, "valid_rate": 0.0 if teacher else None,
+                            "solve_rate": dict(null_sr), "response_len": 90.0 if teacher else None,
+                            "entropy": 7.3 if teacher else None, "mu": 20.0 + step, "sigma": 7.0, "loss": 0.0,
+                            "grad_norm": 0.0, "complexity": None, "n_valid": 0 if teacher else None,
+                            "n_proposed": 2 if teacher else None}
+        append_jsonl(tmp_path / "metrics.jsonl", {
+            "step": step, "time": 1.0 * step, "mode": "population", "phase_s": {**dict.fromkeys(PHASES, 0.0), "teacher": 9.0, "update": 4.0},
+            "tokens_per_s": 100.0, "tokens": 900, "coverage": 0.0, "coverage_cells": 0, "members": members,
+            "matchups": [{"teacher": "T0", "student": "S0", "solve_rate": None, "n_problems": 0}]})
+        for reason in ("format: no ```python block", "nondeterministic"):
+            append_jsonl(tmp_path / "problems.jsonl", {
+                "step": step, "proposer": "T0", "solver": "S0", "task": "code_o", "valid": False, "reason": reason,
+                "id": None, "program": None, "inputs": None, "outputs": None, "message": "", "solve_rate": None,
+                "features": None})
+    (tmp_path / "config.yaml").write_text("population: {mode: population, teachers: 1, students: 1}\n")
+    assert check_run(tmp_path) == []
+    html = write_report(tmp_path).read_text()
+    alts = [a for a, _ in images(html)]
+    assert alts == ["Rewards and valid proposals", "Invalid proposals by reason", "Policy entropy and response length",
+                    "TrueSkill ratings", "Time per step by phase"]
+    assert "No valid problem yet, so nothing to solve." in html
+    assert "No matchup has produced a valid problem yet." in html
+    assert "No cell filled yet" in html and "6 of 6 proposals were invalid" in html

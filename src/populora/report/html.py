@@ -132,6 +132,15 @@ def _cap_rewards(run: Run) -> str:
             f"Smoothed, first → last step: {_esc('; '.join(parts)) or 'no rewards logged'}{tail}.")
 
 
+def _cap_invalid(run: Run) -> str:
+    labels, early, late = plots.invalid_reasons(run)
+    n_bad, n_all = int(early.sum() + late.sum()), len(run.problems)
+    top = f" The most common: “{labels[0]}” ({int(early[0] + late[0])})." if labels else ""
+    return _esc(f"Why proposals failed validation (format, determinism, safety, limits), split into the first "
+                f"and second half of the run; a shrinking share means the teachers learned the format. "
+                f"{n_bad} of {n_all} proposals were invalid.{top}")
+
+
 def _cap_solve(run: Run) -> str:
     osc = oscillation_by_type(run)
     bits = []
@@ -406,10 +415,14 @@ def _examples(run: Run) -> str:
 
 
 _SECTIONS = [
-    ("rewards", "Rewards"), ("solve", "Solve rates"), ("roles", "Entropy & length"), ("ratings", "Ratings"),
+    ("rewards", "Rewards"), ("invalid", "Invalid"), ("solve", "Solve rates"), ("roles", "Entropy & length"), ("ratings", "Ratings"),
     ("matchups", "Matchups"), ("evolution", "Evolution"), ("complexity", "Complexity"),
     ("coverage", "Coverage"), ("examples", "Examples"), ("timing", "Timing"),
 ]
+
+
+def _any_matchup(run: Run) -> bool:
+    return any(rec.get("matchups") for rec in run.metrics) or bool(run.events_of("matchup"))
 
 
 def render_report(run: Run) -> str:
@@ -418,22 +431,30 @@ def render_report(run: Run) -> str:
     cards = [
         _figure_card("rewards", "Rewards and valid proposals", lambda: plots.rewards_figure(run),
                      lambda: _cap_rewards(run), "No rewards logged."),
+        _figure_card("invalid", "Invalid proposals by reason", lambda: plots.invalid_figure(run),
+                     lambda: _cap_invalid(run), "No invalid proposal logged."),
         _figure_card("solve", "Solve rate per task type", lambda: plots.solve_rate_figure(run),
-                     lambda: _cap_solve(run), "No solve rates logged."),
+                     lambda: _cap_solve(run),
+                     "No valid problem yet, so nothing to solve." if run.problems and not any(
+                         p.get("valid") for p in run.problems) else "No solve rates logged."),
         _figure_card("roles", "Policy entropy and response length", lambda: plots.role_metric_figure(run),
                      lambda: _cap_roles(run), "No entropy or response length logged."),
         _figure_card("ratings", "TrueSkill ratings", lambda: plots.ratings_figure(run), lambda: _cap_ratings(run),
                      "A single-agent run has no ratings." if single else "No ratings logged."),
         _figure_card("matchups", "Student × teacher solve rates", lambda: plots.matchup_figure(run),
                      lambda: _cap_matchups(run),
-                     "A single-agent run has no matchups." if single else "No matchups logged."),
+                     "A single-agent run has no matchups." if single else (
+                         "No matchup has produced a valid problem yet." if _any_matchup(run)
+                         else "No matchups logged.")),
         _figure_card("evolution", "Evolution: operator usage and child recovery",
                      lambda: plots.evolution_figure(run), lambda: _cap_evolution(run),
                      "A single-agent run does not evolve." if single else "No evolution event yet."),
         _figure_card("complexity", "Problem complexity", lambda: plots.complexity_figure(run),
                      lambda: _cap_complexity(run), "No valid program features logged."),
         _figure_card("coverage", "Problem-space coverage", lambda: plots.coverage_figure(run),
-                     lambda: _cap_coverage(run), "No coverage logged."),
+                     lambda: _cap_coverage(run),
+                     "No cell filled yet: no valid program so far." if np.isfinite(run.series("coverage")).any()
+                     or run.problems else "No coverage logged."),
         _examples(run),
         _figure_card("timing", "Time per step by phase", lambda: plots.phase_time_figure(run),
                      lambda: _cap_phase(run), "No phase timings logged."),

@@ -146,6 +146,52 @@ def rewards_figure(run: Run) -> Figure | None:
     return fig if drawn else None
 
 
+def invalid_reasons(run: Run, top: int = 8) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """(reasons, counts in the first half of the steps, counts in the second half), most frequent first.
+
+    Reasons beyond the `top` most frequent are pooled as "other"; long reasons are cut at 70 characters.
+    """
+    bad = [p for p in run.problems if p.get("valid") is False]
+    if not bad:
+        return [], np.zeros(0), np.zeros(0)
+    steps = sorted({int(p["step"]) for p in run.problems})
+    mid = steps[len(steps) // 2] if len(steps) > 1 else steps[0] + 1
+    from collections import Counter
+
+    def key(p: dict) -> str:
+        r = str(p.get("reason") or "unknown")
+        return r if len(r) <= 70 else r[:69] + "…"
+
+    total = Counter(key(p) for p in bad)
+    keep = [r for r, _ in total.most_common(top)]
+    labels = keep + (["other"] if len(total) > top else [])
+    early, late = np.zeros(len(labels)), np.zeros(len(labels))
+    for p in bad:
+        r = key(p)
+        i = labels.index(r) if r in keep else len(labels) - 1
+        (early if int(p["step"]) < mid else late)[i] += 1
+    return labels, early, late
+
+
+def invalid_figure(run: Run) -> Figure | None:
+    """Horizontal bars: why proposals failed validation, first half vs second half of the run."""
+    labels, early, late = invalid_reasons(run)
+    if not labels:
+        return None
+    fig, axes = _fig(size=(9.0, 1.2 + 0.32 * len(labels)))
+    ax = axes[0, 0]
+    y = np.arange(len(labels))[::-1]
+    two = late.any() and early.any()
+    ax.barh(y, early, color="#adb5bd", label="first half of the steps" if two else None)
+    ax.barh(y, late, left=early, color="#d9480f", label="second half" if two else None)
+    ax.set_yticks(y, labels, fontsize=8)
+    ax.set_xlabel("invalid proposals")
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.grid(axis="y", visible=False)
+    _legend(ax, loc="lower right")
+    return fig
+
+
 def solve_rate_figure(run: Run) -> Figure | None:
     """Solver solve rate per task type: raw (thin) and smoothed (bold), evolution marked."""
     rates = solve_rates_by_type(run)
@@ -304,9 +350,9 @@ def complexity_figure(run: Run) -> Figure | None:
 
 
 def coverage_figure(run: Run) -> Figure | None:
-    """Cumulative CVT coverage (% of 4096 cells) over steps."""
+    """Cumulative CVT coverage (% of 4096 cells) over steps; None while no cell is filled."""
     steps, cov, cells = coverage_curve(run)
-    if not np.isfinite(cov).any():
+    if not np.isfinite(cov).any() or not np.nanmax(cov) > 0:
         return None
     fig, axes = _fig(size=(9.0, 3.0))
     ax = axes[0, 0]
@@ -341,10 +387,10 @@ def phase_time_figure(run: Run) -> Figure | None:
     ax = axes[0, 0]
     cmap = ["#4263eb", "#d9480f", "#fab005", "#1c7ed6", "#40c057", "#ae3ec9", "#868e96", "#212529"]
     steps = run.steps
-    if steps.size == 1:
-        bottom = 0.0
+    if steps.size <= 60:  # one bar per step: the phases of a step are discrete, not a continuum
+        bottom = np.zeros(steps.size)
         for i, p in enumerate(phases):
-            ax.bar(steps, data[i], bottom=bottom, color=cmap[i % len(cmap)], label=p, width=0.6)
+            ax.bar(steps, data[i], bottom=bottom, color=cmap[i % len(cmap)], label=p, width=0.8)
             bottom += data[i]
     else:
         ax.stackplot(steps, data, labels=phases, colors=[cmap[i % len(cmap)] for i in range(len(phases))],
