@@ -130,13 +130,10 @@ def test_same_seed_and_resume_reproduce_the_metrics(runs):
     assert resumes == [{"step": 2, "type": "resume", "from": "checkpoints/step_000002"}]
 
 
-def test_single_mode(tmp_path, fast):
-    run = train(
-        "tiny",
-        tmp_path / "single",
-        [*fast, "population.mode=single", "train.steps=2", "train.checkpoint_every=2", "evolution.every=1"],
-        quiet=True,
-    )
+def test_single_mode_with_resume(tmp_path, fast):
+    sets = [*fast, "population.mode=single", "train.steps=1", "train.checkpoint_every=1", "evolution.every=1"]
+    run = train("tiny", tmp_path / "single", sets, quiet=True)
+    train(resume=run, overrides=["train.steps=2"], quiet=True)
     metrics = read_jsonl(run / "metrics.jsonl")
     assert [m["step"] for m in metrics] == [1, 2]
     for m in metrics:
@@ -145,6 +142,8 @@ def test_single_mode(tmp_path, fast):
         assert a0["role"] == "single" and a0["mu"] is None and a0["sigma"] is None
         assert a0["n_proposed"] == 3 and a0["valid_rate"] is not None
         assert m["matchups"][0]["teacher"] == m["matchups"][0]["student"] == "A0"
-    assert not [e for e in read_jsonl(run / "events.jsonl") if e["type"] == "evolution"]
+    events = read_jsonl(run / "events.jsonl")
+    assert not [e for e in events if e["type"] == "evolution"]  # a single agent has nobody to replace it
+    assert [e["step"] for e in events if e["type"] == "resume"] == [1]
     assert {p["proposer"] for p in read_jsonl(run / "problems.jsonl")} == {"A0"}
     assert (run / "checkpoints" / "step_000002" / "adapters" / "A0" / "adapter_config.json").is_file()
