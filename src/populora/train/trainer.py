@@ -703,6 +703,11 @@ def build_engine(cfg: Config):
         )
     except EngineError as err:
         raise TrainError(f"model: {err}") from None
+    except ImportError as err:  # e.g. the vllm backend without vllm installed
+        raise TrainError(
+            f"model.backend={cfg.model.backend}: cannot load it ({err}); install the `gpu` extra or use "
+            "--set model.backend=hf."
+        ) from None
 
 
 def estimate_memory(folder: Path, rank: int, targets: list[str]) -> tuple[int, int]:
