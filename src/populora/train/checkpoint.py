@@ -89,7 +89,10 @@ def save_checkpoint(
         raise
     if keep > 0:
         for _old_step, path in list_checkpoints(run_dir)[:-keep]:
-            shutil.rmtree(path, ignore_errors=True)
+            # Rename first: a kill mid-delete must never leave a half-deleted folder that looks complete.
+            doomed = root / f".tmp-prune-{path.name}-{os.getpid()}"
+            os.rename(path, doomed)
+            shutil.rmtree(doomed, ignore_errors=True)
     return final
 
 

@@ -609,9 +609,13 @@ class Trainer:
         self.buffers = TaskBuffers.load(path / "buffers.jsonl")
         self.coverage.load_state_dict(state["coverage"])
         self.run.repair(step)
-        self.run.event(
-            {"step": step, "type": "resume", "from": path.relative_to(self.run.path).as_posix()}, fsync=True
-        )
+        rel = path.relative_to(self.run.path).as_posix()
+        if not any(
+            e.get("type") == "checkpoint" and e.get("step") == step for e in self.run.read("events.jsonl")
+        ):
+            # killed between the checkpoint's rename and its event line: record it now
+            self.run.event({"step": step, "type": "checkpoint", "path": rel, "seconds": None})
+        self.run.event({"step": step, "type": "resume", "from": rel}, fsync=True)
         return step
 
     # ---------------------------------------------------------------------------------------------- loop
