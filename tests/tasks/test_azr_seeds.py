@@ -7,16 +7,27 @@ from populora.tasks.buffers import TaskBuffers
 from populora.tasks.seeds import load_azr_seed, read_azr_seed
 
 # Why rows fail (reason prefixes); anything else is a regression in the validator or the sandbox.
-KNOWN = ("forbidden import", "output is not plain data", "output too long", "empty message",
-         "message contains the code", "message too long", "Call is not allowed", "BinOp is not allowed",
-         "Lambda is not allowed", "ListComp is not allowed")
+KNOWN = (
+    "forbidden import",
+    "output is not plain data",
+    "output too long",
+    "empty message",
+    "message contains the code",
+    "message too long",
+    "Call is not allowed",
+    "BinOp is not allowed",
+    "Lambda is not allowed",
+    "ListComp is not allowed",
+)
 
 
 @pytest.fixture(scope="module")
 def reports(shared_data, sandbox):
     d = shared_data / "azr_seed"
-    return {"io": load_azr_seed(d / "7b_coder_seed_io.jsonl", sandbox, "code_o"),
-            "f": load_azr_seed(d / "7b_coder_code_f_seed_io.jsonl", sandbox, "code_f")}
+    return {
+        "io": load_azr_seed(d / "7b_coder_seed_io.jsonl", sandbox, "code_o"),
+        "f": load_azr_seed(d / "7b_coder_code_f_seed_io.jsonl", sandbox, "code_f"),
+    }
 
 
 def test_every_row_is_accounted_for(reports):

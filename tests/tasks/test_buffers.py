@@ -8,14 +8,18 @@ from populora.tasks.buffers import IDENTITY_PROGRAM, ProblemBuffer, TaskBuffers,
 
 
 def _p(i, task="code_o", step=None, proposer=None):
-    return Problem(task, f"def f(x):\n    return x + {i}", ("1",), (str(1 + i),), proposer=proposer, step=step)
+    return Problem(
+        task, f"def f(x):\n    return x + {i}", ("1",), (str(1 + i),), proposer=proposer, step=step
+    )
 
 
 def test_identity_seed():
     b = TaskBuffers.seeded()
     assert b.sizes() == {"code_i": 1, "code_o": 1, "code_f": 1}
     p = b["code_o"].sample(6, 0)[0]
-    assert p.program == IDENTITY_PROGRAM and p.inputs == ('"Hello world"',) and p.outputs == ("'Hello world'",)
+    assert (
+        p.program == IDENTITY_PROGRAM and p.inputs == ('"Hello world"',) and p.outputs == ("'Hello world'",)
+    )
     f = identity_problem("code_f")
     assert len(f.inputs) == 6 and f.outputs[2] == "{'a': 1, 'b': 2}" and len(f.hidden) == 3
     assert b.sample_program(random.Random(0)).program == IDENTITY_PROGRAM
@@ -24,8 +28,8 @@ def test_identity_seed():
 def test_fifo_eviction_and_dedup():
     b = ProblemBuffer("code_o", capacity=3)
     assert b.extend(_p(i) for i in range(5)) == 5
-    assert [p.outputs[0] for p in b] == ["3", "4", "5"]       # the two oldest were evicted
-    assert not b.add(_p(4, proposer="T9")) and len(b) == 3    # same content = same id: no duplicate
+    assert [p.outputs[0] for p in b] == ["3", "4", "5"]  # the two oldest were evicted
+    assert not b.add(_p(4, proposer="T9")) and len(b) == 3  # same content = same id: no duplicate
     with pytest.raises(ValueError):
         b.add(_p(9, task="code_i"))
 

@@ -6,7 +6,13 @@ from populora.tasks.features import program_features
 def test_paper_example():
     # the paper's collapsed baseline program: "AST depth 5, cyclomatic 1.0, 2 LOC"
     assert program_features("def f(number):\n    return number * 3") == {
-        "ast_depth": 5, "cyclomatic": 1, "loc": 2, "n_vars": 1, "sloc": 2, "control_depth": 1}
+        "ast_depth": 5,
+        "cyclomatic": 1,
+        "loc": 2,
+        "n_vars": 1,
+        "sloc": 2,
+        "control_depth": 1,
+    }
 
 
 def test_hand_counted_program():
@@ -38,8 +44,10 @@ def f(xs, k=2, *rest, **kw):
 
 def test_depth_of_assignment_and_match():
     assert program_features("x = 1")["ast_depth"] == 3  # Module, Assign, Name
-    src = "def f(p):\n    match p:\n        case [a, *rest]:\n            return a\n        case {'k': v, **others}:\n" \
-          "            return v\n        case _:\n            return None"
+    src = (
+        "def f(p):\n    match p:\n        case [a, *rest]:\n            return a\n        case {'k': v, **others}:\n"
+        "            return v\n        case _:\n            return None"
+    )
     f = program_features(src)
     assert f["cyclomatic"] == 3 and f["n_vars"] == 5  # p, a, rest, v, others
 

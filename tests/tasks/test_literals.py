@@ -13,22 +13,61 @@ from populora.tasks.literals import (
 )
 
 
-@pytest.mark.parametrize("text,value", [
-    ("1", 1), ("-2.5", -2.5), ("'a'", "a"), ("b'x'", b"x"), ("True", True), ("None", None),
-    ("[1, (2, 3), {'a': {4}}]", [1, (2, 3), {"a": {4}}]), ("set()", set()), ("frozenset({1, 2})", frozenset({1, 2})),
-    ("dict(a=1, b=[2])", {"a": 1, "b": [2]}), ("tuple([1, 2])", (1, 2)), ("(1+2j)", 1 + 2j), ("-0.0", -0.0),
-    ("{\n 'x': 1,\n}", {"x": 1}),
-])
+@pytest.mark.parametrize(
+    "text,value",
+    [
+        ("1", 1),
+        ("-2.5", -2.5),
+        ("'a'", "a"),
+        ("b'x'", b"x"),
+        ("True", True),
+        ("None", None),
+        ("[1, (2, 3), {'a': {4}}]", [1, (2, 3), {"a": {4}}]),
+        ("set()", set()),
+        ("frozenset({1, 2})", frozenset({1, 2})),
+        ("dict(a=1, b=[2])", {"a": 1, "b": [2]}),
+        ("tuple([1, 2])", (1, 2)),
+        ("(1+2j)", 1 + 2j),
+        ("-0.0", -0.0),
+        ("{\n 'x': 1,\n}", {"x": 1}),
+    ],
+)
 def test_parse_literal_accepts_plain_data(text, value):
     assert strict_equal(parse_literal(text), value)
 
 
-@pytest.mark.parametrize("text", [
-    "__import__('os').system('true')", "f(1)", "print(1)", "x", "[1] * 3", "'a' + 'b'", "lambda: 1", "{**{}}",
-    "...", "nan", "float('nan')", "1e999", "[i for i in range(3)]", "set([[]])", "{[1]: 2}", "dict(**{'a': 1})",
-    "set(1, 2)", "list(1)", "", "   ", "(", "1; 2", "\x00", "9" * 5000, "[" * 500 + "]" * 500,
-    "open('/etc/passwd')", "0) or (True",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "__import__('os').system('true')",
+        "f(1)",
+        "print(1)",
+        "x",
+        "[1] * 3",
+        "'a' + 'b'",
+        "lambda: 1",
+        "{**{}}",
+        "...",
+        "nan",
+        "float('nan')",
+        "1e999",
+        "[i for i in range(3)]",
+        "set([[]])",
+        "{[1]: 2}",
+        "dict(**{'a': 1})",
+        "set(1, 2)",
+        "list(1)",
+        "",
+        "   ",
+        "(",
+        "1; 2",
+        "\x00",
+        "9" * 5000,
+        "[" * 500 + "]" * 500,
+        "open('/etc/passwd')",
+        "0) or (True",
+    ],
+)
 def test_parse_literal_rejects_everything_else(text):
     with pytest.raises(LiteralError):
         parse_literal(text)
@@ -44,10 +83,23 @@ def test_strict_equal_is_type_aware():
     assert not strict_equal(object(), object())  # non-plain data never compares equal
 
 
-@pytest.mark.parametrize("text", [
-    "0) or (True", "1), (2", "1)\n(2", "*[1, 2]", "**{'a': 1}", "x", "__import__('os')", "1, f(2)", "",
-    "1) if 1 else (2", "1)[0", "a=1, **k",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "0) or (True",
+        "1), (2",
+        "1)\n(2",
+        "*[1, 2]",
+        "**{'a': 1}",
+        "x",
+        "__import__('os')",
+        "1, f(2)",
+        "",
+        "1) if 1 else (2",
+        "1)[0",
+        "a=1, **k",
+    ],
+)
 def test_call_args_reject_injections(text):
     with pytest.raises(LiteralError):
         parse_call_args(text)
@@ -61,11 +113,18 @@ def test_call_args_parse_and_render():
 
 
 plain = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text()
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text()
     | st.binary(),
-    lambda inner: st.lists(inner, max_size=4) | st.tuples(inner, inner)
-    | st.dictionaries(st.integers() | st.text(max_size=5), inner, max_size=4)
-    | st.frozensets(st.integers() | st.text(max_size=5), max_size=4).map(set),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.tuples(inner, inner)
+        | st.dictionaries(st.integers() | st.text(max_size=5), inner, max_size=4)
+        | st.frozensets(st.integers() | st.text(max_size=5), max_size=4).map(set)
+    ),
     max_leaves=20,
 )
 

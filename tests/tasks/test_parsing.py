@@ -8,8 +8,25 @@ import populora.tasks as T
 from populora.tasks import Answer, FormatError, Proposal
 
 TEMPLATES = ["azr", "compact"]
-PIECES = ["```", "```python\n", "```input\n", "```output\n", "```message\n", "\n", "<answer>", "</answer>",
-          "<think>", "</think>", "def f(a):\n    return a\n", "1, 2", "'x'", "\x00", "é", "```input_1\n", " "]
+PIECES = [
+    "```",
+    "```python\n",
+    "```input\n",
+    "```output\n",
+    "```message\n",
+    "\n",
+    "<answer>",
+    "</answer>",
+    "<think>",
+    "</think>",
+    "def f(a):\n    return a\n",
+    "1, 2",
+    "'x'",
+    "\x00",
+    "é",
+    "```input_1\n",
+    " ",
+]
 junk = st.lists(st.sampled_from(PIECES) | st.text(max_size=20), max_size=40).map("".join)
 
 
@@ -23,10 +40,21 @@ def test_parsers_never_raise(text, template):
         assert isinstance(a, (Answer, FormatError)) and isinstance(p, (Proposal, FormatError))
 
 
-@pytest.mark.parametrize("text", [
-    "x" * 1_000_000, "```" * 300_000, "```python\n" * 100_000, "<answer>" * 100_000, "(" * 50_000,
-    "```python\n" + "(" * 100_000 + "\n```", "```input\n" + "[" * 10_000 + "\n```", "\ud800" * 1000, None, 12,
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "x" * 1_000_000,
+        "```" * 300_000,
+        "```python\n" * 100_000,
+        "<answer>" * 100_000,
+        "(" * 50_000,
+        "```python\n" + "(" * 100_000 + "\n```",
+        "```input\n" + "[" * 10_000 + "\n```",
+        "\ud800" * 1000,
+        None,
+        12,
+    ],
+)
 def test_pathological_text(text):
     for name in T.TASK_NAMES:
         t = T.get(name)
@@ -35,8 +63,14 @@ def test_pathological_text(text):
 
 
 @pytest.mark.parametrize("template", TEMPLATES)
-@pytest.mark.parametrize("name,answer", [("code_i", "'John', {'age': 20}"), ("code_o", "[1, (2, 'b')]"),
-                                          ("code_f", "def f(a):\n    if a:\n        return a\n    return 0")])
+@pytest.mark.parametrize(
+    "name,answer",
+    [
+        ("code_i", "'John', {'age': 20}"),
+        ("code_o", "[1, (2, 'b')]"),
+        ("code_f", "def f(a):\n    if a:\n        return a\n    return 0"),
+    ],
+)
 def test_render_parse_answer_round_trip(template, name, answer):
     t = T.get(name)
     text = t.render_answer(answer, template=template)
@@ -49,22 +83,28 @@ def test_render_parse_proposal_round_trip(template):
     prog = "def f(s, n):\n    return s * n"
     for name in ("code_i", "code_o"):
         t = T.get(name)
-        assert t.parse_proposal(t.render_proposal(prog, ["'ab', 3"], template=template),
-                                template=template) == Proposal(prog, ("'ab', 3",))
+        assert t.parse_proposal(
+            t.render_proposal(prog, ["'ab', 3"], template=template), template=template
+        ) == Proposal(prog, ("'ab', 3",))
     t = T.get("code_f")
     ins = [f"'x', {i}" for i in range(10)]
-    got = t.parse_proposal(t.render_proposal(prog, ins, "repeat a string", template=template), program=prog,
-                           template=template)
+    got = t.parse_proposal(
+        t.render_proposal(prog, ins, "repeat a string", template=template), program=prog, template=template
+    )
     assert got == Proposal(prog, tuple(ins), "repeat a string")
 
 
 def test_strict_r1_frame():
     t = T.get("code_o")
     assert t.parse_answer("ok </think>\n<answer>```output\n1\n```</answer>", template="azr") == Answer("1")
-    assert t.parse_answer("<think>ok</think> <answer>```output\n1\n```</answer>", template="azr") == Answer("1")
-    for bad, why in [("```output\n1\n```", "no </think>"),
-                     ("x</think> so <answer>```output\n1\n```</answer>", "no <answer> right after"),
-                     ("x</think><answer>```output\n1\n```", "unclosed <answer>")]:
+    assert t.parse_answer("<think>ok</think> <answer>```output\n1\n```</answer>", template="azr") == Answer(
+        "1"
+    )
+    for bad, why in [
+        ("```output\n1\n```", "no </think>"),
+        ("x</think> so <answer>```output\n1\n```</answer>", "no <answer> right after"),
+        ("x</think><answer>```output\n1\n```", "unclosed <answer>"),
+    ]:
         r = t.parse_answer(bad, template="azr")
         assert isinstance(r, FormatError) and why in r.reason
 
@@ -85,8 +125,9 @@ def test_answer_content_checks():
     assert isinstance(T.get("code_i").parse_answer("```input\n0) or (True\n```"), FormatError)
     assert isinstance(T.get("code_f").parse_answer("```python\ndef g(x):\n    return x\n```"), FormatError)
     assert isinstance(T.get("code_f").parse_answer("```python\ndef f(x:\n```"), FormatError)
-    assert T.get("code_f").parse_answer("```python\n    def f(x):\n        return x\n```") == \
-        Answer("def f(x):\n    return x")
+    assert T.get("code_f").parse_answer("```python\n    def f(x):\n        return x\n```") == Answer(
+        "def f(x):\n    return x"
+    )
 
 
 def test_proposal_format_errors():
@@ -104,16 +145,27 @@ def test_azr_fallbacks():
     o, f = T.get("code_o"), T.get("code_f")
     assert o.parse_answer("x</think><answer> [1, 2] </answer>", template="azr") == Answer("[1, 2]")
     assert T.get("code_i").parse_answer("<answer>'a', 2</answer>") == Answer("'a', 2")
-    assert isinstance(o.parse_answer("[1, 2]"), FormatError)             # no tags, no block: not an answer
-    assert isinstance(o.parse_answer("<answer>```\n1\n```</answer>"), FormatError)  # a fence, but not ```output
+    assert isinstance(o.parse_answer("[1, 2]"), FormatError)  # no tags, no block: not an answer
+    assert isinstance(
+        o.parse_answer("<answer>```\n1\n```</answer>"), FormatError
+    )  # a fence, but not ```output
     assert f.parse_answer("```\ndef f(a):\n    return a\n```") == Answer("def f(a):\n    return a")
     assert f.parse_answer("```py\ndef f(a):\n    return 1\n```") == Answer("def f(a):\n    return 1")
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
-                    | st.text(max_size=8), lambda x: st.lists(x, max_size=3) | st.tuples(x, x), max_leaves=8),
-       st.sampled_from(TEMPLATES))
+@given(
+    st.recursive(
+        st.none()
+        | st.booleans()
+        | st.integers()
+        | st.floats(allow_nan=False, allow_infinity=False)
+        | st.text(max_size=8),
+        lambda x: st.lists(x, max_size=3) | st.tuples(x, x),
+        max_leaves=8,
+    ),
+    st.sampled_from(TEMPLATES),
+)
 def test_code_o_gold_round_trip(value, template):
     # whatever the value, the rendered gold answer parses and scores True; a type-changed one does not
     t = T.get("code_o")

@@ -19,7 +19,7 @@ def test_student_reward_defaults():
 def test_teacher_reward_population():
     assert teacher_reward(0.25) == 0.75
     assert teacher_reward(1.0) == 0.0
-    assert teacher_reward(0.0) == 0.0            # nobody solved it: no reward for impossible problems
+    assert teacher_reward(0.0) == 0.0  # nobody solved it: no reward for impossible problems
     assert teacher_reward(0.5, valid=False) == -1.0
     assert teacher_reward(None) == -1.0
     assert teacher_reward(solve_rate([True, False, False, False, False, False, False, False])) == 0.875
@@ -32,7 +32,7 @@ def test_learnability_single_agent():
 
 
 def test_azr_code_variant_and_custom_shaping():
-    azr = RewardConfig(no_signal=-0.5)          # AZR's code maps the zero cases to -0.5 (issue #37)
+    azr = RewardConfig(no_signal=-0.5)  # AZR's code maps the zero cases to -0.5 (issue #37)
     assert learnability_reward(1.0, config=azr) == -0.5 and teacher_reward(0.0, config=azr) == -0.5
     assert teacher_reward(0.25, config=azr) == 0.75
     binary = RewardConfig(correct=1.0, wrong=0.0, format_error=0.0)

@@ -24,20 +24,27 @@ def test_problem_from_computes_outputs(sandbox):
     assert p.outputs == ("'ababa'",) and p.proposer == "T0" and p.step == 3 and p.task == "code_o"
 
 
-@pytest.mark.parametrize("program,inp,reason", [
-    ("def f(x):\n    raise ValueError('no')", "1", "raised ValueError"),
-    ("def f(x):\n    raise StopIteration", "1", "raised StopIteration"),                  # B1: no "Error" in name
-    ("class Oops(Exception):\n    pass\ndef f(x):\n    raise Oops()", "1", "raised Oops"),   # B1
-    ("def f(x):\n    return list(range(x))", "5000", "output too long"),                   # B2: rejected, not cut
-    ("class A:\n    pass\ndef f(x):\n    return A()", "1", "output is not plain data"),     # B1: default __eq__
-    ("def f(x):\n    return {1, 2}.__len__", "1", "output is not plain data"),
-    ("def f(x):\n    return float('nan')", "1", "output is not plain data"),
-    ("def f(x):\n    return x", "__import__('os')", "input 0: Call is not allowed"),
-    ("def f(x):\n    return x", "1) or (2", "input 0: not a plain argument list"),
-    ("import os\ndef f(x):\n    return x", "1", "forbidden import: os"),
-    ("def f():\n    return 1", "1", "f takes no parameters"),
-    ("def g(x):\n    return x", "1", "no top-level function f"),
-])
+@pytest.mark.parametrize(
+    "program,inp,reason",
+    [
+        ("def f(x):\n    raise ValueError('no')", "1", "raised ValueError"),
+        ("def f(x):\n    raise StopIteration", "1", "raised StopIteration"),  # B1: no "Error" in name
+        ("class Oops(Exception):\n    pass\ndef f(x):\n    raise Oops()", "1", "raised Oops"),  # B1
+        ("def f(x):\n    return list(range(x))", "5000", "output too long"),  # B2: rejected, not cut
+        (
+            "class A:\n    pass\ndef f(x):\n    return A()",
+            "1",
+            "output is not plain data",
+        ),  # B1: default __eq__
+        ("def f(x):\n    return {1, 2}.__len__", "1", "output is not plain data"),
+        ("def f(x):\n    return float('nan')", "1", "output is not plain data"),
+        ("def f(x):\n    return x", "__import__('os')", "input 0: Call is not allowed"),
+        ("def f(x):\n    return x", "1) or (2", "input 0: not a plain argument list"),
+        ("import os\ndef f(x):\n    return x", "1", "forbidden import: os"),
+        ("def f():\n    return 1", "1", "f takes no parameters"),
+        ("def g(x):\n    return x", "1", "no top-level function f"),
+    ],
+)
 def test_invalid_programs(sandbox, program, inp, reason):
     with pytest.raises(InvalidProblem) as e:
         T.get("code_o").problem_from(sandbox, program=program, inputs=[inp])
@@ -46,13 +53,16 @@ def test_invalid_programs(sandbox, program, inp, reason):
 
 def test_timeout_is_invalid(quick_sandbox):
     with pytest.raises(InvalidProblem, match="input 0: timeout"):
-        T.get("code_o").problem_from(quick_sandbox, program="def f(x):\n    while True:\n        pass", inputs=["1"])
+        T.get("code_o").problem_from(
+            quick_sandbox, program="def f(x):\n    while True:\n        pass", inputs=["1"]
+        )
 
 
 def test_nondeterminism_is_caught_across_processes(sandbox):
     # os.urandom differs between two fresh jobs; the policy is relaxed so the sandbox check itself is tested
     # (it would otherwise stop `import os` first).
     from populora.tasks.policy import CapabilityPolicy
+
     t = T.get("code_o", policy=CapabilityPolicy(deny_modules=frozenset()))
     with pytest.raises(InvalidProblem, match="nondeterministic"):
         t.problem_from(sandbox, program="import os\ndef f(x):\n    return os.urandom(8)", inputs=["1"])
@@ -60,8 +70,12 @@ def test_nondeterminism_is_caught_across_processes(sandbox):
 
 def test_validate_batches_and_keeps_order(sandbox):
     t = T.get("code_i")
-    props = [Proposal(PROG, ("'ab', 3",), proposer="T1", step=2), FormatError("format: no ```python block"),
-             Proposal("def f(x):\n    return 1 / x", ("0",)), Proposal("def f(x):\n    return -x", ("3",))]
+    props = [
+        Proposal(PROG, ("'ab', 3",), proposer="T1", step=2),
+        FormatError("format: no ```python block"),
+        Proposal("def f(x):\n    return 1 / x", ("0",)),
+        Proposal("def f(x):\n    return -x", ("3",)),
+    ]
     res = t.validate(props, sandbox)
     assert isinstance(res[0], Problem) and res[0].outputs == ("'aba'",) and res[0].proposer == "T1"
     assert isinstance(res[1], Invalid) and "format" in res[1].reason
@@ -72,8 +86,14 @@ def test_validate_batches_and_keeps_order(sandbox):
 def test_code_o_scoring_is_type_aware_and_needs_no_sandbox():
     t = T.get("code_o")
     p = Problem("code_o", "def f(x):\n    return x", ("1",), ("{'a': [1, 2.0], 'b': True}",))
-    answers = ["{'b': True, 'a': [1, 2.0]}", "{'a': [1, 2], 'b': True}", "{'a': [1, 2.0], 'b': 1}",
-               "{'a': (1, 2.0), 'b': True}", FormatError("x"), t.parse_answer("```output\nTrue\n```")]
+    answers = [
+        "{'b': True, 'a': [1, 2.0]}",
+        "{'a': [1, 2], 'b': True}",
+        "{'a': [1, 2.0], 'b': 1}",
+        "{'a': (1, 2.0), 'b': True}",
+        FormatError("x"),
+        t.parse_answer("```output\nTrue\n```"),
+    ]
     assert t.score(p, answers, None) == [True, False, False, False, False, False]
 
 
@@ -81,8 +101,16 @@ def test_code_i_scoring_runs_the_gold_program(sandbox):
     t = T.get("code_i")
     p = t.problem_from(sandbox, program=PROG, inputs=["'ab', 3"])
     # Any input producing the output is right, including keyword forms; types are strict ('aba' != b'aba').
-    answers = ["'ab', 3", "'aba', 3", "s='abc', n=3", "'ab', 4", "'ab', 3.0", "'ab'", FormatError("no block"),
-               t.parse_answer("```input\n'ba', 3\n```")]
+    answers = [
+        "'ab', 3",
+        "'aba', 3",
+        "s='abc', n=3",
+        "'ab', 4",
+        "'ab', 3.0",
+        "'ab'",
+        FormatError("no block"),
+        t.parse_answer("```input\n'ba', 3\n```"),
+    ]
     assert t.score(p, answers, sandbox) == [True, True, False, False, False, False, False, False]
     q = Problem("code_i", "def f(x):\n    return x > 0", ("5",), ("True",))
     assert t.score(q, ["1", "0", "-1", "1.5"], sandbox) == [True, False, False, True]
@@ -101,21 +129,40 @@ def test_code_f_end_to_end(sandbox):
     right = "def f(x):\n    return sorted(set(x), reverse=True)"
     wrong = "def f(x):\n    return sorted(x)[::-1]"  # right on inputs without duplicates only
     crash = "def f(x):\n    return x[100]"
-    assert t.score(p, [right, wrong, crash, t.gold_answer(p), FormatError("x")], sandbox) == \
-        [True, False, False, True, False]
+    assert t.score(p, [right, wrong, crash, t.gold_answer(p), FormatError("x")], sandbox) == [
+        True,
+        False,
+        False,
+        True,
+        False,
+    ]
 
 
 def test_code_f_proposal_rules(sandbox):
     t = T.get("code_f")
     prog = "def f(x):\n    return x + 1"
     ins = tuple(str(i) for i in range(10))
-    bad = t.validate([Proposal(prog, ins[:9], "m"), Proposal(prog, ins, ""), Proposal(prog, ins, prog),
-                      Proposal(prog, ins[:9] + ("'a'",), "m"), Proposal(prog, ins, "add one")], sandbox)
+    bad = t.validate(
+        [
+            Proposal(prog, ins[:9], "m"),
+            Proposal(prog, ins, ""),
+            Proposal(prog, ins, prog),
+            Proposal(prog, ins[:9] + ("'a'",), "m"),
+            Proposal(prog, ins, "add one"),
+        ],
+        sandbox,
+    )
     assert [getattr(r, "reason", None) for r in bad[:4]] == [
-        "code_f needs 10 inputs, got 9", "empty message", "message contains the code", "input 9: raised TypeError"]
+        "code_f needs 10 inputs, got 9",
+        "empty message",
+        "message contains the code",
+        "input 9: raised TypeError",
+    ]
     assert isinstance(bad[4], Problem) and bad[4].outputs == tuple(str(i + 1) for i in range(10))
     # problem_from is looser on the count (AZR's identity seed has 6 inputs)
-    assert T.get("code_f").problem_from(sandbox, program=prog, inputs=["1", "2"], message="m").hidden == [("2", "3")]
+    assert T.get("code_f").problem_from(sandbox, program=prog, inputs=["1", "2"], message="m").hidden == [
+        ("2", "3")
+    ]
 
 
 @pytest.mark.parametrize("template", ["azr", "compact"])
@@ -149,8 +196,17 @@ def test_bad_options_and_hand_made_gold():
     assert T.get("code_o").score(p, ["1"], None) == [False]
 
 
-_prog = st.sampled_from(["def f(x):\n    return x", "def f(x):\n    return x[0]", "def f(:", "", "x = 1",
-                         "def f(x):\n    return {x}", "import os\ndef f(x):\n    return 1"]) | st.text(max_size=40)
+_prog = st.sampled_from(
+    [
+        "def f(x):\n    return x",
+        "def f(x):\n    return x[0]",
+        "def f(:",
+        "",
+        "x = 1",
+        "def f(x):\n    return {x}",
+        "import os\ndef f(x):\n    return 1",
+    ]
+) | st.text(max_size=40)
 _inp = st.sampled_from(["1", "[1, 2]", "'a'", "", "{}", "x", "1) or (2", "[[]]"]) | st.text(max_size=15)
 
 

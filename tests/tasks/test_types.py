@@ -14,15 +14,22 @@ def test_id_is_a_stable_content_hash():
     p = _p()
     # Frozen value: a change here silently breaks buffers and problems.jsonl across versions.
     assert p.id == "f86416ddb67d3275"  # sha256(json [task, program, inputs, outputs, message])[:16]
-    assert _p(proposer="T3", step=7).id == p.id          # origin is not content
+    assert _p(proposer="T3", step=7).id == p.id  # origin is not content
     assert _p(outputs=("2",)).id != p.id
     assert _p(task="code_i").id != p.id
     assert p.retask("code_i").id == _p(task="code_i").id
 
 
 def test_json_round_trip_keeps_everything():
-    p = Problem("code_f", "def f(x):\n    return {x: 'é'}", ["1", "'a'"], ["{1: 'é'}", "{'a': 'é'}"],
-                message="map to 'é'", proposer="T1", step=12)
+    p = Problem(
+        "code_f",
+        "def f(x):\n    return {x: 'é'}",
+        ["1", "'a'"],
+        ["{1: 'é'}", "{'a': 'é'}"],
+        message="map to 'é'",
+        proposer="T1",
+        step=12,
+    )
     q = Problem.from_json(p.to_json())
     assert q == p and q.id == p.id and q.proposer == "T1" and q.step == 12
     assert q.given == [("1", "{1: 'é'}")] and q.hidden == [("'a'", "{'a': 'é'}")]
@@ -51,5 +58,7 @@ def test_failure_values_are_falsy():
 
 
 def test_code_f_split_halves():
-    p = Problem("code_f", "def f(a):\n    return a", [str(i) for i in range(10)], [str(i) for i in range(10)], "m")
+    p = Problem(
+        "code_f", "def f(a):\n    return a", [str(i) for i in range(10)], [str(i) for i in range(10)], "m"
+    )
     assert p.n_given == 5 and [i for i, _ in p.hidden] == ["5", "6", "7", "8", "9"]

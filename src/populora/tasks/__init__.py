@@ -26,9 +26,9 @@ from populora.tasks.policy import DEFAULT_POLICY, CapabilityPolicy
 from populora.tasks.templates import TEMPLATE_NAMES, TemplateSet, load_template
 from populora.tasks.types import TASK_NAMES, Answer, FormatError, Invalid, InvalidProblem, Problem, Proposal
 
-K_REFERENCES = 6   # AZR: reference problems per code_i/code_o teacher prompt, sampled without replacement
-N_INPUTS = 10      # AZR: inputs per code_f proposal (TaskConfig.n_inputs)
-N_ROLLOUTS = 8     # AZR / paper: student samples per problem to estimate the solve rate
+K_REFERENCES = 6  # AZR: reference problems per code_i/code_o teacher prompt, sampled without replacement
+N_INPUTS = 10  # AZR: inputs per code_f proposal (TaskConfig.n_inputs)
+N_ROLLOUTS = 8  # AZR / paper: student samples per problem to estimate the solve rate
 
 _CLASSES: dict[str, type[CodeTask]] = {"code_i": CodeI, "code_o": CodeO, "code_f": CodeF}
 _DEFAULT: dict[str, CodeTask] = {}
@@ -48,6 +48,22 @@ def get(name: str, **config: Any) -> CodeTask:
 
 
 __all__ = [
-    "K_REFERENCES", "N_INPUTS", "N_ROLLOUTS", "TASK_NAMES", "TEMPLATE_NAMES", "Answer", "CapabilityPolicy", "CodeTask", "DEFAULT_POLICY", "FormatError",
-    "Invalid", "InvalidProblem", "Problem", "Proposal", "TaskConfig", "TemplateSet", "get", "load_template",
+    "K_REFERENCES",
+    "N_INPUTS",
+    "N_ROLLOUTS",
+    "TASK_NAMES",
+    "TEMPLATE_NAMES",
+    "Answer",
+    "CapabilityPolicy",
+    "CodeTask",
+    "DEFAULT_POLICY",
+    "FormatError",
+    "Invalid",
+    "InvalidProblem",
+    "Problem",
+    "Proposal",
+    "TaskConfig",
+    "TemplateSet",
+    "get",
+    "load_template",
 ]

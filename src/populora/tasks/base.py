@@ -37,8 +37,25 @@ if TYPE_CHECKING:  # the sandbox is only duck-typed: anything with run_many([(pr
     from populora.sandbox import Sandbox
 
 MAX_TEXT_CHARS = 200_000  # longer completions are format errors before any scanning
-PROMPT_BANNED = ("os", "sys", "subprocess", "socket", "shutil", "threading", "multiprocessing", "random", "time",
-                 "datetime", "logging", "hashlib", "calendar", "importlib", "io", "pathlib", "pickle")
+PROMPT_BANNED = (
+    "os",
+    "sys",
+    "subprocess",
+    "socket",
+    "shutil",
+    "threading",
+    "multiprocessing",
+    "random",
+    "time",
+    "datetime",
+    "logging",
+    "hashlib",
+    "calendar",
+    "importlib",
+    "io",
+    "pathlib",
+    "pickle",
+)
 DEFAULT_THINKING = "Let me work through the code step by step."
 
 
@@ -46,10 +63,10 @@ DEFAULT_THINKING = "Let me work through the code step by step."
 class TaskConfig:
     """Knobs shared by the task types (AZR defaults where AZR has one)."""
 
-    n_inputs: int = 10                  # code_f: inputs per proposal (AZR num_inputs)
-    max_output_chars: int = 1000        # longer reprs make a proposal invalid (AZR truncated at 400: bug B2)
+    n_inputs: int = 10  # code_f: inputs per proposal (AZR num_inputs)
+    max_output_chars: int = 1000  # longer reprs make a proposal invalid (AZR truncated at 400: bug B2)
     max_message_chars: int = 2000
-    max_answer_chars: int = 20_000      # longest answer block accepted
+    max_answer_chars: int = 20_000  # longest answer block accepted
     policy: CapabilityPolicy = field(default=DEFAULT_POLICY)
 
 
@@ -82,14 +99,16 @@ class CodeTask:
     """Base of the three task types; use `populora.tasks.get(name)`."""
 
     name: str = ""
-    answer_lang: str = ""        # the fenced block a student answers in
+    answer_lang: str = ""  # the fenced block a student answers in
 
     def __init__(self, config: TaskConfig | None = None, **overrides: Any):
         cfg = config or TaskConfig()
         if overrides:
             unknown = sorted(set(overrides) - set(cfg.__dict__))
             if unknown:
-                raise ValueError(f"unknown task option(s) {', '.join(unknown)}; valid: {', '.join(cfg.__dict__)}")
+                raise ValueError(
+                    f"unknown task option(s) {', '.join(unknown)}; valid: {', '.join(cfg.__dict__)}"
+                )
             cfg = TaskConfig(**{**cfg.__dict__, **overrides})
         self.config = cfg
 
@@ -105,8 +124,9 @@ class CodeTask:
         ~130 modules would cost hundreds of prompt tokens)."""
         shown = [m for m in PROMPT_BANNED if m in self.policy.deny_modules]
         extra = len(self.policy.deny_modules) - len(shown)
-        return ", ".join(shown) + (f", and {extra} other I/O, process, network or introspection modules"
-                                   if extra > 0 else "")
+        return ", ".join(shown) + (
+            f", and {extra} other I/O, process, network or introspection modules" if extra > 0 else ""
+        )
 
     # ------------------------------------------------------------------ rendering
     def _wrap(self, ts: TemplateSet, inner: str) -> str:
@@ -125,15 +145,22 @@ class CodeTask:
     def proposal_body(self, program: str, inputs: Sequence[str], message: str = "") -> str:
         raise NotImplementedError
 
-    def render_proposal(self, program: str, inputs: Sequence[str], message: str = "",
-                        template: str | TemplateSet | None = None, thinking: str | None = None) -> str:
+    def render_proposal(
+        self,
+        program: str,
+        inputs: Sequence[str],
+        message: str = "",
+        template: str | TemplateSet | None = None,
+        thinking: str | None = None,
+    ) -> str:
         """What a perfect teacher writes after `teacher_prompt` for this (program, inputs, message).
         `parse_proposal` of the result gives back exactly these pieces (code_f: inputs and message)."""
         ts = load_template(template)
         return self._completion(ts, self.proposal_body(program, inputs, message), thinking)
 
-    def render_answer(self, answer_text: str, template: str | TemplateSet | None = None,
-                      thinking: str | None = None) -> str:
+    def render_answer(
+        self, answer_text: str, template: str | TemplateSet | None = None, thinking: str | None = None
+    ) -> str:
         """What a perfect student writes after `student_prompt` when its answer is `answer_text`."""
         ts = load_template(template)
         return self._completion(ts, f"```{self.answer_lang}\n{answer_text.strip(chr(10))}\n```", thinking)
@@ -151,8 +178,9 @@ class CodeTask:
         strict = load_template(template).strict_think_answer if template is not None else False
         return answer_region(text, strict=strict)
 
-    def parse_proposal(self, text: str, *, program: str | None = None,
-                       template: str | TemplateSet | None = None) -> Proposal | FormatError:
+    def parse_proposal(
+        self, text: str, *, program: str | None = None, template: str | TemplateSet | None = None
+    ) -> Proposal | FormatError:
         """Parse a teacher completion. Never raises. `template`: pass the set used for the prompt to get the
         strict R1 frame check of that set; None accepts text with or without `<answer>` tags."""
         try:
@@ -219,7 +247,9 @@ class CodeTask:
         sandbox jobs; all jobs of the batch go to the sandbox in one `run_many` call."""
         return self._validate(proposals, sandbox, exact_n=True)
 
-    def _validate(self, proposals: Sequence[Proposal], sandbox: Sandbox, exact_n: bool) -> list[Problem | Invalid]:
+    def _validate(
+        self, proposals: Sequence[Proposal], sandbox: Sandbox, exact_n: bool
+    ) -> list[Problem | Invalid]:
         # Two passes, both in fresh sandbox processes: pass 1 runs every input in its own job (the outputs);
         # pass 2 re-runs all inputs of a proposal in one more job, as a tuple (the determinism check, AZR's
         # "j=2 runs" but across processes). A program whose result depends on earlier calls (mutable default
@@ -241,7 +271,7 @@ class CodeTask:
         survivors: list[tuple[int, tuple[str, ...], list]] = []
         pos = 0
         for i, inputs in prepared:
-            outs = first[pos: pos + len(inputs)]
+            outs = first[pos : pos + len(inputs)]
             pos += len(inputs)
             values = []
             for k, o in enumerate(outs):
@@ -253,21 +283,32 @@ class CodeTask:
             else:
                 survivors.append((i, inputs, outs))
         if survivors:
-            again = self._run_combined(sandbox, [(proposals[i].program, inputs) for i, inputs, _ in survivors])
+            again = self._run_combined(
+                sandbox, [(proposals[i].program, inputs) for i, inputs, _ in survivors]
+            )
             for (i, inputs, outs), o in zip(survivors, again, strict=True):
                 p = proposals[i]
-                v, why = _plain_value(o, 10 ** 9)
+                v, why = _plain_value(o, 10**9)
                 if why or not isinstance(v, tuple) or len(v) != len(outs):
                     results[i] = Invalid(f"nondeterministic ({why or 'different results when re-run'})", p)
                     continue
-                bad = [k for k, (o1, v2) in enumerate(zip(outs, v, strict=True))
-                       if not strict_equal(parse_literal(o1.value_repr), v2)]
+                bad = [
+                    k
+                    for k, (o1, v2) in enumerate(zip(outs, v, strict=True))
+                    if not strict_equal(parse_literal(o1.value_repr), v2)
+                ]
                 if bad:
                     results[i] = Invalid(f"input {bad[0]}: nondeterministic", p)
                     continue
-                results[i] = Problem(task=self.name, program=p.program, inputs=inputs,
-                                     outputs=tuple(o1.value_repr for o1 in outs), message=p.message.strip(),
-                                     proposer=p.proposer, step=p.step)
+                results[i] = Problem(
+                    task=self.name,
+                    program=p.program,
+                    inputs=inputs,
+                    outputs=tuple(o1.value_repr for o1 in outs),
+                    message=p.message.strip(),
+                    proposer=p.proposer,
+                    step=p.step,
+                )
         return results  # type: ignore[return-value]
 
     def _run_combined(self, sandbox: Sandbox, items: list[tuple[str, tuple[str, ...]]]) -> list[Any]:
@@ -278,13 +319,24 @@ class CodeTask:
         if lim is None or n == 1:
             return list(sandbox.run_many(jobs))
         from dataclasses import replace
-        wider = replace(lim, timeout_s=lim.timeout_s * n,
-                        cpu_s=(lim.cpu_s * n if getattr(lim, "cpu_s", None) else None),
-                        max_output_chars=max(lim.max_output_chars, n * (self.config.max_output_chars + 2) + 2))
+
+        wider = replace(
+            lim,
+            timeout_s=lim.timeout_s * n,
+            cpu_s=(lim.cpu_s * n if getattr(lim, "cpu_s", None) else None),
+            max_output_chars=max(lim.max_output_chars, n * (self.config.max_output_chars + 2) + 2),
+        )
         return list(sandbox.run_many(jobs, limits=wider))
 
-    def problem_from(self, sandbox: Sandbox, program: str, inputs: Sequence[str], message: str = "",
-                     proposer: str | None = None, step: int | None = None) -> Problem:
+    def problem_from(
+        self,
+        sandbox: Sandbox,
+        program: str,
+        inputs: Sequence[str],
+        message: str = "",
+        proposer: str | None = None,
+        step: int | None = None,
+    ) -> Problem:
         """Validate raw pieces into a Problem (outputs computed in the sandbox); raises `InvalidProblem`.
         code_f accepts any number >= 2 of inputs here (seed files have 6 or 10)."""
         if isinstance(inputs, str):
@@ -309,8 +361,9 @@ class CodeTask:
         except Exception as e:
             return FormatError(f"format: unparsable ({type(e).__name__})")
 
-    def score(self, problem: Problem, answers: Sequence[Answer | FormatError | str],
-              sandbox: Sandbox | None) -> list[bool]:
+    def score(
+        self, problem: Problem, answers: Sequence[Answer | FormatError | str], sandbox: Sandbox | None
+    ) -> list[bool]:
         """One bool per answer: True iff the answer is right. FormatErrors score False. A plain `str` is taken
         as the answer block's text. All sandbox jobs of the call go out in one `run_many`."""
         raise NotImplementedError
@@ -326,10 +379,13 @@ class CodeIO(CodeTask):
     def teacher_prompt(self, refs: Sequence[Problem], template: str | TemplateSet | None = None) -> str:
         ts = load_template(template)
         sep = "\n\n" if ts.strict_think_answer else "\n"
-        references = sep.join(ts.render("reference", k=k, program=r.program, input=r.inputs[0],
-                                        output=r.outputs[0]) for k, r in enumerate(refs))
-        inner = ts.render(f"teacher_{self.name}", references=references, banned=self.banned_text(),
-                          n=len(refs))
+        references = sep.join(
+            ts.render("reference", k=k, program=r.program, input=r.inputs[0], output=r.outputs[0])
+            for k, r in enumerate(refs)
+        )
+        inner = ts.render(
+            f"teacher_{self.name}", references=references, banned=self.banned_text(), n=len(refs)
+        )
         return self._wrap(ts, inner)
 
     def proposal_body(self, program: str, inputs: Sequence[str], message: str = "") -> str:
@@ -380,8 +436,9 @@ class CodeI(CodeIO):
             return FormatError(f"format: input is not a literal argument list ({e})")
         return Answer(text)
 
-    def score(self, problem: Problem, answers: Sequence[Answer | FormatError | str],
-              sandbox: Sandbox | None) -> list[bool]:
+    def score(
+        self, problem: Problem, answers: Sequence[Answer | FormatError | str], sandbox: Sandbox | None
+    ) -> list[bool]:
         try:
             gold = parse_literal(problem.outputs[0])
         except LiteralError:  # a hand-made problem with a non-literal gold output can never be matched
@@ -406,7 +463,7 @@ class CodeI(CodeIO):
         outcomes = dict(zip(unique, sandbox.run_many([(problem.program, c) for c in unique]), strict=True))
         verdict = {}
         for c, o in outcomes.items():
-            v, why = _plain_value(o, 10 ** 9)
+            v, why = _plain_value(o, 10**9)
             verdict[c] = why is None and strict_equal(v, gold)
         return [c is not None and verdict[c] for c in calls]
 
@@ -430,8 +487,9 @@ class CodeO(CodeIO):
             return FormatError(f"format: output is not a literal ({e})")
         return Answer(text)
 
-    def score(self, problem: Problem, answers: Sequence[Answer | FormatError | str],
-              sandbox: Sandbox | None = None) -> list[bool]:
+    def score(
+        self, problem: Problem, answers: Sequence[Answer | FormatError | str], sandbox: Sandbox | None = None
+    ) -> list[bool]:
         try:
             gold = parse_literal(problem.outputs[0])
         except LiteralError:
@@ -455,13 +513,16 @@ class CodeF(CodeTask):
     name = "code_f"
     answer_lang = "python"
 
-    def teacher_prompt(self, refs: Sequence[Problem] | Problem | str,
-                       template: str | TemplateSet | None = None) -> str:
+    def teacher_prompt(
+        self, refs: Sequence[Problem] | Problem | str, template: str | TemplateSet | None = None
+    ) -> str:
         """`refs`: the program to write inputs for, as a Problem, a one-element list of one, or source text."""
         ts = load_template(template)
         program = _program_of(refs)
-        return self._wrap(ts, ts.render("teacher_code_f", program=program, n=self.config.n_inputs,
-                                        banned=self.banned_text()))
+        return self._wrap(
+            ts,
+            ts.render("teacher_code_f", program=program, n=self.config.n_inputs, banned=self.banned_text()),
+        )
 
     def proposal_body(self, program: str, inputs: Sequence[str], message: str = "") -> str:
         parts = [f"```input\n{s.strip()}\n```" for s in inputs]
@@ -499,8 +560,9 @@ class CodeF(CodeTask):
         ts = load_template(template)
         sep = "\n\n" if ts.strict_think_answer else "\n"
         pairs = sep.join(ts.render("pair", k=k, input=i, output=o) for k, (i, o) in enumerate(problem.given))
-        return self._wrap(ts, ts.render("student_code_f", pairs=pairs, message=problem.message,
-                                        banned=self.banned_text()))
+        return self._wrap(
+            ts, ts.render("student_code_f", pairs=pairs, message=problem.message, banned=self.banned_text())
+        )
 
     def gold_answer(self, problem: Problem) -> str:
         return problem.program
@@ -517,8 +579,9 @@ class CodeF(CodeTask):
             return FormatError("format: program defines no top-level f")
         return Answer(code)
 
-    def score(self, problem: Problem, answers: Sequence[Answer | FormatError | str],
-              sandbox: Sandbox | None) -> list[bool]:
+    def score(
+        self, problem: Problem, answers: Sequence[Answer | FormatError | str], sandbox: Sandbox | None
+    ) -> list[bool]:
         hidden = problem.hidden
         try:
             gold = [parse_literal(o) for _, o in hidden]
@@ -543,8 +606,11 @@ class CodeF(CodeTask):
             outcomes = sandbox.run_many([(p, f"f({inp}\n)") for p in alive])
             # Compare plain values parsed here: an object whose __eq__ always says True has a non-literal
             # repr (or plain=False) and fails, whatever it claims inside the sandbox.
-            alive = [p for p, o in zip(alive, outcomes, strict=True)
-                     if (v := _plain_value(o, 10 ** 9))[1] is None and strict_equal(v[0], want)]
+            alive = [
+                p
+                for p, o in zip(alive, outcomes, strict=True)
+                if (v := _plain_value(o, 10**9))[1] is None and strict_equal(v[0], want)
+            ]
         verdict = {p: p in alive for p in unique}
         return [p is not None and verdict[p] for p in programs]
 

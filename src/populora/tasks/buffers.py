@@ -25,8 +25,14 @@ if TYPE_CHECKING:
 IDENTITY_PROGRAM = "def f(a):\n    return a"
 IDENTITY_INPUT = '"Hello world"'
 # AZR's code_f seed: the identity with 6 hand-written inputs (3 shown, 3 hidden).
-IDENTITY_F_INPUTS = ('"Hello world"', "1", "dict(a=1, b=2)", "(1.1, 1.2, 1.3)",
-                     '"[[1, 0, 0], [0, 0, 0], [0, 0, 0]]"', "1001101100010001")
+IDENTITY_F_INPUTS = (
+    '"Hello world"',
+    "1",
+    "dict(a=1, b=2)",
+    "(1.1, 1.2, 1.3)",
+    '"[[1, 0, 0], [0, 0, 0], [0, 0, 0]]"',
+    "1001101100010001",
+)
 IDENTITY_F_MESSAGE = "Write a function that returns whatever you input"
 DEFAULT_CAPACITY = 16384
 SEED_PROPOSER = "seed"
@@ -41,11 +47,23 @@ def _identity_output(inp: str) -> str:
 def identity_problem(task: str) -> Problem:
     """The zero triplet `def f(a): return a` for `task` (AZR Fig. 5; the 6-input identity for code_f)."""
     if task == "code_f":
-        return Problem("code_f", IDENTITY_PROGRAM, IDENTITY_F_INPUTS,
-                       tuple(_identity_output(i) for i in IDENTITY_F_INPUTS), IDENTITY_F_MESSAGE,
-                       proposer=SEED_PROPOSER, step=0)
-    return Problem(task, IDENTITY_PROGRAM, (IDENTITY_INPUT,), (_identity_output(IDENTITY_INPUT),),
-                   proposer=SEED_PROPOSER, step=0)
+        return Problem(
+            "code_f",
+            IDENTITY_PROGRAM,
+            IDENTITY_F_INPUTS,
+            tuple(_identity_output(i) for i in IDENTITY_F_INPUTS),
+            IDENTITY_F_MESSAGE,
+            proposer=SEED_PROPOSER,
+            step=0,
+        )
+    return Problem(
+        task,
+        IDENTITY_PROGRAM,
+        (IDENTITY_INPUT,),
+        (_identity_output(IDENTITY_INPUT),),
+        proposer=SEED_PROPOSER,
+        step=0,
+    )
 
 
 def _indices(n: int, k: int, rng: Any) -> list[int]:
@@ -56,7 +74,9 @@ def _indices(n: int, k: int, rng: Any) -> list[int]:
         return rng.sample(range(n), k)
     if hasattr(rng, "choice"):  # numpy Generator / RandomState
         return [int(i) for i in rng.choice(n, size=k, replace=False)]
-    raise TypeError(f"rng must be random.Random, a numpy Generator, an int seed or None, not {type(rng).__name__}")
+    raise TypeError(
+        f"rng must be random.Random, a numpy Generator, an int seed or None, not {type(rng).__name__}"
+    )
 
 
 class ProblemBuffer:
@@ -147,9 +167,15 @@ class TaskBuffers:
         return pool[_indices(len(pool), 1, rng)[0]]
 
     @classmethod
-    def seeded(cls, capacity: int = DEFAULT_CAPACITY, *, seed_io: str | Path | None = None,
-               seed_code_f: str | Path | None = None, sandbox: Sandbox | None = None,
-               tasks: Sequence[str] = TASK_NAMES) -> TaskBuffers:
+    def seeded(
+        cls,
+        capacity: int = DEFAULT_CAPACITY,
+        *,
+        seed_io: str | Path | None = None,
+        seed_code_f: str | Path | None = None,
+        sandbox: Sandbox | None = None,
+        tasks: Sequence[str] = TASK_NAMES,
+    ) -> TaskBuffers:
         """Buffers holding the identity triplet of each task, plus (optionally) the valid items of AZR seed
         files, re-validated in `sandbox`: `seed_io` (`*_seed_io.jsonl`) fills code_i and code_o,
         `seed_code_f` (`*_code_f_seed_io.jsonl`) fills code_f."""
@@ -175,7 +201,9 @@ class TaskBuffers:
         path = Path(path)
         tmp = path.with_name(path.name + ".tmp")
         with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(json.dumps({"_buffers": {"capacity": self.capacity, "tasks": list(self.buffers)}}) + "\n")
+            fh.write(
+                json.dumps({"_buffers": {"capacity": self.capacity, "tasks": list(self.buffers)}}) + "\n"
+            )
             for b in self.buffers.values():
                 for p in b:
                     fh.write(p.to_json() + "\n")

@@ -16,39 +16,71 @@ DEMO_PROGRAM = """def f(words, k):
         counts[key] = counts.get(key, 0) + len(w)
     return sorted(counts.items())"""
 DEMO_INPUT = "['apple', 'apricot', 'banana', 'blueberry', 'cherry'], 2"
-DEMO_F_INPUTS = ["['ab', 'ac', 'b'], 1", "['hello'], 3", "[], 2", "['x', 'xy', 'xyz'], 1", "['aa', 'ab'], 2",
-                 "['cat', 'car', 'dog'], 2", "['q'], 5", "['ab', 'ab'], 1", "['abc', 'abd', 'b'], 2",
-                 "['one', 'two', 'three'], 1"]
-DEMO_MESSAGE = "Group the words by their first k letters and add up the word lengths; list the groups in order."
+DEMO_F_INPUTS = [
+    "['ab', 'ac', 'b'], 1",
+    "['hello'], 3",
+    "[], 2",
+    "['x', 'xy', 'xyz'], 1",
+    "['aa', 'ab'], 2",
+    "['cat', 'car', 'dog'], 2",
+    "['q'], 5",
+    "['ab', 'ab'], 1",
+    "['abc', 'abd', 'b'], 2",
+    "['one', 'two', 'three'], 1",
+]
+DEMO_MESSAGE = (
+    "Group the words by their first k letters and add up the word lengths; list the groups in order."
+)
 
 
 def _demo_answers(name: str, gold: str) -> list[tuple[str, str]]:
     if name == "code_o":
-        return [("right", gold), ("right value, wrong types (lists, not tuples)", gold.replace("(", "[")
-                                                                               .replace(")", "]")),
-                ("code in the answer (AZR evaluated this in the trainer)", "__import__('os').getcwd()")]
+        return [
+            ("right", gold),
+            ("right value, wrong types (lists, not tuples)", gold.replace("(", "[").replace(")", "]")),
+            ("code in the answer (AZR evaluated this in the trainer)", "__import__('os').getcwd()"),
+        ]
     if name == "code_i":
-        return [("the teacher's input", gold), ("another input with the same output",
-                                                "['apricot', 'apple', 'banana', 'blueberry', 'cherry'], 2"),
-                ("AZR hack B4: always-true injection", "0) or (True")]
-    return [("right", "def f(words, k):\n    out = {}\n    for w in words:\n        out[w[:k]] = out.get(w[:k], 0) "
-                      "+ len(w)\n    return sorted(out.items())"),
-            ("AZR hack B4: an object equal to everything",
-             "class Any:\n    def __eq__(self, other):\n        return True\ndef f(words, k):\n    return Any()"),
-            ("plausible but wrong (counts words)", "def f(words, k):\n    out = {}\n    for w in words:\n"
-                                                  "        out[w[:k]] = out.get(w[:k], 0) + 1\n"
-                                                  "    return sorted(out.items())")]
+        return [
+            ("the teacher's input", gold),
+            (
+                "another input with the same output",
+                "['apricot', 'apple', 'banana', 'blueberry', 'cherry'], 2",
+            ),
+            ("AZR hack B4: always-true injection", "0) or (True"),
+        ]
+    return [
+        (
+            "right",
+            "def f(words, k):\n    out = {}\n    for w in words:\n        out[w[:k]] = out.get(w[:k], 0) "
+            "+ len(w)\n    return sorted(out.items())",
+        ),
+        (
+            "AZR hack B4: an object equal to everything",
+            "class Any:\n    def __eq__(self, other):\n        return True\ndef f(words, k):\n    return Any()",
+        ),
+        (
+            "plausible but wrong (counts words)",
+            "def f(words, k):\n    out = {}\n    for w in words:\n"
+            "        out[w[:k]] = out.get(w[:k], 0) + 1\n"
+            "    return sorted(out.items())",
+        ),
+    ]
 
 
 def register(app: typer.Typer, bench: typer.Typer) -> None:
-    tasks = typer.Typer(help="The AZR task family (code_i, code_o, code_f): prompts, validation, scoring.",
-                        no_args_is_help=True)
+    tasks = typer.Typer(
+        help="The AZR task family (code_i, code_o, code_f): prompts, validation, scoring.",
+        no_args_is_help=True,
+    )
     app.add_typer(tasks, name="tasks")
 
     @tasks.command("demo")
     def demo_cmd(
         task: str = typer.Argument("code_o", help="code_i | code_o | code_f"),
-        template: str = typer.Option("azr", "--template", "-t", help="Prompt template set: azr | compact | DIR."),
+        template: str = typer.Option(
+            "azr", "--template", "-t", help="Prompt template set: azr | compact | DIR."
+        ),
     ) -> None:
         """Print a teacher prompt, the validated proposal, a student prompt and the scores of rendered answers."""
         from rich.console import Console
@@ -85,10 +117,15 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
             if not isinstance(problem, T.Problem):
                 typer.echo(f"error: demo proposal invalid: {problem.reason}", err=True)
                 raise typer.Exit(1)
-            con.print(f"[bold]valid problem[/] id={problem.id} outputs={list(problem.outputs)[:3]}"
-                      f"{' ...' if len(problem.outputs) > 3 else ''}")
-            con.print(Panel(t.student_prompt(problem, template=template), title=f"{task} student prompt",
-                            expand=False))
+            con.print(
+                f"[bold]valid problem[/] id={problem.id} outputs={list(problem.outputs)[:3]}"
+                f"{' ...' if len(problem.outputs) > 3 else ''}"
+            )
+            con.print(
+                Panel(
+                    t.student_prompt(problem, template=template), title=f"{task} student prompt", expand=False
+                )
+            )
             table = Table(title=f"{task}: scoring rendered answers")
             for col in ("answer", "parsed", "correct", "reward"):
                 table.add_column(col)
@@ -99,13 +136,18 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
             scores = t.score(problem, parsed, sb)
             for label, a, ok in zip(labels, parsed, scores, strict=True):
                 formatted = isinstance(a, T.Answer)
-                table.add_row(label, "ok" if formatted else a.reason, str(ok), f"{student_reward(formatted, ok):+.1f}")
+                table.add_row(
+                    label, "ok" if formatted else a.reason, str(ok), f"{student_reward(formatted, ok):+.1f}"
+                )
             con.print(table)
 
     @tasks.command("seeds")
     def seeds_cmd(
-        data_dir: Path = typer.Option(None, "--data-dir", help="Data root holding azr_seed/ "
-                                                               "(default: $POPULORA_DATA_DIR or ../shared/data)."),
+        data_dir: Path = typer.Option(
+            None,
+            "--data-dir",
+            help="Data root holding azr_seed/ (default: $POPULORA_DATA_DIR or ../shared/data).",
+        ),
     ) -> None:
         """Validate every row of the AZR seed files and print how many are valid, and why the rest are not."""
         from rich.console import Console
@@ -115,19 +157,26 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         from populora.tasks.seeds import load_azr_seed
 
         root = data_dir or Path(os.environ.get("POPULORA_DATA_DIR", Path.cwd().parent / "shared" / "data"))
-        files = [(root / "azr_seed" / "7b_coder_seed_io.jsonl", "code_o"),
-                 (root / "azr_seed" / "7b_coder_code_f_seed_io.jsonl", "code_f")]
+        files = [
+            (root / "azr_seed" / "7b_coder_seed_io.jsonl", "code_o"),
+            (root / "azr_seed" / "7b_coder_code_f_seed_io.jsonl", "code_f"),
+        ]
         missing = [str(f) for f, _ in files if not f.is_file()]
         if missing:
-            typer.echo(f"error: seed file(s) not found: {', '.join(missing)}; pass --data-dir or set "
-                       "POPULORA_DATA_DIR", err=True)
+            typer.echo(
+                f"error: seed file(s) not found: {', '.join(missing)}; pass --data-dir or set "
+                "POPULORA_DATA_DIR",
+                err=True,
+            )
             raise typer.Exit(2)
         con = Console()
         with Sandbox(workers=2) as sb:
             for path, task in files:
                 rep = load_azr_seed(path, sb, task)
-                table = Table(title=f"{path.name}: {len(rep.problems)}/{rep.total} valid, "
-                                    f"{len(rep.output_mismatch)} stored outputs differ from ours")
+                table = Table(
+                    title=f"{path.name}: {len(rep.problems)}/{rep.total} valid, "
+                    f"{len(rep.output_mismatch)} stored outputs differ from ours"
+                )
                 table.add_column("reason")
                 table.add_column("rows", justify="right")
                 for reason, n in rep.reasons().most_common():

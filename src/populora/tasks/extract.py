@@ -40,8 +40,8 @@ def fenced_blocks(text: str) -> list[Block]:
         end = text.find(FENCE, nl + 1)
         if end < 0:
             break
-        words = text[start + 3: nl].strip().split()
-        blocks.append(Block(words[0].lower() if words else "", text[nl + 1: end]))
+        words = text[start + 3 : nl].strip().split()
+        blocks.append(Block(words[0].lower() if words else "", text[nl + 1 : end]))
         pos = end + 3
     return blocks
 
@@ -68,17 +68,17 @@ def answer_region(text: str, *, strict: bool) -> tuple[str | None, str | None]:
     if not isinstance(text, str):
         return None, "format: not text"
     if strict:
-        t = text[len("<think>"):] if text.startswith("<think>") else text
+        t = text[len("<think>") :] if text.startswith("<think>") else text
         close = t.find("</think>")
         if close < 0:
             return None, "format: no </think>"
-        rest = t[close + len("</think>"):].lstrip()
+        rest = t[close + len("</think>") :].lstrip()
         if not rest.startswith("<answer>"):
             return None, "format: no <answer> right after </think>"
         end = rest.find("</answer>")
         if end < 0:
             return None, "format: unclosed <answer>"
-        return rest[len("<answer>"): end], None
+        return rest[len("<answer>") : end], None
     i = text.rfind("<answer>")
     if i < 0:
         if "</answer>" in text:
@@ -87,4 +87,4 @@ def answer_region(text: str, *, strict: bool) -> tuple[str | None, str | None]:
     j = text.find("</answer>", i)
     if j < 0:
         return None, "format: unclosed <answer>"
-    return text[i + len("<answer>"): j], None
+    return text[i + len("<answer>") : j], None

@@ -9,8 +9,19 @@ import ast
 
 # Singleton context/operator nodes hang under every Name/BinOp/Compare and would add +1 everywhere.
 _SKIP = (ast.expr_context, ast.boolop, ast.operator, ast.unaryop, ast.cmpop)
-_CONTROL = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.Try, ast.With, ast.AsyncWith, ast.FunctionDef,
-            ast.AsyncFunctionDef, ast.ClassDef, ast.Match)
+_CONTROL = (
+    ast.If,
+    ast.For,
+    ast.AsyncFor,
+    ast.While,
+    ast.Try,
+    ast.With,
+    ast.AsyncWith,
+    ast.FunctionDef,
+    ast.AsyncFunctionDef,
+    ast.ClassDef,
+    ast.Match,
+)
 if hasattr(ast, "TryStar"):
     _CONTROL = (*_CONTROL, ast.TryStar)
 
@@ -89,8 +100,11 @@ def decision_points(tree: ast.AST) -> int:
         elif isinstance(node, ast.comprehension):
             n += 1 + len(node.ifs)
         elif isinstance(node, ast.Match):
-            n += sum(1 for c in node.cases
-                     if not (isinstance(c.pattern, ast.MatchAs) and c.pattern.pattern is None))
+            n += sum(
+                1
+                for c in node.cases
+                if not (isinstance(c.pattern, ast.MatchAs) and c.pattern.pattern is None)
+            )
     return n
 
 

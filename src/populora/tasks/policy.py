@@ -14,39 +14,175 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-DEFAULT_DENY_MODULES: frozenset[str] = frozenset({
-    # required by the issue
-    "os", "sys", "subprocess", "socket", "shutil", "threading", "multiprocessing", "random", "time", "datetime",
-    # AZR's banned list (paper Fig. 8)
-    "logging", "pebble", "hashlib", "hmac", "bcrypt", "calendar",
-    # I/O, processes, networking, interpreter internals, nondeterminism
-    "importlib", "builtins", "ctypes", "cffi", "signal", "resource", "pathlib", "io", "tempfile", "pickle",
-    "marshal", "shelve", "dbm", "sqlite3", "gc", "inspect", "asyncio", "concurrent", "_thread", "_io",
-    "posix", "nt", "pwd", "grp", "fcntl", "mmap", "select", "selectors", "pty", "tty", "termios",
-    "urllib", "http", "ftplib", "smtplib", "poplib", "imaplib", "telnetlib", "socketserver", "ssl",
-    "xmlrpc", "webbrowser", "email", "requests", "secrets", "uuid", "glob", "zipfile", "tarfile", "gzip",
-    "bz2", "lzma", "zlib", "code", "codeop", "pdb", "bdb", "trace", "traceback", "platform", "sysconfig",
-    "site", "runpy", "zipimport", "pkgutil", "atexit", "faulthandler", "tracemalloc", "weakref", "copyreg",
-    "timeit", "sched", "queue", "fileinput", "filecmp", "linecache", "tokenize", "dis", "opcode",
-    "numpy", "torch", "pandas", "__future__",
-})
+DEFAULT_DENY_MODULES: frozenset[str] = frozenset(
+    {
+        # required by the issue
+        "os",
+        "sys",
+        "subprocess",
+        "socket",
+        "shutil",
+        "threading",
+        "multiprocessing",
+        "random",
+        "time",
+        "datetime",
+        # AZR's banned list (paper Fig. 8)
+        "logging",
+        "pebble",
+        "hashlib",
+        "hmac",
+        "bcrypt",
+        "calendar",
+        # I/O, processes, networking, interpreter internals, nondeterminism
+        "importlib",
+        "builtins",
+        "ctypes",
+        "cffi",
+        "signal",
+        "resource",
+        "pathlib",
+        "io",
+        "tempfile",
+        "pickle",
+        "marshal",
+        "shelve",
+        "dbm",
+        "sqlite3",
+        "gc",
+        "inspect",
+        "asyncio",
+        "concurrent",
+        "_thread",
+        "_io",
+        "posix",
+        "nt",
+        "pwd",
+        "grp",
+        "fcntl",
+        "mmap",
+        "select",
+        "selectors",
+        "pty",
+        "tty",
+        "termios",
+        "urllib",
+        "http",
+        "ftplib",
+        "smtplib",
+        "poplib",
+        "imaplib",
+        "telnetlib",
+        "socketserver",
+        "ssl",
+        "xmlrpc",
+        "webbrowser",
+        "email",
+        "requests",
+        "secrets",
+        "uuid",
+        "glob",
+        "zipfile",
+        "tarfile",
+        "gzip",
+        "bz2",
+        "lzma",
+        "zlib",
+        "code",
+        "codeop",
+        "pdb",
+        "bdb",
+        "trace",
+        "traceback",
+        "platform",
+        "sysconfig",
+        "site",
+        "runpy",
+        "zipimport",
+        "pkgutil",
+        "atexit",
+        "faulthandler",
+        "tracemalloc",
+        "weakref",
+        "copyreg",
+        "timeit",
+        "sched",
+        "queue",
+        "fileinput",
+        "filecmp",
+        "linecache",
+        "tokenize",
+        "dis",
+        "opcode",
+        "numpy",
+        "torch",
+        "pandas",
+        "__future__",
+    }
+)
 
 # Builtins that reach the interpreter itself or the file system. (`input`, `exit`, `help` are left out: they
 # only fail inside the sandbox, and `input` is a common variable name in seed programs.)
-DEFAULT_DENY_NAMES: frozenset[str] = frozenset({
-    "__import__", "exec", "eval", "compile", "open", "breakpoint", "globals", "locals", "vars",
-    "__builtins__", "__loader__", "__spec__",
-})
+DEFAULT_DENY_NAMES: frozenset[str] = frozenset(
+    {
+        "__import__",
+        "exec",
+        "eval",
+        "compile",
+        "open",
+        "breakpoint",
+        "globals",
+        "locals",
+        "vars",
+        "__builtins__",
+        "__loader__",
+        "__spec__",
+    }
+)
 
 # Attribute names that lead from any object to modules, frames or code (the classic sandbox escapes).
-DEFAULT_DENY_ATTRS: frozenset[str] = frozenset({
-    "__subclasses__", "__globals__", "__builtins__", "__code__", "__closure__", "__bases__", "__base__",
-    "__mro__", "__dict__", "__getattribute__", "__import__", "__loader__", "__spec__", "__reduce__",
-    "__reduce_ex__", "__self__", "__func__", "__traceback__", "__frame__", "__module__", "__class__",
-    "__init_subclass__", "__setattr__", "__delattr__", "__getattr__",
-    "f_globals", "f_locals", "f_back", "f_builtins", "f_code", "gi_frame", "gi_code", "cr_frame", "ag_frame",
-    "tb_frame", "tb_next", "co_code", "mro",
-})
+DEFAULT_DENY_ATTRS: frozenset[str] = frozenset(
+    {
+        "__subclasses__",
+        "__globals__",
+        "__builtins__",
+        "__code__",
+        "__closure__",
+        "__bases__",
+        "__base__",
+        "__mro__",
+        "__dict__",
+        "__getattribute__",
+        "__import__",
+        "__loader__",
+        "__spec__",
+        "__reduce__",
+        "__reduce_ex__",
+        "__self__",
+        "__func__",
+        "__traceback__",
+        "__frame__",
+        "__module__",
+        "__class__",
+        "__init_subclass__",
+        "__setattr__",
+        "__delattr__",
+        "__getattr__",
+        "f_globals",
+        "f_locals",
+        "f_back",
+        "f_builtins",
+        "f_code",
+        "gi_frame",
+        "gi_code",
+        "cr_frame",
+        "ag_frame",
+        "tb_frame",
+        "tb_next",
+        "co_code",
+        "mro",
+    }
+)
 
 _REFLECTION_CALLS = {"getattr", "setattr", "delattr", "hasattr"}
 
@@ -88,11 +224,15 @@ class CapabilityPolicy:
             elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 if node.name in self.deny_names:
                     return f"forbidden name: {node.name}"
-            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
-                    node.func.id in _REFLECTION_CALLS:
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id in _REFLECTION_CALLS
+            ):
                 # getattr(x, "name") is ordinary code; a computed or dunder name is a way around the checks.
-                if len(node.args) < 2 or not (isinstance(node.args[1], ast.Constant)
-                                              and isinstance(node.args[1].value, str)):
+                if len(node.args) < 2 or not (
+                    isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)
+                ):
                     return f"forbidden call: {node.func.id} with a computed attribute name"
                 name = node.args[1].value
                 if name in self.deny_attrs or (name.startswith("__") and name.endswith("__")):
@@ -108,8 +248,9 @@ class CapabilityPolicy:
 DEFAULT_POLICY = CapabilityPolicy()
 
 
-def parse_program(source: str, policy: CapabilityPolicy = DEFAULT_POLICY, *, require_params: bool = False
-                  ) -> tuple[ast.Module | None, str | None]:
+def parse_program(
+    source: str, policy: CapabilityPolicy = DEFAULT_POLICY, *, require_params: bool = False
+) -> tuple[ast.Module | None, str | None]:
     """Parse `source` and apply the policy: `(tree, None)` if allowed, else `(None, reason)`. Never raises.
 
     The program must define a top-level function `f` (classes, helpers and nested functions are allowed:

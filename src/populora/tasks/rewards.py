@@ -18,11 +18,11 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class RewardConfig:
-    correct: float = 1.0            # student, right answer
-    wrong: float = -0.5             # student, parsed but wrong
-    format_error: float = -1.0      # student, unparsable answer
+    correct: float = 1.0  # student, right answer
+    wrong: float = -0.5  # student, parsed but wrong
+    format_error: float = -1.0  # student, unparsable answer
     invalid_proposal: float = -1.0  # teacher, unparsable or invalid proposal
-    no_signal: float = 0.0          # teacher when rho == 0; learnability when s is 0 or 1 (paper 0; AZR code -0.5)
+    no_signal: float = 0.0  # teacher when rho == 0; learnability when s is 0 or 1 (paper 0; AZR code -0.5)
 
 
 DEFAULT_REWARDS = RewardConfig()

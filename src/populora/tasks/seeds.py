@@ -26,8 +26,8 @@ SEED_PROPOSER = "azr_seed"
 @dataclass
 class SeedReport:
     problems: list[Problem] = field(default_factory=list)
-    invalid: list[tuple[int, str]] = field(default_factory=list)     # (1-based line, reason)
-    output_mismatch: list[int] = field(default_factory=list)        # lines whose stored output differs
+    invalid: list[tuple[int, str]] = field(default_factory=list)  # (1-based line, reason)
+    output_mismatch: list[int] = field(default_factory=list)  # lines whose stored output differs
     total: int = 0
 
     def reasons(self) -> Counter:
@@ -75,6 +75,7 @@ def load_azr_seed(path: str | Path, sandbox: Sandbox, task: str = "code_o") -> S
             continue
         rep.problems.append(res)
         if len(stored) != len(res.outputs) or not all(
-                literal_equal(a, b) for a, b in zip(stored, res.outputs, strict=True)):
+            literal_equal(a, b) for a, b in zip(stored, res.outputs, strict=True)
+        ):
             rep.output_mismatch.append(n)
     return rep

@@ -19,8 +19,18 @@ from string import Template
 TEMPLATE_ROOT = Path(__file__).parent / "templates"
 TEMPLATE_NAMES: tuple[str, ...] = ("azr", "compact")
 DEFAULT_TEMPLATE = "azr"
-FILES = ("wrapper", "completion", "reference", "pair", "teacher_code_i", "teacher_code_o", "teacher_code_f",
-         "student_code_i", "student_code_o", "student_code_f")
+FILES = (
+    "wrapper",
+    "completion",
+    "reference",
+    "pair",
+    "teacher_code_i",
+    "teacher_code_o",
+    "teacher_code_f",
+    "student_code_i",
+    "student_code_o",
+    "student_code_f",
+)
 
 
 @dataclass(frozen=True)
@@ -35,7 +45,9 @@ class TemplateSet:
         try:
             return Template(self.texts[part]).substitute({k: str(v) for k, v in fields.items()})
         except KeyError as e:
-            raise ValueError(f"template {self.name}/{part}.txt needs field {e}; got {sorted(fields)}") from None
+            raise ValueError(
+                f"template {self.name}/{part}.txt needs field {e}; got {sorted(fields)}"
+            ) from None
 
 
 @lru_cache(maxsize=32)
@@ -49,9 +61,13 @@ def _load(path: Path) -> TemplateSet:
         texts[part] = t[:-1] if t.endswith("\n") else t  # editors add a final newline; drop exactly one
     meta_file = path / "template.json"
     meta = json.loads(meta_file.read_text()) if meta_file.is_file() else {}
-    return TemplateSet(name=path.name, path=path, texts=texts,
-                       strict_think_answer=bool(meta.get("strict_think_answer", False)),
-                       description=str(meta.get("description", "")))
+    return TemplateSet(
+        name=path.name,
+        path=path,
+        texts=texts,
+        strict_think_answer=bool(meta.get("strict_think_answer", False)),
+        description=str(meta.get("description", "")),
+    )
 
 
 def load_template(template: str | Path | TemplateSet | None = None) -> TemplateSet:
@@ -64,6 +80,8 @@ def load_template(template: str | Path | TemplateSet | None = None) -> TemplateS
         return _load(TEMPLATE_ROOT / template)
     p = Path(template)
     if not p.is_dir():
-        raise ValueError(f"unknown template {template!r}: use one of {', '.join(TEMPLATE_NAMES)} or a folder "
-                         f"with {', '.join(f + '.txt' for f in FILES)}")
+        raise ValueError(
+            f"unknown template {template!r}: use one of {', '.join(TEMPLATE_NAMES)} or a folder "
+            f"with {', '.join(f + '.txt' for f in FILES)}"
+        )
     return _load(p.resolve())

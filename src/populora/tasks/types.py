@@ -67,7 +67,9 @@ class Invalid:
         return False
 
 
-def _content_id(task: str, program: str, inputs: tuple[str, ...], outputs: tuple[str, ...], message: str) -> str:
+def _content_id(
+    task: str, program: str, inputs: tuple[str, ...], outputs: tuple[str, ...], message: str
+) -> str:
     blob = json.dumps([task, program, list(inputs), list(outputs), message], ensure_ascii=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -101,10 +103,13 @@ class Problem:
         object.__setattr__(self, "inputs", tuple(self.inputs))
         object.__setattr__(self, "outputs", tuple(self.outputs))
         if len(self.inputs) != len(self.outputs) or not self.inputs:
-            raise ValueError(f"a problem needs as many outputs as inputs (>= 1), got {len(self.inputs)} "
-                             f"inputs and {len(self.outputs)} outputs")
-        object.__setattr__(self, "id", _content_id(self.task, self.program, self.inputs, self.outputs,
-                                                   self.message))
+            raise ValueError(
+                f"a problem needs as many outputs as inputs (>= 1), got {len(self.inputs)} "
+                f"inputs and {len(self.outputs)} outputs"
+            )
+        object.__setattr__(
+            self, "id", _content_id(self.task, self.program, self.inputs, self.outputs, self.message)
+        )
 
     # code_f: the visible and hidden halves. For code_i/code_o everything is "given" to the teacher side.
     @property
@@ -117,7 +122,7 @@ class Problem:
 
     @property
     def hidden(self) -> list[tuple[str, str]]:
-        return list(zip(self.inputs[self.n_given:], self.outputs[self.n_given:], strict=True))
+        return list(zip(self.inputs[self.n_given :], self.outputs[self.n_given :], strict=True))
 
     @property
     def input(self) -> str:
@@ -145,10 +150,19 @@ class Problem:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Problem:
-        p = cls(task=d["task"], program=d["program"], inputs=tuple(d["inputs"]), outputs=tuple(d["outputs"]),
-                message=d.get("message", ""), proposer=d.get("proposer"), step=d.get("step"))
+        p = cls(
+            task=d["task"],
+            program=d["program"],
+            inputs=tuple(d["inputs"]),
+            outputs=tuple(d["outputs"]),
+            message=d.get("message", ""),
+            proposer=d.get("proposer"),
+            step=d.get("step"),
+        )
         if "id" in d and d["id"] != p.id:
-            raise ValueError(f"problem id mismatch: stored {d['id']!r}, content hashes to {p.id!r} (edited file?)")
+            raise ValueError(
+                f"problem id mismatch: stored {d['id']!r}, content hashes to {p.id!r} (edited file?)"
+            )
         return p
 
     @classmethod
