@@ -69,8 +69,13 @@ def test_single_mode_report(single_report):
 
 def test_one_step_run_and_missing_files(tmp_path, pop_run):
     one = write_synthetic_run(tmp_path / "one", steps=1, evolve_every=0, teachers=2, students=2)
+    (one / "eval").mkdir()
+    (one / "eval" / "results.json").write_text(
+        '{"summary": {"Base": {"humaneval+": 0.1, "code_avg": 0.1, "math_avg": null, "overall": 0.1},'
+        ' "Student best": {"humaneval+": 0.185, "code_avg": 0.185, "math_avg": null, "overall": 0.185}}}')
     html = render_report(load_run(one))
     assert "Only one step is logged" in html and "No evolution event yet." in html
+    assert "Held-out evaluation" in html and "<td>18.5</td>" in html and "math average" not in html
     assert len(images(html)) >= 6
     # metrics only (no config, problems or events)
     bare = tmp_path / "bare"

@@ -421,6 +421,38 @@ _SECTIONS = [
 ]
 
 
+def _evaluation(run: Run) -> str:
+    """The held-out benchmark table from `populora eval RUN_DIR` (RUN_DIR/eval/results.json), if present."""
+    import json
+
+    path = run.path / "eval" / "results.json"
+    if not path.exists():
+        return ""
+    try:
+        summ = json.loads(path.read_text()).get("summary") or {}
+    except (json.JSONDecodeError, OSError, AttributeError):
+        return ('<section class="card" id="eval"><h2>Held-out evaluation</h2><p class="empty">eval/results.json '
+                "is unreadable; re-run `populora eval RUN_DIR`.</p></section>\n")
+    cols = [c for c, v in summ.items() if isinstance(v, dict)]
+    if not cols:
+        return ""
+    tail = ("code_avg", "math_avg", "overall")
+    rows_keys = list(dict.fromkeys(k for c in cols for k in summ[c] if k not in tail))
+    rows_keys += [k for k in tail if any(summ[c].get(k) is not None for c in cols)]
+    names = {"code_avg": "code average", "math_avg": "math average", "overall": "overall"}
+
+    def cell(v: object) -> str:
+        return f"{100 * v:.1f}" if isinstance(v, int | float) else "–"
+
+    head = "".join(f"<th>{_esc(c)}</th>" for c in cols)
+    body = "".join(
+        f"<tr><td>{'<b>' if k in tail else ''}{_esc(names.get(k, k))}{'</b>' if k in tail else ''}</td>"
+        + "".join(f"<td>{cell(summ[c].get(k))}</td>" for c in cols) + "</tr>" for k in rows_keys)
+    return ('<section class="card" id="eval"><h2>Held-out evaluation</h2>'
+            f"<table><tr><th>benchmark</th>{head}</tr>{body}</table><p class=\"cap\">Greedy pass@1 (%) from "
+            "<code>populora eval</code> (eval/results.md has the per-member details).</p></section>\n")
+
+
 def _any_matchup(run: Run) -> bool:
     return any(rec.get("matchups") for rec in run.metrics) or bool(run.events_of("matchup"))
 
@@ -459,7 +491,7 @@ def render_report(run: Run) -> str:
         _figure_card("timing", "Time per step by phase", lambda: plots.phase_time_figure(run),
                      lambda: _cap_phase(run), "No phase timings logged."),
     ]
-    return _page(f"PopuLoRA report: {run.path.name}", _header(run) + "".join(cards))
+    return _page(f"PopuLoRA report: {run.path.name}", _header(run) + _evaluation(run) + "".join(cards))
 
 
 def _atomic_write(path: Path, text: str) -> None:
