@@ -160,3 +160,21 @@ def test_complexity_from_problems_and_pooled_from_metrics(tmp_path):
     # no logged coverage -> recomputed from problems: the two programs fall in distinct cells
     steps, cov, cells = coverage_curve(run)
     assert cells.tolist() == [2.0] and math.isclose(cov[0], 2 / 4096)
+
+
+def test_noise_threshold_hand_computed_and_separates_noise_from_cycles():
+    from populora.diagnostics.dynamics import noise_threshold
+
+    # smooth([0,1,0,1,0,1], 3) = [.5, 1/3, 2/3, 1/3, 2/3, .5]; residual variance = (2*.25 + 4*(4/9)) / 6
+    var = (2 * 0.25 + 4 * (4 / 9)) / 6
+    assert math.isclose(noise_threshold(np.array([0, 1, 0, 1, 0, 1.0]), 3), 3 * math.sqrt(var) / math.sqrt(3))
+    assert noise_threshold(np.array([0.2, 0.4, 0.6, 0.8]), 1) == 0.05  # no smoothing, no estimate: the floor
+    rng = np.random.default_rng(0)
+    steps = np.arange(120)
+    # binomial noise (8 rollouts) around a saturating climb: the baseline's curve, no real oscillation
+    plateau = rng.binomial(8, 0.95 - 0.5 * np.exp(-steps / 10)) / 8
+    cycles = rng.binomial(8, 0.5 + 0.3 * np.sin(2 * np.pi * steps / 20)) / 8
+    # noise alone still makes a few large excursions in 120 steps, but far fewer than a fixed 0.05 retrace
+    assert oscillation(plateau, window=5).direction_changes <= 4
+    assert oscillation(plateau, window=5, threshold=0.05).direction_changes >= 10
+    assert 10 <= oscillation(cycles, window=5).direction_changes <= 13  # 6 periods -> about 11 turns

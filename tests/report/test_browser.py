@@ -46,7 +46,7 @@ def test_report_renders_in_chromium(driver, pop_report, single_report, tmp_path)
         assert title.startswith("PopuLoRA report")
     cmp = write_compare([pop_report.parent, single_report.parent], tmp_path / "cmp.html")
     n, loaded, errors, _ = _check_page(driver, cmp)
-    assert n == 6 and loaded == 6 and errors == []
+    assert n == 7 and loaded == 7 and errors == []
     # a broken image would be caught: the check is not vacuous
     bad = tmp_path / "bad.html"
     bad.write_text('<!DOCTYPE html><html><head><link rel="icon" href="data:,"></head>'

@@ -118,10 +118,11 @@ def test_compare_overlays_runs(tmp_path, pop_run, single_run):
     out = write_compare([pop_run, single_run, twin], tmp_path / "sub" / "cmp.html")
     html = out.read_text()
     alts = [a for a, _ in images(html)]
-    assert alts == ["Solve rate", "Problem complexity", "Problem-space coverage", "Policy entropy",
-                    "Response length", "Reward"]
+    assert alts == ["Solve rate", "Problem complexity", "Problem-space coverage", "Valid proposals",
+                    "Policy entropy", "Response length", "Reward"]
     assert "single (single agent)" in html and "pop (3T+3S) [other/pop]" in html
     assert html.count("<tr>") == 4  # header + 3 runs
+    assert "direction changes i / o / f" in html and "Example problems at matched steps" in html
 
 
 def test_run_where_every_proposal_is_invalid(tmp_path):

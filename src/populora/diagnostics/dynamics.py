@@ -22,7 +22,7 @@ from populora.diagnostics.features import FEATURES
 from populora.diagnostics.run import Run
 
 __all__ = [
-    "TASKS", "smooth", "Oscillation", "oscillation", "solve_rates_by_type", "oscillation_by_type",
+    "TASKS", "smooth", "Oscillation", "oscillation", "noise_threshold", "smoothing_window", "solve_rates_by_type", "oscillation_by_type",
     "rating_history", "matchup_matrix", "operator_usage", "Recovery", "child_recovery",
     "complexity_curves", "coverage_curve", "proposer_roles",
 ]
@@ -58,22 +58,45 @@ class Oscillation:
     `direction_changes`: turns of the smoothed curve that retrace at least `threshold` (a zigzag
     indicator); `mean_swing`: mean size of its up/down legs, from turning point to turning point (None
     when the curve never turns); `detrended_std`: standard deviation of the smoothed curve around its
-    least-squares line (0 for a straight line); `n_points`: finite points used.
+    least-squares line (0 for a straight line); `n_points`: finite points used; `threshold`: the
+    retrace a turn needed.
     """
 
     direction_changes: int
     mean_swing: float | None
     detrended_std: float
     n_points: int
+    threshold: float = 0.05
 
 
-def oscillation(y: np.ndarray, window: int = 3, threshold: float = 0.05) -> Oscillation:
-    """Measure the oscillation of a series (NaNs dropped) after smoothing with `smooth(window)`."""
-    s = smooth(np.asarray(y, dtype=float), window)
+def noise_threshold(y: np.ndarray, window: int, floor: float = 0.05, k: float = 3.0) -> float:
+    """Smallest swing of the smoothed curve that noise alone is unlikely to make: max(floor, k * sigma_s).
+
+    sigma_s = std(y - smooth(y)) / sqrt(window) estimates the per-step noise left after smoothing (a
+    per-step solve rate over a few problems is a noisy binomial fraction, so a fixed threshold would
+    count that noise as oscillation).
+    """
+    y = np.asarray(y, dtype=float)
+    ok = np.isfinite(y)
+    if window <= 1 or ok.sum() < 3:
+        return floor
+    resid = (y - smooth(y, window))[ok]
+    return max(floor, k * float(np.std(resid)) / float(np.sqrt(window)))
+
+
+def oscillation(y: np.ndarray, window: int = 3, threshold: float | None = None) -> Oscillation:
+    """Measure the oscillation of a series (NaNs dropped) after smoothing with `smooth(window)`.
+
+    `threshold=None` uses `noise_threshold(y, window)`; pass a number for a fixed retrace.
+    """
+    y = np.asarray(y, dtype=float)
+    if threshold is None:
+        threshold = noise_threshold(y, window)
+    s = smooth(y, window)
     s = s[~np.isnan(s)]
     n = int(s.size)
     if n < 2:
-        return Oscillation(0, None, 0.0, n)
+        return Oscillation(0, None, 0.0, n, threshold)
     x = np.arange(n, dtype=float)
     slope, icpt = np.polyfit(x, s, 1)
     detr = float(np.std(s - (slope * x + icpt)))
@@ -94,11 +117,11 @@ def oscillation(y: np.ndarray, window: int = 3, threshold: float = 0.05) -> Osci
             pivots.append(extreme)
             direction, extreme = -direction, v
     if direction == 0:
-        return Oscillation(0, None, detr, n)
+        return Oscillation(0, None, detr, n, threshold)
     changes = len(pivots) - 1
     legs = np.abs(np.diff([*pivots, extreme]))
     swing = float(legs.mean()) if changes >= 1 else None
-    return Oscillation(changes, swing, detr, n)
+    return Oscillation(changes, swing, detr, n, threshold)
 
 
 def proposer_roles(run: Run) -> tuple[str, ...]:
@@ -114,8 +137,16 @@ def solve_rates_by_type(run: Run) -> dict[str, np.ndarray]:
     return {t: run.role_series(solver_roles(run), ["solve_rate", t]) for t in (*TASKS, "all")}
 
 
-def oscillation_by_type(run: Run, window: int = 3, threshold: float = 0.05) -> dict[str, Oscillation]:
-    return {t: oscillation(y, window, threshold) for t, y in solve_rates_by_type(run).items()}
+def smoothing_window(n_steps: int) -> int:
+    """The report's smoothing window: 5 steps, less for short runs (n/8, at least 1)."""
+    return max(1, min(5, n_steps // 8 or 1))
+
+
+def oscillation_by_type(run: Run, window: int | None = None, threshold: float | None = None
+                        ) -> dict[str, Oscillation]:
+    """`oscillation` of the solvers' solve rate per task type (and 'all'), window as in the report."""
+    w = smoothing_window(run.n_steps) if window is None else window
+    return {t: oscillation(y, w, threshold) for t, y in solve_rates_by_type(run).items()}
 
 
 def rating_history(run: Run) -> dict[str, tuple[np.ndarray, np.ndarray]]:

@@ -148,11 +148,12 @@ def _cap_solve(run: Run) -> str:
         o = osc[t]
         if o.n_points:
             sw = f", mean swing {o.mean_swing:.2f}" if o.mean_swing is not None else ""
-            bits.append(f"{t}: {o.direction_changes} direction changes{sw}")
+            bits.append(f"{t}: {o.direction_changes} direction changes{sw} (retrace ≥ {o.threshold:.2f})")
     who = "the single agent on its own problems" if run.mode == "single" else "students on their matched teachers' problems"
     return (f"Solve rate of {who} per task type (faint: per step; bold: smoothed; dotted: evolution). "
             "A self-calibrating agent climbs to a plateau; an arms race makes the curves oscillate. "
-            f"Oscillation of the smoothed curves (turns that retrace ≥ 0.05): {_esc('; '.join(bits)) or 'n/a'}.")
+            "Oscillation of the smoothed curves (a turn counts when the curve retraces more than its noise, "
+            f"at least 0.05): {_esc('; '.join(bits)) or 'n/a'}.")
 
 
 def _cap_roles(run: Run) -> str:
@@ -516,11 +517,20 @@ def render_compare(runs: Sequence[Run]) -> str:
         sr = run.role_series(solver_roles(run), ["solve_rate", "all"])
         k = max(1, run.n_steps // 10)
         cov_s = f"{100 * cov[np.isfinite(cov)][-1]:.2f}%" if np.isfinite(cov).any() else "–"
+        osc = oscillation_by_type(run)
+        turns = " / ".join(str(osc[t].direction_changes) if osc[t].n_points else "–"
+                           for t in ("code_i", "code_o", "code_f"))
+        vr = run.role_series(proposer_roles(run), "valid_rate")
         rows.append(f"<tr><td><span style=\"color:{color}\">■</span> {_esc(run.label)}</td>"
                     f"<td>{_esc(run.mode)}</td><td>{run.n_steps}</td><td>{_esc(_rate(nanmean(sr[-k:])))}</td>"
+                    f"<td>{_esc(turns)}</td><td>{_esc(_rate(nanmean(vr[-k:])))}</td>"
                     f"<td>{_esc(cov_s)}</td><td>{len(run.events_of('evolution'))}</td></tr>")
     table = ("<table><tr><th>run</th><th>mode</th><th>steps</th><th>solve rate (last 10%)</th>"
-             f"<th>coverage</th><th>evolution events</th></tr>{''.join(rows)}</table>")
+             "<th>direction changes i / o / f</th><th>valid rate (last 10%)</th>"
+             f"<th>coverage</th><th>evolution events</th></tr>{''.join(rows)}</table>"
+             "<p class=\"cap\">Direction changes: turns of the smoothed solve-rate curve per task type that "
+             "retrace more than the curve's noise (at least 0.05), a count of the oscillation the paper "
+             "attributes to the arms race.</p>")
     cards = [
         _figure_card("solve", "Solve rate", lambda: plots.compare_solve_figure(runs),
                      "Smoothed solve rate of each run's solvers (students, or the single agent on its own "
@@ -532,6 +542,9 @@ def render_compare(runs: Sequence[Run]) -> str:
         _figure_card("coverage", "Problem-space coverage", lambda: plots.compare_coverage_figure(runs),
                      "Cumulative share of the 4,096 CVT cells filled by each run's valid programs.",
                      "No coverage logged."),
+        _figure_card("valid", "Valid proposals", lambda: plots.compare_valid_figure(runs),
+                     "Smoothed share of each run's proposals that passed validation (teachers, or the single "
+                     "agent).", "No valid rates logged."),
         _figure_card("entropy", "Policy entropy", lambda: plots.compare_metric_figure(runs, "entropy", "entropy"),
                      "Mean per-token entropy of proposers (left) and solvers (right) per run (smoothed).",
                      "No entropy logged."),

@@ -24,6 +24,7 @@ from populora.diagnostics.dynamics import (
     proposer_roles,
     rating_history,
     smooth,
+    smoothing_window,
     solve_rates_by_type,
     solver_roles,
 )
@@ -77,7 +78,7 @@ def member_colors(run: Run) -> dict[str, str]:
 
 
 def _window(run: Run) -> int:
-    return max(1, min(5, run.n_steps // 8 or 1))
+    return smoothing_window(run.n_steps)
 
 
 def _plot_line(ax, x, y, **kw) -> bool:
@@ -438,6 +439,21 @@ def compare_metric_figure(runs: Sequence[Run], key: str, title: str) -> Figure |
     for ax in axes.flat:
         ax.set_xlabel("step")
     _legend(axes[0, 1], loc="best")
+    return fig if drawn else None
+
+
+def compare_valid_figure(runs: Sequence[Run]) -> Figure | None:
+    """Valid-proposal rate of every run's proposers (smoothed)."""
+    fig, axes = _fig(size=(9.0, 3.0))
+    ax = axes[0, 0]
+    drawn = False
+    for run, color in zip(runs, _run_styles(runs), strict=True):
+        drawn |= _plot_line(ax, run.steps, smooth(run.role_series(proposer_roles(run), "valid_rate"), _window(run)),
+                            color=color, linewidth=2.0, label=run.label)
+    ax.set_ylim(-0.03, 1.03)
+    ax.set_xlabel("step")
+    ax.set_ylabel("valid-proposal rate")
+    _legend(ax, loc="lower right")
     return fig if drawn else None
 
 
