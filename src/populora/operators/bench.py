@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 
 from populora.lora.adapter import LoRAAdapter
+from populora.operators.linalg import threads as n_threads
 
 SHAPES = {
     # name: layers, hidden, kv dim (k/v out features), attention heads, kv heads, rank, alpha
@@ -162,7 +163,12 @@ def run(quick: bool = False, out: Path | None = DEFAULT_OUT, shape_name: str = "
     ops = ops or list(REGISTRY)
     console.print(f"[bold]operators bench[/]: shape {shape_name} (rank {shape['rank']}, {layers} of "
                   f"{shape['layers']} layers timed), {threads} threads")
-    p1, p2, p3 = synthetic_parents(shape, layers)
+    # warm-up: the first linalg calls pay lazy library initialisation, which is no operator's cost
+    w1, w2, _ = synthetic_parents(SHAPES["tiny"], 1, seed=1)
+    for name in ops:
+        apply(name, [w1] if REGISTRY[name].arity == 1 else [w1, w2], seed=0)
+    with n_threads(1):  # many small QRs (see linalg.threads)
+        p1, p2, p3 = synthetic_parents(shape, layers)
     scale_to_full = shape["layers"] / layers
 
     results: dict[str, dict] = {}

@@ -17,7 +17,7 @@ import torch
 
 from populora.lora.adapter import LoRAAdapter
 from populora.operators.elementwise import della_sample, disjoint_mean, trim_topk
-from populora.operators.linalg import compute_dtype, fsvd, inner, lincomb, refactor, sq_norm, tsvd
+from populora.operators.linalg import compute_dtype, fsvd, inner, lincomb, refactor, sq_norm, threads, tsvd
 from populora.operators.registry import OperatorError, Rng, check_fraction, check_nonneg, operator
 
 
@@ -74,9 +74,10 @@ def _dense_merge(parents, rng: Rng, merge):
         g = rng.gen(name)
         dc = merge(name, b1 @ a1, b2 @ a2, g)
         u, s, v = tsvd(dc, r, g)
-        loss.add(float((s.double() ** 2).sum()), float(dc.double().pow(2).sum()))
+        loss.add(float((s.double() ** 2).sum()), float(torch.linalg.vector_norm(dc)) ** 2)
         del dc
-        out[name] = _cast(*refactor(u, s, v, r, g), la, lb)
+        with threads(1):
+            out[name] = _cast(*refactor(u, s, v, r, g), la, lb)
     return out, loss.info()
 
 

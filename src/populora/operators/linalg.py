@@ -15,13 +15,35 @@ with `D = U diag(S) V^T` and S descending.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
 
 # Components with sigma <= REVIVE_TOL * sigma_max are "dead": their B column is zeroed and the A row revived.
 REVIVE_TOL = 1e-6
-# Exact dense SVD up to this min(d, n); above it a seeded randomized range finder (measured 30-100x faster).
-EXACT_SVD_MAX = 1024
+# Exact dense SVD up to this min(d, n) (or when r + oversample is a quarter of it); above, a seeded randomized
+# range finder: ~8x fewer flops for a 512 x 3584 k_proj, 30-100x for 3584^2 (reference/operators.md P5).
+EXACT_SVD_MAX = 256
+
+
+@contextmanager
+def threads(n: int) -> Iterator[None]:
+    """Run the block with `n` torch threads (restored after).
+
+    The factored maths is a stream of small LAPACK calls (QR of d x r, SVD of r x r) whose parallel regions
+    cost more than they save; on a shared 2-core box a 3584 x 32 QR takes ~1 ms on one thread and 24 ms
+    (median) on two (reference/feasibility.md §3). Big GEMMs of the dense path keep the caller's threads.
+    """
+    old = torch.get_num_threads()
+    if old == n:
+        yield
+        return
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
 
 
 def compute_dtype(t: torch.Tensor) -> torch.dtype:
@@ -93,7 +115,7 @@ def revive_rows(v_alive: torch.Tensor, k: int, n: int, gen: torch.Generator, dty
 
     PEFT's kaiming-uniform init of A ([r, n], bound 1/sqrt(n)) gives rows of norm ~ 1/sqrt(3).
     """
-    g = torch.randn(n, k, generator=gen, dtype=torch.float64).to(dtype)
+    g = torch.randn(n, k, generator=gen, dtype=torch.float64).to(dtype=dtype, device=v_alive.device)
     if v_alive.numel():
         g = g - v_alive @ (v_alive.T @ g)
     if n - v_alive.shape[1] >= k:
@@ -108,17 +130,25 @@ def tsvd(dense: torch.Tensor, r: int, gen: torch.Generator, oversample: int = 8,
          ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Top-r SVD (U, S, V) of a dense matrix: exact when small, else Halko-Martinsson-Tropp with `gen`."""
     d, n = dense.shape
-    if min(d, n) <= EXACT_SVD_MAX or r + oversample >= min(d, n):
-        u, s, vh = torch.linalg.svd(dense, full_matrices=False)
+    if min(d, n) <= EXACT_SVD_MAX or 4 * (r + oversample) >= min(d, n):
+        with threads(1):
+            u, s, vh = torch.linalg.svd(dense, full_matrices=False)
         return u[:, :r], s[:r], vh[:r].T
     k = r + oversample
-    omega = torch.randn(n, k, generator=gen, dtype=torch.float64).to(dense.dtype)
-    q, _ = torch.linalg.qr(dense @ omega)
+    omega = torch.randn(n, k, generator=gen, dtype=torch.float64).to(dtype=dense.dtype, device=dense.device)
+    q = _qr_q(dense @ omega)
     for _ in range(power_iters):
-        z, _ = torch.linalg.qr(dense.T @ q)
-        q, _ = torch.linalg.qr(dense @ z)
-    ub, s, vh = torch.linalg.svd(q.T @ dense, full_matrices=False)
+        z = _qr_q(dense.T @ q)
+        q = _qr_q(dense @ z)
+    small = q.T @ dense
+    with threads(1):
+        ub, s, vh = torch.linalg.svd(small, full_matrices=False)
     return (q @ ub)[:, :r], s[:r], vh[:r].T
+
+
+def _qr_q(x: torch.Tensor) -> torch.Tensor:
+    with threads(1):
+        return torch.linalg.qr(x)[0]
 
 
 def inner(b1: torch.Tensor, a1: torch.Tensor, b2: torch.Tensor, a2: torch.Tensor) -> float:

@@ -13,11 +13,13 @@ import functools
 import hashlib
 import inspect
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 import torch
 
 from populora.lora.adapter import AdapterError, LoRAAdapter
+from populora.operators.linalg import threads
 
 
 class OperatorError(ValueError):
@@ -106,7 +108,10 @@ def operator(name: str, arity: int, kind: str, dense: bool = False):
                 raise OperatorError(f"operator {name} has no parameter {unknown[0]!r}; valid: {valid}.")
             ps = _check_parents(name, arity, parents)
             merged = {**defaults, **params}
-            modules, info = impl(ps, Rng(name, seed), **merged)
+            # factored operators are many small LAPACK calls: one thread is faster (see linalg.threads);
+            # dense ones manage threads themselves (big GEMMs parallel, small factorizations single)
+            with nullcontext() if dense else threads(1):
+                modules, info = impl(ps, Rng(name, seed), **merged)
             child = LoRAAdapter(modules=modules, alpha=ps[0].alpha,
                                 metadata=_child_metadata(name, seed, merged, ps, info))
             return child
