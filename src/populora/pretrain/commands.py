@@ -27,6 +27,10 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         lr: float = typer.Option(2e-3, "--lr", help="Peak learning rate."),
         threads: int = typer.Option(2, "--threads", help="torch threads (2 is best for training on 2 cores)."),
         quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
+        init_from: Path | None = typer.Option(None, "--init-from",
+                                              help="Continue training this model folder (its tokenizer "
+                                                   "and weights); use a new --seed."),
+        warmup: int = typer.Option(20, "--warmup", help="Warm-up steps."),
     ) -> None:
         """Generate the synthetic corpus, train tokenizer and model, and write the tiny model folder."""
         from rich.console import Console
@@ -42,13 +46,17 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         if hidden % heads:
             typer.echo(f"error: --hidden {hidden} must be divisible by --heads {heads}", err=True)
             raise typer.Exit(2)
+        if init_from is not None and not (init_from / "config.json").is_file():
+            typer.echo(f"error: --init-from {init_from} is not a model folder (no config.json)", err=True)
+            raise typer.Exit(2)
         if out.exists() and not out.is_dir():
             typer.echo(f"error: --out {out} exists and is not a folder; choose another path", err=True)
             raise typer.Exit(2)
         cfg = PretrainConfig(seed=seed, minutes=minutes, steps=steps, n_examples=examples, hidden_size=hidden,
                              num_layers=layers, intermediate_size=intermediate, num_heads=heads,
                              num_kv_heads=heads, vocab_size=vocab, seq_len=seq_len, batch_size=batch_size,
-                             lr=lr, threads=threads)
+                             lr=lr, threads=threads, warmup_steps=warmup,
+                             init_from=str(init_from) if init_from else None)
         info = pretrain(cfg, out, progress=not quiet)
         Console().print(f"wrote {out}: {info['steps']} steps, final loss {info['final_train_loss']}, "
                         f"val completion loss {info['val_completion_loss']}, {info['parameters']:,} parameters")

@@ -52,6 +52,9 @@ class PretrainConfig:
     steps: int | None = None
     minutes: float = 18.0
     threads: int = 2
+    # Continue from a model folder written by an earlier run (its tokenizer and weights; model-shape fields
+    # above are then ignored). Use another --seed so the continuation sees new examples.
+    init_from: str | None = None
 
 
 @dataclass
@@ -135,8 +138,13 @@ def pretrain(cfg: PretrainConfig, out: Path, progress: bool = True, renderer=Non
     val_ex = build_corpus(cfg.seed + 1_000_003, cfg.val_examples, renderer, **kw)
     t_corpus = time.time() - t0
 
-    tok = train_tokenizer((e.prompt + e.completion for e in train_ex[: cfg.tokenizer_examples]),
-                          vocab_size=cfg.vocab_size)
+    if cfg.init_from:
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(cfg.init_from)
+    else:
+        tok = train_tokenizer((e.prompt + e.completion for e in train_ex[: cfg.tokenizer_examples]),
+                              vocab_size=cfg.vocab_size)
     enc = _encode(tok, train_ex, cfg)
     val_enc = _encode(tok, val_ex, cfg)
     n_tokens = sum(len(ids) for ids, _ in enc)
@@ -147,7 +155,14 @@ def pretrain(cfg: PretrainConfig, out: Path, progress: bool = True, renderer=Non
     ids_all = torch.tensor(data.ids)
     w_all = torch.tensor(data.weights)
 
-    model = Qwen2ForCausalLM(model_config(cfg, tok))
+    if cfg.init_from:
+        model = Qwen2ForCausalLM.from_pretrained(cfg.init_from, dtype=torch.float32)
+        prev = Path(cfg.init_from) / "pretrain_info.json"
+        history = json.loads(prev.read_text()).get("history", []) + [json.loads(prev.read_text())] \
+            if prev.exists() else []
+    else:
+        model = Qwen2ForCausalLM(model_config(cfg, tok))
+        history = []
     model.train()
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
@@ -235,6 +250,8 @@ def pretrain(cfg: PretrainConfig, out: Path, progress: bool = True, renderer=Non
         "train_seconds": round(time.time() - t_train, 1),
         "corpus_seconds": round(t_corpus, 1),
         "config": {k: v for k, v in asdict(cfg).items()},
+        # Earlier runs this one continued from (each with its own config), oldest first.
+        "history": [{k: v for k, v in h.items() if k != "history"} for h in history],
     }
     info["config"]["steps"] = step  # pass this back (with the same seed) to reproduce the run
     (out / "pretrain_info.json").write_text(json.dumps(info, indent=2) + "\n")
