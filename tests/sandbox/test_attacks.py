@@ -217,3 +217,14 @@ def test_timed_out_job_leaves_no_process(attack_sandbox: Sandbox) -> None:
     for pid in attack_sandbox.worker_pids:
         inner = worker_children(pid)  # the shim's child is the worker (PID 1 of its namespace)
         assert len(inner) <= 1 and all(worker_children(c) == [] for c in inner)
+
+
+def test_job_directory_is_fresh_for_every_job(attack_sandbox: Sandbox) -> None:
+    poison = ("import os\nos.makedirs('/tmp/a/b/c')\nopen('/tmp/a/b/c/f', 'w').write('x')\nos.symlink('/etc', 'l')\n"
+              "os.mkfifo('p')\nos.chmod('/tmp/a', 0)\nos.setxattr('/tmp', 'user.mark', b'1')\nos.chmod('/tmp', 0o500)\n",
+              "sorted(os.listdir('/tmp'))")
+    check = ("import os, stat\n", "(os.listdir('/tmp'), oct(stat.S_IMODE(os.stat('/tmp').st_mode)), "
+             "os.listxattr('/tmp'), open('/tmp/new', 'w').write('ok'))")
+    outs = attack_sandbox.run_many([poison, poison, check, check, check, check])
+    assert [o.value_repr for o in outs[:2]] == ["['a', 'l', 'p']"] * 2, outs[:2]
+    assert [o.value_repr for o in outs[2:]] == ["([], '0o700', [], 2)"] * 4

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from populora.sandbox import DEFAULT_PRELOAD, STATUSES, Limits, Outcome, Sandbox
+from populora.sandbox import DEFAULT_PRELOAD, LAZY_MODULES, STATUSES, Limits, Outcome, Sandbox
 from populora.sandbox.values import parse_value
 
 VALUES = [
@@ -82,12 +82,17 @@ def test_reprs_of_sets_and_hashes_are_reproducible_across_workers(sandbox: Sandb
     assert len({o.value_repr for o in outs}) == 1
 
 
-def test_every_preloaded_module_imports_in_a_job(sandbox: Sandbox) -> None:
-    names = [m for m in DEFAULT_PRELOAD if not m.startswith("_")]
-    prog = "import importlib\n" + "".join(f"import {m}\n" for m in names)
-    out = sandbox.run(prog + "def f():\n    return math.comb(5, 2), statistics.mean([1, 2, 3])", "f()")
-    assert (out.status, out.value_repr) == ("ok", "(10, 2)")
-    assert set(names) <= set(sandbox.preloaded)
+def test_every_preloaded_and_lazy_module_imports_in_a_job(sandbox: Sandbox) -> None:
+    names = [m for m in DEFAULT_PRELOAD + LAZY_MODULES if not m.startswith("_")]
+    prog = "".join(f"import {m}\n" for m in names)
+    out = sandbox.run(prog + "def f():\n    return math.comb(5, 2), statistics.mean([1, 2, 3]), queue.Queue().qsize()",
+                      "f()")
+    assert (out.status, out.value_repr) == ("ok", "(10, 2, 0)")
+    assert set(DEFAULT_PRELOAD) <= set(sandbox.preloaded)
+    # A lazy module is imported only for the jobs that name it, and is then seeded afresh like any import.
+    rand = sandbox.run_many([("import random\n", "random.random()")] * 2)
+    assert rand[0].status == "ok" and rand[0].value_repr != rand[1].value_repr
+    assert sandbox.run("import sys\n", "'random' in sys.modules or 'threading' in sys.modules").value_repr == "False"
     # Lazily loaded parts of the stdlib that model programs reach: strptime, Counter.most_common, codecs.
     out = sandbox.run("import datetime, collections\n", "(datetime.datetime.strptime('2024-01-02', '%Y-%m-%d')"
                       ".day, collections.Counter('abca').most_common(1), 'é'.encode('latin-1'))")

@@ -32,13 +32,25 @@ import sys
 import time
 import types
 
-_repr = builtins.repr  # captured before any job can monkeypatch builtins (each job is a fork anyway)
-_len = builtins.len
-# After the job, the child restores builtins from this snapshot before it builds and sends the result, so a job
-# that patched builtins (isinstance, str, ...) cannot break the reporting. (A job that digs into this module's
-# internals can at worst spoil its own outcome: it could return any value it likes anyway.)
-_BUILTINS = dict(builtins.__dict__)
+# Everything the job child uses after the job's code has run is bound here, before any job exists, so a job that
+# monkeypatches builtins or modules (builtins.isinstance, os.write, json.dumps, ...) cannot break the reporting
+# of its own outcome. (A job that digs into this module's internals can at worst spoil its own outcome: it could
+# return any value it likes anyway.) Each job is a fresh fork, so nothing it patches reaches the next job.
+_repr, _len, _type, _str, _int = builtins.repr, builtins.len, builtins.type, builtins.str, builtins.int
+_write, _exit, _pack, _memoryview = os.write, os._exit, struct.pack, builtins.memoryview
+try:
+    from _json import make_encoder as _c_make_encoder  # the C encoder: no Python-level lookups while encoding
+
+    _C_ENCODER = _c_make_encoder(None, None, json.encoder.encode_basestring_ascii, None, ": ", ", ",
+                                 False, False, True)
+except ImportError:  # pragma: no cover - CPython always has _json
+    _C_ENCODER = None
 _dumps = json.dumps
+
+
+def _encode(msg: dict) -> str:
+    return "".join(_C_ENCODER(msg, 0)) if _C_ENCODER is not None else _dumps(msg)
+
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWNET = 0x40000000
@@ -64,6 +76,7 @@ def _c():
         _libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
         _libc.unshare.argtypes = [ctypes.c_int]
         _libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+        _libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
     return _libc
 
 
@@ -129,18 +142,11 @@ def setup_isolation(cfg: dict) -> tuple:
             warns.append(f"no mount namespace ({e.strerror})")
         _enter_pid_namespace(cfg, iso, warns)
         if iso["mountns_readonly_root"]:
-            # Probe the per-job private /tmp once here, in a throwaway child, so a failure is reported now.
-            pid = os.fork()
-            if pid == 0:
-                try:
-                    _unshare(CLONE_NEWNS)
-                    _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0700")
-                    os._exit(0)
-                except BaseException:
-                    os._exit(1)
-            iso["private_tmp"] = os.waitpid(pid, 0)[1] == 0
-            if not iso["private_tmp"]:
-                warns.append("no private tmpfs per job")
+            try:
+                _mount_tmp(cfg, iso | {"uid_drop": root}, 32)
+                iso["private_tmp"] = True
+            except OSError as e:
+                warns.append(f"no private /tmp ({e.strerror})")
     if root and cfg.get("isolate", True):
         iso["uid_drop"] = True  # verified per job; a failure there is reported as crashed
     # RLIMIT_NPROC is not enforced for root; it is for any other uid.
@@ -208,8 +214,8 @@ class _Capture:
         self.dropped = False
 
     def write(self, s) -> int:
-        if type(s) is not str:
-            raise TypeError(f"write() argument must be str, not {type(s).__name__}")
+        if _type(s) is not _str:
+            raise TypeError(f"write() argument must be str, not {_type(s).__name__}")
         n = _len(s)
         room = self.cap - self.size
         if room > 0:
@@ -234,6 +240,8 @@ class _Capture:
 
 
 _PLAIN_SCALARS = (int, float, str, bool, type(None), bytes, complex, type(...))
+_PLAIN_CONTAINERS = (list, tuple, set, frozenset)
+_DICT = dict
 
 
 def _is_plain(v, depth: int = 0) -> bool:
@@ -241,13 +249,19 @@ def _is_plain(v, depth: int = 0) -> bool:
     it back (a subclass, e.g. one with a lying __repr__, is not plain)."""
     if depth > 50:
         return False
-    t = type(v)
+    t = _type(v)
     if t in _PLAIN_SCALARS:
         return True
-    if t is list or t is tuple or t is set or t is frozenset:
-        return all(_is_plain(x, depth + 1) for x in v)
-    if t is dict:
-        return all(_is_plain(k, depth + 1) and _is_plain(x, depth + 1) for k, x in v.items())
+    if t in _PLAIN_CONTAINERS:
+        for x in v:
+            if not _is_plain(x, depth + 1):
+                return False
+        return True
+    if t is _DICT:
+        for k, x in _DICT.items(v):
+            if not (_is_plain(k, depth + 1) and _is_plain(x, depth + 1)):
+                return False
+        return True
     return False
 
 
@@ -263,54 +277,57 @@ def _limit(res: int, value: int) -> None:
 
 
 def _child(job: dict, wfd: int, cfg: dict, iso: dict) -> None:
-    """Runs in the forked job process; never returns."""
+    """Runs in the forked job process; never returns.
+
+    Kept lean on purpose: every Python object this touches costs a copy-on-write page fault per job, which is
+    most of a job's cost. The environment, signal dispositions, /tmp and the file limits are set up once in
+    the worker instead (see `setup_isolation` and `_prepare`)."""
     status, value_repr, error_type, message, plain = "crashed", None, None, None, False
-    out = _Capture(int(job.get("max_stdout_chars", 2000)))
+    out = _Capture(job["max_stdout_chars"])
     try:
         os.setsid()  # own session and process group, so the worker can kill the whole group
         lim = job["limits"]
-        # Job directory: a fresh private tmpfs on /tmp in a per-job mount namespace; it disappears with the job.
-        if iso["private_tmp"]:
-            _unshare(CLONE_NEWNS)
-            uid = cfg["uid"] if iso["uid_drop"] else os.getuid()
-            gid = cfg["gid"] if iso["uid_drop"] else os.getgid()
-            _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV,
-                   f"size={int(lim['tmp_mb'])}m,nr_inodes=4096,mode=0700,uid={uid},gid={gid}")
-            workdir = "/tmp"
-        else:
-            workdir = job["workdir"]
+        program = job["program"]
+        if "import" in program:  # while we can still read the stdlib (see LAZY_MODULES in pool.py)
+            for name in cfg["lazy"]:
+                if name in program and name not in sys.modules:
+                    try:
+                        importlib.import_module(name)
+                    except ImportError:
+                        pass
+        workdir = job["workdir"]
         os.chdir(workdir)
         devnull = os.open(os.devnull, os.O_RDWR)
-        for fd in (0, 1, 2):
-            os.dup2(devnull, fd)
+        os.dup2(devnull, 0)
+        os.dup2(devnull, 1)
+        os.dup2(devnull, 2)
         os.close(devnull)
-        cpu = max(1, int(math.ceil(lim["cpu_s"])))
+        cpu = lim["cpu_s_int"]
         resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
-        mem = int(lim["memory_mb"]) * 1024 * 1024
-        _limit(resource.RLIMIT_AS, mem)
-        _limit(resource.RLIMIT_FSIZE, int(lim["file_mb"] * 1024 * 1024))
-        _limit(resource.RLIMIT_CORE, 0)
-        _limit(resource.RLIMIT_NOFILE, int(lim["nofile"]))
+        _limit(resource.RLIMIT_AS, lim["memory_mb"] << 20)
+        if not iso["uid_drop"]:  # as root the worker has set these for itself already (see _prepare)
+            _limit(resource.RLIMIT_FSIZE, int(lim["file_mb"] * 1048576))
+            _limit(resource.RLIMIT_NOFILE, int(lim["nofile"]))
         if iso["no_new_processes"]:
             # Before the uid change: the kernel then flags the process as over its NPROC limit, which makes
             # execve fail too (EAGAIN), not only fork/clone (threads count as processes).
             _limit(resource.RLIMIT_NPROC, 0)
         if iso["uid_drop"]:
+            gid, uid = cfg["gid"], cfg["uid"]
             os.setgroups([])
-            os.setresgid(cfg["gid"], cfg["gid"], cfg["gid"])
-            os.setresuid(cfg["uid"], cfg["uid"], cfg["uid"])
+            os.setresgid(gid, gid, gid)
+            os.setresuid(uid, uid, uid)
         _prctl(PR_SET_NO_NEW_PRIVS, 1)
         _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # after the uid change, which clears it
-        os.environ.clear()
-        os.environ.update({"PATH": "/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir, "LANG": "C.UTF-8"})
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        if workdir != "/tmp":  # the fallback per-job directory (the worker's environ says /tmp)
+            os.environ["HOME"] = os.environ["TMPDIR"] = workdir
     except BaseException as e:  # a setup failure must never run the job with less isolation
         _send(wfd, {"status": "crashed", "error_type": "SandboxSetupError",
                     "error_message": f"{type(e).__name__}: {e}"[:500]})
         os._exit(70)
 
     try:
+        max_chars = _int(lim["max_output_chars"])
         mod = types.ModuleType("__main__")
         mod.__dict__["__builtins__"] = builtins
         sys.modules["__main__"] = mod
@@ -320,10 +337,9 @@ def _child(job: dict, wfd: int, cfg: dict, iso: dict) -> None:
         exec(code, mod.__dict__)
         value = eval(compile(job["call"], "<call>", "eval"), mod.__dict__)
         r = _repr(value)
-        _restore_builtins()
-        if type(r) is not str:
+        if _type(r) is not _str:
             raise TypeError("__repr__ returned non-string")
-        if _len(r) > int(lim["max_output_chars"]):
+        if _len(r) > max_chars:
             status, error_type = "output_limit", "OutputLimit"
             message = f"repr of the value has {_len(r)} characters > max_output_chars={lim['max_output_chars']}"
         else:
@@ -332,37 +348,27 @@ def _child(job: dict, wfd: int, cfg: dict, iso: dict) -> None:
     except MemoryError:
         status, error_type = "memory", "MemoryError"
     except BaseException as e:  # SystemExit, KeyboardInterrupt and custom BaseExceptions are job errors too
-        _restore_builtins()
         status = "error"
         try:
-            error_type = type(e).__name__[:200]
-            message = f"{error_type}: {str(e)[:500]}"
+            error_type = _type(e).__name__[:200]
+            message = f"{error_type}: {_str(e)[:500]}"
         except BaseException:
             message = error_type
-    _restore_builtins()
     sys.stdout = sys.stderr = sys.__stderr__
     msg = {"status": status, "value_repr": value_repr, "error_type": error_type, "error_message": message,
            "plain": plain, "stdout": out.text()}
     try:
         _send(wfd, msg)
     except BaseException:
-        os._exit(71)
-    os._exit(0)
-
-
-def _restore_builtins() -> None:
-    d = builtins.__dict__
-    if d != _BUILTINS:
-        d.clear()
-        d.update(_BUILTINS)
+        _exit(71)
+    _exit(0)
 
 
 def _send(fd: int, msg: dict) -> None:
-    data = _dumps(msg).encode("utf-8", "surrogatepass")
-    data = struct.pack(">I", _len(data)) + data
-    view = memoryview(data)
+    data = _encode(msg).encode("ascii")
+    view = _memoryview(_pack(">I", _len(data)) + data)
     while view:
-        n = os.write(fd, view)
+        n = _write(fd, view)
         view = view[n:]
 
 
@@ -398,17 +404,72 @@ def _wait_exit(pid: int, deadline: float) -> bool:
             os.close(fd)
 
 
-def run_job(job: dict, cfg: dict, iso: dict) -> tuple:
-    """Run one job in a forked child; return (result, pid still to reap or None)."""
+def _prepare(job: dict, cfg: dict, iso: dict) -> None:
+    """Worker-side per-job preparation: integer limits, the job directory, and (as root) the file limits,
+    which the worker applies to itself once rather than in every child."""
     lim = job["limits"]
-    workdir = None
-    if not iso["private_tmp"]:
+    lim["cpu_s_int"] = max(1, int(math.ceil(float(lim["cpu_s"]))))
+    lim["memory_mb"] = int(lim["memory_mb"])
+    job.setdefault("max_stdout_chars", 2000)
+    if iso["uid_drop"]:
+        want = (int(lim["file_mb"] * 1048576), int(lim["nofile"]))
+        if cfg.get("file_limits") != want:
+            for res, value in zip((resource.RLIMIT_FSIZE, resource.RLIMIT_NOFILE), want, strict=True):
+                resource.setrlimit(res, (value, value))  # root may raise them again for a later job
+            cfg["file_limits"] = want
+    if iso["private_tmp"]:
+        if cfg.get("tmp_mb") != int(lim["tmp_mb"]):
+            _mount_tmp(cfg, iso, int(lim["tmp_mb"]), remount=True)
+        job["workdir"] = "/tmp"
+    else:
         import tempfile
 
         workdir = tempfile.mkdtemp(prefix="populora-job-")
         if iso["uid_drop"]:
             os.chown(workdir, cfg["uid"], cfg["gid"])
         job["workdir"] = workdir
+
+
+def _mount_tmp(cfg: dict, iso: dict, size_mb: int, remount: bool = False) -> None:
+    """The worker's private /tmp: a size- and inode-limited tmpfs owned by the job uid, the only writable place
+    a job sees; it is emptied after every job (`_clean_tmp`)."""
+    uid = cfg["uid"] if iso["uid_drop"] else os.getuid()
+    gid = cfg["gid"] if iso["uid_drop"] else os.getgid()
+    flags = MS_NOSUID | MS_NODEV | (MS_REMOUNT if remount else 0)
+    _mount("tmpfs", "/tmp", "tmpfs", flags, f"size={size_mb}m,nr_inodes=4096,mode=0700,uid={uid},gid={gid}")
+    cfg["tmp_mb"] = size_mb
+
+
+def _clean_tmp(cfg: dict, iso: dict) -> None:
+    """Empty /tmp after a job (which is dead and reaped), and reset its owner and mode; if anything resists,
+    replace the whole tmpfs with a fresh one."""
+    try:
+        for name in os.listdir("/tmp"):
+            path = "/tmp/" + name
+            if os.path.isdir(path) and not os.path.islink(path):
+                import shutil
+
+                shutil.rmtree(path)
+            else:
+                os.unlink(path)
+        st = os.lstat("/tmp")
+        uid = cfg["uid"] if iso["uid_drop"] else os.getuid()
+        if st.st_mode & 0o7777 != 0o700 or st.st_uid != uid:
+            os.chown("/tmp", uid, cfg["gid"] if iso["uid_drop"] else os.getgid())
+            os.chmod("/tmp", 0o700)
+        if not os.listdir("/tmp") and not os.listxattr("/tmp"):
+            return
+    except OSError:
+        pass
+    _check(_c().umount2(b"/tmp", 2), "umount /tmp")  # MNT_DETACH
+    _mount_tmp(cfg, iso, cfg["tmp_mb"])
+
+
+def run_job(job: dict, cfg: dict, iso: dict) -> tuple:
+    """Run one job in a forked child; return (result, pid still to reap or None)."""
+    lim = job["limits"]
+    _prepare(job, cfg, iso)
+    workdir = None if iso["private_tmp"] else job["workdir"]
     r, w = os.pipe()
     t0 = time.monotonic()
     pid = os.fork()
@@ -511,8 +572,16 @@ def main() -> None:
     os.dup2(devnull, 1)
     os.close(devnull)
     cfg["fin"], cfg["fout"] = fin, fout
+    cfg.setdefault("lazy", [])
     ok, missing = preload(cfg.get("preload", []))
     iso, warns = setup_isolation(cfg)
+    # What every job inherits, set once here rather than in each child: a clean environment (the hash seed
+    # has done its work at interpreter start), no core dumps.
+    os.environ.clear()
+    os.environ.update({"PATH": "/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8"})
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if "threading" in sys.modules or "random" in sys.modules:
+        warns.append("threading/random are preloaded: their at-fork hooks make every job slower")
     _send(fout, {"ready": True, "pid": os.getpid(), "isolation": iso, "warnings": warns,
                  "preloaded": ok, "missing": missing})
     while True:
@@ -535,6 +604,8 @@ def main() -> None:
         finally:
             if reap is not None:
                 os.waitpid(reap, 0)
+        if iso["private_tmp"]:
+            _clean_tmp(cfg, iso)  # off the critical path: the parent already has the result
 
 
 if __name__ == "__main__":
