@@ -7,7 +7,6 @@ Imports `populora.lora` and `populora.rl.loss`; nothing here imports the trainer
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from populora.engine.models import resolve_model
@@ -31,7 +30,6 @@ def build(model: Any = "tiny", n_slots: int = 8, rank: int = 32, alpha: float = 
     entropy_coef [0], loss_agg ["token-mean"], micro_batch_tokens [4096], gen_batch_size [64],
     gen_threads [1], train_threads [2], seed [0].
     """
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never fall back to a hub lookup for a mistyped local path
     if backend not in BACKENDS:
         raise EngineError(f"unknown engine backend {backend!r}; choose one of {BACKENDS}.")
     import torch

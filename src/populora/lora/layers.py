@@ -7,12 +7,15 @@ inside a KV-cached decode loop) serves rows of different adapters, and autograd 
 gradient of its own rows. This is the maths of PEFT's LoRA (`lora_B(lora_A(x)) * scaling`, dropout 0) with
 the adapters stacked instead of kept in a dict.
 
-Two exact evaluation paths (same result up to float rounding):
-- "runs": rows are split into runs of consecutive equal slots and each run does two plain matmuls on a
-  view of `x` (no copies of weights or activations). The engine sorts rows by slot, so a batch has at most
-  one run per slot. Used under autograd: it saves nothing but views for backward.
-- "gather": `A[idx]`, `B[idx]` are gathered per row and applied with `bmm`. Fewer Python-level ops; used
-  for inference (decode steps with T=1), where the gathered copies are small and not kept.
+Exact evaluation paths (same result up to float rounding; `SlotContext.mode`):
+- "bmm" (default): rows are grouped into segments of consecutive equal slots (the engine sorts rows by
+  slot, so one segment per slot), padded to one length, and all slots run in two batched matmuls
+  `[n_seg, len*T, d_in] @ A[slots]^T @ B[slots]^T`. With equal segments (the usual training batch) the
+  grouping is a view of `x`: no copies of weights or activations.
+- "runs": two plain matmuls per segment on views of `x` (more, smaller ops; "auto" picks it when padding
+  the segments to one length would add more than 25% rows).
+- "gather": `A[idx]`, `B[idx]` gathered per row and applied with `bmm` (copies `r x d` per row).
+A batch of a single slot always takes two plain matmuls.
 """
 
 from __future__ import annotations
@@ -33,24 +36,39 @@ DEFAULT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")
 class SlotContext:
     """The per-row slot indices of the batch being run, shared by every `MultiLoRALinear` of a model.
 
-    `idx is None` means "no adapter at all" (pure base model). Not thread-safe: one model runs one batch
-    at a time.
+    `idx is None` means "no adapter at all" (pure base model). Setting the slots also precomputes, once per
+    batch, the segment plan every layer uses (runs of equal slots, gather/scatter indices). Not thread-safe:
+    one model runs one batch at a time.
     """
 
+    MODES = ("auto", "bmm", "runs", "gather")
+
     def __init__(self) -> None:
-        self.idx: torch.Tensor | None = None
-        self.runs: list[tuple[int, int, int]] = []  # (slot, start, end) runs of consecutive equal slots
-        self.has_base_rows = False
-        self.mode = "auto"  # "auto" | "runs" | "gather"
+        self.mode = "auto"  # "auto": "bmm", or "runs" when padding segments would add > 25% rows
+        self._state: tuple = (None, [], False, None)
+        self._device_cache: dict = {}
+
+    @property
+    def idx(self) -> torch.Tensor | None:
+        return self._state[0]
+
+    @property
+    def runs(self) -> list[tuple[int, int, int]]:
+        """(slot, start, end) runs of consecutive equal slots."""
+        return self._state[1]
+
+    @property
+    def has_base_rows(self) -> bool:
+        return self._state[2]
 
     def set(self, slots: torch.Tensor | Iterable[int] | None) -> None:
+        self._device_cache = {}
         if slots is None:
-            self.idx, self.runs, self.has_base_rows = None, [], False
+            self._state = (None, [], False, None)
             return
-        idx = torch.as_tensor(slots if isinstance(slots, torch.Tensor) else list(slots), dtype=torch.long)
+        idx = torch.as_tensor(slots if isinstance(slots, torch.Tensor) else list(slots), dtype=torch.long).cpu()
         if idx.dim() != 1:
             raise ValueError(f"slot indices must be 1-D (one per batch row), got shape {tuple(idx.shape)}")
-        self.idx = idx
         values = idx.tolist()
         runs: list[tuple[int, int, int]] = []
         start = 0
@@ -58,18 +76,57 @@ class SlotContext:
             if i == len(values) or values[i] != values[start]:
                 runs.append((values[start], start, i))
                 start = i
-        self.runs = runs
-        self.has_base_rows = any(v < 0 for v in values)
+        self._state = (idx, runs, any(v < 0 for v in values), _segment_plan(runs, len(values)))
+
+    def plan(self, device: torch.device) -> dict:
+        """The segment plan with its index tensors on `device` (cached per batch)."""
+        key = str(device)
+        if key not in self._device_cache:
+            plan = dict(self._state[3])
+            for k in ("slot_idx", "gather", "scatter"):
+                if plan.get(k) is not None:
+                    plan[k] = plan[k].to(device)
+            self._device_cache[key] = plan
+        return self._device_cache[key]
 
     @contextmanager
     def use(self, slots: torch.Tensor | Iterable[int] | None) -> Iterator[None]:
         """Run the model with these per-row slots inside the block; restores the previous state after."""
-        prev = (self.idx, self.runs, self.has_base_rows)
+        prev = (self._state, self._device_cache)
         self.set(slots)
         try:
             yield
         finally:
-            self.idx, self.runs, self.has_base_rows = prev
+            self._state, self._device_cache = prev
+
+
+def _segment_plan(runs: list[tuple[int, int, int]], n_rows: int) -> dict:
+    """Index plan for the "bmm" path: LoRA segments (runs with a slot >= 0) padded to one length.
+
+    - `equal`: every row is in a segment and all segments have the same length, so `x` reshapes to
+      `[n_seg, len, ...]` as a view (no copies).
+    - otherwise `gather[n_seg * max_len]` picks rows of `x` (index `n_rows` = an appended zero row) and
+      `scatter[n_rows]` picks each row's result back (index `n_seg * max_len` = an appended zero row, for
+      base-only rows).
+    """
+    segs = [(s, a, b) for s, a, b in runs if s >= 0]
+    if not segs:
+        return {"n_seg": 0, "pad_heavy": False}
+    lens = [b - a for _, a, b in segs]
+    max_len = max(lens)
+    slot_ids = [s for s, _, _ in segs]
+    plan = {"n_seg": len(segs), "max_len": max_len, "slot_list": slot_ids,
+            "slot_idx": torch.tensor(slot_ids, dtype=torch.long),
+            "equal": len(segs) == len(runs) and min(lens) == max_len, "gather": None, "scatter": None,
+            "pad_heavy": len(segs) * max_len > 1.25 * sum(lens)}
+    if not plan["equal"]:
+        gather = torch.full((len(segs) * max_len,), n_rows, dtype=torch.long)
+        scatter = torch.full((n_rows,), len(segs) * max_len, dtype=torch.long)
+        for k, (_, a, b) in enumerate(segs):
+            gather[k * max_len:k * max_len + (b - a)] = torch.arange(a, b)
+            scatter[a:b] = torch.arange(k * max_len, k * max_len + (b - a))
+        plan["gather"], plan["scatter"] = gather, scatter
+    return plan
 
 
 class MultiLoRALinear(nn.Module):
@@ -107,34 +164,79 @@ class MultiLoRALinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.base_layer(x)
         ctx = self.ctx
-        if ctx.idx is None:
+        idx = ctx.idx
+        if idx is None:
             return y
-        if x.shape[0] != ctx.idx.shape[0]:
-            raise RuntimeError(f"batch has {x.shape[0]} rows but {ctx.idx.shape[0]} slot indices were set")
+        if x.shape[0] != idx.shape[0]:
+            raise RuntimeError(f"batch has {x.shape[0]} rows but {idx.shape[0]} slot indices were set")
         xa = x.to(self.lora_A.dtype)
         mode = ctx.mode
-        if mode == "auto":
-            mode = "runs" if (torch.is_grad_enabled() or len(ctx.runs) == 1) else "gather"
-        if mode == "runs":
-            parts = []
-            for slot, a, b in ctx.runs:
-                xs = xa[a:b]
-                if slot < 0:
-                    parts.append(xs.new_zeros(*xs.shape[:-1], self.out_features))
-                else:
-                    parts.append((xs @ self.lora_A[slot].transpose(0, 1)) @ self.lora_B[slot].transpose(0, 1))
-            delta = parts[0] if len(parts) == 1 else torch.cat(parts, 0)
+        runs = ctx.runs
+        if len(runs) == 1 and mode != "gather":  # one slot for the whole batch: two plain matmuls
+            slot = runs[0][0]
+            if slot < 0:
+                return y
+            delta = (xa @ self.lora_A[slot].transpose(0, 1)) @ self.lora_B[slot].transpose(0, 1)
+        elif mode == "bmm" or (mode == "auto" and not ctx.plan(x.device)["pad_heavy"]):
+            delta = self._bmm_delta(xa, ctx.plan(x.device))
+        elif mode == "auto":  # segments of very different lengths: padding would waste more than it saves
+            delta = self._runs_delta(xa, runs)
+        elif mode == "runs":
+            delta = self._runs_delta(xa, runs)
+        elif mode == "gather":
+            delta = self._gather_delta(xa, idx.to(x.device), ctx.has_base_rows)
         else:
-            idx = ctx.idx.to(x.device)
-            safe = idx.clamp(min=0)
-            shape = xa.shape
-            x3 = xa.reshape(shape[0], -1, shape[-1])  # [b, T, d_in]
-            h = torch.bmm(x3, self.lora_A[safe].transpose(1, 2))  # [b, T, r]
-            delta = torch.bmm(h, self.lora_B[safe].transpose(1, 2))  # [b, T, d_out]
-            if ctx.has_base_rows:
-                delta = delta * (idx >= 0).to(delta.dtype)[:, None, None]
-            delta = delta.reshape(*shape[:-1], self.out_features)
-        return y + (delta * self.scaling).to(y.dtype)
+            raise ValueError(f"unknown SlotContext.mode {mode!r}; choose one of {SlotContext.MODES}")
+        return torch.add(y, delta.to(y.dtype), alpha=self.scaling)
+
+    def _bmm_delta(self, xa: torch.Tensor, plan: dict) -> torch.Tensor:
+        """All slots' segments in two batched matmuls: `[n_seg, len*T, d_in] @ A[slots]^T @ B[slots]^T`."""
+        shape = xa.shape
+        b, d_in = shape[0], shape[-1]
+        if plan["n_seg"] == 0:
+            return xa.new_zeros(*shape[:-1], self.out_features)
+        x3 = xa.reshape(b, -1, d_in)
+        t = x3.shape[1]
+        n_seg, max_len = plan["n_seg"], plan["max_len"]
+        if plan["slot_list"] == list(range(self.n_slots)):
+            a_sel, b_sel = self.lora_A, self.lora_B  # every slot, in order: no weight copies
+        else:
+            a_sel, b_sel = self.lora_A[plan["slot_idx"]], self.lora_B[plan["slot_idx"]]
+        if plan["equal"]:
+            xs = x3.reshape(n_seg, max_len * t, d_in)
+        else:
+            xs = torch.cat([x3, x3.new_zeros(1, t, d_in)])[plan["gather"]].reshape(n_seg, max_len * t, d_in)
+        h = torch.bmm(xs, a_sel.transpose(1, 2))
+        d = torch.bmm(h, b_sel.transpose(1, 2))  # [n_seg, max_len * t, d_out]
+        if plan["equal"]:
+            return d.reshape(*shape[:-1], self.out_features)
+        d = d.reshape(n_seg * max_len, t, self.out_features)
+        d = torch.cat([d, d.new_zeros(1, t, self.out_features)])[plan["scatter"]]
+        return d.reshape(*shape[:-1], self.out_features)
+
+    def _runs_delta(self, xa: torch.Tensor, runs: list[tuple[int, int, int]]) -> torch.Tensor:
+        """Two plain matmuls per run of equal slots, on views of `x`."""
+        # One unbind per factor: its backward stacks the per-slot grads once.
+        a_list, b_list = self.lora_A.unbind(0), self.lora_B.unbind(0)
+        parts = []
+        for slot, a, b in runs:
+            xs = xa[a:b]
+            if slot < 0:
+                parts.append(xs.new_zeros(*xs.shape[:-1], self.out_features))
+            else:
+                parts.append((xs @ a_list[slot].transpose(0, 1)) @ b_list[slot].transpose(0, 1))
+        return torch.cat(parts, 0)
+
+    def _gather_delta(self, xa: torch.Tensor, idx: torch.Tensor, has_base_rows: bool) -> torch.Tensor:
+        """Per-row gathered factors and `bmm` (copies `r x d` weights per row)."""
+        safe = idx.clamp(min=0)
+        shape = xa.shape
+        x3 = xa.reshape(shape[0], -1, shape[-1])  # [b, T, d_in]
+        h = torch.bmm(x3, self.lora_A[safe].transpose(1, 2))  # [b, T, r]
+        delta = torch.bmm(h, self.lora_B[safe].transpose(1, 2))  # [b, T, d_out]
+        if has_base_rows:
+            delta = delta * (idx >= 0).to(delta.dtype)[:, None, None]
+        return delta.reshape(*shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:
         return f"n_slots={self.n_slots}, rank={self.rank}, alpha={self.alpha}"
