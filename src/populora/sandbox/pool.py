@@ -82,6 +82,11 @@ class _Worker:
     def __init__(self, proc: subprocess.Popen) -> None:
         self.proc = proc
         self.rfd = proc.stdout.fileno()
+        self.wfd = proc.stdin.fileno()
+        # Requests go out non-blocking through `out`: a blocking write of a large program to a worker that is
+        # itself blocked writing a large result to us would deadlock.
+        os.set_blocking(self.wfd, False)
+        self.out = bytearray()
         self.buf = bytearray()
         self.inflight: deque[tuple[int, int, float]] = deque()  # (job index, job id, sent at)
         self.info: dict = {}
@@ -96,6 +101,18 @@ class _Worker:
             out.append(json.loads(bytes(self.buf[4:4 + n])))
             del self.buf[:4 + n]
         return out
+
+    def flush(self) -> None:
+        """Write as much of the pending requests as the pipe takes now."""
+        while self.out:
+            try:
+                n = os.write(self.wfd, self.out)
+            except BlockingIOError:
+                return
+            except OSError:  # the worker is gone; the EOF on its stdout heals it
+                self.out.clear()
+                return
+            del self.out[:n]
 
     def kill(self) -> None:
         if self.proc.poll() is None:
@@ -260,14 +277,22 @@ class Sandbox:
                             msg = {"id": jid, "program": program, "call": call, "limits": wire,
                                    "max_stdout_chars": lim.max_stdout_chars}
                             w.inflight.append((i, jid, time.monotonic()))
-                            try:
-                                w.proc.stdin.write(_frame(msg))
-                                w.proc.stdin.flush()
-                            except OSError:
-                                pass  # the worker died; its EOF is handled below
+                            w.out += _frame(msg)
+                    for slot, w in enumerate(self._workers):
+                        w.flush()
+                        registered = w.wfd in sel.get_map()
+                        if w.out and not registered:
+                            sel.register(w.wfd, selectors.EVENT_WRITE, slot)
+                        elif registered and not w.out:
+                            sel.unregister(w.wfd)
                     for key, _ in sel.select(timeout=0.5):
                         slot = key.data
                         w = self._workers[slot]
+                        if key.fd == w.wfd:
+                            w.flush()
+                            continue
+                        if key.fd != w.rfd:
+                            continue  # a replaced worker's stale event
                         try:
                             data = os.read(w.rfd, 1 << 16)
                         except OSError:
@@ -299,6 +324,9 @@ class Sandbox:
         """Replace a dead or wedged worker. Its running job is `crashed`; jobs queued behind it are retried."""
         w = self._workers[slot]
         sel.unregister(w.rfd)
+        if w.wfd in sel.get_map():
+            sel.unregister(w.wfd)
+        w.out.clear()
         finished = 0
         if w.inflight:
             i, _, sent = w.inflight.popleft()
