@@ -17,6 +17,8 @@ from populora.evaluate.math_grader import MathGrader, grade_response, verify_ans
         ("1234", "1,234"),
         (r"\frac{41}{12}", r"\dfrac{41}{12}"),
         ("x^2+2x+1", "(x+1)^2"),
+        (r"\$18.90", "18.9"),  # currency signs in MATH-500 golds
+        (r"\$32,\!348", "32348"),
     ],
 )
 def test_equivalent_answers(gold, pred):

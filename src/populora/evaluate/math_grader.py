@@ -33,10 +33,12 @@ def _norm(s: str) -> str:
 
 
 def _wrap(s: str) -> str:
-    s = s.strip()
-    if "$" in s or "\\[" in s or "\\(" in s:
+    """An extracted answer as LaTeX math for `parse`: currency ``\\$`` and stray inner ``$`` removed."""
+    s = s.strip().replace("\\$", "")
+    if s.startswith("$") or "\\[" in s or "\\(" in s:
         return s
-    return f"${s}$"
+    # Inner dollars in a bare answer are data glitches (e.g. Minerva's `a+$ $b`): drop them.
+    return "$" + s.replace("$", " ") + "$"
 
 
 def _parse(text: str, timeout: int | None, expr_first: bool = False) -> list:
