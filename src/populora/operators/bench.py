@@ -246,3 +246,36 @@ def run(quick: bool = False, out: Path | None = DEFAULT_OUT, shape_name: str = "
         out.write_text(json.dumps(report, indent=2, default=str) + "\n")
         console.print(f"wrote {out}")
     return report
+
+
+def markdown(report: dict) -> tuple[str, str]:
+    """(operator table, retention table) in Markdown from a bench report (for docs/readme/40-operators.md)."""
+    from populora.operators import LIVE_OPERATORS
+
+    peft = report["peft_svd"]
+    ops = report["operators"]
+    head = ("| op | kind | maths (one line) | s / child | goal | PEFT svd ÷ this |\n"
+            "|---|---|---|---|---|---|\n")
+    rows = []
+    for name, r in ops.items():
+        live = " (live)" if name in LIVE_OPERATORS else ""
+        goal = ("< 10 s, dense ΔW" if r["dense"] else "< 2 s") + (" ✓" if r["meets_goal"] else " ✗")
+        ratio = r.get("peft_svd_over_this")
+        rows.append(f"| {name}{live} | {r['kind']} | {r['summary'].replace('|', '∣')} | "
+                    f"{r['seconds_per_child']:.2f} | {goal} | {_fmt(ratio, '.0f')}× |")
+    op_table = head + "\n".join(rows)
+    ret_head = ("| op | ρF vs P1 | cos vs P1 | cos vs P2 | ‖D‖ ratio | erank child / P1 | top-k overlap (U) | τ | "
+                "cos vs P1, unrelated parents |\n|---|---|---|---|---|---|---|---|---|\n")
+    ret_rows = []
+    for name, r in ops.items():
+        rt = r["retention"]
+        ret_rows.append(f"| {name} | {_fmt(rt['rel_fro_p1'])} | {_fmt(rt['cos_p1'], '.3f')} | "
+                        f"{_fmt(rt['cos_p2'], '.3f')} | {_fmt(rt['norm_ratio_p1'])} | "
+                        f"{rt['erank_child']:.1f} / {rt['erank_p1']:.1f} | {_fmt(rt['overlap_left_p1'])} | "
+                        f"{_fmt(rt['tau'], '.3f')} | {_fmt(rt['unrelated_cos_p1'], '.3f')} |")
+    note = (f"\n\nPEFT `add_weighted_adapter(combination_type=\"svd\")`: {peft['seconds_per_child']:.0f} s per child "
+            f"({peft['seconds_timed']:.1f} s for {peft['layers_timed']} layer(s) × {report['layers']}); our X5 "
+            f"(the same maths) on the same layer(s): {peft['x5_seconds_same_layers']:.2f} s, "
+            f"**{peft['ratio_peft_over_x5']:.0f}× faster**; merged deltas agree to "
+            f"{peft['merged_delta_rel_diff_vs_x5']:.0e}.")
+    return op_table + note, ret_head + "\n".join(ret_rows)

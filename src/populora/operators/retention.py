@@ -12,12 +12,24 @@ factored SVDs, so no d x n matrix is formed.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
 
 from populora.lora.adapter import LoRAAdapter
-from populora.operators.linalg import fsvd
+from populora.operators.linalg import fsvd, threads
+
+
+def _single_threaded(fn):
+    """Many small fp64 QR/SVD/GEMM calls: one torch thread is faster (see `linalg.threads`)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with threads(1):
+            return fn(*args, **kwargs)
+
+    return wrapper
 
 
 def _factors(x: LoRAAdapter, name: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -32,15 +44,18 @@ def slot_inner(x: LoRAAdapter, y: LoRAAdapter, name: str) -> float:
     return float(((bx.T @ by.to(bx.device)) * (ax @ ay.to(ax.device).T)).sum())
 
 
+@_single_threaded
 def inner(x: LoRAAdapter, y: LoRAAdapter) -> float:
     """Global <D_x, D_y>_F over all slots."""
     return sum(slot_inner(x, y, n) for n in x.modules)
 
 
+@_single_threaded
 def norm(x: LoRAAdapter) -> float:
     return math.sqrt(max(inner(x, x), 0.0))
 
 
+@_single_threaded
 def distances(child: LoRAAdapter, parent: LoRAAdapter) -> dict[str, float]:
     """rel_fro, cos and norm_ratio of child vs parent (global over slots)."""
     cc, pp, cp = inner(child, child), inner(parent, parent), inner(child, parent)
@@ -69,6 +84,7 @@ def _erank(s: torch.Tensor) -> float:
     return math.exp(float(-(p * p.log()).sum()))
 
 
+@_single_threaded
 def spectrum_stats(x: LoRAAdapter) -> dict[str, float]:
     """Mean over non-zero slots of effective rank, stable rank (sum s^2 / s_1^2) and participation ratio."""
     er, sr, pr = [], [], []
@@ -82,10 +98,12 @@ def spectrum_stats(x: LoRAAdapter) -> dict[str, float]:
     return {"erank": _mean(er), "stable_rank": _mean(sr), "participation_ratio": _mean(pr)}
 
 
+@_single_threaded
 def effective_rank(x: LoRAAdapter) -> float:
     return spectrum_stats(x)["erank"]
 
 
+@_single_threaded
 def subspace_overlap(child: LoRAAdapter, parent: LoRAAdapter, k: int | None = None) -> dict[str, float]:
     """Mean over slots of ||U_c,k^T U_p,k||_F^2 / k for the left (U) and right (V) top-k singular vectors."""
     k = k or max(1, child.rank // 2)
@@ -111,6 +129,7 @@ def midpoint(p1: LoRAAdapter, p2: LoRAAdapter) -> LoRAAdapter:
     return LoRAAdapter(modules=mods, alpha=float(2 * p1.rank))  # scale 1: the factors already carry it
 
 
+@_single_threaded
 def compare(child: LoRAAdapter, parent: LoRAAdapter, k: int | None = None) -> dict[str, float]:
     """All retention metrics of `child` vs one `parent` (or a midpoint)."""
     out = distances(child, parent)
@@ -120,6 +139,7 @@ def compare(child: LoRAAdapter, parent: LoRAAdapter, k: int | None = None) -> di
     return out
 
 
+@_single_threaded
 def retention(child: LoRAAdapter, parents: list[LoRAAdapter], k: int | None = None) -> dict[str, dict]:
     """{"parent1": compare(...), ["parent2": ..., "midpoint": ...]} plus the child's truncation loss if known."""
     out: dict[str, dict] = {f"parent{i + 1}": compare(child, p, k) for i, p in enumerate(parents)}
