@@ -47,17 +47,28 @@ class SlotAdamW:
         bias2_sqrt = (1.0 - b2**step).sqrt()
         step_size = (lr / bias1).to(torch.float32)
         decay = (1.0 - lr * self.weight_decay).to(torch.float32)
+        every = slots == list(range(self.n_slots))  # all slots: update in place, no index copies
         for p, m_all, v_all in zip(self.params, self.exp_avg, self.exp_avg_sq, strict=True):
             view = (-1,) + (1,) * (p.dim() - 1)
-            g = p.grad[idx].float() if p.grad is not None else torch.zeros_like(m_all[idx])
-            m = m_all[idx].mul_(b1).add_(g, alpha=1.0 - b1)
-            v = v_all[idx].mul_(b2).addcmul_(g, g, value=1.0 - b2)
-            m_all[idx] = m
-            v_all[idx] = v
+            if every:
+                g = p.grad.float() if p.grad is not None else torch.zeros_like(m_all)
+                m, v = m_all, v_all
+            else:
+                g = p.grad[idx].float() if p.grad is not None else torch.zeros_like(m_all[idx])
+                m, v = m_all[idx], v_all[idx]
+            m.mul_(b1).add_(g, alpha=1.0 - b1)
+            v.mul_(b2).addcmul_(g, g, value=1.0 - b2)
             denom = (v.sqrt() / bias2_sqrt.to(torch.float32).view(view)).add_(self.eps)
-            w = p.data[idx].float().mul_(decay.view(view))
+            if every and p.dtype == torch.float32:
+                p.data.mul_(decay.view(view)).addcdiv_(m * step_size.view(view), denom, value=-1.0)
+                continue
+            w = (p.data if every else p.data[idx]).float().mul_(decay.view(view))
             w.addcdiv_(m * step_size.view(view), denom, value=-1.0)
-            p.data[idx] = w.to(p.dtype)
+            if every:
+                p.data.copy_(w)
+            else:
+                m_all[idx], v_all[idx] = m, v
+                p.data[idx] = w.to(p.dtype)
 
     def reset(self, slot: int) -> None:
         """Forget slot `slot`'s moments and step count (its learning rate is kept)."""
