@@ -53,3 +53,20 @@ def test_report_renders_in_chromium(driver, pop_report, single_report, tmp_path)
                    '<body><img src="data:image/png;base64,AAAA"></body></html>')
     n, loaded, _, _ = _check_page(driver, bad)
     assert n == 1 and loaded == 0
+
+
+def test_cli_screenshot(single_run, tmp_path):
+    if not CHROMIUM:
+        pytest.skip("chromium not installed (`make system-deps` installs it as root)")
+    from PIL import Image
+    from typer.testing import CliRunner
+
+    from populora.cli import app
+
+    png = tmp_path / "shot.png"
+    res = CliRunner().invoke(app, ["report", str(single_run), "--out", str(tmp_path / "r.html"),
+                                   "--screenshot", str(png), "--screenshot-height", "600"])
+    assert res.exit_code == 0, res.output
+    im = Image.open(png).convert("L")
+    assert im.size == (1100, 600)
+    assert len(im.histogram()) == 256 and sum(1 for c in im.histogram() if c) > 20  # real content, not blank
