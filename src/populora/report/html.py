@@ -231,8 +231,9 @@ def _cap_complexity(run: Run) -> str:
             k = max(1, fin.size // 5)
             bits.append(f"{FEATURE_LABELS[f]} {fin[:k].mean():.1f} → {fin[-k:].mean():.1f}")
     who = "the single agent's" if run.mode == "single" else "the teachers'"
-    return (f"The four structural metrics of {who} valid programs per step (line: mean, band: ± one standard "
-            "deviation). Rising curves mean harder problems; falling curves are the self-calibration collapse "
+    faint = ", faint: each teacher's own mean" if len(run.members_with_role(*proposer_roles(run))) > 1 else ""
+    return (f"The four structural metrics of {who} valid programs per step (bold: mean, band: ± "
+            f"one standard deviation{faint}). Rising curves mean harder problems; falling curves are the self-calibration collapse "
             f"to trivial programs. First fifth → last fifth of the run: {_esc('; '.join(bits))}.")
 
 

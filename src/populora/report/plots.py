@@ -338,15 +338,24 @@ def complexity_figure(run: Run) -> Figure | None:
         return None
     fig, axes = _fig(size=(9.0, 4.6), ncols=2, nrows=2)
     color = ROLE_COLOR[proposer_roles(run)[0]]
+    colors = member_colors(run)
+    proposers = run.members_with_role(*proposer_roles(run))
     for ax, f in zip(axes.flat, FEATURES, strict=True):
         st, mean, std = curves[f]
-        ax.fill_between(st, mean - std, mean + std, color=color, alpha=0.12, linewidth=0)
-        _plot_line(ax, st, mean, color=color, linewidth=0.8, alpha=0.5)
-        _plot_line(ax, st, smooth(mean, _window(run)), color=color, linewidth=2.2)
+        ax.fill_between(st, mean - std, mean + std, color=color, alpha=0.10, linewidth=0)
+        if len(proposers) > 1:  # each teacher's own mean (metrics.jsonl), faint
+            for m in proposers:
+                _plot_line(ax, run.steps, run.member_series(m, ["complexity", f, "mean"]), color=colors[m],
+                           linewidth=0.7, alpha=0.45, label=m if f == FEATURES[0] else None)
+        _plot_line(ax, st, smooth(mean, _window(run)), color=color, linewidth=2.4,
+                   label="all teachers (smoothed)" if f == FEATURES[0] and len(proposers) > 1 else None)
         ax.set_title(FEATURE_LABELS[f], fontsize=10)
         _single_point_xlim(ax, np.asarray(st))
     for ax in axes[1]:
         ax.set_xlabel("step")
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    if handles:
+        fig.legend(handles, labels, loc="outside lower center", ncol=min(8, len(labels)), frameon=False, fontsize=8)
     return fig
 
 
