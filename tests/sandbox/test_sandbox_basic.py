@@ -164,3 +164,39 @@ def test_workers_are_fresh_interpreters_even_after_torch(is_root: bool) -> None:
                 argv = fh.read().split(b"\0")
             exe = argv[0].decode()
             assert os.path.realpath(exe) == exe and "shims" not in exe
+
+
+def test_bad_job_arguments_are_refused_in_the_caller(sandbox: Sandbox) -> None:
+    with pytest.raises(TypeError, match="pairs"):
+        sandbox.run_many([("def f(): pass", None)])  # type: ignore[list-item]
+    with pytest.raises(TypeError, match="pairs"):
+        sandbox.run_many(["f()"])  # type: ignore[list-item]
+
+
+def test_without_namespaces_jobs_still_get_fresh_directories_and_limits() -> None:
+    with Sandbox(workers=1, isolate=False) as sb:
+        assert not sb.isolation["netns"] and not sb.isolation["uid_drop"] and sb.isolation["rlimits"]
+        first, second = sb.run_many([("open('x', 'w').write('hi')\nimport os\n", "(os.getcwd(), os.listdir('.'))"),
+                                     ("import os\n", "(os.getcwd(), os.listdir('.'))")])
+        d1, files1 = ast.literal_eval(first.value_repr)
+        d2, files2 = ast.literal_eval(second.value_repr)
+        assert files1 == ["x"] and files2 == [] and d1 != d2
+        assert not os.path.exists(d1)  # removed after the job
+        assert sb.run("import time\n", "time.sleep(5)", Limits(timeout_s=0.3)).status == "timeout"
+
+
+def test_cli_run_prints_the_outcome_as_json(tmp_path) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from populora.cli import app
+
+    prog = tmp_path / "prog.py"
+    prog.write_text("def f(x):\n    print('hi')\n    return [x, x]\n")
+    res = CliRunner().invoke(app, ["sandbox", "run", str(prog), "--call", "f(2)", "--timeout", "3"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    assert (out["status"], out["value_repr"], out["stdout"], out["plain"]) == ("ok", "[2, 2]", "hi\n", True)
+    res = CliRunner().invoke(app, ["sandbox", "run", str(tmp_path / "missing.py"), "--call", "f(2)"])
+    assert res.exit_code == 2 and "not a file" in res.output

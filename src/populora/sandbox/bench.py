@@ -1,7 +1,7 @@
 """Sandbox benchmark: jobs/s and latency for trivial programs with 2 workers, three ways in one run.
 
 1. `populora.sandbox.Sandbox` (full isolation: namespaces, uid drop, rlimits, fresh process per job);
-2. a fresh `python -I` subprocess per job, two at a time (rlimits set by a prelude inside the child, the fastest
+2. a fresh `python -I -S` subprocess per job, two at a time (rlimits set by a prelude inside the child, the fastest
    way measured in reference/feasibility.md §10) -- what a user would otherwise write;
 3. an AZR-style long-lived pool of 2 processes doing `exec` with no isolation at all (the anchor's executor).
 
@@ -95,7 +95,7 @@ def bench_sandbox(n: int, n_lat: int) -> dict:
 def _one_subprocess(exe: str, i: int) -> float:
     code = _PRELUDE + PROGRAM + f"print(repr(f({i})))\n"
     t = time.perf_counter()
-    out = subprocess.run([exe, "-I", "-c", code], capture_output=True, text=True, timeout=30,
+    out = subprocess.run([exe, "-I", "-S", "-c", code], capture_output=True, text=True, timeout=30,
                          env={"PATH": "/usr/bin:/bin"}, cwd="/")
     dt = time.perf_counter() - t
     assert out.stdout.strip() == str(i * 2 + 1), out.stderr
@@ -196,7 +196,7 @@ def run(quick: bool = False, out: Path | None = None) -> dict:
                         f"load {load_before[0]:.1f})")
     for col in ("method", "isolation", "jobs/s", "p50 ms", "p95 ms", "CPU ms/job", "vs subprocess"):
         table.add_column(col, justify="left" if col in ("method", "isolation") else "right")
-    rows = [("populora Sandbox", "full", sb), ("fresh python -I per job", "process + rlimits", sp),
+    rows = [("populora Sandbox", "full", sb), ("fresh python -I -S per job", "process + rlimits", sp),
             ("AZR-style exec pool", "none", ex)]
     for name, iso, r in rows:
         cpu = f"{r['cpu_ms_per_job']:.2f}"
@@ -204,7 +204,7 @@ def run(quick: bool = False, out: Path | None = None) -> dict:
                       f"{r['jobs_per_s'] / sp['jobs_per_s']:.1f}x")
     if torch_caller and "error" not in torch_caller:
         for name, key in (("populora Sandbox, caller imported torch", "sandbox"),
-                          ("python -I per job, caller imported torch", "subprocess")):
+                          ("python -I -S per job, caller imported torch", "subprocess")):
             r = torch_caller[key]
             table.add_row(name, "full" if key == "sandbox" else "process + rlimits", f"{r['jobs_per_s']:.0f}",
                           f"{r['p50_ms']:.2f}", f"{r['p95_ms']:.2f}", f"{r['cpu_ms_per_job']:.2f}",

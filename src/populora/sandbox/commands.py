@@ -40,7 +40,7 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
             raise typer.Exit(2) from None
         with Sandbox(workers=1, limits=limits) as sb:
             out = sb.run(program, call)
-        typer.echo(json.dumps(out.to_dict(), indent=indent or None, ensure_ascii=False))
+        typer.echo(json.dumps(out.to_dict(), indent=indent or None))
 
     @sandbox.command("isolation")
     def isolation_cmd() -> None:

@@ -251,6 +251,9 @@ class Sandbox:
     def run_many(self, jobs: Sequence[tuple[str, str]], limits: Limits | None = None) -> list[Outcome]:
         """Run jobs in parallel over the workers; the outcomes come back in the order of `jobs`."""
         lim = limits or self.limits
+        for job in jobs:
+            if not (isinstance(job, tuple | list) and len(job) == 2 and all(isinstance(x, str) for x in job)):
+                raise TypeError(f"run_many() takes (program: str, call: str) pairs, got {job!r:.80}")
         wire = lim.wire()
         grace = lim.timeout_s + self._wedge_grace_s  # the worker kills its job at timeout_s; past this it is wedged
         results: list[Outcome | None] = [None] * len(jobs)
