@@ -10,7 +10,14 @@ from op_fixtures import R, assert_same_delta, deltas, make_adapter, regauge
 
 from populora.lora import LoRAAdapter
 from populora.operators import apply
-from populora.operators.elementwise import della_keep_prob, della_sample, kth_largest, ties_merge, trim_topk
+from populora.operators.elementwise import (
+    della_keep_prob,
+    della_sample,
+    disjoint_mean,
+    kth_largest,
+    ties_merge,
+    trim_topk,
+)
 from populora.operators.linalg import fsvd, refactor, tsvd
 
 
@@ -69,6 +76,20 @@ def test_ties_sign_election_hand_case():
     assert torch.equal(ties_merge([t1, t2], density=1.0), torch.tensor([[4.0, 0.0, -2.0, 1.0]]))
     # sgn(0) := +1: an exact tie goes to the positive entry
     assert torch.equal(ties_merge([torch.tensor([[2.0]]), torch.tensor([[-2.0]])], density=1.0), torch.tensor([[2.0]]))
+
+
+def test_two_parent_disjoint_mean_matches_general_rule():
+    from populora.operators.elementwise import elect_sign
+
+    g = torch.Generator().manual_seed(0)
+    t1 = torch.randint(-3, 4, (400,), generator=g).double()  # many zeros, equal magnitudes and exact ties
+    t2 = torch.randint(-3, 4, (400,), generator=g).double()
+    gamma = elect_sign([t1, t2])
+    agree = [(t * gamma) > 0 for t in (t1, t2)]
+    general = (t1 * agree[0] + t2 * agree[1]) / (agree[0].double() + agree[1].double()).clamp_min(1)
+    assert torch.equal(disjoint_mean([t1, t2]), general)
+    three = disjoint_mean([t1, t2, torch.zeros_like(t1)])  # the k-parent path gives the same answer
+    assert torch.equal(three, general)
 
 
 def test_ties_trim_keeps_exact_count_and_x6_of_self_is_self(p1):

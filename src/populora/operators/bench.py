@@ -156,6 +156,7 @@ def run(quick: bool = False, out: Path | None = DEFAULT_OUT, shape_name: str = "
     from populora.operators import REGISTRY, apply, retention
 
     torch.set_num_threads(threads)
+    load_start = os.getloadavg()[0]  # the box is shared: record how busy it was
     console = Console(width=150)
     shape = dict(SHAPES[shape_name])
     layers = min(4, shape["layers"]) if quick else shape["layers"]
@@ -237,6 +238,7 @@ def run(quick: bool = False, out: Path | None = DEFAULT_OUT, shape_name: str = "
         "bench": "operators", "shape": shape_name, **{k: shape[k] for k in ("rank", "alpha", "hidden", "kv")},
         "layers": shape["layers"], "layers_timed": layers, "extrapolated": scale_to_full != 1, "quick": quick,
         "threads": threads, "torch": torch.__version__, "cpu_count": os.cpu_count(),
+        "loadavg_1min_start_end": [load_start, os.getloadavg()[0]],
         "machine": platform.machine(), "goal_s": GOAL_S, "goal_dense_s": GOAL_DENSE_S,
         "parents_cos": retention.distances(p2, p1)["cos"], "operators": results, "peft_svd": peft,
     }

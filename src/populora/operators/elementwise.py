@@ -68,6 +68,8 @@ def elect_sign(ts: list[torch.Tensor]) -> torch.Tensor:
 
 def disjoint_mean(ts: list[torch.Tensor]) -> torch.Tensor:
     """sum_k T_k [sgn T_k = gamma] / max(1, #agreeing nonzero T_k): agreeing entries averaged, zeros never count."""
+    if len(ts) == 2:
+        return _disjoint_mean2(*ts)
     gamma = elect_sign(ts)
     num = torch.zeros_like(ts[0])
     cnt = torch.zeros_like(ts[0])
@@ -76,6 +78,17 @@ def disjoint_mean(ts: list[torch.Tensor]) -> torch.Tensor:
         num += torch.where(agree, t, 0)
         cnt += agree
     return num / cnt.clamp_min(1)
+
+
+def _disjoint_mean2(t1: torch.Tensor, t2: torch.Tensor) -> torch.Tensor:
+    """Two-parent closed form of `disjoint_mean` in half the passes over memory (7M-entry deltas at 7B shape).
+
+    Same sign: the mean. Otherwise the entry whose sign matches sgn(t1 + t2) (the larger |.|, or the non-zero
+    one), with sgn(0) := +1 picking the positive entry of an exact tie.
+    """
+    s = t1 + t2
+    other = torch.where(s >= 0, torch.maximum(t1, t2), torch.minimum(t1, t2))
+    return torch.where((t1 * t2) > 0, s.mul_(0.5), other)
 
 
 def ties_merge(deltas: list[torch.Tensor], density: float = 0.2, lam: float = 1.0) -> torch.Tensor:
