@@ -79,3 +79,12 @@ def test_resolve_model_errors(tmp_path, monkeypatch):
     else:
         with pytest.raises(EngineError, match="populora pretrain-tiny"):
             resolve_model("tiny")
+
+
+def test_vllm_backend_without_vllm_is_a_clear_error():
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vllm is installed; this test covers the CPU install without it")
+    with pytest.raises(EngineError, match=r"needs the vllm package .*backend='hf'"):
+        build("tiny", backend="vllm")

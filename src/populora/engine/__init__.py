@@ -32,6 +32,10 @@ def build(model: Any = "tiny", n_slots: int = 8, rank: int = 32, alpha: float = 
     """
     if backend not in BACKENDS:
         raise EngineError(f"unknown engine backend {backend!r}; choose one of {BACKENDS}.")
+    if backend == "vllm":  # fail before loading anything
+        from populora.engine.vllm import require_vllm
+
+        require_vllm()
     import torch
 
     from populora.engine.models import load_model_and_tokenizer

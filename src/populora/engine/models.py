@@ -91,9 +91,21 @@ def _smol_dir() -> Path:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    # Q4_1 weights are dequantised to float32 by transformers; we store them once as safetensors.
+    # Q4_1 weights are dequantised to float32 by transformers; we store them once as safetensors. The loaded
+    # model is flagged "quantized with gguf" and refuses save_pretrained, so we copy its weights into a
+    # plain model built from the same config.
     tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    config = loaded.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    missing, unexpected = model.load_state_dict(loaded.state_dict(), strict=False)
+    if unexpected or [k for k in missing if not k.endswith("lm_head.weight")]:
+        raise EngineError(f"converting the smol GGUF failed: missing {missing[:3]}, unexpected {unexpected[:3]}; "
+                          "check the transformers/gguf versions.")
+    model.tie_weights()
+    tok.padding_side = "left"
     tmp = out.with_name(out.name + f".tmp{os.getpid()}")
     model.save_pretrained(tmp, safe_serialization=True)
     tok.save_pretrained(tmp)
