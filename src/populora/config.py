@@ -59,6 +59,8 @@ class ModelConfig:
     """Rollout engine: 'hf' (transformers + batched multi-LoRA, any machine) or 'vllm' (GPU, multi-LoRA)."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """Where the base model lives: 'auto' picks cuda when available, else cpu."""
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    """Base-model weights dtype: 'auto' = bfloat16 on cuda, float32 on cpu (adapters always train in float32)."""
     memory_gb: float = 0.0
     """Memory budget for base + adapters + optimiser state in GiB; 0 reads the machine's free memory."""
 

@@ -188,6 +188,8 @@ class Trainer:
         return student_reward(formatted, correct, self.rewards)
 
     def close(self) -> None:
+        if self.engine is not None and hasattr(self.engine, "close"):
+            self.engine.close()  # the vllm engine holds GPU memory and a scratch folder
         if self.sandbox is not None:
             self.sandbox.close()
             self.sandbox = None
@@ -690,6 +692,9 @@ def build_engine(cfg: Config):
     from populora.engine import EngineError, build
 
     device = preflight(cfg)
+    import torch
+
+    name = cfg.model.dtype if cfg.model.dtype != "auto" else ("bfloat16" if device == "cuda" else "float32")
     try:
         return build(
             model=cfg.model.name,
@@ -704,6 +709,7 @@ def build_engine(cfg: Config):
             max_grad_norm=cfg.rl.grad_clip or None,
             seed=cfg.train.seed,
             train_threads=cfg.train.threads,
+            dtype=getattr(torch, name),
         )
     except EngineError as err:
         raise TrainError(f"model: {err}") from None
