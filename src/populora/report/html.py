@@ -186,9 +186,11 @@ def _cap_ratings(run: Run) -> str:
 def _cap_matchups(run: Run) -> str:
     students, teachers, mat, cnt = matchup_matrix(run)
     played = int((cnt > 0).sum())
+    counts = " (in brackets)" if len(students) <= 10 and len(teachers) <= 10 else ""
     return ("Solve rate of each student (row) on each teacher's problems (column), pooled over all their "
-            "matchups and weighted by problem count (in brackets). Non-uniform rows mean students specialise "
-            f"against particular teachers. {played} of {len(students) * len(teachers)} pairs were played.")
+            f"matchups and weighted by problem count{counts}; blank: never matched. Non-uniform rows mean "
+            f"students specialise against particular teachers. {played} of {len(students) * len(teachers)} pairs "
+            "were played.")
 
 
 def _cap_evolution(run: Run) -> str:

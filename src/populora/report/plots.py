@@ -42,6 +42,7 @@ _TEACHER_SHADES = ["#d9480f", "#c2255c", "#f59f00", "#862e9c", "#a61e1e", "#e859
 _STUDENT_SHADES = ["#1c7ed6", "#0ca678", "#5f3dc4", "#15aabf", "#2f9e44", "#364fc7", "#66a80f", "#0b7285"]
 
 WIDE = (9.0, 3.4)
+MANY = 8  # above this many members in a plot, per-member legends give way to direct labels or none
 DPI = 100
 
 
@@ -245,25 +246,31 @@ def ratings_figure(run: Run) -> Figure | None:
     fig, axes = _fig(size=(9.0, 3.8), ncols=2, sharey=True)
     steps, colors = run.steps, member_colors(run)
     for ax, role in zip(axes.flat, ("teacher", "student"), strict=True):
-        for m, (mu, sigma) in hist.items():
-            if run.role_of(m) != role:
-                continue
-            _plot_line(ax, steps, mu, color=colors[m], linewidth=1.8, label=m)
-            ax.fill_between(steps, mu - sigma, mu + sigma, color=colors[m], alpha=0.08, linewidth=0)
+        mids = [m for m in hist if run.role_of(m) == role]
+        many = len(mids) > MANY
+        events = [e for e in run.events_of("evolution") if e.get("role") == role]
+        for m in mids:
+            mu, sigma = hist[m]
+            _plot_line(ax, steps, mu, color=colors[m], linewidth=1.4 if many else 1.8, label=None if many else m)
+            ax.fill_between(steps, mu - sigma, mu + sigma, color=colors[m], alpha=0.05 if many else 0.08,
+                            linewidth=0)
+            if many and np.isfinite(mu[-1]):  # with many members, name only the survivors, at the right edge
+                ax.annotate(m, xy=(steps[-1], mu[-1]), xytext=(3, 0), textcoords="offset points", fontsize=7,
+                            color=colors[m], va="center")
         ax.axhline(25.0, color="#adb5bd", linewidth=0.8, linestyle="--")
-        for e in run.events_of("evolution"):
-            if e.get("role") == role:
-                ax.axvline(e["step"], color="#868e96", linestyle=":", linewidth=1.0, zorder=0)
-                child, cmu = e.get("child"), e.get("child_mu")
-                if isinstance(cmu, int | float):
-                    # the child's birth rating, joined to its first logged rating
-                    col = colors.get(child, "#495057")
-                    ax.plot([e["step"]], [cmu], marker="*", markersize=9, color=col, zorder=3)
-                    mu_c = hist.get(child, (np.full(steps.size, np.nan),))[0]
-                    later = np.flatnonzero((steps > e["step"]) & np.isfinite(mu_c))
-                    if later.size:
-                        ax.plot([e["step"], steps[later[0]]], [cmu, mu_c[later[0]]], color=col, linewidth=1.0,
-                                linestyle="--")
+        for e in events:
+            ax.axvline(e["step"], color="#868e96", linestyle=":", linewidth=0.8 if many else 1.0, zorder=0)
+            child, cmu = e.get("child"), e.get("child_mu")
+            if isinstance(cmu, int | float):
+                # the child's birth rating, joined to its first logged rating
+                col = colors.get(child, "#495057")
+                ax.plot([e["step"]], [cmu], marker="*", markersize=7 if many else 9, color=col, zorder=3)
+                mu_c = hist.get(child, (np.full(steps.size, np.nan),))[0]
+                later = np.flatnonzero((steps > e["step"]) & np.isfinite(mu_c))
+                if later.size:
+                    ax.plot([e["step"], steps[later[0]]], [cmu, mu_c[later[0]]], color=col, linewidth=1.0,
+                            linestyle="--")
+            if len(events) <= 12:  # beyond that the labels overlap; the stars still mark every birth
                 ax.annotate(f"{e.get('operator', '?')}→{e.get('child', '?')}", xy=(e["step"], 1.0),
                             xycoords=("data", "axes fraction"), fontsize=7, color="#495057",
                             rotation=90, ha="right", va="top")
@@ -286,11 +293,13 @@ def matchup_figure(run: Run) -> Figure | None:
     ax = axes[0, 0]
     ax.grid(False)
     im = ax.imshow(np.ma.masked_invalid(mat), cmap="RdYlBu", vmin=0, vmax=1, aspect="auto")
-    ax.set_xticks(range(len(teachers)), teachers, fontsize=8)
-    ax.set_yticks(range(len(students)), students, fontsize=8)
+    fs = 8 if len(teachers) <= 16 and len(students) <= 16 else 6
+    ax.set_xticks(range(len(teachers)), teachers, fontsize=fs, rotation=90 if len(teachers) > 16 else 0)
+    ax.set_yticks(range(len(students)), students, fontsize=fs)
     ax.set_xlabel("teacher")
     ax.set_ylabel("student")
-    for i in range(len(students)):
+    annotate = len(students) <= 10 and len(teachers) <= 10
+    for i in range(len(students) if annotate else 0):
         for j in range(len(teachers)):
             if cnt[i, j]:
                 ax.text(j, i, f"{mat[i, j]:.2f}\n({cnt[i, j]})", ha="center", va="center", fontsize=7,
@@ -308,26 +317,52 @@ def evolution_figure(run: Run) -> Figure | None:
     fig, axes = _fig(ncols=2, width_ratios=[1, 2])
     ax = axes[0, 0]
     ops = sorted(usage)
-    ax.bar(ops, [usage[o] for o in ops], color=["#1c7ed6" if o.startswith("X") else "#d9480f" for o in ops])
-    ax.set_title("children per operator", fontsize=10)
+    bars = ax.bar(ops, [usage[o] for o in ops],
+                  color=["#1c7ed6" if o.startswith("X") else "#d9480f" for o in ops])
+    for bar, op in zip(bars, ops, strict=True):  # median recovery (steps) of the operator's recovered children
+        done = [r.steps for r in recs if r.operator == op and r.steps is not None]
+        if done:
+            ax.annotate(f"{np.median(done):.0f}", xy=(bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                        xytext=(0, 2), textcoords="offset points", ha="center", fontsize=7, color="#495057")
+    ax.set_title("children per operator\n(number on bar: median steps to recover)", fontsize=9)
     ax.set_ylabel("children")
     ax.yaxis.get_major_locator().set_params(integer=True)
+    ax.tick_params(axis="x", labelsize=8)
     ax = axes[0, 1]
     steps = run.steps
     colors = member_colors(run)
-    for r in recs:
-        if r.parent_level is None:
-            continue
+    scored = [r for r in recs if r.parent_level is not None]
+    many = len(scored) > MANY
+    horizon = 0
+    curves = []
+    for r in scored:
         after = steps > r.born_step
-        y = run.member_series(r.child, "reward")[after] - r.parent_level
+        y = smooth(run.member_series(r.child, "reward")[after] - r.parent_level, 3)
         x = steps[after] - r.born_step
-        _plot_line(ax, x, smooth(y, 3), color=colors.get(r.child, "#495057"), linewidth=1.4,
-                   label=f"{r.child} ({r.operator})")
+        if many:
+            keep = x <= 30  # recovery happens early; the tail of a long-lived child only adds clutter
+            x, y = x[keep], y[keep]
+            curves.append((x, y))
+        if np.isfinite(y).any():
+            horizon = max(horizon, int(x[np.isfinite(y)].max()))
+        _plot_line(ax, x, y, color=colors.get(r.child, "#495057"), linewidth=0.8 if many else 1.4,
+                   alpha=0.35 if many else 1.0, label=None if many else f"{r.child} ({r.operator})")
+    if many and horizon:
+        grid = np.arange(1, horizon + 1)
+        stack = np.full((len(curves), grid.size), np.nan)
+        for i, (x, y) in enumerate(curves):
+            idx = np.searchsorted(grid, x)
+            ok = (idx < grid.size) & (grid[np.minimum(idx, grid.size - 1)] == x)
+            stack[i, idx[ok]] = y[ok]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            mean = np.nanmedian(stack, axis=0)
+        _plot_line(ax, grid, mean, color="#212529", linewidth=2.4, label=f"median of {len(scored)} children")
     ax.axhline(0.0, color="#212529", linewidth=1.0, linestyle="--")
     ax.set_title("child reward − parents' level at birth (smoothed)", fontsize=10)
     ax.set_xlabel("steps since birth")
     ax.xaxis.get_major_locator().set_params(integer=True)
-    _legend(ax, loc="best", ncol=3)
+    _legend(ax, loc="best", ncol=1 if many else 3)
     return fig
 
 
@@ -346,7 +381,8 @@ def complexity_figure(run: Run) -> Figure | None:
         if len(proposers) > 1:  # each teacher's own mean (metrics.jsonl), faint
             for m in proposers:
                 _plot_line(ax, run.steps, run.member_series(m, ["complexity", f, "mean"]), color=colors[m],
-                           linewidth=0.7, alpha=0.45, label=m if f == FEATURES[0] else None)
+                           linewidth=0.7, alpha=0.45,
+                           label=m if f == FEATURES[0] and len(proposers) <= MANY else None)
         _plot_line(ax, st, smooth(mean, _window(run)), color=color, linewidth=2.4,
                    label="all teachers (smoothed)" if f == FEATURES[0] and len(proposers) > 1 else None)
         ax.set_title(FEATURE_LABELS[f], fontsize=10)

@@ -25,8 +25,12 @@ def find_browser() -> str | None:
 
 
 def screenshot(html_path: str | Path, png_path: str | Path, width: int = 1100, height: int = 2400,
-               timeout_s: float = 120.0) -> Path:
-    """Render `html_path` in headless Chromium at `width` x `height` CSS pixels and save the PNG."""
+               timeout_s: float = 120.0, compact: bool = True) -> Path:
+    """Render `html_path` in headless Chromium at `width` x `height` CSS pixels and save the PNG.
+
+    `compact=True` re-encodes it with a 256-colour palette (about 3x smaller, no visible change for these
+    flat-colour pages), which keeps screenshots committed to docs/ small.
+    """
     browser = find_browser()
     if browser is None:
         raise ScreenshotError("no Chromium found; install it (apt-get install chromium) to take screenshots")
@@ -45,4 +49,11 @@ def screenshot(html_path: str | Path, png_path: str | Path, width: int = 1100, h
     if proc.returncode != 0 or not png_path.exists():
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
         raise ScreenshotError(f"Chromium failed (exit {proc.returncode}): {tail[0]}")
+    if compact:
+        from PIL import Image
+
+        with Image.open(png_path) as im:
+            rgb = im.convert("RGB")
+        rgb.quantize(colors=256, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE).save(
+            png_path, optimize=True)
     return png_path
