@@ -33,7 +33,7 @@ WORKER_SCRIPT = Path(__file__).with_name("_worker.py")
 #: cannot read the interpreter's files (on machines where they live under /root), so these (and `LAZY_MODULES`)
 #: are the modules a job can import. Which imports are *allowed* is the tasks package's AST policy, not ours.
 DEFAULT_PRELOAD: tuple[str, ...] = (
-    "abc", "array", "base64", "binascii", "bisect", "calendar", "cmath", "codecs", "collections",
+    "abc", "array", "ast", "base64", "binascii", "bisect", "calendar", "cmath", "codecs", "collections",
     "collections.abc", "contextlib", "copy", "dataclasses", "datetime", "_strptime", "decimal", "difflib",
     "enum", "fractions", "functools", "graphlib", "hashlib", "heapq", "hmac", "io", "itertools", "json",
     "keyword", "math", "numbers", "operator", "pprint", "re", "string", "struct", "textwrap", "time", "types",
