@@ -297,7 +297,7 @@ def _child(job: dict, wfd: int, cfg: dict, iso: dict) -> None:
                         pass
         workdir = job["workdir"]
         os.chdir(workdir)
-        devnull = os.open(os.devnull, os.O_RDWR)
+        devnull = cfg["devnull"]
         os.dup2(devnull, 0)
         os.dup2(devnull, 1)
         os.dup2(devnull, 2)
@@ -305,20 +305,21 @@ def _child(job: dict, wfd: int, cfg: dict, iso: dict) -> None:
         cpu = lim["cpu_s_int"]
         resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
         _limit(resource.RLIMIT_AS, lim["memory_mb"] << 20)
-        if not iso["uid_drop"]:  # as root the worker has set these for itself already (see _prepare)
-            _limit(resource.RLIMIT_FSIZE, int(lim["file_mb"] * 1048576))
-            _limit(resource.RLIMIT_NOFILE, int(lim["nofile"]))
-        if iso["no_new_processes"]:
-            # Before the uid change: the kernel then flags the process as over its NPROC limit, which makes
-            # execve fail too (EAGAIN), not only fork/clone (threads count as processes).
-            _limit(resource.RLIMIT_NPROC, 0)
         if iso["uid_drop"]:
+            # RLIMIT_NPROC=0, the file limits and no-new-privs are already set on the worker (root forks are
+            # exempt from NPROC); NPROC being exceeded at the uid change below makes the kernel refuse
+            # execve too (EAGAIN), not only fork/clone (threads count as processes).
             gid, uid = cfg["gid"], cfg["uid"]
             os.setgroups([])
             os.setresgid(gid, gid, gid)
             os.setresuid(uid, uid, uid)
-        _prctl(PR_SET_NO_NEW_PRIVS, 1)
-        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # after the uid change, which clears it
+        else:
+            _limit(resource.RLIMIT_FSIZE, int(lim["file_mb"] * 1048576))
+            _limit(resource.RLIMIT_NOFILE, int(lim["nofile"]))
+            if iso["no_new_processes"]:
+                _limit(resource.RLIMIT_NPROC, 0)
+        if not iso["pidns"]:  # with a PID namespace the kernel kills every job when the worker (its init) dies
+            _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # after the uid change, which clears it
         if workdir != "/tmp":  # the fallback per-job directory (the worker's environ says /tmp)
             os.environ["HOME"] = os.environ["TMPDIR"] = workdir
     except BaseException as e:  # a setup failure must never run the job with less isolation
@@ -586,8 +587,7 @@ def main() -> None:
     devnull = os.open(os.devnull, os.O_RDWR)
     os.dup2(devnull, 0)
     os.dup2(devnull, 1)
-    os.close(devnull)
-    cfg["fin"], cfg["fout"] = fin, fout
+    cfg["fin"], cfg["fout"], cfg["devnull"] = fin, fout, devnull  # jobs dup devnull onto 0-2
     cfg.setdefault("lazy", [])
     ok, missing = preload(cfg.get("preload", []))
     _warm_up()
@@ -597,6 +597,9 @@ def main() -> None:
     os.environ.clear()
     os.environ.update({"PATH": "/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8"})
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    _prctl(PR_SET_NO_NEW_PRIVS, 1)  # inherited by every job; the worker itself never execs
+    if iso["uid_drop"]:
+        resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))  # inherited by jobs; root's own forks are exempt
     if "threading" in sys.modules or "random" in sys.modules:
         warns.append("threading/random are preloaded: their at-fork hooks make every job slower")
     _send(fout, {"ready": True, "pid": os.getpid(), "isolation": iso, "warnings": warns,
