@@ -46,7 +46,9 @@ def test_make_centroids_is_seeded():
 
 def test_archive_counts_cells_against_bruteforce(tmp_path):
     rng = np.random.default_rng(0)
-    feats = [dict(zip(FEATURES, map(int, rng.integers(1, [20, 15, 40, 20])), strict=True)) for _ in range(300)]
+    feats = [
+        dict(zip(FEATURES, map(int, rng.integers(1, [20, 15, 40, 20])), strict=True)) for _ in range(300)
+    ]
     arc = CoverageArchive()
     assert arc.coverage == 0.0 and arc.cells_filled == 0 and arc.visit_entropy == 0.0
     arc.add(feats[:150])

@@ -23,15 +23,35 @@ NULL_SR = {"code_i": None, "code_o": None, "code_f": None, "all": None}
 
 
 def member(role, reward=None, sr=None, mu=None, sigma=None, complexity=None, n_valid=None):
-    return {"role": role, "reward": reward, "valid_rate": None, "solve_rate": sr or dict(NULL_SR),
-            "response_len": None, "entropy": None, "mu": mu, "sigma": sigma, "loss": None, "grad_norm": None,
-            "complexity": complexity, "n_valid": n_valid, "n_proposed": None}
+    return {
+        "role": role,
+        "reward": reward,
+        "valid_rate": None,
+        "solve_rate": sr or dict(NULL_SR),
+        "response_len": None,
+        "entropy": None,
+        "mu": mu,
+        "sigma": sigma,
+        "loss": None,
+        "grad_norm": None,
+        "complexity": complexity,
+        "n_valid": n_valid,
+        "n_proposed": None,
+    }
 
 
 def write_metrics(run_dir, records):
     for r in records:
-        base = {"time": 0.0, "mode": "population", "phase_s": {}, "tokens_per_s": None, "tokens": None,
-                "coverage": None, "coverage_cells": None, "matchups": []}
+        base = {
+            "time": 0.0,
+            "mode": "population",
+            "phase_s": {},
+            "tokens_per_s": None,
+            "tokens": None,
+            "coverage": None,
+            "coverage_cells": None,
+            "matchups": [],
+        }
         append_jsonl(run_dir / "metrics.jsonl", {**base, **r})
 
 
@@ -69,9 +89,14 @@ def test_not_a_run(tmp_path):
 
 
 def test_load_dedupes_resumed_steps_and_skips_cut_line(tmp_path):
-    write_metrics(tmp_path, [{"step": 1, "members": {"S0": member("student", reward=0.1)}},
-                             {"step": 2, "members": {"S0": member("student", reward=0.2)}},
-                             {"step": 2, "members": {"S0": member("student", reward=0.25)}}])
+    write_metrics(
+        tmp_path,
+        [
+            {"step": 1, "members": {"S0": member("student", reward=0.1)}},
+            {"step": 2, "members": {"S0": member("student", reward=0.2)}},
+            {"step": 2, "members": {"S0": member("student", reward=0.25)}},
+        ],
+    )
     with open(tmp_path / "metrics.jsonl", "a") as fh:
         fh.write('{"step": 3, "mem')
     run = load_run(tmp_path)
@@ -82,20 +107,57 @@ def test_load_dedupes_resumed_steps_and_skips_cut_line(tmp_path):
 
 def test_solve_rates_matrix_ratings_and_usage(tmp_path):
     sr = lambda a: {"code_i": a, "code_o": None, "code_f": 1.0, "all": a}  # noqa: E731
-    write_metrics(tmp_path, [
-        {"step": 1, "members": {"T0": member("teacher", mu=25.0, sigma=8.0), "S0": member("student", sr=sr(0.2)),
-                                "S1": member("student", sr=sr(0.6), mu=26.0, sigma=7.0)},
-         "matchups": [{"teacher": "T0", "student": "S0", "solve_rate": 0.2, "n_problems": 3},
-                      {"teacher": "T0", "student": "S1", "solve_rate": 0.6, "n_problems": 1}]},
-        {"step": 2, "members": {"T0": member("teacher", mu=27.0, sigma=7.5), "S0": member("student", sr=sr(0.4))},
-         "matchups": [{"teacher": "T0", "student": "S0", "solve_rate": 0.6, "n_problems": 1}]},
-    ])
-    for ev in ({"step": 2, "type": "evolution", "role": "student", "operator": "M1", "parents": ["S0"],
-                "child": "S2", "replaced": "S1"},
-               {"step": 2, "type": "evolution", "role": "teacher", "operator": "M1", "parents": ["T0"],
-                "child": "T1", "replaced": "T0"},
-               {"step": 2, "type": "evolution", "role": "teacher", "operator": "X2", "parents": ["T0", "T1"],
-                "child": "T2", "replaced": "T1"}):
+    write_metrics(
+        tmp_path,
+        [
+            {
+                "step": 1,
+                "members": {
+                    "T0": member("teacher", mu=25.0, sigma=8.0),
+                    "S0": member("student", sr=sr(0.2)),
+                    "S1": member("student", sr=sr(0.6), mu=26.0, sigma=7.0),
+                },
+                "matchups": [
+                    {"teacher": "T0", "student": "S0", "solve_rate": 0.2, "n_problems": 3},
+                    {"teacher": "T0", "student": "S1", "solve_rate": 0.6, "n_problems": 1},
+                ],
+            },
+            {
+                "step": 2,
+                "members": {"T0": member("teacher", mu=27.0, sigma=7.5), "S0": member("student", sr=sr(0.4))},
+                "matchups": [{"teacher": "T0", "student": "S0", "solve_rate": 0.6, "n_problems": 1}],
+            },
+        ],
+    )
+    for ev in (
+        {
+            "step": 2,
+            "type": "evolution",
+            "role": "student",
+            "operator": "M1",
+            "parents": ["S0"],
+            "child": "S2",
+            "replaced": "S1",
+        },
+        {
+            "step": 2,
+            "type": "evolution",
+            "role": "teacher",
+            "operator": "M1",
+            "parents": ["T0"],
+            "child": "T1",
+            "replaced": "T0",
+        },
+        {
+            "step": 2,
+            "type": "evolution",
+            "role": "teacher",
+            "operator": "X2",
+            "parents": ["T0", "T1"],
+            "child": "T2",
+            "replaced": "T1",
+        },
+    ):
         append_jsonl(tmp_path / "events.jsonl", ev)
     run = load_run(tmp_path)
     rates = solve_rates_by_type(run)
@@ -128,12 +190,42 @@ def test_child_recovery_hand_computed(tmp_path):
             members["S2"] = member("student", reward=late[i])
         recs.append({"step": i + 1, "members": members})
     write_metrics(tmp_path, recs)
-    append_jsonl(tmp_path / "events.jsonl", {"step": 3, "type": "evolution", "role": "student", "operator": "M2",
-                                             "parents": ["S0"], "child": "S1", "replaced": "S9"})
-    append_jsonl(tmp_path / "events.jsonl", {"step": 5, "type": "evolution", "role": "student", "operator": "X1",
-                                             "parents": ["S0", "S1"], "child": "S2", "replaced": "S1"})
-    append_jsonl(tmp_path / "events.jsonl", {"step": 5, "type": "evolution", "role": "student", "operator": "M1",
-                                             "parents": ["S7"], "child": "S3", "replaced": "S0"})
+    append_jsonl(
+        tmp_path / "events.jsonl",
+        {
+            "step": 3,
+            "type": "evolution",
+            "role": "student",
+            "operator": "M2",
+            "parents": ["S0"],
+            "child": "S1",
+            "replaced": "S9",
+        },
+    )
+    append_jsonl(
+        tmp_path / "events.jsonl",
+        {
+            "step": 5,
+            "type": "evolution",
+            "role": "student",
+            "operator": "X1",
+            "parents": ["S0", "S1"],
+            "child": "S2",
+            "replaced": "S1",
+        },
+    )
+    append_jsonl(
+        tmp_path / "events.jsonl",
+        {
+            "step": 5,
+            "type": "evolution",
+            "role": "student",
+            "operator": "M1",
+            "parents": ["S7"],
+            "child": "S3",
+            "replaced": "S0",
+        },
+    )
     c1, c2, c3 = child_recovery(load_run(tmp_path), window=3)
     assert c1.child == "S1" and math.isclose(c1.parent_level, 0.5) and c1.steps == 3 and c1.observed == 3
     # S2: parents' levels: S0 mean(0.6,0.6,0.6)=0.6 and S1 mean(0.2,0.5)=0.35 -> 0.475; child 0.0 -> not yet
@@ -144,16 +236,28 @@ def test_child_recovery_hand_computed(tmp_path):
 def test_complexity_from_problems_and_pooled_from_metrics(tmp_path):
     f = lambda d, c: {"ast_depth": d, "cyclomatic": c, "loc": 2, "n_vars": 1}  # noqa: E731
     cx = lambda m, s: {k: {"mean": m, "std": s} for k in ("ast_depth", "cyclomatic", "loc", "n_vars")}  # noqa: E731
-    write_metrics(tmp_path, [{"step": 1, "members": {
-        "T0": member("teacher", complexity=cx(4.0, 1.0), n_valid=1),
-        "T1": member("teacher", complexity=cx(8.0, 0.0), n_valid=3), "S0": member("student")}}])
+    write_metrics(
+        tmp_path,
+        [
+            {
+                "step": 1,
+                "members": {
+                    "T0": member("teacher", complexity=cx(4.0, 1.0), n_valid=1),
+                    "T1": member("teacher", complexity=cx(8.0, 0.0), n_valid=3),
+                    "S0": member("student"),
+                },
+            }
+        ],
+    )
     run = load_run(tmp_path)
     st, mean, std = complexity_curves(run)["ast_depth"]
     # pooled: mean (4*1 + 8*3)/4 = 7; var = (1*(1 + 9) + 3*(0 + 1))/4 = 13/4
     assert st.tolist() == [1] and mean[0] == 7.0 and math.isclose(std[0], math.sqrt(13 / 4))
     for i, feats in enumerate([f(4, 1), f(6, 3), None]):
-        append_jsonl(tmp_path / "problems.jsonl", {"step": 1, "valid": feats is not None, "features": feats,
-                                                   "id": str(i)})
+        append_jsonl(
+            tmp_path / "problems.jsonl",
+            {"step": 1, "valid": feats is not None, "features": feats, "id": str(i)},
+        )
     run = load_run(tmp_path)
     st, mean, std = complexity_curves(run)["cyclomatic"]
     assert mean.tolist() == [2.0] and std.tolist() == [1.0]

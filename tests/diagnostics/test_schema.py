@@ -13,10 +13,22 @@ from populora.diagnostics.sinks import append_jsonl
 
 def good_metrics(step=1, mode="population"):
     member = dict.fromkeys(MEMBER_KEYS)
-    member.update(role="teacher" if mode == "population" else "single",
-                  solve_rate={"code_i": None, "code_o": None, "code_f": None, "all": None})
-    return {"step": step, "time": 0.0, "mode": mode, "phase_s": dict.fromkeys(PHASES, 0.0), "tokens_per_s": None,
-            "tokens": None, "coverage": 0.0, "coverage_cells": 0, "members": {"T0": member}, "matchups": []}
+    member.update(
+        role="teacher" if mode == "population" else "single",
+        solve_rate={"code_i": None, "code_o": None, "code_f": None, "all": None},
+    )
+    return {
+        "step": step,
+        "time": 0.0,
+        "mode": mode,
+        "phase_s": dict.fromkeys(PHASES, 0.0),
+        "tokens_per_s": None,
+        "tokens": None,
+        "coverage": 0.0,
+        "coverage_cells": 0,
+        "members": {"T0": member},
+        "matchups": [],
+    }
 
 
 def test_metrics_record_violations():
@@ -29,8 +41,14 @@ def test_metrics_record_violations():
     rec["members"]["T0"]["complexity"] = {"ast_depth": {"mean": 1.0}}
     rec["matchups"] = [{"teacher": "T0"}]
     errs = "\n".join(check_metrics_record(rec))
-    for needle in ("missing key 'coverage'", "'mode' must be", "role must be", "solve_rate missing 'code_f'",
-                   "complexity['ast_depth']", "matchup: missing key 'student'"):
+    for needle in (
+        "missing key 'coverage'",
+        "'mode' must be",
+        "role must be",
+        "solve_rate missing 'code_f'",
+        "complexity['ast_depth']",
+        "matchup: missing key 'student'",
+    ):
         assert needle in errs, needle
     single = good_metrics(mode="single")
     single["members"]["T0"]["mu"] = 25.0
@@ -39,9 +57,21 @@ def test_metrics_record_violations():
 
 
 def test_problem_and_event_violations():
-    ok = {"step": 1, "proposer": "T0", "solver": "S0", "task": "code_o", "valid": True, "reason": None, "id": "x",
-          "program": "def f(x):\n    return x", "inputs": ["1"], "outputs": ["1"], "message": "", "solve_rate": 0.5,
-          "features": {"ast_depth": 4, "cyclomatic": 1, "loc": 2, "n_vars": 1}}
+    ok = {
+        "step": 1,
+        "proposer": "T0",
+        "solver": "S0",
+        "task": "code_o",
+        "valid": True,
+        "reason": None,
+        "id": "x",
+        "program": "def f(x):\n    return x",
+        "inputs": ["1"],
+        "outputs": ["1"],
+        "message": "",
+        "solve_rate": 0.5,
+        "features": {"ast_depth": 4, "cyclomatic": 1, "loc": 2, "n_vars": 1},
+    }
     assert check_problem_record(ok) == []
     errs = check_problem_record({**ok, "task": "code_x", "valid": False, "features": {"loc": 2}})
     assert len(errs) == 3

@@ -91,13 +91,29 @@ def test_concurrent_writers_never_interleave(tmp_path):
 
 
 def test_flatten_scalars():
-    rec = {"step": 3, "mode": "population", "coverage": 0.5, "tokens": 10, "ok": True, "bad": float("inf"),
-           "members": {"T0": {"reward": -0.2, "solve_rate": {"code_i": 0.5, "code_o": None}, "complexity": None}},
-           "matchups": [{"teacher": "T0", "student": "S0", "solve_rate": 0.2, "n_problems": 3}]}
+    rec = {
+        "step": 3,
+        "mode": "population",
+        "coverage": 0.5,
+        "tokens": 10,
+        "ok": True,
+        "bad": float("inf"),
+        "members": {
+            "T0": {"reward": -0.2, "solve_rate": {"code_i": 0.5, "code_o": None}, "complexity": None}
+        },
+        "matchups": [{"teacher": "T0", "student": "S0", "solve_rate": 0.2, "n_problems": 3}],
+    }
     flat = flatten_scalars(rec)
-    assert flat == {"step": 3.0, "coverage": 0.5, "tokens": 10.0, "ok": 1.0, "members/T0/reward": -0.2,
-                    "members/T0/solve_rate/code_i": 0.5, "matchups/T0-S0/solve_rate": 0.2,
-                    "matchups/T0-S0/n_problems": 3.0}
+    assert flat == {
+        "step": 3.0,
+        "coverage": 0.5,
+        "tokens": 10.0,
+        "ok": 1.0,
+        "members/T0/reward": -0.2,
+        "members/T0/solve_rate/code_i": 0.5,
+        "matchups/T0-S0/solve_rate": 0.2,
+        "matchups/T0-S0/n_problems": 3.0,
+    }
 
 
 def test_metric_logger_jsonl_only(tmp_path):

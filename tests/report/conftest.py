@@ -8,8 +8,14 @@ from populora.report.synthetic import write_synthetic_run
 @pytest.fixture(scope="session")
 def pop_run(tmp_path_factory):
     # a killed population run: 3T+3S, evolution every 6 steps, the last metrics line cut mid-write
-    return write_synthetic_run(tmp_path_factory.mktemp("runs") / "pop", mode="population", steps=24,
-                               evolve_every=6, seed=1, cut_last_line=True)
+    return write_synthetic_run(
+        tmp_path_factory.mktemp("runs") / "pop",
+        mode="population",
+        steps=24,
+        evolve_every=6,
+        seed=1,
+        cut_last_line=True,
+    )
 
 
 @pytest.fixture(scope="session")

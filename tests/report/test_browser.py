@@ -17,8 +17,13 @@ def driver():
 
     opts = webdriver.ChromeOptions()
     opts.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                "--window-size=1100,1400"):
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--window-size=1100,1400",
+    ):
         opts.add_argument(arg)
     opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     drv = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
@@ -31,7 +36,8 @@ def _check_page(drv, path):
     drv.get(path.resolve().as_uri())
     n, loaded = drv.execute_script(
         "const imgs = [...document.images];"
-        "return [imgs.length, imgs.filter(i => i.complete && i.naturalWidth > 0).length];")
+        "return [imgs.length, imgs.filter(i => i.complete && i.naturalWidth > 0).length];"
+    )
     errors = [e for e in drv.get_log("browser") if e["level"] in ("SEVERE", "ERROR")]
     return n, loaded, errors, drv.title
 
@@ -49,8 +55,10 @@ def test_report_renders_in_chromium(driver, pop_report, single_report, tmp_path)
     assert n == 7 and loaded == 7 and errors == []
     # a broken image would be caught: the check is not vacuous
     bad = tmp_path / "bad.html"
-    bad.write_text('<!DOCTYPE html><html><head><link rel="icon" href="data:,"></head>'
-                   '<body><img src="data:image/png;base64,AAAA"></body></html>')
+    bad.write_text(
+        '<!DOCTYPE html><html><head><link rel="icon" href="data:,"></head>'
+        '<body><img src="data:image/png;base64,AAAA"></body></html>'
+    )
     n, loaded, _, _ = _check_page(driver, bad)
     assert n == 1 and loaded == 0
 
@@ -64,8 +72,19 @@ def test_cli_screenshot(single_run, tmp_path):
     from populora.cli import app
 
     png = tmp_path / "shot.png"
-    res = CliRunner().invoke(app, ["report", str(single_run), "--out", str(tmp_path / "r.html"),
-                                   "--screenshot", str(png), "--screenshot-height", "600"])
+    res = CliRunner().invoke(
+        app,
+        [
+            "report",
+            str(single_run),
+            "--out",
+            str(tmp_path / "r.html"),
+            "--screenshot",
+            str(png),
+            "--screenshot-height",
+            "600",
+        ],
+    )
     assert res.exit_code == 0, res.output
     im = Image.open(png).convert("L")
     assert im.size == (1100, 600)

@@ -39,10 +39,18 @@ def test_population_report(pop_report):
     assert pop_report.name == "report.html"
     imgs = images(html)
     alts = [a for a, _ in imgs]
-    assert alts == ["Rewards and valid proposals", "Invalid proposals by reason", "Solve rate per task type", "Policy entropy and response length",
-                    "TrueSkill ratings", "Student × teacher solve rates",
-                    "Evolution: operator usage and child recovery", "Problem complexity",
-                    "Problem-space coverage", "Time per step by phase"]
+    assert alts == [
+        "Rewards and valid proposals",
+        "Invalid proposals by reason",
+        "Solve rate per task type",
+        "Policy entropy and response length",
+        "TrueSkill ratings",
+        "Student × teacher solve rates",
+        "Evolution: operator usage and child recovery",
+        "Problem complexity",
+        "Problem-space coverage",
+        "Time per step by phase",
+    ]
     assert all(w >= 300 and h >= 150 for _, (w, h) in imgs)
     # one explanatory sentence per plot, plus the run's own numbers in them
     assert html.count('<p class="cap">') == len(imgs) + 1  # +1: the example problems' caption
@@ -72,7 +80,8 @@ def test_one_step_run_and_missing_files(tmp_path, pop_run):
     (one / "eval").mkdir()
     (one / "eval" / "results.json").write_text(
         '{"summary": {"Base": {"humaneval+": 0.1, "code_avg": 0.1, "math_avg": null, "overall": 0.1},'
-        ' "Student best": {"humaneval+": 0.185, "code_avg": 0.185, "math_avg": null, "overall": 0.185}}}')
+        ' "Student best": {"humaneval+": 0.185, "code_avg": 0.185, "math_avg": null, "overall": 0.185}}}'
+    )
     html = render_report(load_run(one))
     assert "Only one step is logged" in html and "No evolution event yet." in html
     assert "Held-out evaluation" in html and "<td>18.5</td>" in html and "math average" not in html
@@ -107,7 +116,9 @@ def test_cli_report_and_compare(tmp_path, pop_run, single_run):
     assert (tmp_path / "r.html").exists()
     res = runner.invoke(app, ["compare", str(pop_run), "--out", str(tmp_path / "c.html")])
     assert res.exit_code == 2 and "at least two" in res.output
-    res = runner.invoke(app, ["compare", str(pop_run), str(tmp_path / "missing"), "--out", str(tmp_path / "c.html")])
+    res = runner.invoke(
+        app, ["compare", str(pop_run), str(tmp_path / "missing"), "--out", str(tmp_path / "c.html")]
+    )
     assert res.exit_code == 2 and "does not exist" in res.output
 
 
@@ -118,8 +129,15 @@ def test_compare_overlays_runs(tmp_path, pop_run, single_run):
     out = write_compare([pop_run, single_run, twin], tmp_path / "sub" / "cmp.html")
     html = out.read_text()
     alts = [a for a, _ in images(html)]
-    assert alts == ["Solve rate", "Problem complexity", "Problem-space coverage", "Valid proposals",
-                    "Policy entropy", "Response length", "Reward"]
+    assert alts == [
+        "Solve rate",
+        "Problem complexity",
+        "Problem-space coverage",
+        "Valid proposals",
+        "Policy entropy",
+        "Response length",
+        "Reward",
+    ]
     assert "single (single agent)" in html and "pop (3T+3S) [other/pop]" in html
     assert html.count("<tr>") == 4  # header + 3 runs
     assert "direction changes i / o / f" in html and "Example problems at matched steps" in html
@@ -134,26 +152,66 @@ def test_run_where_every_proposal_is_invalid(tmp_path):
         members = {}
         for mid, role in (("T0", "teacher"), ("S0", "student")):
             teacher = role == "teacher"
-            members[mid] = {"role": role, "reward": -1.0 if teacher else None, "valid_rate": 0.0 if teacher else None,
-                            "solve_rate": dict(null_sr), "response_len": 90.0 if teacher else None,
-                            "entropy": 7.3 if teacher else None, "mu": 20.0 + step, "sigma": 7.0, "loss": 0.0,
-                            "grad_norm": 0.0, "complexity": None, "n_valid": 0 if teacher else None,
-                            "n_proposed": 2 if teacher else None}
-        append_jsonl(tmp_path / "metrics.jsonl", {
-            "step": step, "time": 1.0 * step, "mode": "population", "phase_s": {**dict.fromkeys(PHASES, 0.0), "teacher": 9.0, "update": 4.0},
-            "tokens_per_s": 100.0, "tokens": 900, "coverage": 0.0, "coverage_cells": 0, "members": members,
-            "matchups": [{"teacher": "T0", "student": "S0", "solve_rate": None, "n_problems": 0}]})
+            members[mid] = {
+                "role": role,
+                "reward": -1.0 if teacher else None,
+                "valid_rate": 0.0 if teacher else None,
+                "solve_rate": dict(null_sr),
+                "response_len": 90.0 if teacher else None,
+                "entropy": 7.3 if teacher else None,
+                "mu": 20.0 + step,
+                "sigma": 7.0,
+                "loss": 0.0,
+                "grad_norm": 0.0,
+                "complexity": None,
+                "n_valid": 0 if teacher else None,
+                "n_proposed": 2 if teacher else None,
+            }
+        append_jsonl(
+            tmp_path / "metrics.jsonl",
+            {
+                "step": step,
+                "time": 1.0 * step,
+                "mode": "population",
+                "phase_s": {**dict.fromkeys(PHASES, 0.0), "teacher": 9.0, "update": 4.0},
+                "tokens_per_s": 100.0,
+                "tokens": 900,
+                "coverage": 0.0,
+                "coverage_cells": 0,
+                "members": members,
+                "matchups": [{"teacher": "T0", "student": "S0", "solve_rate": None, "n_problems": 0}],
+            },
+        )
         for reason in ("format: no ```python block", "nondeterministic"):
-            append_jsonl(tmp_path / "problems.jsonl", {
-                "step": step, "proposer": "T0", "solver": "S0", "task": "code_o", "valid": False, "reason": reason,
-                "id": None, "program": None, "inputs": None, "outputs": None, "message": "", "solve_rate": None,
-                "features": None})
+            append_jsonl(
+                tmp_path / "problems.jsonl",
+                {
+                    "step": step,
+                    "proposer": "T0",
+                    "solver": "S0",
+                    "task": "code_o",
+                    "valid": False,
+                    "reason": reason,
+                    "id": None,
+                    "program": None,
+                    "inputs": None,
+                    "outputs": None,
+                    "message": "",
+                    "solve_rate": None,
+                    "features": None,
+                },
+            )
     (tmp_path / "config.yaml").write_text("population: {mode: population, teachers: 1, students: 1}\n")
     assert check_run(tmp_path) == []
     html = write_report(tmp_path).read_text()
     alts = [a for a, _ in images(html)]
-    assert alts == ["Rewards and valid proposals", "Invalid proposals by reason", "Policy entropy and response length",
-                    "TrueSkill ratings", "Time per step by phase"]
+    assert alts == [
+        "Rewards and valid proposals",
+        "Invalid proposals by reason",
+        "Policy entropy and response length",
+        "TrueSkill ratings",
+        "Time per step by phase",
+    ]
     assert "No valid problem yet, so nothing to solve." in html
     assert "No matchup has produced a valid problem yet." in html
     assert "No cell filled yet" in html and "6 of 6 proposals were invalid" in html

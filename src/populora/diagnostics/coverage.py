@@ -30,8 +30,10 @@ def load_centroids(path: str | None = None) -> np.ndarray:
     """Load (and cache) a centroid array; default: the shipped 4096 x 4 CVT."""
     p = Path(path) if path else CENTROIDS_PATH
     if not p.exists():
-        raise FileNotFoundError(f"CVT centroids not found at {p}; regenerate them with "
-                                "`python -m populora.diagnostics.make_centroids`")
+        raise FileNotFoundError(
+            f"CVT centroids not found at {p}; regenerate them with "
+            "`python -m populora.diagnostics.make_centroids`"
+        )
     cents = np.load(p)
     if cents.ndim != 2 or cents.shape[1] != len(FEATURES):
         raise ValueError(f"{p}: expected an (n, {len(FEATURES)}) centroid array, got {cents.shape}")
@@ -108,7 +110,9 @@ class CoverageArchive:
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         if int(state["n_cells"]) != self.n_cells:
-            raise ValueError(f"coverage state has {state['n_cells']} cells but the archive has {self.n_cells}")
+            raise ValueError(
+                f"coverage state has {state['n_cells']} cells but the archive has {self.n_cells}"
+            )
         self.counts[:] = 0
         self.counts[np.asarray(state["cells"], dtype=np.int64)] = np.asarray(state["counts"], dtype=np.int64)
 

@@ -22,9 +22,22 @@ from populora.diagnostics.features import FEATURES
 from populora.diagnostics.run import Run
 
 __all__ = [
-    "TASKS", "smooth", "Oscillation", "oscillation", "noise_threshold", "smoothing_window", "solve_rates_by_type", "oscillation_by_type",
-    "rating_history", "matchup_matrix", "operator_usage", "Recovery", "child_recovery",
-    "complexity_curves", "coverage_curve", "proposer_roles",
+    "TASKS",
+    "smooth",
+    "Oscillation",
+    "oscillation",
+    "noise_threshold",
+    "smoothing_window",
+    "solve_rates_by_type",
+    "oscillation_by_type",
+    "rating_history",
+    "matchup_matrix",
+    "operator_usage",
+    "Recovery",
+    "child_recovery",
+    "complexity_curves",
+    "coverage_curve",
+    "proposer_roles",
 ]
 
 TASKS = ("code_i", "code_o", "code_f")
@@ -142,8 +155,9 @@ def smoothing_window(n_steps: int) -> int:
     return max(1, min(5, n_steps // 8 or 1))
 
 
-def oscillation_by_type(run: Run, window: int | None = None, threshold: float | None = None
-                        ) -> dict[str, Oscillation]:
+def oscillation_by_type(
+    run: Run, window: int | None = None, threshold: float | None = None
+) -> dict[str, Oscillation]:
     """`oscillation` of the solvers' solve rate per task type (and 'all'), window as in the report."""
     w = smoothing_window(run.n_steps) if window is None else window
     return {t: oscillation(y, w, threshold) for t, y in solve_rates_by_type(run).items()}
@@ -159,7 +173,9 @@ def rating_history(run: Run) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     return out
 
 
-def matchup_matrix(run: Run, since_step: int | None = None) -> tuple[list[str], list[str], np.ndarray, np.ndarray]:
+def matchup_matrix(
+    run: Run, since_step: int | None = None
+) -> tuple[list[str], list[str], np.ndarray, np.ndarray]:
     """(students, teachers, solve-rate matrix [student, teacher], problem counts) over all matchups.
 
     Each matchup's solve rate is weighted by its number of problems; cells never played are NaN. Uses
@@ -244,10 +260,12 @@ def child_recovery(run: Run, window: int = 3, key: str = "reward") -> list[Recov
         rec_steps = None
         if level is not None:
             for i in range(cvals.size):
-                if cvals[max(0, i - window + 1): i + 1].mean() >= level - 1e-12:
+                if cvals[max(0, i - window + 1) : i + 1].mean() >= level - 1e-12:
                     rec_steps = int(csteps[i] - born)
                     break
-        out.append(Recovery(child, ev.get("role"), ev.get("operator"), parents, born, level, rec_steps, observed))
+        out.append(
+            Recovery(child, ev.get("role"), ev.get("operator"), parents, born, level, rec_steps, observed)
+        )
     return out
 
 
@@ -289,7 +307,7 @@ def complexity_curves(run: Run) -> dict[str, tuple[np.ndarray, np.ndarray, np.nd
                 # pooled variance: within-member variance plus the spread of member means
                 var = float(np.average(np.array(vs) + (np.array(ms) - mu) ** 2, weights=w))
                 means.append(mu)
-                stds.append(var ** 0.5)
+                stds.append(var**0.5)
             else:
                 means.append(np.nan)
                 stds.append(np.nan)

@@ -161,8 +161,10 @@ def load_run(path: str | Path, label: str | None = None) -> Run:
         raise NotARunError(f"{path} is not a folder; pass a run folder written by `populora train`")
     metrics_p, config_p = path / "metrics.jsonl", path / "config.yaml"
     if not metrics_p.exists() and not config_p.exists():
-        raise NotARunError(f"{path} is not a run folder (no metrics.jsonl or config.yaml); "
-                           "pass the --run-dir of a `populora train` run")
+        raise NotARunError(
+            f"{path} is not a run folder (no metrics.jsonl or config.yaml); "
+            "pass the --run-dir of a `populora train` run"
+        )
     config: dict[str, Any] = {}
     if config_p.exists():
         import yaml
@@ -173,7 +175,9 @@ def load_run(path: str | Path, label: str | None = None) -> Run:
             raise NotARunError(f"{config_p} is not valid YAML: {exc}") from exc
         config = loaded if isinstance(loaded, dict) else {}
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)  # corrupt middle lines: the report shows what is readable
+        warnings.simplefilter(
+            "ignore", UserWarning
+        )  # corrupt middle lines: the report shows what is readable
         metrics = _dedupe_by_step(read_jsonl(metrics_p, missing_ok=True))
         problems = [p for p in read_jsonl(path / "problems.jsonl", missing_ok=True) if "step" in p]
         events = [e for e in read_jsonl(path / "events.jsonl", missing_ok=True) if "step" in e]

@@ -12,24 +12,81 @@ from typing import Any
 
 from populora.diagnostics.sinks import read_jsonl
 
-__all__ = ["METRICS_KEYS", "MEMBER_KEYS", "PROBLEM_KEYS", "EVENT_KEYS", "PHASES", "TASK_KEYS", "ROLES",
-           "check_metrics_record", "check_problem_record", "check_event_record", "check_run"]
+__all__ = [
+    "METRICS_KEYS",
+    "MEMBER_KEYS",
+    "PROBLEM_KEYS",
+    "EVENT_KEYS",
+    "PHASES",
+    "TASK_KEYS",
+    "ROLES",
+    "check_metrics_record",
+    "check_problem_record",
+    "check_event_record",
+    "check_run",
+]
 
-METRICS_KEYS = ("step", "time", "mode", "phase_s", "tokens_per_s", "tokens", "coverage", "coverage_cells",
-                "members", "matchups")
+METRICS_KEYS = (
+    "step",
+    "time",
+    "mode",
+    "phase_s",
+    "tokens_per_s",
+    "tokens",
+    "coverage",
+    "coverage_cells",
+    "members",
+    "matchups",
+)
 PHASES = ("matchmaking", "teacher", "validate", "student", "score", "update", "evolution", "checkpoint")
-MEMBER_KEYS = ("role", "reward", "valid_rate", "solve_rate", "response_len", "entropy", "mu", "sigma", "loss",
-               "grad_norm", "complexity", "n_valid", "n_proposed")
+MEMBER_KEYS = (
+    "role",
+    "reward",
+    "valid_rate",
+    "solve_rate",
+    "response_len",
+    "entropy",
+    "mu",
+    "sigma",
+    "loss",
+    "grad_norm",
+    "complexity",
+    "n_valid",
+    "n_proposed",
+)
 TASK_KEYS = ("code_i", "code_o", "code_f", "all")
 ROLES = ("teacher", "student", "single")
 COMPLEXITY_KEYS = ("ast_depth", "cyclomatic", "loc", "n_vars")
 MATCHUP_KEYS = ("teacher", "student", "solve_rate", "n_problems")
-PROBLEM_KEYS = ("step", "proposer", "solver", "task", "valid", "reason", "id", "program", "inputs", "outputs",
-                "message", "solve_rate", "features")
+PROBLEM_KEYS = (
+    "step",
+    "proposer",
+    "solver",
+    "task",
+    "valid",
+    "reason",
+    "id",
+    "program",
+    "inputs",
+    "outputs",
+    "message",
+    "solve_rate",
+    "features",
+)
 EVENT_KEYS = {
     "matchup": ("step", "type", "teacher", "student", "solve_rate", "n_problems"),
-    "evolution": ("step", "type", "role", "operator", "parents", "child", "replaced", "child_mu", "child_sigma",
-                  "seconds"),
+    "evolution": (
+        "step",
+        "type",
+        "role",
+        "operator",
+        "parents",
+        "child",
+        "replaced",
+        "child_mu",
+        "child_sigma",
+        "seconds",
+    ),
     "checkpoint": ("step", "type", "path"),
     "resume": ("step", "type", "from"),
 }

@@ -91,8 +91,10 @@ def iter_jsonl(path: str | os.PathLike, missing_ok: bool = False) -> Iterator[di
         try:
             rec = json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError):
-            warnings.warn(f"{path}:{lineno}: skipping a corrupt line (`populora train --resume` repairs it)",
-                          stacklevel=2)
+            warnings.warn(
+                f"{path}:{lineno}: skipping a corrupt line (`populora train --resume` repairs it)",
+                stacklevel=2,
+            )
             continue
         if isinstance(rec, dict):
             yield rec
@@ -190,9 +192,16 @@ class MetricLogger:
     Records must carry an integer `"step"`.
     """
 
-    def __init__(self, run_dir: str | os.PathLike, tensorboard: bool = False, wandb: bool = False,
-                 mlflow: bool = False, config: Mapping[str, Any] | None = None, project: str = "populora",
-                 run_name: str | None = None) -> None:
+    def __init__(
+        self,
+        run_dir: str | os.PathLike,
+        tensorboard: bool = False,
+        wandb: bool = False,
+        mlflow: bool = False,
+        config: Mapping[str, Any] | None = None,
+        project: str = "populora",
+        run_name: str | None = None,
+    ) -> None:
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.path = self.run_dir / "metrics.jsonl"
@@ -205,16 +214,19 @@ class MetricLogger:
                 import tensorboard  # noqa: F401  (torch's SummaryWriter needs it and fails obscurely without)
                 from torch.utils.tensorboard import SummaryWriter
             except ImportError as exc:
-                raise RuntimeError("log.tensorboard=true needs TensorBoard: pip install tensorboard "
-                                   "(or pip install 'populora[tracking]')") from exc
+                raise RuntimeError(
+                    "log.tensorboard=true needs TensorBoard: pip install tensorboard "
+                    "(or pip install 'populora[tracking]')"
+                ) from exc
             self._tb = SummaryWriter(log_dir=str(self.run_dir / "tensorboard"))
         if wandb:
             try:
                 import wandb as _wandb
             except ImportError as exc:
                 raise RuntimeError("log.wandb=true needs Weights & Biases: pip install wandb") from exc
-            self._wandb = _wandb.init(project=project, name=name, dir=str(self.run_dir),
-                                      config=dict(config or {}), reinit=True)
+            self._wandb = _wandb.init(
+                project=project, name=name, dir=str(self.run_dir), config=dict(config or {}), reinit=True
+            )
         if mlflow:
             try:
                 import mlflow as _mlflow

@@ -16,8 +16,12 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
     @app.command("report")
     def report(
         run_dir: Path = typer.Argument(..., help="A run folder written by `populora train`."),
-        out: Path | None = typer.Option(None, "--out", help="Where to write the page (default RUN_DIR/report.html)."),
-        shot: Path | None = typer.Option(None, "--screenshot", help="Also save a PNG of the page's top (Chromium)."),
+        out: Path | None = typer.Option(
+            None, "--out", help="Where to write the page (default RUN_DIR/report.html)."
+        ),
+        shot: Path | None = typer.Option(
+            None, "--screenshot", help="Also save a PNG of the page's top (Chromium)."
+        ),
         shot_height: int = typer.Option(2400, "--screenshot-height", help="Screenshot height in CSS pixels."),
     ) -> None:
         """Write RUN_DIR/report.html: one self-contained page with the run's diagnostic plots."""

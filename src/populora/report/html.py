@@ -70,10 +70,18 @@ nav a { margin-right: 12px; font-size: .9rem; color: var(--accent); text-decorat
 """
 
 CONFIG_ROWS = [
-    ("mode", "population.mode"), ("teachers", "population.teachers"), ("students", "population.students"),
-    ("model", "model.name"), ("LoRA rank", "lora.rank"), ("LoRA alpha", "lora.alpha"),
-    ("steps (planned)", "train.steps"), ("seed", "train.seed"), ("learning rate", "rl.lr"),
-    ("rollouts n", "rl.rollouts"), ("evolution every", "evolution.every"), ("evolution gamma", "evolution.gamma"),
+    ("mode", "population.mode"),
+    ("teachers", "population.teachers"),
+    ("students", "population.students"),
+    ("model", "model.name"),
+    ("LoRA rank", "lora.rank"),
+    ("LoRA alpha", "lora.alpha"),
+    ("steps (planned)", "train.steps"),
+    ("seed", "train.seed"),
+    ("learning rate", "rl.lr"),
+    ("rollouts n", "rl.rollouts"),
+    ("evolution every", "evolution.every"),
+    ("evolution gamma", "evolution.gamma"),
     ("operators", "evolution.operators"),
 ]
 
@@ -96,26 +104,30 @@ def _fmt(x: object, digits: int = 3) -> str:
 
 def _page(title: str, body: str) -> str:
     return (
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-        "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-        "<link rel=\"icon\" href=\"data:,\">"
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        '<link rel="icon" href="data:,">'
         f"<title>{_esc(title)}</title><style>{CSS}</style></head>\n<body><main>\n{body}\n</main></body></html>\n"
     )
 
 
-def _figure_card(anchor: str, title: str, make: Callable[[], object], caption: str | Callable[[], str],
-                 empty: str) -> str:
+def _figure_card(
+    anchor: str, title: str, make: Callable[[], object], caption: str | Callable[[], str], empty: str
+) -> str:
     fig = make()
     head = f'<section class="card" id="{anchor}"><h2>{_esc(title)}</h2>'
     if fig is None:
         return f'{head}<p class="empty">{_esc(empty)}</p></section>\n'
     png = plots.to_png_base64(fig)
     cap = caption() if callable(caption) else caption
-    return (f'{head}<img alt="{_esc(title)}" src="data:image/png;base64,{png}">'
-            f'<p class="cap">{cap}</p></section>\n')
+    return (
+        f'{head}<img alt="{_esc(title)}" src="data:image/png;base64,{png}">'
+        f'<p class="cap">{cap}</p></section>\n'
+    )
 
 
 # -- captions (each: what the plot shows, then what this run's numbers say) ------------------------------
+
 
 def _cap_rewards(run: Run) -> str:
     parts = []
@@ -127,18 +139,22 @@ def _cap_rewards(run: Run) -> str:
     v = run.role_series(proposer_roles(run), "valid_rate")
     vfin = v[np.isfinite(v)]
     tail = f"; the last valid-proposal rate is {vfin[-1]:.0%}" if vfin.size else ""
-    return ("Mean training reward per role (bold, smoothed) and per member (faint); right, the fraction of each "
-            "proposer's problems that passed validation (invalid proposals earn −1). "
-            f"Smoothed, first → last step: {_esc('; '.join(parts)) or 'no rewards logged'}{tail}.")
+    return (
+        "Mean training reward per role (bold, smoothed) and per member (faint); right, the fraction of each "
+        "proposer's problems that passed validation (invalid proposals earn −1). "
+        f"Smoothed, first → last step: {_esc('; '.join(parts)) or 'no rewards logged'}{tail}."
+    )
 
 
 def _cap_invalid(run: Run) -> str:
     labels, early, late = plots.invalid_reasons(run)
     n_bad, n_all = int(early.sum() + late.sum()), len(run.problems)
     top = f" The most common: “{labels[0]}” ({int(early[0] + late[0])})." if labels else ""
-    return _esc(f"Why proposals failed validation (format, determinism, safety, limits), split into the first "
-                f"and second half of the run; a shrinking share means the teachers learned the format. "
-                f"{n_bad} of {n_all} proposals were invalid.{top}")
+    return _esc(
+        f"Why proposals failed validation (format, determinism, safety, limits), split into the first "
+        f"and second half of the run; a shrinking share means the teachers learned the format. "
+        f"{n_bad} of {n_all} proposals were invalid.{top}"
+    )
 
 
 def _cap_solve(run: Run) -> str:
@@ -149,11 +165,17 @@ def _cap_solve(run: Run) -> str:
         if o.n_points:
             sw = f", mean swing {o.mean_swing:.2f}" if o.mean_swing is not None else ""
             bits.append(f"{t}: {o.direction_changes} direction changes{sw} (retrace ≥ {o.threshold:.2f})")
-    who = "the single agent on its own problems" if run.mode == "single" else "students on their matched teachers' problems"
-    return (f"Solve rate of {who} per task type (faint: per step; bold: smoothed; dotted: evolution). "
-            "A self-calibrating agent climbs to a plateau; an arms race makes the curves oscillate. "
-            "Oscillation of the smoothed curves (a turn counts when the curve retraces more than its noise, "
-            f"at least 0.05): {_esc('; '.join(bits)) or 'n/a'}.")
+    who = (
+        "the single agent on its own problems"
+        if run.mode == "single"
+        else "students on their matched teachers' problems"
+    )
+    return (
+        f"Solve rate of {who} per task type (faint: per step; bold: smoothed; dotted: evolution). "
+        "A self-calibrating agent climbs to a plateau; an arms race makes the curves oscillate. "
+        "Oscillation of the smoothed curves (a turn counts when the curve retraces more than its noise, "
+        f"at least 0.05): {_esc('; '.join(bits)) or 'n/a'}."
+    )
 
 
 def _cap_roles(run: Run) -> str:
@@ -163,11 +185,15 @@ def _cap_roles(run: Run) -> str:
         ln = run.role_series(role, "response_len")
         ef, lf = e[np.isfinite(e)], ln[np.isfinite(ln)]
         if ef.size and lf.size:
-            bits.append(f"{plots.ROLE_LABEL[role].capitalize()}: entropy {ef[0]:.2f} → {ef[-1]:.2f}, "
-                        f"length {lf[0]:.0f} → {lf[-1]:.0f} tokens")
-    return ("Mean per-token policy entropy and mean response length of each role's generations. Entropy "
-            "collapsing towards zero signals a policy that has stopped exploring. "
-            f"{_esc('; '.join(bits))}.")
+            bits.append(
+                f"{plots.ROLE_LABEL[role].capitalize()}: entropy {ef[0]:.2f} → {ef[-1]:.2f}, "
+                f"length {lf[0]:.0f} → {lf[-1]:.0f} tokens"
+            )
+    return (
+        "Mean per-token policy entropy and mean response length of each role's generations. Entropy "
+        "collapsing towards zero signals a policy that has stopped exploring. "
+        f"{_esc('; '.join(bits))}."
+    )
 
 
 def _cap_ratings(run: Run) -> str:
@@ -177,20 +203,28 @@ def _cap_ratings(run: Run) -> str:
         if np.isfinite(mu[-1:]).any():
             final.append((float(mu[-1]), m))
     final.sort(reverse=True)
-    spread = f" At the last step μ ranges from {final[-1][0]:.1f} ({final[-1][1]}) to {final[0][0]:.1f} ({final[0][1]})." if final else ""
-    return ("TrueSkill rating μ of every member over time (band: μ ± σ; dashed: the prior 25). Dotted lines mark "
-            "evolution events, labelled operator→child; a child starts from its parents' μ with a widened σ."
-            + _esc(spread))
+    spread = (
+        f" At the last step μ ranges from {final[-1][0]:.1f} ({final[-1][1]}) to {final[0][0]:.1f} ({final[0][1]})."
+        if final
+        else ""
+    )
+    return (
+        "TrueSkill rating μ of every member over time (band: μ ± σ; dashed: the prior 25). Dotted lines mark "
+        "evolution events, labelled operator→child; a child starts from its parents' μ with a widened σ."
+        + _esc(spread)
+    )
 
 
 def _cap_matchups(run: Run) -> str:
     students, teachers, mat, cnt = matchup_matrix(run)
     played = int((cnt > 0).sum())
     counts = " (in brackets)" if len(students) <= 10 and len(teachers) <= 10 else ""
-    return ("Solve rate of each student (row) on each teacher's problems (column), pooled over all their "
-            f"matchups and weighted by problem count{counts}; blank: never matched. Non-uniform rows mean "
-            f"students specialise against particular teachers. {played} of {len(students) * len(teachers)} pairs "
-            "were played.")
+    return (
+        "Solve rate of each student (row) on each teacher's problems (column), pooled over all their "
+        f"matchups and weighted by problem count{counts}; blank: never matched. Non-uniform rows mean "
+        f"students specialise against particular teachers. {played} of {len(students) * len(teachers)} pairs "
+        "were played."
+    )
 
 
 def _cap_evolution(run: Run) -> str:
@@ -198,9 +232,11 @@ def _cap_evolution(run: Run) -> str:
     scored = [r for r in recs if r.parent_level is not None]
     done = [r.steps for r in scored if r.steps is not None]
     usage = operator_usage(run)
-    s = (f"Left: children produced by each operator ({sum(usage.values())} in all; orange: mutations, blue: "
-         "crossovers). Right: each child's reward minus its parents' mean reward at birth (the live "
-         "retention test); the child has recovered when its curve reaches the dashed zero line. ")
+    s = (
+        f"Left: children produced by each operator ({sum(usage.values())} in all; orange: mutations, blue: "
+        "crossovers). Right: each child's reward minus its parents' mean reward at birth (the live "
+        "retention test); the child has recovered when its curve reaches the dashed zero line. "
+    )
     observed = [r for r in scored if r.observed > 0]
     unseen = len(scored) - len(observed)
     if observed:
@@ -234,18 +270,26 @@ def _cap_complexity(run: Run) -> str:
             bits.append(f"{FEATURE_LABELS[f]} {fin[:k].mean():.1f} → {fin[-k:].mean():.1f}")
     who = "the single agent's" if run.mode == "single" else "the teachers'"
     faint = ", faint: each teacher's own mean" if len(run.members_with_role(*proposer_roles(run))) > 1 else ""
-    return (f"The four structural metrics of {who} valid programs per step (bold: mean, band: ± "
-            f"one standard deviation{faint}). Rising curves mean harder problems; falling curves are the self-calibration collapse "
-            f"to trivial programs. First fifth → last fifth of the run: {_esc('; '.join(bits))}.")
+    return (
+        f"The four structural metrics of {who} valid programs per step (bold: mean, band: ± "
+        f"one standard deviation{faint}). Rising curves mean harder problems; falling curves are the self-calibration collapse "
+        f"to trivial programs. First fifth → last fifth of the run: {_esc('; '.join(bits))}."
+    )
 
 
 def _cap_coverage(run: Run) -> str:
     steps, cov, cells = coverage_curve(run)
     fin = np.isfinite(cov)
-    last = f"{100 * cov[fin][-1]:.2f}% ({int(cells[fin][-1]) if np.isfinite(cells[fin][-1]) else '?'} cells)" if fin.any() else "n/a"
-    return ("Cumulative share of the 4,096 cells of a CVT archive over the four structural features that hold "
-            "at least one valid program. A curve that keeps rising means the teachers keep finding new kinds of "
-            f"programs; a plateau means they repeat themselves. Final coverage: {_esc(last)}.")
+    last = (
+        f"{100 * cov[fin][-1]:.2f}% ({int(cells[fin][-1]) if np.isfinite(cells[fin][-1]) else '?'} cells)"
+        if fin.any()
+        else "n/a"
+    )
+    return (
+        "Cumulative share of the 4,096 cells of a CVT archive over the four structural features that hold "
+        "at least one valid program. A curve that keeps rising means the teachers keep finding new kinds of "
+        f"programs; a plateau means they repeat themselves. Final coverage: {_esc(last)}."
+    )
 
 
 def _cap_phase(run: Run) -> str:
@@ -256,12 +300,15 @@ def _cap_phase(run: Run) -> str:
 
 # -- header, summary, examples --------------------------------------------------------------------------
 
+
 def _notes(run: Run) -> list[str]:
     notes = []
     p = run.path / "metrics.jsonl"
     if p.exists() and p.stat().st_size and not p.read_bytes().endswith(b"\n"):
-        notes.append("metrics.jsonl ends with a cut line (the run was killed mid-write, or is still running); "
-                     "it was skipped.")
+        notes.append(
+            "metrics.jsonl ends with a cut line (the run was killed mid-write, or is still running); "
+            "it was skipped."
+        )
     if not (run.path / "config.yaml").exists():
         notes.append("config.yaml is missing; the configuration summary is incomplete.")
     if run.n_steps == 0:
@@ -279,29 +326,34 @@ def _header(run: Run) -> str:
     badges = [run.mode, span]
     if run.mode != "single":
         nt, ns = len(run.members_with_role("teacher")), len(run.members_with_role("student"))
-        badges.append(f"{run.cfg('population.teachers', '?')}T+{run.cfg('population.students', '?')}S "
-                      f"({nt} teachers, {ns} students over the run)")
+        badges.append(
+            f"{run.cfg('population.teachers', '?')}T+{run.cfg('population.students', '?')}S "
+            f"({nt} teachers, {ns} students over the run)"
+        )
     model = run.cfg("model.name")
     if model:
         badges.append(f"model {model}")
     times = run.series("time")
     if np.isfinite(times).sum() >= 2:
         badges.append(f"wall {(np.nanmax(times) - np.nanmin(times)) / 60:.1f} min")
-    rows = "".join(f"<dt>{_esc(k)}</dt><dd>{_esc(_fmt(run.cfg(key)))}</dd>"
-                   for k, key in CONFIG_ROWS if run.cfg(key) is not None)
+    rows = "".join(
+        f"<dt>{_esc(k)}</dt><dd>{_esc(_fmt(run.cfg(key)))}</dd>"
+        for k, key in CONFIG_ROWS
+        if run.cfg(key) is not None
+    )
     summary = _summary_rows(run)
     import yaml
 
     full = yaml.safe_dump(run.config, sort_keys=False) if run.config else "(no config.yaml)"
     nav = "".join(f'<a href="#{a}">{_esc(t)}</a>' for a, t in _SECTIONS)
     notes = _notes(run)
-    notes_html = ("<div class=\"notes\">" + "<br>".join(_esc(n) for n in notes) + "</div>") if notes else ""
+    notes_html = ('<div class="notes">' + "<br>".join(_esc(n) for n in notes) + "</div>") if notes else ""
     return (
-        f"<h1>PopuLoRA run report</h1><p class=\"sub\">{_esc(run.path.resolve())} · generated "
+        f'<h1>PopuLoRA run report</h1><p class="sub">{_esc(run.path.resolve())} · generated '
         f"{_dt.datetime.now().strftime('%Y-%m-%d %H:%M')}</p>"
-        f"<div class=\"badges\">{''.join(f'<span>{_esc(b)}</span>' for b in badges)}</div>{notes_html}"
-        f"<section class=\"card\"><h2>Summary</h2><dl class=\"kv\">{summary}</dl>"
-        f"<h2>Configuration</h2><dl class=\"kv\">{rows}</dl>"
+        f'<div class="badges">{"".join(f"<span>{_esc(b)}</span>" for b in badges)}</div>{notes_html}'
+        f'<section class="card"><h2>Summary</h2><dl class="kv">{summary}</dl>'
+        f'<h2>Configuration</h2><dl class="kv">{rows}</dl>'
         f"<details><summary>full config.yaml</summary><pre>{_esc(full)}</pre></details></section>"
         f"<nav>{nav}</nav>"
     )
@@ -311,7 +363,12 @@ def _summary_rows(run: Run) -> str:
     rows: list[tuple[str, str]] = []
     n_valid = sum(1 for p in run.problems if p.get("valid"))
     if run.problems:
-        rows.append(("problems proposed (valid)", f"{len(run.problems)} ({n_valid}, {n_valid / len(run.problems):.0%})"))
+        rows.append(
+            (
+                "problems proposed (valid)",
+                f"{len(run.problems)} ({n_valid}, {n_valid / len(run.problems):.0%})",
+            )
+        )
     sr = run.role_series(solver_roles(run), ["solve_rate", "all"])
     if np.isfinite(sr).any():
         k = max(1, run.n_steps // 10)
@@ -319,14 +376,19 @@ def _summary_rows(run: Run) -> str:
     _, cov, cells = coverage_curve(run)
     if np.isfinite(cov).any():
         i = int(np.flatnonzero(np.isfinite(cov))[-1])
-        rows.append(("coverage", f"{100 * cov[i]:.2f}% ({_fmt(cells[i] if np.isfinite(cells[i]) else None)} cells)"))
+        rows.append(
+            ("coverage", f"{100 * cov[i]:.2f}% ({_fmt(cells[i] if np.isfinite(cells[i]) else None)} cells)")
+        )
     evo = run.events_of("evolution")
     if run.mode != "single":
         rows.append(("evolution events", str(len(evo))))
         best = []
         for role in ("teacher", "student"):
-            cands = [(float(run.member_series(m, "mu")[-1]), m) for m in run.members_with_role(role)
-                     if run.n_steps and np.isfinite(run.member_series(m, "mu")[-1])]
+            cands = [
+                (float(run.member_series(m, "mu")[-1]), m)
+                for m in run.members_with_role(role)
+                if run.n_steps and np.isfinite(run.member_series(m, "mu")[-1])
+            ]
             if cands:
                 mu, m = max(cands)
                 best.append(f"{m} (μ {mu:.1f})")
@@ -357,10 +419,14 @@ def _pick_examples(run: Run, which: str, n: int = 2) -> list[dict]:
 
 def _problem_block(p: dict, head: str) -> str:
     f = p.get("features") or {}
-    feat = (f"AST depth {_fmt(f.get('ast_depth'))}, cyclomatic {_fmt(f.get('cyclomatic'))}, "
-            f"{_fmt(f.get('loc'))} LOC, {_fmt(f.get('n_vars'))} variables")
-    return (f"<div class=\"problem\"><div>{head}</div><pre>{_esc(p['program'])}</pre>"
-            f"<div class=\"feat\">{_esc(feat)}</div></div>")
+    feat = (
+        f"AST depth {_fmt(f.get('ast_depth'))}, cyclomatic {_fmt(f.get('cyclomatic'))}, "
+        f"{_fmt(f.get('loc'))} LOC, {_fmt(f.get('n_vars'))} variables"
+    )
+    return (
+        f'<div class="problem"><div>{head}</div><pre>{_esc(p["program"])}</pre>'
+        f'<div class="feat">{_esc(feat)}</div></div>'
+    )
 
 
 def _compare_examples(runs: Sequence[Run]) -> str:
@@ -380,26 +446,32 @@ def _compare_examples(runs: Sequence[Run]) -> str:
             p = next(p for p in pool if int(p["step"]) == step)
             head = f"<b>{_esc(r.label)}</b> · step {step} · {_esc(p.get('task', '?'))} · {_esc(p.get('proposer', '?'))}"
             cells.append(_problem_block(p, head))
-        rows.append(f"<h3>{title} (step ≈ {target})</h3><div class=\"examples\">{''.join(cells)}</div>")
+        rows.append(f'<h3>{title} (step ≈ {target})</h3><div class="examples">{"".join(cells)}</div>')
         if first == last:
             break
-    return ('<section class="card" id="examples"><h2>Example problems at matched steps</h2><p class="cap">'
-            "One valid proposer program from each run near the same early and late step, with its structural "
-            f"metrics (as in the paper's appendix).</p>{''.join(rows)}</section>\n")
+    return (
+        '<section class="card" id="examples"><h2>Example problems at matched steps</h2><p class="cap">'
+        "One valid proposer program from each run near the same early and late step, with its structural "
+        f"metrics (as in the paper's appendix).</p>{''.join(rows)}</section>\n"
+    )
 
 
 def _examples(run: Run) -> str:
     early, late = _pick_examples(run, "early"), _pick_examples(run, "late")
     if not early:
-        return ('<section class="card" id="examples"><h2>Example problems</h2>'
-                '<p class="empty">No valid problem with program text in problems.jsonl.</p></section>\n')
+        return (
+            '<section class="card" id="examples"><h2>Example problems</h2>'
+            '<p class="empty">No valid problem with program text in problems.jsonl.</p></section>\n'
+        )
     cols = []
     for title, items in (("Early", early), ("Late", late)):
         blocks = [f"<h3>{title}: step {items[0]['step']}</h3>"]
         for p in items:
             f = p.get("features") or {}
-            feat = (f"AST depth {_fmt(f.get('ast_depth'))}, cyclomatic {_fmt(f.get('cyclomatic'))}, "
-                    f"{_fmt(f.get('loc'))} LOC, {_fmt(f.get('n_vars'))} variables")
+            feat = (
+                f"AST depth {_fmt(f.get('ast_depth'))}, cyclomatic {_fmt(f.get('cyclomatic'))}, "
+                f"{_fmt(f.get('loc'))} LOC, {_fmt(f.get('n_vars'))} variables"
+            )
             sr = p.get("solve_rate")
             who = str(p.get("proposer", "?"))
             if p.get("solver") and p.get("solver") != p.get("proposer"):
@@ -407,21 +479,35 @@ def _examples(run: Run) -> str:
             sr_s = f" · solve rate {sr:.2f}" if isinstance(sr, int | float) else ""
             inputs = p.get("inputs") or []
             more = " …" if len(inputs) > 3 else ""
-            inp = (f"<div class=\"feat\">inputs: <code>{_esc(' | '.join(map(str, inputs[:3])))}</code>{more}</div>"
-                   if inputs else "")
+            inp = (
+                f'<div class="feat">inputs: <code>{_esc(" | ".join(map(str, inputs[:3])))}</code>{more}</div>'
+                if inputs
+                else ""
+            )
             blocks.append(
-                f"<div class=\"problem\"><div><b>{_esc(p.get('task', '?'))}</b> · {_esc(who)}{_esc(sr_s)}</div>"
-                f"<pre>{_esc(p['program'])}</pre><div class=\"feat\">{_esc(feat)}</div>{inp}</div>")
+                f'<div class="problem"><div><b>{_esc(p.get("task", "?"))}</b> · {_esc(who)}{_esc(sr_s)}</div>'
+                f'<pre>{_esc(p["program"])}</pre><div class="feat">{_esc(feat)}</div>{inp}</div>'
+            )
         cols.append(f"<div>{''.join(blocks)}</div>")
-    return ('<section class="card" id="examples"><h2>Example problems</h2><p class="cap">Valid teacher '
-            "programs from the first and the last step that produced any, with their structural metrics (as in "
-            f"the paper's appendix).</p><div class=\"examples\">{''.join(cols)}</div></section>\n")
+    return (
+        '<section class="card" id="examples"><h2>Example problems</h2><p class="cap">Valid teacher '
+        "programs from the first and the last step that produced any, with their structural metrics (as in "
+        f'the paper\'s appendix).</p><div class="examples">{"".join(cols)}</div></section>\n'
+    )
 
 
 _SECTIONS = [
-    ("rewards", "Rewards"), ("invalid", "Invalid"), ("solve", "Solve rates"), ("roles", "Entropy & length"), ("ratings", "Ratings"),
-    ("matchups", "Matchups"), ("evolution", "Evolution"), ("complexity", "Complexity"),
-    ("coverage", "Coverage"), ("examples", "Examples"), ("timing", "Timing"),
+    ("rewards", "Rewards"),
+    ("invalid", "Invalid"),
+    ("solve", "Solve rates"),
+    ("roles", "Entropy & length"),
+    ("ratings", "Ratings"),
+    ("matchups", "Matchups"),
+    ("evolution", "Evolution"),
+    ("complexity", "Complexity"),
+    ("coverage", "Coverage"),
+    ("examples", "Examples"),
+    ("timing", "Timing"),
 ]
 
 
@@ -435,8 +521,10 @@ def _evaluation(run: Run) -> str:
     try:
         summ = json.loads(path.read_text()).get("summary") or {}
     except (json.JSONDecodeError, OSError, AttributeError):
-        return ('<section class="card" id="eval"><h2>Held-out evaluation</h2><p class="empty">eval/results.json '
-                "is unreadable; re-run `populora eval RUN_DIR`.</p></section>\n")
+        return (
+            '<section class="card" id="eval"><h2>Held-out evaluation</h2><p class="empty">eval/results.json '
+            "is unreadable; re-run `populora eval RUN_DIR`.</p></section>\n"
+        )
     cols = [c for c, v in summ.items() if isinstance(v, dict)]
     if not cols:
         return ""
@@ -451,10 +539,15 @@ def _evaluation(run: Run) -> str:
     head = "".join(f"<th>{_esc(c)}</th>" for c in cols)
     body = "".join(
         f"<tr><td>{'<b>' if k in tail else ''}{_esc(names.get(k, k))}{'</b>' if k in tail else ''}</td>"
-        + "".join(f"<td>{cell(summ[c].get(k))}</td>" for c in cols) + "</tr>" for k in rows_keys)
-    return ('<section class="card" id="eval"><h2>Held-out evaluation</h2>'
-            f"<table><tr><th>benchmark</th>{head}</tr>{body}</table><p class=\"cap\">Greedy pass@1 (%) from "
-            "<code>populora eval</code> (eval/results.md has the per-member details).</p></section>\n")
+        + "".join(f"<td>{cell(summ[c].get(k))}</td>" for c in cols)
+        + "</tr>"
+        for k in rows_keys
+    )
+    return (
+        '<section class="card" id="eval"><h2>Held-out evaluation</h2>'
+        f'<table><tr><th>benchmark</th>{head}</tr>{body}</table><p class="cap">Greedy pass@1 (%) from '
+        "<code>populora eval</code> (eval/results.md has the per-member details).</p></section>\n"
+    )
 
 
 def _any_matchup(run: Run) -> bool:
@@ -465,35 +558,85 @@ def render_report(run: Run) -> str:
     """The report page of one run, as an HTML string."""
     single = run.mode == "single"
     cards = [
-        _figure_card("rewards", "Rewards and valid proposals", lambda: plots.rewards_figure(run),
-                     lambda: _cap_rewards(run), "No rewards logged."),
-        _figure_card("invalid", "Invalid proposals by reason", lambda: plots.invalid_figure(run),
-                     lambda: _cap_invalid(run), "No invalid proposal logged."),
-        _figure_card("solve", "Solve rate per task type", lambda: plots.solve_rate_figure(run),
-                     lambda: _cap_solve(run),
-                     "No valid problem yet, so nothing to solve." if run.problems and not any(
-                         p.get("valid") for p in run.problems) else "No solve rates logged."),
-        _figure_card("roles", "Policy entropy and response length", lambda: plots.role_metric_figure(run),
-                     lambda: _cap_roles(run), "No entropy or response length logged."),
-        _figure_card("ratings", "TrueSkill ratings", lambda: plots.ratings_figure(run), lambda: _cap_ratings(run),
-                     "A single-agent run has no ratings." if single else "No ratings logged."),
-        _figure_card("matchups", "Student × teacher solve rates", lambda: plots.matchup_figure(run),
-                     lambda: _cap_matchups(run),
-                     "A single-agent run has no matchups." if single else (
-                         "No matchup has produced a valid problem yet." if _any_matchup(run)
-                         else "No matchups logged.")),
-        _figure_card("evolution", "Evolution: operator usage and child recovery",
-                     lambda: plots.evolution_figure(run), lambda: _cap_evolution(run),
-                     "A single-agent run does not evolve." if single else "No evolution event yet."),
-        _figure_card("complexity", "Problem complexity", lambda: plots.complexity_figure(run),
-                     lambda: _cap_complexity(run), "No valid program features logged."),
-        _figure_card("coverage", "Problem-space coverage", lambda: plots.coverage_figure(run),
-                     lambda: _cap_coverage(run),
-                     "No cell filled yet: no valid program so far." if np.isfinite(run.series("coverage")).any()
-                     or run.problems else "No coverage logged."),
+        _figure_card(
+            "rewards",
+            "Rewards and valid proposals",
+            lambda: plots.rewards_figure(run),
+            lambda: _cap_rewards(run),
+            "No rewards logged.",
+        ),
+        _figure_card(
+            "invalid",
+            "Invalid proposals by reason",
+            lambda: plots.invalid_figure(run),
+            lambda: _cap_invalid(run),
+            "No invalid proposal logged.",
+        ),
+        _figure_card(
+            "solve",
+            "Solve rate per task type",
+            lambda: plots.solve_rate_figure(run),
+            lambda: _cap_solve(run),
+            "No valid problem yet, so nothing to solve."
+            if run.problems and not any(p.get("valid") for p in run.problems)
+            else "No solve rates logged.",
+        ),
+        _figure_card(
+            "roles",
+            "Policy entropy and response length",
+            lambda: plots.role_metric_figure(run),
+            lambda: _cap_roles(run),
+            "No entropy or response length logged.",
+        ),
+        _figure_card(
+            "ratings",
+            "TrueSkill ratings",
+            lambda: plots.ratings_figure(run),
+            lambda: _cap_ratings(run),
+            "A single-agent run has no ratings." if single else "No ratings logged.",
+        ),
+        _figure_card(
+            "matchups",
+            "Student × teacher solve rates",
+            lambda: plots.matchup_figure(run),
+            lambda: _cap_matchups(run),
+            "A single-agent run has no matchups."
+            if single
+            else (
+                "No matchup has produced a valid problem yet." if _any_matchup(run) else "No matchups logged."
+            ),
+        ),
+        _figure_card(
+            "evolution",
+            "Evolution: operator usage and child recovery",
+            lambda: plots.evolution_figure(run),
+            lambda: _cap_evolution(run),
+            "A single-agent run does not evolve." if single else "No evolution event yet.",
+        ),
+        _figure_card(
+            "complexity",
+            "Problem complexity",
+            lambda: plots.complexity_figure(run),
+            lambda: _cap_complexity(run),
+            "No valid program features logged.",
+        ),
+        _figure_card(
+            "coverage",
+            "Problem-space coverage",
+            lambda: plots.coverage_figure(run),
+            lambda: _cap_coverage(run),
+            "No cell filled yet: no valid program so far."
+            if np.isfinite(run.series("coverage")).any() or run.problems
+            else "No coverage logged.",
+        ),
         _examples(run),
-        _figure_card("timing", "Time per step by phase", lambda: plots.phase_time_figure(run),
-                     lambda: _cap_phase(run), "No phase timings logged."),
+        _figure_card(
+            "timing",
+            "Time per step by phase",
+            lambda: plots.phase_time_figure(run),
+            lambda: _cap_phase(run),
+            "No phase timings logged.",
+        ),
     ]
     return _page(f"PopuLoRA report: {run.path.name}", _header(run) + _evaluation(run) + "".join(cards))
 
@@ -521,47 +664,83 @@ def render_compare(runs: Sequence[Run]) -> str:
         k = max(1, run.n_steps // 10)
         cov_s = f"{100 * cov[np.isfinite(cov)][-1]:.2f}%" if np.isfinite(cov).any() else "–"
         osc = oscillation_by_type(run)
-        turns = " / ".join(str(osc[t].direction_changes) if osc[t].n_points else "–"
-                           for t in ("code_i", "code_o", "code_f"))
+        turns = " / ".join(
+            str(osc[t].direction_changes) if osc[t].n_points else "–" for t in ("code_i", "code_o", "code_f")
+        )
         vr = run.role_series(proposer_roles(run), "valid_rate")
-        rows.append(f"<tr><td><span style=\"color:{color}\">■</span> {_esc(run.label)}</td>"
-                    f"<td>{_esc(run.mode)}</td><td>{run.n_steps}</td><td>{_esc(_rate(nanmean(sr[-k:])))}</td>"
-                    f"<td>{_esc(turns)}</td><td>{_esc(_rate(nanmean(vr[-k:])))}</td>"
-                    f"<td>{_esc(cov_s)}</td><td>{len(run.events_of('evolution'))}</td></tr>")
-    table = ("<table><tr><th>run</th><th>mode</th><th>steps</th><th>solve rate (last 10%)</th>"
-             "<th>direction changes i / o / f</th><th>valid rate (last 10%)</th>"
-             f"<th>coverage</th><th>evolution events</th></tr>{''.join(rows)}</table>"
-             "<p class=\"cap\">Direction changes: turns of the smoothed solve-rate curve per task type that "
-             "retrace more than the curve's noise (at least 0.05), a count of the oscillation the paper "
-             "attributes to the arms race.</p>")
+        rows.append(
+            f'<tr><td><span style="color:{color}">■</span> {_esc(run.label)}</td>'
+            f"<td>{_esc(run.mode)}</td><td>{run.n_steps}</td><td>{_esc(_rate(nanmean(sr[-k:])))}</td>"
+            f"<td>{_esc(turns)}</td><td>{_esc(_rate(nanmean(vr[-k:])))}</td>"
+            f"<td>{_esc(cov_s)}</td><td>{len(run.events_of('evolution'))}</td></tr>"
+        )
+    table = (
+        "<table><tr><th>run</th><th>mode</th><th>steps</th><th>solve rate (last 10%)</th>"
+        "<th>direction changes i / o / f</th><th>valid rate (last 10%)</th>"
+        f"<th>coverage</th><th>evolution events</th></tr>{''.join(rows)}</table>"
+        '<p class="cap">Direction changes: turns of the smoothed solve-rate curve per task type that '
+        "retrace more than the curve's noise (at least 0.05), a count of the oscillation the paper "
+        "attributes to the arms race.</p>"
+    )
     cards = [
-        _figure_card("solve", "Solve rate", lambda: plots.compare_solve_figure(runs),
-                     "Smoothed solve rate of each run's solvers (students, or the single agent on its own "
-                     "problems), overall and per task type. A plateau near 1 is the self-calibration fixed point; "
-                     "oscillation is the arms race.", "No solve rates logged."),
-        _figure_card("complexity", "Problem complexity", lambda: plots.compare_complexity_figure(runs),
-                     "Mean of the four structural metrics of each run's valid proposer programs per step "
-                     "(smoothed).", "No program features logged."),
-        _figure_card("coverage", "Problem-space coverage", lambda: plots.compare_coverage_figure(runs),
-                     "Cumulative share of the 4,096 CVT cells filled by each run's valid programs.",
-                     "No coverage logged."),
-        _figure_card("valid", "Valid proposals", lambda: plots.compare_valid_figure(runs),
-                     "Smoothed share of each run's proposals that passed validation (teachers, or the single "
-                     "agent).", "No valid rates logged."),
-        _figure_card("entropy", "Policy entropy", lambda: plots.compare_metric_figure(runs, "entropy", "entropy"),
-                     "Mean per-token entropy of proposers (left) and solvers (right) per run (smoothed).",
-                     "No entropy logged."),
-        _figure_card("length", "Response length",
-                     lambda: plots.compare_metric_figure(runs, "response_len", "response length"),
-                     "Mean response length in tokens of proposers (left) and solvers (right) per run.",
-                     "No response length logged."),
-        _figure_card("reward", "Reward", lambda: plots.compare_metric_figure(runs, "reward", "reward"),
-                     "Mean training reward of proposers and solvers per run (the single agent's reward mixes "
-                     "both roles, so compare shapes rather than levels).", "No rewards logged."),
+        _figure_card(
+            "solve",
+            "Solve rate",
+            lambda: plots.compare_solve_figure(runs),
+            "Smoothed solve rate of each run's solvers (students, or the single agent on its own "
+            "problems), overall and per task type. A plateau near 1 is the self-calibration fixed point; "
+            "oscillation is the arms race.",
+            "No solve rates logged.",
+        ),
+        _figure_card(
+            "complexity",
+            "Problem complexity",
+            lambda: plots.compare_complexity_figure(runs),
+            "Mean of the four structural metrics of each run's valid proposer programs per step (smoothed).",
+            "No program features logged.",
+        ),
+        _figure_card(
+            "coverage",
+            "Problem-space coverage",
+            lambda: plots.compare_coverage_figure(runs),
+            "Cumulative share of the 4,096 CVT cells filled by each run's valid programs.",
+            "No coverage logged.",
+        ),
+        _figure_card(
+            "valid",
+            "Valid proposals",
+            lambda: plots.compare_valid_figure(runs),
+            "Smoothed share of each run's proposals that passed validation (teachers, or the single agent).",
+            "No valid rates logged.",
+        ),
+        _figure_card(
+            "entropy",
+            "Policy entropy",
+            lambda: plots.compare_metric_figure(runs, "entropy", "entropy"),
+            "Mean per-token entropy of proposers (left) and solvers (right) per run (smoothed).",
+            "No entropy logged.",
+        ),
+        _figure_card(
+            "length",
+            "Response length",
+            lambda: plots.compare_metric_figure(runs, "response_len", "response length"),
+            "Mean response length in tokens of proposers (left) and solvers (right) per run.",
+            "No response length logged.",
+        ),
+        _figure_card(
+            "reward",
+            "Reward",
+            lambda: plots.compare_metric_figure(runs, "reward", "reward"),
+            "Mean training reward of proposers and solvers per run (the single agent's reward mixes "
+            "both roles, so compare shapes rather than levels).",
+            "No rewards logged.",
+        ),
         _compare_examples(runs),
     ]
-    head = (f"<h1>PopuLoRA run comparison</h1><p class=\"sub\">{len(runs)} runs · generated "
-            f"{_dt.datetime.now().strftime('%Y-%m-%d %H:%M')}</p><section class=\"card\">{table}</section>")
+    head = (
+        f'<h1>PopuLoRA run comparison</h1><p class="sub">{len(runs)} runs · generated '
+        f'{_dt.datetime.now().strftime("%Y-%m-%d %H:%M")}</p><section class="card">{table}</section>'
+    )
     return _page("PopuLoRA comparison", head + "".join(cards))
 
 

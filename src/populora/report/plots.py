@@ -34,8 +34,12 @@ from populora.diagnostics.run import Run
 ROLE_COLOR = {"teacher": "#d9480f", "student": "#1c7ed6", "single": "#7048e8"}
 ROLE_LABEL = {"teacher": "teachers", "student": "students", "single": "single agent"}
 TASK_COLOR = {"code_i": "#2b8a3e", "code_o": "#e67700", "code_f": "#5f3dc4", "all": "#343a40"}
-TASK_LABEL = {"code_i": "code_i (infer input)", "code_o": "code_o (infer output)",
-              "code_f": "code_f (infer function)", "all": "all types"}
+TASK_LABEL = {
+    "code_i": "code_i (infer input)",
+    "code_o": "code_o (infer output)",
+    "code_f": "code_f (infer function)",
+    "all": "all types",
+}
 RUN_COLORS = ["#1c7ed6", "#d9480f", "#2b8a3e", "#7048e8", "#e67700", "#c2255c", "#0c8599", "#5c940d"]
 # Warm hues for teachers, cool hues for students, each list ordered for maximal contrast between neighbours.
 _TEACHER_SHADES = ["#d9480f", "#c2255c", "#f59f00", "#862e9c", "#a61e1e", "#e8590c", "#e64980", "#946c00"]
@@ -99,8 +103,14 @@ def _plot_line(ax, x, y, **kw) -> bool:
 def _mark_evolution(ax, run: Run, label: bool = True) -> None:
     steps = sorted({int(e["step"]) for e in run.events_of("evolution")})
     for i, s in enumerate(steps):
-        ax.axvline(s, color="#868e96", linestyle=":", linewidth=1.0,
-                   label="evolution" if (label and i == 0) else None, zorder=1.5)
+        ax.axvline(
+            s,
+            color="#868e96",
+            linestyle=":",
+            linewidth=1.0,
+            label="evolution" if (label and i == 0) else None,
+            zorder=1.5,
+        )
 
 
 def _legend(ax, **kw) -> None:
@@ -116,6 +126,7 @@ def _single_point_xlim(ax, steps: np.ndarray) -> None:
 
 # -- single-run figures ---------------------------------------------------------------------------------
 
+
 def rewards_figure(run: Run) -> Figure | None:
     """Left: reward per member and role mean. Right: valid-proposal rate of the proposers."""
     if run.n_steps == 0:
@@ -125,20 +136,41 @@ def rewards_figure(run: Run) -> Figure | None:
     ax = axes[0, 0]
     drawn = False
     for m in run.members:
-        drawn |= _plot_line(ax, steps, run.member_series(m, "reward"), color=colors[m], linewidth=0.7, alpha=0.35)
+        drawn |= _plot_line(
+            ax, steps, run.member_series(m, "reward"), color=colors[m], linewidth=0.7, alpha=0.35
+        )
     for role in run.roles:
-        drawn |= _plot_line(ax, steps, smooth(run.role_series(role, "reward"), _window(run)),
-                            color=ROLE_COLOR[role], linewidth=2.2, label=f"{ROLE_LABEL[role]} (mean)")
+        drawn |= _plot_line(
+            ax,
+            steps,
+            smooth(run.role_series(role, "reward"), _window(run)),
+            color=ROLE_COLOR[role],
+            linewidth=2.2,
+            label=f"{ROLE_LABEL[role]} (mean)",
+        )
     _mark_evolution(ax, run)
     ax.set_title("reward per step", fontsize=10)
     ax.set_xlabel("step")
     _legend(ax, loc="best")
     ax = axes[0, 1]
     for m in run.members_with_role(*proposer_roles(run)):
-        _plot_line(ax, steps, smooth(run.member_series(m, "valid_rate"), _window(run)), color=colors[m],
-                   linewidth=0.9, alpha=0.6, label=m)
-    drawn |= _plot_line(ax, steps, smooth(run.role_series(proposer_roles(run), "valid_rate"), _window(run)),
-                        color="#212529", linewidth=2.2, label="mean")
+        _plot_line(
+            ax,
+            steps,
+            smooth(run.member_series(m, "valid_rate"), _window(run)),
+            color=colors[m],
+            linewidth=0.9,
+            alpha=0.6,
+            label=m,
+        )
+    drawn |= _plot_line(
+        ax,
+        steps,
+        smooth(run.role_series(proposer_roles(run), "valid_rate"), _window(run)),
+        color="#212529",
+        linewidth=2.2,
+        label="mean",
+    )
     ax.set_ylim(-0.03, 1.03)
     ax.set_title("valid-proposal rate (smoothed)", fontsize=10)
     ax.set_xlabel("step")
@@ -204,10 +236,23 @@ def solve_rate_figure(run: Run) -> Figure | None:
     for ax, task in zip(axes.flat, TASKS, strict=True):
         y = rates[task]
         _plot_line(ax, steps, y, color=TASK_COLOR[task], linewidth=0.8, alpha=0.35)
-        _plot_line(ax, steps, smooth(y, w), color=TASK_COLOR[task], linewidth=2.2,
-                   label=f"smoothed (window {w})" if w > 1 else "per step")
-        _plot_line(ax, steps, smooth(rates["all"], w), color="#adb5bd", linewidth=1.2, linestyle="--",
-                   label="all types")
+        _plot_line(
+            ax,
+            steps,
+            smooth(y, w),
+            color=TASK_COLOR[task],
+            linewidth=2.2,
+            label=f"smoothed (window {w})" if w > 1 else "per step",
+        )
+        _plot_line(
+            ax,
+            steps,
+            smooth(rates["all"], w),
+            color="#adb5bd",
+            linewidth=1.2,
+            linestyle="--",
+            label="all types",
+        )
         _mark_evolution(ax, run, label=False)
         ax.set_title(TASK_LABEL[task], fontsize=10)
         ax.set_xlabel("step")
@@ -224,13 +269,21 @@ def role_metric_figure(run: Run) -> Figure | None:
         return None
     fig, axes = _fig(ncols=2)
     steps, colors, drawn = run.steps, member_colors(run), False
-    for ax, key, title in ((axes[0, 0], "entropy", "policy entropy (nats/token)"),
-                           (axes[0, 1], "response_len", "response length (tokens)")):
+    for ax, key, title in (
+        (axes[0, 0], "entropy", "policy entropy (nats/token)"),
+        (axes[0, 1], "response_len", "response length (tokens)"),
+    ):
         for m in run.members:
             _plot_line(ax, steps, run.member_series(m, key), color=colors[m], linewidth=0.6, alpha=0.3)
         for role in run.roles:
-            drawn |= _plot_line(ax, steps, smooth(run.role_series(role, key), _window(run)),
-                                color=ROLE_COLOR[role], linewidth=2.2, label=ROLE_LABEL[role])
+            drawn |= _plot_line(
+                ax,
+                steps,
+                smooth(run.role_series(role, key), _window(run)),
+                color=ROLE_COLOR[role],
+                linewidth=2.2,
+                label=ROLE_LABEL[role],
+            )
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("step")
         _single_point_xlim(ax, steps)
@@ -251,12 +304,22 @@ def ratings_figure(run: Run) -> Figure | None:
         events = [e for e in run.events_of("evolution") if e.get("role") == role]
         for m in mids:
             mu, sigma = hist[m]
-            _plot_line(ax, steps, mu, color=colors[m], linewidth=1.4 if many else 1.8, label=None if many else m)
-            ax.fill_between(steps, mu - sigma, mu + sigma, color=colors[m], alpha=0.05 if many else 0.08,
-                            linewidth=0)
+            _plot_line(
+                ax, steps, mu, color=colors[m], linewidth=1.4 if many else 1.8, label=None if many else m
+            )
+            ax.fill_between(
+                steps, mu - sigma, mu + sigma, color=colors[m], alpha=0.05 if many else 0.08, linewidth=0
+            )
             if many and np.isfinite(mu[-1]):  # with many members, name only the survivors, at the right edge
-                ax.annotate(m, xy=(steps[-1], mu[-1]), xytext=(3, 0), textcoords="offset points", fontsize=7,
-                            color=colors[m], va="center")
+                ax.annotate(
+                    m,
+                    xy=(steps[-1], mu[-1]),
+                    xytext=(3, 0),
+                    textcoords="offset points",
+                    fontsize=7,
+                    color=colors[m],
+                    va="center",
+                )
         ax.axhline(25.0, color="#adb5bd", linewidth=0.8, linestyle="--")
         for e in events:
             ax.axvline(e["step"], color="#868e96", linestyle=":", linewidth=0.8 if many else 1.0, zorder=0)
@@ -268,12 +331,24 @@ def ratings_figure(run: Run) -> Figure | None:
                 mu_c = hist.get(child, (np.full(steps.size, np.nan),))[0]
                 later = np.flatnonzero((steps > e["step"]) & np.isfinite(mu_c))
                 if later.size:
-                    ax.plot([e["step"], steps[later[0]]], [cmu, mu_c[later[0]]], color=col, linewidth=1.0,
-                            linestyle="--")
+                    ax.plot(
+                        [e["step"], steps[later[0]]],
+                        [cmu, mu_c[later[0]]],
+                        color=col,
+                        linewidth=1.0,
+                        linestyle="--",
+                    )
             if len(events) <= 12:  # beyond that the labels overlap; the stars still mark every birth
-                ax.annotate(f"{e.get('operator', '?')}→{e.get('child', '?')}", xy=(e["step"], 1.0),
-                            xycoords=("data", "axes fraction"), fontsize=7, color="#495057",
-                            rotation=90, ha="right", va="top")
+                ax.annotate(
+                    f"{e.get('operator', '?')}→{e.get('child', '?')}",
+                    xy=(e["step"], 1.0),
+                    xycoords=("data", "axes fraction"),
+                    fontsize=7,
+                    color="#495057",
+                    rotation=90,
+                    ha="right",
+                    va="top",
+                )
         ax.set_title(f"{role}s: TrueSkill μ (band: μ ± σ; ★ child at birth)", fontsize=10)
         ax.set_xlabel("step")
         _single_point_xlim(ax, steps)
@@ -302,8 +377,15 @@ def matchup_figure(run: Run) -> Figure | None:
     for i in range(len(students) if annotate else 0):
         for j in range(len(teachers)):
             if cnt[i, j]:
-                ax.text(j, i, f"{mat[i, j]:.2f}\n({cnt[i, j]})", ha="center", va="center", fontsize=7,
-                        color="#212529")
+                ax.text(
+                    j,
+                    i,
+                    f"{mat[i, j]:.2f}\n({cnt[i, j]})",
+                    ha="center",
+                    va="center",
+                    fontsize=7,
+                    color="#212529",
+                )
     fig.colorbar(im, ax=ax, label="solve rate", shrink=0.9)
     return fig
 
@@ -317,13 +399,23 @@ def evolution_figure(run: Run) -> Figure | None:
     fig, axes = _fig(ncols=2, width_ratios=[1, 2])
     ax = axes[0, 0]
     ops = sorted(usage)
-    bars = ax.bar(ops, [usage[o] for o in ops],
-                  color=["#1c7ed6" if o.startswith("X") else "#d9480f" for o in ops])
-    for bar, op in zip(bars, ops, strict=True):  # median recovery (steps) of the operator's recovered children
+    bars = ax.bar(
+        ops, [usage[o] for o in ops], color=["#1c7ed6" if o.startswith("X") else "#d9480f" for o in ops]
+    )
+    for bar, op in zip(
+        bars, ops, strict=True
+    ):  # median recovery (steps) of the operator's recovered children
         done = [r.steps for r in recs if r.operator == op and r.steps is not None]
         if done:
-            ax.annotate(f"{np.median(done):.0f}", xy=(bar.get_x() + bar.get_width() / 2, bar.get_height()),
-                        xytext=(0, 2), textcoords="offset points", ha="center", fontsize=7, color="#495057")
+            ax.annotate(
+                f"{np.median(done):.0f}",
+                xy=(bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                xytext=(0, 2),
+                textcoords="offset points",
+                ha="center",
+                fontsize=7,
+                color="#495057",
+            )
     ax.set_title("children per operator\n(number on bar: median steps to recover)", fontsize=9)
     ax.set_ylabel("children")
     ax.yaxis.get_major_locator().set_params(integer=True)
@@ -345,8 +437,15 @@ def evolution_figure(run: Run) -> Figure | None:
             curves.append((x, y))
         if np.isfinite(y).any():
             horizon = max(horizon, int(x[np.isfinite(y)].max()))
-        _plot_line(ax, x, y, color=colors.get(r.child, "#495057"), linewidth=0.8 if many else 1.4,
-                   alpha=0.35 if many else 1.0, label=None if many else f"{r.child} ({r.operator})")
+        _plot_line(
+            ax,
+            x,
+            y,
+            color=colors.get(r.child, "#495057"),
+            linewidth=0.8 if many else 1.4,
+            alpha=0.35 if many else 1.0,
+            label=None if many else f"{r.child} ({r.operator})",
+        )
     if many and horizon:
         grid = np.arange(1, horizon + 1)
         stack = np.full((len(curves), grid.size), np.nan)
@@ -380,18 +479,32 @@ def complexity_figure(run: Run) -> Figure | None:
         ax.fill_between(st, mean - std, mean + std, color=color, alpha=0.10, linewidth=0)
         if len(proposers) > 1:  # each teacher's own mean (metrics.jsonl), faint
             for m in proposers:
-                _plot_line(ax, run.steps, run.member_series(m, ["complexity", f, "mean"]), color=colors[m],
-                           linewidth=0.7, alpha=0.45,
-                           label=m if f == FEATURES[0] and len(proposers) <= MANY else None)
-        _plot_line(ax, st, smooth(mean, _window(run)), color=color, linewidth=2.4,
-                   label="all teachers (smoothed)" if f == FEATURES[0] and len(proposers) > 1 else None)
+                _plot_line(
+                    ax,
+                    run.steps,
+                    run.member_series(m, ["complexity", f, "mean"]),
+                    color=colors[m],
+                    linewidth=0.7,
+                    alpha=0.45,
+                    label=m if f == FEATURES[0] and len(proposers) <= MANY else None,
+                )
+        _plot_line(
+            ax,
+            st,
+            smooth(mean, _window(run)),
+            color=color,
+            linewidth=2.4,
+            label="all teachers (smoothed)" if f == FEATURES[0] and len(proposers) > 1 else None,
+        )
         ax.set_title(FEATURE_LABELS[f], fontsize=10)
         _single_point_xlim(ax, np.asarray(st))
     for ax in axes[1]:
         ax.set_xlabel("step")
     handles, labels = axes[0, 0].get_legend_handles_labels()
     if handles:
-        fig.legend(handles, labels, loc="outside lower center", ncol=min(8, len(labels)), frameon=False, fontsize=8)
+        fig.legend(
+            handles, labels, loc="outside lower center", ncol=min(8, len(labels)), frameon=False, fontsize=8
+        )
     return fig
 
 
@@ -439,8 +552,9 @@ def phase_time_figure(run: Run) -> Figure | None:
             ax.bar(steps, data[i], bottom=bottom, color=cmap[i % len(cmap)], label=p, width=0.8)
             bottom += data[i]
     else:
-        ax.stackplot(steps, data, labels=phases, colors=[cmap[i % len(cmap)] for i in range(len(phases))],
-                     alpha=0.85)
+        ax.stackplot(
+            steps, data, labels=phases, colors=[cmap[i % len(cmap)] for i in range(len(phases))], alpha=0.85
+        )
     ax.set_ylabel("seconds")
     ax.set_xlabel("step")
     _single_point_xlim(ax, steps)
@@ -449,6 +563,7 @@ def phase_time_figure(run: Run) -> Figure | None:
 
 
 # -- comparison figures ---------------------------------------------------------------------------------
+
 
 def _run_styles(runs: Sequence[Run]) -> list[str]:
     return [RUN_COLORS[i % len(RUN_COLORS)] for i in range(len(runs))]
@@ -461,8 +576,9 @@ def compare_solve_figure(runs: Sequence[Run]) -> Figure | None:
     for run, color in zip(runs, _run_styles(runs), strict=True):
         rates = solve_rates_by_type(run)
         for ax, task in zip(axes.flat, ("all", *TASKS), strict=True):
-            drawn |= _plot_line(ax, run.steps, smooth(rates[task], _window(run)), color=color, linewidth=2.0,
-                                label=run.label)
+            drawn |= _plot_line(
+                ax, run.steps, smooth(rates[task], _window(run)), color=color, linewidth=2.0, label=run.label
+            )
             ax.set_title(TASK_LABEL[task], fontsize=10)
             ax.set_ylim(-0.03, 1.03)
     _legend(axes[0, 0], loc="lower right")
@@ -477,8 +593,14 @@ def compare_metric_figure(runs: Sequence[Run], key: str, title: str) -> Figure |
     drawn = False
     for run, color in zip(runs, _run_styles(runs), strict=True):
         for ax, roles in ((axes[0, 0], proposer_roles(run)), (axes[0, 1], solver_roles(run))):
-            drawn |= _plot_line(ax, run.steps, smooth(run.role_series(roles, key), _window(run)), color=color,
-                                linewidth=2.0, label=run.label)
+            drawn |= _plot_line(
+                ax,
+                run.steps,
+                smooth(run.role_series(roles, key), _window(run)),
+                color=color,
+                linewidth=2.0,
+                label=run.label,
+            )
     axes[0, 0].set_title(f"{title}: proposers (teachers / single agent)", fontsize=10)
     axes[0, 1].set_title(f"{title}: solvers (students / single agent)", fontsize=10)
     for ax in axes.flat:
@@ -493,8 +615,14 @@ def compare_valid_figure(runs: Sequence[Run]) -> Figure | None:
     ax = axes[0, 0]
     drawn = False
     for run, color in zip(runs, _run_styles(runs), strict=True):
-        drawn |= _plot_line(ax, run.steps, smooth(run.role_series(proposer_roles(run), "valid_rate"), _window(run)),
-                            color=color, linewidth=2.0, label=run.label)
+        drawn |= _plot_line(
+            ax,
+            run.steps,
+            smooth(run.role_series(proposer_roles(run), "valid_rate"), _window(run)),
+            color=color,
+            linewidth=2.0,
+            label=run.label,
+        )
     ax.set_ylim(-0.03, 1.03)
     ax.set_xlabel("step")
     ax.set_ylabel("valid-proposal rate")
@@ -510,8 +638,9 @@ def compare_complexity_figure(runs: Sequence[Run]) -> Figure | None:
         for ax, f in zip(axes.flat, FEATURES, strict=True):
             if f in curves:
                 st, mean, _ = curves[f]
-                drawn |= _plot_line(ax, st, smooth(mean, _window(run)), color=color, linewidth=2.0,
-                                    label=run.label)
+                drawn |= _plot_line(
+                    ax, st, smooth(mean, _window(run)), color=color, linewidth=2.0, label=run.label
+                )
             ax.set_title(FEATURE_LABELS[f], fontsize=10)
     _legend(axes[0, 0], loc="best")
     for ax in axes[1]:

@@ -24,8 +24,14 @@ def find_browser() -> str | None:
     return next((p for p in map(shutil.which, BROWSERS) if p), None)
 
 
-def screenshot(html_path: str | Path, png_path: str | Path, width: int = 1100, height: int = 2400,
-               timeout_s: float = 120.0, compact: bool = True) -> Path:
+def screenshot(
+    html_path: str | Path,
+    png_path: str | Path,
+    width: int = 1100,
+    height: int = 2400,
+    timeout_s: float = 120.0,
+    compact: bool = True,
+) -> Path:
     """Render `html_path` in headless Chromium at `width` x `height` CSS pixels and save the PNG.
 
     `compact=True` re-encodes it with a 256-colour palette (about 3x smaller, no visible change for these
@@ -37,9 +43,17 @@ def screenshot(html_path: str | Path, png_path: str | Path, width: int = 1100, h
     png_path = Path(png_path).resolve()
     png_path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="populora-chromium-") as profile:
-        cmd = [browser, "--headless", "--disable-gpu", "--hide-scrollbars", "--no-first-run",
-               f"--user-data-dir={profile}", f"--window-size={width},{height}", f"--screenshot={png_path}",
-               Path(html_path).resolve().as_uri()]
+        cmd = [
+            browser,
+            "--headless",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            "--no-first-run",
+            f"--user-data-dir={profile}",
+            f"--window-size={width},{height}",
+            f"--screenshot={png_path}",
+            Path(html_path).resolve().as_uri(),
+        ]
         if hasattr(os, "geteuid") and os.geteuid() == 0:
             cmd.insert(1, "--no-sandbox")  # Chromium refuses to run as root with its sandbox
         try:
@@ -55,5 +69,6 @@ def screenshot(html_path: str | Path, png_path: str | Path, width: int = 1100, h
         with Image.open(png_path) as im:
             rgb = im.convert("RGB")
         rgb.quantize(colors=256, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE).save(
-            png_path, optimize=True)
+            png_path, optimize=True
+        )
     return png_path

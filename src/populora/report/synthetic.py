@@ -62,7 +62,9 @@ def _make_program(rng: np.random.Generator, level: float) -> tuple[str, list[str
                 body.append(f"        if i % {int(rng.integers(2, 5))} == 0 and {it}:")
                 body.append(f"            {acc} += {it if acc == 'total' else it + '.upper()'}")
                 body.append("        else:")
-                body.append(f"            {acc} {'-=' if acc == 'total' else '+='} {'k' if acc == 'total' else it}")
+                body.append(
+                    f"            {acc} {'-=' if acc == 'total' else '+='} {'k' if acc == 'total' else it}"
+                )
             else:
                 body.append(f"        {acc} += {it + ' * k' if acc == 'total' else it}")
         elif kind == "branch":
@@ -73,8 +75,12 @@ def _make_program(rng: np.random.Generator, level: float) -> tuple[str, list[str
                 body.append(f"        {acc} = {acc} {'+ k' if acc == 'total' else '+ str(k)'}")
         elif kind == "comp":
             var = f"seen{b}"
-            body.append(f"    {var} = [{it} for {it} in {args[0]} if {it} {'> k' if acc == 'total' else '!= str(k)'}]")
-            body.append(f"    {acc} {'+= len(' + var + ')' if acc == 'total' else '+= str(len(' + var + '))'}")
+            body.append(
+                f"    {var} = [{it} for {it} in {args[0]} if {it} {'> k' if acc == 'total' else '!= str(k)'}]"
+            )
+            body.append(
+                f"    {acc} {'+= len(' + var + ')' if acc == 'total' else '+= str(len(' + var + '))'}"
+            )
         else:
             body.append(f"    j{b} = k")
             body.append(f"    while j{b} > 0:")
@@ -97,8 +103,11 @@ def _config(mode: str, steps: int, teachers: int, students: int, evolve_every: i
     return {
         "model": {"name": "tiny"},
         "lora": {"rank": 8, "alpha": 16},
-        "population": {"mode": mode, "teachers": teachers if mode == "population" else 1,
-                       "students": students if mode == "population" else 1},
+        "population": {
+            "mode": mode,
+            "teachers": teachers if mode == "population" else 1,
+            "students": students if mode == "population" else 1,
+        },
         "train": {"steps": steps, "seed": seed, "checkpoint_every": 10},
         "evolution": {"every": evolve_every, "gamma": 0.25, "operators": list(OPERATORS)},
         "rl": {"lr": 5e-5, "rollouts": 4},
@@ -107,10 +116,19 @@ def _config(mode: str, steps: int, teachers: int, students: int, evolve_every: i
     }
 
 
-def write_synthetic_run(run_dir: str | Path, mode: str = "population", steps: int = 40, teachers: int = 3,
-                        students: int = 3, evolve_every: int = 10, problems_per_teacher: int = 6,
-                        rollouts: int = 4, seed: int = 0, first_step: int = 1,
-                        cut_last_line: bool = False) -> Path:
+def write_synthetic_run(
+    run_dir: str | Path,
+    mode: str = "population",
+    steps: int = 40,
+    teachers: int = 3,
+    students: int = 3,
+    evolve_every: int = 10,
+    problems_per_teacher: int = 6,
+    rollouts: int = 4,
+    seed: int = 0,
+    first_step: int = 1,
+    cut_last_line: bool = False,
+) -> Path:
     """Write a complete synthetic run folder and return its path.
 
     `cut_last_line=True` appends half a metrics record at the end, as a kill mid-write would.
@@ -125,7 +143,8 @@ def write_synthetic_run(run_dir: str | Path, mode: str = "population", steps: in
     run_dir.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
     (run_dir / "config.yaml").write_text(
-        yaml.safe_dump(_config(mode, steps, teachers, students, evolve_every, seed), sort_keys=False))
+        yaml.safe_dump(_config(mode, steps, teachers, students, evolve_every, seed), sort_keys=False)
+    )
     env = trueskill.TrueSkill(draw_probability=0.2, tau=0.28)
     archive = CoverageArchive()
 
@@ -175,12 +194,21 @@ def write_synthetic_run(run_dir: str | Path, mode: str = "population", steps: in
                 p_solve = min(1.0, max(0.0, p_solve))
                 program, inputs = _make_program(rng, max(0.0, level))
                 valid = bool(rng.random() < valid_p)
-                rec: dict[str, Any] = {"step": step, "proposer": t, "solver": s, "task": task, "valid": valid,
-                                       "reason": None, "id": f"{seed:x}{step:05d}{t}{j:02d}", "program": program,
-                                       "inputs": inputs if task != "code_f" else inputs * 3,
-                                       "outputs": ["…"] * (1 if task != "code_f" else 3),
-                                       "message": "" if task != "code_f" else "Combine the numbers.",
-                                       "solve_rate": None, "features": None}
+                rec: dict[str, Any] = {
+                    "step": step,
+                    "proposer": t,
+                    "solver": s,
+                    "task": task,
+                    "valid": valid,
+                    "reason": None,
+                    "id": f"{seed:x}{step:05d}{t}{j:02d}",
+                    "program": program,
+                    "inputs": inputs if task != "code_f" else inputs * 3,
+                    "outputs": ["…"] * (1 if task != "code_f" else 3),
+                    "message": "" if task != "code_f" else "Combine the numbers.",
+                    "solve_rate": None,
+                    "features": None,
+                }
                 if valid:
                     feats = program_features(program)
                     rho = float(rng.binomial(rollouts, p_solve)) / rollouts
@@ -195,8 +223,16 @@ def write_synthetic_run(run_dir: str | Path, mode: str = "population", steps: in
                     else:  # AZR learnability reward
                         t_rewards[t].append(1.0 - rho if 0 < rho < 1 else 0.0)
                 else:
-                    rec["reason"] = str(rng.choice(["format: no <answer> block", "nondeterministic",
-                                                    "forbidden import: os", "timeout"]))
+                    rec["reason"] = str(
+                        rng.choice(
+                            [
+                                "format: no <answer> block",
+                                "nondeterministic",
+                                "forbidden import: os",
+                                "timeout",
+                            ]
+                        )
+                    )
                     if rec["reason"].startswith("format"):
                         rec["program"] = None
                     t_rewards[t].append(-1.0)
@@ -204,9 +240,17 @@ def write_synthetic_run(run_dir: str | Path, mode: str = "population", steps: in
             if mode == "population" and pair_rates:
                 sr = float(np.mean(pair_rates))
                 matchups.append({"teacher": t, "student": s, "solve_rate": sr, "n_problems": len(pair_rates)})
-                append_jsonl(run_dir / "events.jsonl", {"step": step, "type": "matchup", "teacher": t,
-                                                        "student": s, "solve_rate": sr,
-                                                        "n_problems": len(pair_rates)})
+                append_jsonl(
+                    run_dir / "events.jsonl",
+                    {
+                        "step": step,
+                        "type": "matchup",
+                        "teacher": t,
+                        "student": s,
+                        "solve_rate": sr,
+                        "n_problems": len(pair_rates),
+                    },
+                )
                 # banded win/draw/loss (reference/operators.md §4 (a))
                 if sr >= 0.6:
                     rating[s], rating[t] = trueskill.rate_1vs1(rating[s], rating[t], env=env)
@@ -219,7 +263,7 @@ def write_synthetic_run(run_dir: str | Path, mode: str = "population", steps: in
         for m in dict.fromkeys([*tids, *sids]):
             role = "single" if mode == "single" else ("teacher" if m in tids else "student")
             sol = solved.get(m)
-            sr_by = ({t: (float(np.mean(v)) if v else None) for t, v in sol.items()} if sol else None)
+            sr_by = {t: (float(np.mean(v)) if v else None) for t, v in sol.items()} if sol else None
             all_sr = [x for v in (sol or {}).values() for x in v]
             if sr_by is not None:
                 sr_by["all"] = float(np.mean(all_sr)) if all_sr else None
@@ -245,23 +289,39 @@ def write_synthetic_run(run_dir: str | Path, mode: str = "population", steps: in
             is_teacher = role in ("teacher", "single")
             r = rating.get(m)
             members[m] = {
-                "role": role, "reward": reward,
+                "role": role,
+                "reward": reward,
                 "valid_rate": (n_valid[m] / problems_per_teacher) if is_teacher else None,
-                "solve_rate": sr_by if sr_by is not None else {t: None for t in ("code_i", "code_o", "code_f", "all")},
-                "response_len": float(resp + rng.normal(0, 4)), "entropy": float(max(0.01, entropy + rng.normal(0, 0.04))),
-                "mu": None if mode == "single" else float(r.mu), "sigma": None if mode == "single" else float(r.sigma),
-                "loss": float(rng.normal(0, 0.02)), "grad_norm": float(abs(rng.normal(0.3, 0.1))),
+                "solve_rate": sr_by
+                if sr_by is not None
+                else {t: None for t in ("code_i", "code_o", "code_f", "all")},
+                "response_len": float(resp + rng.normal(0, 4)),
+                "entropy": float(max(0.01, entropy + rng.normal(0, 0.04))),
+                "mu": None if mode == "single" else float(r.mu),
+                "sigma": None if mode == "single" else float(r.sigma),
+                "loss": float(rng.normal(0, 0.02)),
+                "grad_norm": float(abs(rng.normal(0.3, 0.1))),
                 "complexity": summarize(feats_by_member[m]) if is_teacher else None,
                 "n_valid": n_valid[m] if is_teacher else None,
                 "n_proposed": problems_per_teacher if is_teacher else None,
             }
-        phase_s = {p: float(abs(rng.normal(v, v / 10))) for p, v in
-                   zip(PHASES, (0.01, 1.2, 0.1, 2.3, 0.1, 1.5, 0.0, 0.0), strict=True)}
+        phase_s = {
+            p: float(abs(rng.normal(v, v / 10)))
+            for p, v in zip(PHASES, (0.01, 1.2, 0.1, 2.3, 0.1, 1.5, 0.0, 0.0), strict=True)
+        }
         evolve = mode == "population" and evolve_every > 0 and k > 0 and (k + 1) % evolve_every == 0
-        record = {"step": step, "time": 1_733_000_000.0 + 6.0 * k, "mode": mode, "phase_s": phase_s,
-                  "tokens_per_s": float(800 + rng.normal(0, 40)), "tokens": int(4096 + rng.integers(-200, 200)),
-                  "coverage": archive.coverage, "coverage_cells": archive.cells_filled,
-                  "members": members, "matchups": matchups}
+        record = {
+            "step": step,
+            "time": 1_733_000_000.0 + 6.0 * k,
+            "mode": mode,
+            "phase_s": phase_s,
+            "tokens_per_s": float(800 + rng.normal(0, 40)),
+            "tokens": int(4096 + rng.integers(-200, 200)),
+            "coverage": archive.coverage,
+            "coverage_cells": archive.cells_filled,
+            "members": members,
+            "matchups": matchups,
+        }
         if evolve:
             record["phase_s"]["evolution"] = 0.4
         for m in dip:  # children recover from their birth dip
@@ -282,17 +342,32 @@ def write_synthetic_run(run_dir: str | Path, mode: str = "population", steps: in
                 sigma = max(float(np.mean([rating[p].sigma for p in parents])), env.sigma / 2)
                 rating[child] = env.create_rating(mu=mu, sigma=sigma)
                 ids[ids.index(loser)] = child
-                append_jsonl(run_dir / "events.jsonl", {"step": step, "type": "evolution", "role": role,
-                                                        "operator": op, "parents": list(parents), "child": child,
-                                                        "replaced": loser, "child_mu": mu, "child_sigma": sigma,
-                                                        "seconds": 0.4})
+                append_jsonl(
+                    run_dir / "events.jsonl",
+                    {
+                        "step": step,
+                        "type": "evolution",
+                        "role": role,
+                        "operator": op,
+                        "parents": list(parents),
+                        "child": child,
+                        "replaced": loser,
+                        "child_mu": mu,
+                        "child_sigma": sigma,
+                        "seconds": 0.4,
+                    },
+                )
         append_jsonl(run_dir / "metrics.jsonl", record)
         if (k + 1) % 10 == 0:
-            append_jsonl(run_dir / "events.jsonl", {"step": step, "type": "checkpoint",
-                                                    "path": f"checkpoints/step_{step:06d}"})
+            append_jsonl(
+                run_dir / "events.jsonl",
+                {"step": step, "type": "checkpoint", "path": f"checkpoints/step_{step:06d}"},
+            )
     if cut_last_line:
         with open(run_dir / "metrics.jsonl", "a") as fh:
-            fh.write(f'{{"step": {first_step + steps}, "time": 1733000999.0, "mode": "{mode}", "members": {{"T0": {{"ro')
+            fh.write(
+                f'{{"step": {first_step + steps}, "time": 1733000999.0, "mode": "{mode}", "members": {{"T0": {{"ro'
+            )
     return run_dir
 
 
@@ -311,8 +386,15 @@ def main(argv: list[str] | None = None) -> None:
     a = ap.parse_args(argv)
     if a.run_dir.exists() and any(a.run_dir.iterdir()):
         ap.error(f"{a.run_dir} is not empty; pass a new folder")
-    write_synthetic_run(a.run_dir, mode=a.mode, steps=a.steps, teachers=a.teachers, students=a.students,
-                        evolve_every=a.evolve_every, seed=a.seed)
+    write_synthetic_run(
+        a.run_dir,
+        mode=a.mode,
+        steps=a.steps,
+        teachers=a.teachers,
+        students=a.students,
+        evolve_every=a.evolve_every,
+        seed=a.seed,
+    )
     print(f"wrote {a.run_dir}")
 
 
