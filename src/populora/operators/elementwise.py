@@ -25,7 +25,9 @@ def kth_largest(v: torch.Tensor, k: int) -> torch.Tensor:
         raise ValueError(f"k={k} outside [1, {n}]")
     if n <= 4 * _SAMPLE:
         return v.kthvalue(n - k + 1).values
-    sample = v[:: n // _SAMPLE].sort().values
+    # a fixed-seed random sample: a regular stride over a low-rank matrix is biased and misses the bracket
+    idx = torch.randint(n, (_SAMPLE,), generator=torch.Generator().manual_seed(0)).to(v.device)
+    sample = v[idx].sort().values
     m = sample.numel()
     frac = k / n
     margin = 6 * math.sqrt(frac * (1 - frac) / m) + 4 / m
@@ -41,7 +43,7 @@ def kth_largest(v: torch.Tensor, k: int) -> torch.Tensor:
 
 
 def trim_topk(d: torch.Tensor, density: float) -> torch.Tensor:
-    """Keep exactly floor(density * numel) entries of largest |.| (ties broken by index), zero the rest."""
+    """Keep exactly floor(density * numel) entries of largest |.| (ties broken by lowest index), zero the rest."""
     n = d.numel()
     keep = int(density * n)
     if keep >= n:
@@ -51,10 +53,10 @@ def trim_topk(d: torch.Tensor, density: float) -> torch.Tensor:
     flat = d.reshape(-1)
     mag = flat.abs()
     thr = kth_largest(mag, keep)
-    mask = mag >= thr
-    if int(mask.sum()) != keep:  # ties at the threshold: resolve exactly with topk indices
-        mask = torch.zeros_like(mask)
-        mask[mag.topk(keep).indices] = True
+    mask = mag > thr
+    need = keep - int(mask.sum())
+    if need > 0:  # entries equal to the threshold (float32 repeats are common at 12M entries): lowest index first
+        mask[(mag == thr).nonzero().squeeze(1)[:need]] = True
     return (flat * mask).reshape(d.shape)
 
 
