@@ -62,3 +62,17 @@ def test_help_config_lists_every_key():
     assert res.exit_code == 0
     for key in ("train.steps", "population.mode", "evolution.operators", "rl.rollouts", "lora.alpha"):
         assert key in res.output
+
+
+def test_resume_refuses_to_change_the_run(tmp_path):
+    from populora.config import load_config, to_yaml
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text(to_yaml(load_config("tiny")))
+    res = CliRunner().invoke(app, ["train", "--resume", str(run), "--set", "lora.rank=8"])
+    assert res.exit_code == 2
+    assert res.output.strip() == (
+        "error: --set lora.rank: cannot change on --resume (only train.steps, train.checkpoint_every, "
+        "train.keep_checkpoints, train.threads); start a new run to change it."
+    )

@@ -443,11 +443,24 @@ class Trainer:
         for r in plan_evolution(self.pop, self.cfg, self.ratings.prior(), self.rng, arity=arity):
             t0 = time.perf_counter()
             parents = [self.engine.get_adapter(self.pop[p].slot) for p in r.parents]
-            child = apply(r.operator, parents=parents, seed=r.seed)
+            try:
+                child = apply(r.operator, parents=parents, seed=r.seed)
+            except ValueError as err:  # e.g. a parent diverged to NaN: keep the member, log why, train on
+                events.append(
+                    {
+                        "step": step,
+                        "type": "evolution_skipped",
+                        "role": r.role,
+                        "operator": r.operator,
+                        "parents": list(r.parents),
+                        "replaced": r.replaced,
+                        "reason": str(err),
+                    }
+                )
+                continue
             slot = self.pop[r.replaced].slot
-            self.engine.set_adapter(
-                slot, child, reset_optimizer=True
-            )  # a child starts with fresh AdamW moments
+            # A child starts with fresh AdamW moments: its parent's moments describe other weights.
+            self.engine.set_adapter(slot, child, reset_optimizer=True)
             member = self.pop.replace(r.replaced, r.child_rating, list(r.parents), step, r.operator)
             events.append(
                 {
