@@ -161,6 +161,27 @@ def _torch_caller(n: int) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def _markdown(report: dict) -> str:
+    """The results as the Markdown table the README shows."""
+    sp = report["results"]["subprocess_per_job"]
+    rows = [("populora `Sandbox` (all layers)", report["results"]["sandbox"]),
+            ("fresh `python -I -S` per job", sp), ("AZR-style `exec` pool (no isolation)", report["results"]["azr_exec_pool"])]
+    tc = report.get("torch_caller") or {}
+    if "sandbox" in tc:
+        rows.append(("`Sandbox`, caller has imported torch", tc["sandbox"]))
+        rows.append(("`python -I -S` per job, caller has imported torch", tc["subprocess"]))
+    lines = ["| method | jobs/s | p50 ms | p95 ms | CPU ms/job | est. jobs/s on 2 idle cores | jobs/s vs subprocess |",
+             "|---|---|---|---|---|---|---|"]
+    for name, r in rows:
+        lines.append(f"| {name} | {r['jobs_per_s']:.0f} | {r['p50_ms']:.2f} | {r['p95_ms']:.2f} | "
+                     f"{r['cpu_ms_per_job']:.2f} | {2000.0 / r['cpu_ms_per_job']:.0f} | "
+                     f"{r['jobs_per_s'] / sp['jobs_per_s']:.1f}x |")
+    m = report["machine"]
+    lines.append(f"\n{m['cpus']} CPUs, Python {m['python']}, load average {m['load_before'][0]:.1f} before and "
+                 f"{m['load_after'][0]:.1f} after (a machine shared with other jobs).")
+    return "\n".join(lines)
+
+
 def run(quick: bool = False, out: Path | None = None) -> dict:
     """Run the benchmark, print a table, write JSON (default bench/results/sandbox.json); return the results."""
     from rich.console import Console
@@ -187,32 +208,38 @@ def run(quick: bool = False, out: Path | None = None) -> dict:
             "sandbox_vs_exec_pool_jobs_per_s": sb["jobs_per_s"] / ex["jobs_per_s"],
             "subprocess_vs_sandbox_cpu_per_job": sp["cpu_ms_per_job"] / sb["cpu_ms_per_job"],
         },
+        # On a shared machine the measured jobs/s say as much about the other load as about the sandbox; CPU
+        # time per job does not, so this is what 2 otherwise idle cores would sustain (CPU-bound estimate).
+        "estimated_jobs_per_s_on_2_idle_cores": {k: 2000.0 / r["cpu_ms_per_job"] for k, r in results.items()},
         "goals": {"jobs_per_s_ge_500": sb["jobs_per_s"] >= 500,
+                  "estimated_jobs_per_s_ge_500": 2000.0 / sb["cpu_ms_per_job"] >= 500,
                   "ge_4x_subprocess": sb["jobs_per_s"] >= 4 * sp["jobs_per_s"]},
         "torch_caller": torch_caller,
     }
 
     table = Table(title=f"Sandbox: trivial jobs, 2 workers ({os.cpu_count()} CPUs, "
                         f"load {load_before[0]:.1f})")
-    for col in ("method", "isolation", "jobs/s", "p50 ms", "p95 ms", "CPU ms/job", "vs subprocess"):
+    for col in ("method", "isolation", "jobs/s", "p50 ms", "p95 ms", "CPU ms/job", "est. jobs/s, 2 idle cores",
+                "vs subprocess"):
         table.add_column(col, justify="left" if col in ("method", "isolation") else "right")
     rows = [("populora Sandbox", "full", sb), ("fresh python -I -S per job", "process + rlimits", sp),
             ("AZR-style exec pool", "none", ex)]
     for name, iso, r in rows:
         cpu = f"{r['cpu_ms_per_job']:.2f}"
         table.add_row(name, iso, f"{r['jobs_per_s']:.0f}", f"{r['p50_ms']:.2f}", f"{r['p95_ms']:.2f}", cpu,
-                      f"{r['jobs_per_s'] / sp['jobs_per_s']:.1f}x")
+                      f"{2000.0 / r['cpu_ms_per_job']:.0f}", f"{r['jobs_per_s'] / sp['jobs_per_s']:.1f}x")
     if torch_caller and "error" not in torch_caller:
         for name, key in (("populora Sandbox, caller imported torch", "sandbox"),
                           ("python -I -S per job, caller imported torch", "subprocess")):
             r = torch_caller[key]
             table.add_row(name, "full" if key == "sandbox" else "process + rlimits", f"{r['jobs_per_s']:.0f}",
                           f"{r['p50_ms']:.2f}", f"{r['p95_ms']:.2f}", f"{r['cpu_ms_per_job']:.2f}",
-                          f"{r['jobs_per_s'] / sp['jobs_per_s']:.1f}x")
+                          f"{2000.0 / r['cpu_ms_per_job']:.0f}", f"{r['jobs_per_s'] / sp['jobs_per_s']:.1f}x")
     console = Console()
     console.print(table)
     console.print(f"Sandbox startup {sb['startup_s'] * 1e3:.0f} ms; isolation: "
                   + ", ".join(k for k, v in sb["isolation"].items() if v))
+    report["markdown_table"] = _markdown(report)
     path = Path(out) if out else DEFAULT_OUT
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=2) + "\n")
