@@ -22,7 +22,7 @@ from collections.abc import Sequence
 
 from populora.evaluate.extract import extract_azr_answer
 
-DEFAULT_TIMEOUT_S = 5
+DEFAULT_TIMEOUT_S = 10  # math-verify defaults to 5 s; long Minerva expressions need more on a loaded CPU
 
 
 def _norm(s: str) -> str:
