@@ -168,3 +168,17 @@ def test_task_schedule_and_memory_estimate(tmp_path):
     base, slot = estimate_memory(tmp_path, rank=2, targets=["q_proj", "k_proj"])
     # q: 8 -> 8, k: 8 -> 4 (one kv head of dim 4): rank 2 * (16 + 12) = 56 params per layer, 2 layers, x4 fp32 x4
     assert base == 100 and slot == 56 * 2 * 16
+
+
+def test_evolution_from_a_diverged_parent_is_skipped_not_fatal(trainer):
+    tr = trainer
+    best = max(tr.pop.teachers, key=lambda m: m.mu)
+    for m in tr.pop.teachers:
+        m.games = 1
+    # training diverged in one module of the best teacher (the engine refuses to load NaN, so write it in place)
+    next(iter(tr.engine.layers.values())).lora_B.data[best.slot].fill_(float("nan"))
+    before = set(tr.pop.members)
+    events = tr.evolve(step=6)
+    skipped = [e for e in events if e["role"] == "teacher"]
+    assert skipped and skipped[0]["type"] == "evolution_skipped" and "NaN" in skipped[0]["reason"]
+    assert {m for m in tr.pop.members if m.startswith("T")} == {m for m in before if m.startswith("T")}
