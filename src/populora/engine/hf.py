@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
@@ -78,6 +79,10 @@ class HFEngine:
         self.eos_ids = self._eos_ids()
         self._decoder = model.get_decoder()
         self._head = model.get_output_embeddings()
+        # transformers 5 calls the KV cache argument `cache` (4.x: `past_key_values`, `num_logits_to_keep`).
+        params = inspect.signature(model.forward).parameters
+        self._cache_kw = "cache" if "cache" in params else "past_key_values"
+        self._keep_kw = next((k for k in ("logits_to_keep", "num_logits_to_keep") if k in params), None)
 
     # ------------------------------------------------------------------ slots and adapters
     def _check_slot(self, slot: int) -> int:
@@ -201,10 +206,13 @@ class HFEngine:
         step_ids, cur_mask, next_pos = input_ids.to(dev), mask.to(dev), lens - 1
         n_steps = int(max_new.max())
         for step in range(n_steps):
+            kw = {self._cache_kw: cache}
+            if self._keep_kw:
+                kw[self._keep_kw] = 1
             with self.ctx.use(slots[alive]):
                 out = self.model(input_ids=step_ids, attention_mask=cur_mask,
                                  position_ids=(position_ids.to(dev) if step == 0 else next_pos[:, None].to(dev)),
-                                 cache=cache, use_cache=True, logits_to_keep=1)
+                                 use_cache=True, **kw)
             logits = out.logits[:, -1].float().cpu()
             nxt = sample_next(logits, temps[alive], top_p[alive], gen)
             lp = torch.log_softmax(logits, -1).gather(-1, nxt[:, None]).squeeze(-1)
