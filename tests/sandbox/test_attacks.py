@@ -126,6 +126,12 @@ CORPUS: list[tuple[str, str, str, str, str | None]] = [
     ("close_fds_0_2", "import os\ndef f():\n    for fd in (0, 1, 2):\n        os.close(fd)\n    print('x')\n"
      "    return 'still here'", "f()", "ok", None),
     ("close_all_fds", "import os\ndef f():\n    os.closerange(0, 4096)\n    return 1", "f()", "crashed", "Exit"),
+    # Forging a malformed result on the job's own result pipe (found through the frames) is refused.
+    ("forge_bad_result", "import sys, os, struct, json\ndef f():\n    fr = sys._getframe()\n"
+     "    while 'wfd' not in fr.f_locals:\n        fr = fr.f_back\n"
+     "    data = json.dumps({'status': 'ok', 'value_repr': ['x'] * 9, 'plain': 'yes'}).encode()\n"
+     "    os.write(fr.f_locals['wfd'], struct.pack('>I', len(data)) + data)\n    os._exit(0)", "f()",
+     "crashed", "Exit"),
 ]
 
 

@@ -137,11 +137,13 @@ def setup_isolation(cfg: dict) -> tuple:
                     failed.append(mp)
             if failed:
                 warns.append("could not remount read-only: " + ", ".join(failed))
-            iso["mountns_readonly_root"] = "/" not in failed
+            iso["mountns_readonly_root"] = not failed  # one writable mount left is a hole
+            have_mountns = True
         except OSError as e:
             warns.append(f"no mount namespace ({e.strerror})")
-        _enter_pid_namespace(cfg, iso, warns)
-        if iso["mountns_readonly_root"]:
+            have_mountns = False
+        _enter_pid_namespace(cfg, iso, warns, have_mountns)
+        if have_mountns:
             try:
                 _mount_tmp(cfg, iso | {"uid_drop": root}, 32)
                 iso["private_tmp"] = True
@@ -155,7 +157,7 @@ def setup_isolation(cfg: dict) -> tuple:
     return iso, warns
 
 
-def _enter_pid_namespace(cfg: dict, iso: dict, warns: list) -> None:
+def _enter_pid_namespace(cfg: dict, iso: dict, warns: list, have_mountns: bool) -> None:
     """Continue as PID 1 of a new PID namespace, so jobs can neither see nor signal any process outside it
     (`kill(-1, SIGKILL)` from a job reaches nothing), and so every job dies with the worker: when the
     namespace's init exits, the kernel kills everything in it. The original process stays as a small shim
@@ -182,7 +184,7 @@ def _enter_pid_namespace(cfg: dict, iso: dict, warns: list) -> None:
     if os.getppid() != 0:  # in a new PID namespace our parent (outside it) shows as 0
         warns.append(f"PID namespace: unexpected parent {os.getppid()} (shim {shim})")
     iso["pidns"] = True
-    if iso["mountns_readonly_root"]:
+    if have_mountns:
         try:  # a /proc that shows only this namespace's processes (read-only)
             _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY, None)
             iso["private_proc"] = True
@@ -466,6 +468,33 @@ def _clean_tmp(cfg: dict, iso: dict) -> None:
     _mount_tmp(cfg, iso, cfg["tmp_mb"])
 
 
+_RESULT_FIELDS = {"status": str, "value_repr": (str, type(None)), "error_type": (str, type(None)),
+                  "error_message": (str, type(None)), "plain": bool, "stdout": str}
+
+
+def _sanitize(result: object, job: dict) -> dict | None:
+    """The child's result as the parent may trust it, or None. The job runs in the child's process, so it
+    could write anything to the result pipe: only well-formed results within the limits pass."""
+    if not isinstance(result, dict) or result.get("status") not in ("ok", "error", "memory", "output_limit",
+                                                                    "crashed"):
+        return None
+    clean = {}
+    for key, types_ in _RESULT_FIELDS.items():
+        value = result.get(key, False if key == "plain" else "" if key == "stdout" else None)
+        if not isinstance(value, types_):
+            return None
+        clean[key] = value
+    if (clean["status"] == "ok") != isinstance(clean["value_repr"], str):
+        return None
+    if clean["value_repr"] is not None and _len(clean["value_repr"]) > int(job["limits"]["max_output_chars"]):
+        return None
+    clean["stdout"] = clean["stdout"][: int(job["max_stdout_chars"])]
+    for key in ("error_type", "error_message"):
+        if clean[key] is not None:
+            clean[key] = clean[key][:1000]
+    return clean
+
+
 def run_job(job: dict, cfg: dict, iso: dict) -> tuple:
     """Run one job in a forked child; return (result, pid still to reap or None)."""
     lim = job["limits"]
@@ -518,10 +547,7 @@ def run_job(job: dict, cfg: dict, iso: dict) -> tuple:
         n = struct.unpack(">I", buf[:4])[0]
         if _len(buf) - 4 >= n:
             try:
-                result = json.loads(bytes(buf[4:4 + n]).decode("utf-8", "surrogatepass"))
-                if not isinstance(result, dict) or result.get("status") not in (
-                        "ok", "error", "memory", "output_limit", "crashed"):
-                    result = None
+                result = _sanitize(json.loads(bytes(buf[4:4 + n]).decode("utf-8", "surrogatepass")), job)
             except ValueError:
                 result = None
     if result is not None and workdir is None:
