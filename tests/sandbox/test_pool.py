@@ -119,3 +119,14 @@ def test_concurrent_callers_get_their_own_results() -> None:
         for t in threads:
             t.join(60)
         assert results == {k: [str(k * 100 + i) for i in range(20)] for k in range(4)}
+
+
+def test_shared_sandbox_is_one_pool_and_replaced_when_closed() -> None:
+    from populora.sandbox import shared_sandbox
+
+    a = shared_sandbox()
+    assert shared_sandbox() is a and a.run("", "1 + 1").value_repr == "2"
+    a.close()
+    b = shared_sandbox()
+    assert b is not a and b.run("", "2 + 2").value_repr == "4"
+    b.close()

@@ -10,6 +10,7 @@ that dies or wedges is killed and replaced; its job is reported `crashed`), and 
 
 from __future__ import annotations
 
+import atexit
 import itertools
 import json
 import os
@@ -180,11 +181,17 @@ class Sandbox:
         self._closed = False
         self.restarts = 0
         self._finalizer = weakref.finalize(self, _shutdown, self._workers)
+        procs: list[subprocess.Popen] = []
         try:
-            procs = [self._popen() for _ in range(workers)]  # start all first: they boot in parallel
+            for _ in range(workers):  # start all first: they boot in parallel
+                procs.append(self._popen())
             for p in procs:
                 self._workers.append(self._handshake(p))
         except BaseException:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
             self.close()
             raise
         info = self._workers[0].info
@@ -367,3 +374,18 @@ class Sandbox:
     def __repr__(self) -> str:
         layers = ",".join(k for k, v in getattr(self, "isolation", {}).items() if v)
         return f"Sandbox(workers={self.n_workers}, limits={self.limits}, isolation=[{layers}])"
+
+
+_shared: Sandbox | None = None
+_shared_lock = threading.Lock()
+
+
+def shared_sandbox(workers: int = 2) -> Sandbox:
+    """A process-wide `Sandbox` (default limits), started on first use and closed at interpreter exit: for
+    tests and tools that want one pool without managing its life time. A closed one is replaced."""
+    global _shared
+    with _shared_lock:
+        if _shared is None or _shared._closed:
+            _shared = Sandbox(workers=workers)
+            atexit.register(_shared.close)
+        return _shared
