@@ -41,6 +41,27 @@ def test_programs_are_deterministic_for_a_seed_and_their_outputs_reproduce():
         assert needle in text
 
 
+def test_simple_names_use_the_fixed_name_pools_in_order():
+    import ast
+
+    from populora.pretrain.programs import SIMPLE_PARAM_NAMES, SIMPLE_RESULT_NAMES
+
+    allowed = {n for pool in (*SIMPLE_PARAM_NAMES.values(), *SIMPLE_RESULT_NAMES.values()) for n in pool}
+    allowed |= {"f", "g", "v", "x", "e", "i", "c", "ch", "w", "k"}  # entry, helper and loop variables
+    allowed |= {"len", "sum", "max", "min", "abs", "sorted", "str", "list", "range", "ord", "enumerate"}
+    rng = random.Random(4)
+    for _ in range(100):
+        prog = sample_program(rng, names="simple")
+        tree = ast.parse(prog.code)
+        assert {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} <= allowed, prog.code
+        params = [a.arg for a in tree.body[0].args.args]
+        for typ in set(prog.param_types):
+            got = [p for p, t in zip(params, prog.param_types, strict=True) if t == typ]
+            assert got == SIMPLE_PARAM_NAMES[typ][: len(got)]
+    with pytest.raises(ValueError, match="names"):
+        sample_program(rng, names="fancy")
+
+
 def test_corpus_is_deterministic_for_a_seed():
     r = TasksRenderer()
     assert build_corpus(3, 40, r) == build_corpus(3, 40, r)

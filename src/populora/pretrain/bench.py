@@ -50,7 +50,7 @@ def generate(model, tok, prompts: list[str], max_new_tokens: int, temperature: f
     return texts
 
 
-def _problems(n: int, k_refs: int, seed: int):
+def _problems(n: int, k_refs: int, seed: int, names: str = "simple"):
     """Held-out student problems and teacher prompts' material per task."""
     from populora.tasks import get
 
@@ -60,13 +60,13 @@ def _problems(n: int, k_refs: int, seed: int):
     for name in TASKS:
         task = get(name)
         if name == "code_f":
-            problems = [r.problem_f(p.code, pairs, p.message) for p, pairs in (sample_code_f(rng) for _ in range(n))]
-            teacher = [(task.teacher_prompt(sample_triplet(rng).program, template=TEMPLATE), None)
+            problems = [r.problem_f(p.code, pairs, p.message) for p, pairs in (sample_code_f(rng, names=names) for _ in range(n))]
+            teacher = [(task.teacher_prompt(sample_triplet(rng, names).program, template=TEMPLATE), None)
                        for _ in range(n)]
             teacher = [(p, p.split("```python\n", 1)[1].split("\n```", 1)[0]) for p, _ in teacher]
         else:
-            problems = [r.problem_io(name, sample_triplet(rng)) for _ in range(n)]
-            teacher = [(task.teacher_prompt([r.problem_io(name, sample_triplet(rng)) for _ in range(k_refs)],
+            problems = [r.problem_io(name, sample_triplet(rng, names)) for _ in range(n)]
+            teacher = [(task.teacher_prompt([r.problem_io(name, sample_triplet(rng, names)) for _ in range(k_refs)],
                                             template=TEMPLATE), None) for _ in range(n)]
         out[name] = (problems, teacher)
     return out
@@ -81,15 +81,15 @@ def _trivial(name: str, problem) -> str:
 
 
 def run(quick: bool = False, out: Path | None = None, model: Path | None = None, n: int | None = None,
-        k_refs: int = 2, seed: int = EVAL_SEED) -> dict:
+        k_refs: int = 2, seed: int = EVAL_SEED, names: str = "simple") -> dict:
     from populora.sandbox import Sandbox
 
     # Sandbox workers start before torch is imported (DESIGN.md §6).
     with Sandbox(workers=2) as sb:
-        return _run(sb, quick, out, model, n, k_refs, seed)
+        return _run(sb, quick, out, model, n, k_refs, seed, names)
 
 
-def _run(sb, quick, out, model_dir, n, k_refs, seed) -> dict:
+def _run(sb, quick, out, model_dir, n, k_refs, seed, names) -> dict:
     import torch
     from rich.console import Console
     from rich.table import Table
@@ -103,9 +103,9 @@ def _run(sb, quick, out, model_dir, n, k_refs, seed) -> dict:
     n = n or (8 if quick else 48)
     model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
     tok = AutoTokenizer.from_pretrained(model_dir)
-    data = _problems(n, k_refs, seed)
+    data = _problems(n, k_refs, seed, names)
     results: dict = {"model": str(model_dir), "n_per_cell": n, "k_refs": k_refs, "template": TEMPLATE,
-                     "seed": seed, "tasks": {}}
+                     "seed": seed, "names": names, "tasks": {}}
     t0 = time.time()
     for name in TASKS:
         task = get(name)

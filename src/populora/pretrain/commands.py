@@ -31,6 +31,8 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
                                               help="Continue training this model folder (its tokenizer "
                                                    "and weights); use a new --seed."),
         warmup: int = typer.Option(20, "--warmup", help="Warm-up steps."),
+        names: str = typer.Option("simple", "--names",
+                                  help="Variable names in the generated programs: simple | varied."),
     ) -> None:
         """Generate the synthetic corpus, train tokenizer and model, and write the tiny model folder."""
         from rich.console import Console
@@ -46,6 +48,9 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         if hidden % heads:
             typer.echo(f"error: --hidden {hidden} must be divisible by --heads {heads}", err=True)
             raise typer.Exit(2)
+        if names not in ("simple", "varied"):
+            typer.echo(f"error: --names must be simple or varied, got {names!r}", err=True)
+            raise typer.Exit(2)
         if init_from is not None and not (init_from / "config.json").is_file():
             typer.echo(f"error: --init-from {init_from} is not a model folder (no config.json)", err=True)
             raise typer.Exit(2)
@@ -56,7 +61,7 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
                              num_layers=layers, intermediate_size=intermediate, num_heads=heads,
                              num_kv_heads=heads, vocab_size=vocab, seq_len=seq_len, batch_size=batch_size,
                              lr=lr, threads=threads, warmup_steps=warmup,
-                             init_from=str(init_from) if init_from else None)
+                             init_from=str(init_from) if init_from else None, names=names)
         info = pretrain(cfg, out, progress=not quiet)
         Console().print(f"wrote {out}: {info['steps']} steps, final loss {info['final_train_loss']}, "
                         f"val completion loss {info['val_completion_loss']}, {info['parameters']:,} parameters")

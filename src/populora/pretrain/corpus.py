@@ -42,7 +42,7 @@ def program_text(tr: Triplet, pairs: list[tuple[str, str]] | None = None) -> str
 
 
 def iter_examples(seed: int, renderer, k_refs: tuple[int, int] = (2, 6), n_inputs: int = 10,
-                  mix: dict[str, float] | None = None) -> Iterator[Example]:
+                  mix: dict[str, float] | None = None, names: str = "varied") -> Iterator[Example]:
     """An endless, seeded stream of examples. Same seed and renderer -> same stream."""
     rng = random.Random(seed)
     mix = mix or MIX
@@ -50,20 +50,20 @@ def iter_examples(seed: int, renderer, k_refs: tuple[int, int] = (2, 6), n_input
     while True:
         kind = rng.choices(kinds, weights=weights)[0]
         if kind == "program":
-            tr = sample_triplet(rng)
+            tr = sample_triplet(rng, names)
             yield Example(kind, "", program_text(tr))
             continue
         role, task = kind.split(":")
         if task == "code_f":
-            prog, pairs = sample_code_f(rng, n_inputs)
+            prog, pairs = sample_code_f(rng, n_inputs, names)
             if role == "teacher":
                 prompt, completion = renderer.teacher_f(prog.code, pairs, prog.message)
             else:
                 prompt, completion = renderer.student_f(prog.code, pairs, prog.message)
         else:
-            tr = sample_triplet(rng)
+            tr = sample_triplet(rng, names)
             if role == "teacher":
-                refs = [sample_triplet(rng) for _ in range(rng.randint(*k_refs))]
+                refs = [sample_triplet(rng, names) for _ in range(rng.randint(*k_refs))]
                 prompt, completion = renderer.teacher_io(task, refs, tr)
             else:
                 prompt, completion = renderer.student_io(task, tr)

@@ -34,6 +34,24 @@ PARAM_NAMES = {
     "strs": ["words", "names", "tokens", "parts"],
     "dict": ["d", "counts", "scores", "table"],
 }
+# names="simple": few names, given out in a fixed order, none shared with loop variables (v, x, e, i, c,
+# ch, w, k, g). A small model then writes programs whose names agree without having to copy them from the
+# header, which is most of what makes its proposals valid.
+SIMPLE_PARAM_NAMES = {
+    "int": ["n", "m", "a"],
+    "str": ["s", "t", "text"],
+    "list": ["xs", "nums", "arr"],
+    "strs": ["words", "names", "parts"],
+    "dict": ["d", "counts", "table"],
+}
+SIMPLE_RESULT_NAMES = {
+    "int": ["r", "total", "count", "acc", "q"],
+    "str": ["out", "res", "buf"],
+    "list": ["ys", "vals", "seq"],
+    "strs": ["chunks", "pieces", "labels"],
+    "dict": ["freq", "mapping", "seen"],
+    "bool": ["ok", "flag", "found"],
+}
 RESULT_NAMES = {
     "int": ["total", "count", "r", "res_n", "acc", "best", "score", "m2", "z", "q"],
     "str": ["out", "res", "u", "w", "msg", "buf", "key"],
@@ -79,6 +97,7 @@ class _Builder:
     ops: list[str] = field(default_factory=list)  # words for the message
     helpers: list[str] = field(default_factory=list)
     used: set[str] = field(default_factory=set)
+    simple: bool = False
 
     def of(self, typ: str) -> list[str]:
         return [n for n, t in self.env if t == typ]
@@ -91,7 +110,9 @@ class _Builder:
         return names[-1] if self.rng.random() < 0.6 else self.rng.choice(names)
 
     def fresh(self, typ: str) -> str:
-        for name in self.rng.sample(RESULT_NAMES[typ], len(RESULT_NAMES[typ])):
+        pool = RESULT_NAMES[typ]
+        candidates = SIMPLE_RESULT_NAMES[typ] if self.simple else self.rng.sample(pool, len(pool))
+        for name in candidates:
             if name not in self.used:
                 self.used.add(name)
                 return name
@@ -501,14 +522,23 @@ class GeneratedProgram:
     message: str
 
 
-def sample_program(rng: random.Random, max_statements: int = 4) -> GeneratedProgram:
-    """Draw one program. It may still raise on some inputs; `sample_io` filters those out."""
+NAMES = ("varied", "simple")
+
+
+def sample_program(rng: random.Random, max_statements: int = 4, names: str = "varied") -> GeneratedProgram:
+    """Draw one program. It may still raise on some inputs; `sample_io` filters those out.
+    `names`: "varied" (random names from larger pools) or "simple" (see SIMPLE_PARAM_NAMES)."""
+    if names not in NAMES:
+        raise ValueError(f"names must be one of {NAMES}, got {names!r}")
     n_params = rng.choices([1, 2, 3], weights=[6, 4, 1])[0]
     types = [rng.choices(TYPES, weights=[3, 3, 3, 1, 1])[0] for _ in range(n_params)]
-    b = _Builder(rng)
+    b = _Builder(rng, simple=names == "simple")
     params: list[str] = []
     for typ in types:
-        name = rng.choice([p for p in PARAM_NAMES[typ] if p not in b.used])
+        if b.simple:
+            name = next(p for p in SIMPLE_PARAM_NAMES[typ] if p not in b.used)
+        else:
+            name = rng.choice([p for p in PARAM_NAMES[typ] if p not in b.used])
         b.used.add(name)
         params.append(name)
         b.bind(name, typ)
@@ -614,19 +644,20 @@ class Triplet:
     message: str
 
 
-def sample_triplet(rng: random.Random) -> Triplet:
+def sample_triplet(rng: random.Random, names: str = "varied") -> Triplet:
     """A program with one working input and its output (resamples until one works)."""
     while True:
-        prog = sample_program(rng)
+        prog = sample_program(rng, names=names)
         pairs = sample_io(rng, prog, 1)
         if pairs:
             return Triplet(prog.code, pairs[0][0], pairs[0][1], prog.message)
 
 
-def sample_code_f(rng: random.Random, n_inputs: int = 10) -> tuple[GeneratedProgram, list[tuple[str, str]]]:
+def sample_code_f(rng: random.Random, n_inputs: int = 10,
+                  names: str = "varied") -> tuple[GeneratedProgram, list[tuple[str, str]]]:
     """A program with `n_inputs` distinct working inputs, for code_f examples."""
     while True:
-        prog = sample_program(rng)
+        prog = sample_program(rng, names=names)
         pairs = sample_io(rng, prog, n_inputs)
         # Outputs that are all the same teach nothing about the function; require some variety.
         if len(pairs) == n_inputs and len({o for _, o in pairs}) >= min(3, n_inputs):

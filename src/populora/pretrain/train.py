@@ -40,6 +40,7 @@ class PretrainConfig:
     k_refs: tuple[int, int] = (1, 4)
     n_inputs: int = 10
     mix: dict[str, float] = field(default_factory=lambda: dict(MIX))
+    names: str = "simple"  # variable naming of the generated programs (programs.NAMES)
     # Optimisation.
     seq_len: int = 512
     batch_size: int = 4
@@ -132,7 +133,7 @@ def pretrain(cfg: PretrainConfig, out: Path, progress: bool = True, renderer=Non
     torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
     renderer = renderer or get_renderer()
-    kw = dict(k_refs=cfg.k_refs, n_inputs=cfg.n_inputs, mix=cfg.mix)
+    kw = dict(k_refs=cfg.k_refs, n_inputs=cfg.n_inputs, mix=cfg.mix, names=cfg.names)
     train_ex = build_corpus(cfg.seed, cfg.n_examples, renderer, **kw)
     # A different stream for validation; a few collisions with training programs are possible and harmless.
     val_ex = build_corpus(cfg.seed + 1_000_003, cfg.val_examples, renderer, **kw)
