@@ -550,6 +550,9 @@ def run_job(job: dict, cfg: dict, iso: dict) -> tuple:
                 result = _sanitize(json.loads(bytes(buf[4:4 + n]).decode("utf-8", "surrogatepass")), job)
             except ValueError:
                 result = None
+            if result is None:  # a whole frame, but not one our child code writes: the job forged it
+                result = {"status": "crashed", "value_repr": None, "error_type": "BadResult", "plain": False,
+                          "error_message": "the job wrote a malformed result", "stdout": ""}
     if result is not None and workdir is None:
         # The job is dead (SIGKILLed above) and its result is in: reply first and reap afterwards, so the
         # kernel's teardown of its mount namespace overlaps with the parent's round trip.

@@ -56,7 +56,8 @@ class Outcome:
     built only from exact builtin literal types (int, float, str, bytes, bool, None, Ellipsis, complex, list,
     tuple, dict, set, frozenset), i.e. `populora.sandbox.values.parse_value(value_repr)` reproduces it exactly.
     Outcomes of `timeout`/`crashed` jobs may carry `error_type` "Timeout", a signal name, "Exit" (the job
-    left without a result, e.g. `os._exit`) or "WorkerDied" (the pool replaced the worker).
+    left without a result, e.g. `os._exit`), "BadResult" (the job wrote a malformed result on its result pipe)
+    or "WorkerDied" (the pool replaced the worker).
     """
 
     status: str
