@@ -17,7 +17,7 @@ import torch
 
 from populora.lora.adapter import LoRAAdapter
 from populora.operators.elementwise import della_sample, disjoint_mean, trim_topk
-from populora.operators.linalg import compute_dtype, fsvd, inner, lincomb, refactor, sq_norm, threads, tsvd
+from populora.operators.linalg import compute_dtype, fsvd, gram3, lincomb, refactor, sq_norm, threads, tsvd
 from populora.operators.registry import OperatorError, Rng, check_fraction, check_nonneg, operator
 
 
@@ -190,8 +190,8 @@ def x4_extrapolate(parents, rng: Rng, *, t: float = 1.5, norm_cap: float | None 
     def coeffs(name, a1, b1, a2, b2):
         if cos_gate is None:
             return t, 1 - t
-        n1, n2 = sq_norm(b1, a1), sq_norm(b2, a2)
-        cos = inner(b1, a1, b2, a2) / math.sqrt(n1 * n2) if n1 > 0 and n2 > 0 else 0.0
+        n1, n2, ip = gram3(b1, a1, b2, a2)
+        cos = ip / math.sqrt(n1 * n2) if n1 > 0 and n2 > 0 else 0.0
         if cos < cos_gate:  # extrapolating between unrelated parents is destructive (measured cos -0.27)
             fallback.append(name)
             return 0.5, 0.5
@@ -254,11 +254,12 @@ def x8_slerp(parents, rng: Rng, *, t: float = 0.5, dot_threshold: float = 0.9995
     lerped: list[str] = []
 
     def coeffs(name, a1, b1, a2, b2):
-        n1, n2 = math.sqrt(sq_norm(b1, a1)), math.sqrt(sq_norm(b2, a2))
+        sq1, sq2, ip = gram3(b1, a1, b2, a2)
+        n1, n2 = math.sqrt(sq1), math.sqrt(sq2)
         if min(n1, n2) < 1e-8 * max(n1, n2, 1e-30):
             lerped.append(name)
             return 1 - t, t
-        c = inner(b1, a1, b2, a2) / (n1 * n2)
+        c = ip / (n1 * n2)
         if abs(c) > dot_threshold:
             lerped.append(name)
             return 1 - t, t

@@ -157,5 +157,15 @@ def inner(b1: torch.Tensor, a1: torch.Tensor, b2: torch.Tensor, a2: torch.Tensor
     return float(((b1.T @ b2) * (a1 @ a2.T)).sum())
 
 
+def gram3(b1: torch.Tensor, a1: torch.Tensor, b2: torch.Tensor, a2: torch.Tensor) -> tuple[float, float, float]:
+    """(||B1 A1||^2, ||B2 A2||^2, <B1 A1, B2 A2>) in fp64 with one conversion per factor."""
+    b1, a1, b2, a2 = (t.double() for t in (b1, a1, b2, a2))
+    bt = torch.cat([b1, b2], dim=1)
+    at = torch.cat([a1, a2], dim=0)
+    g = (bt.T @ bt) * (at @ at.T)  # blocks: [[D1.D1, D1.D2], [D2.D1, D2.D2]] summed
+    k = b1.shape[1]
+    return max(float(g[:k, :k].sum()), 0.0), max(float(g[k:, k:].sum()), 0.0), float(g[:k, k:].sum())
+
+
 def sq_norm(b: torch.Tensor, a: torch.Tensor) -> float:
     return max(inner(b, a, b, a), 0.0)

@@ -106,7 +106,8 @@ def operator(name: str, arity: int, kind: str, dense: bool = False):
             if unknown:
                 valid = ", ".join(defaults) or "none"
                 raise OperatorError(f"operator {name} has no parameter {unknown[0]!r}; valid: {valid}.")
-            ps = _check_parents(name, arity, parents)
+            with threads(1):  # 2 x slots small reductions: parallel regions cost more than they save
+                ps = _check_parents(name, arity, parents)
             merged = {**defaults, **params}
             # factored operators are many small LAPACK calls: one thread is faster (see linalg.threads);
             # dense ones manage threads themselves (big GEMMs parallel, small factorizations single)
