@@ -130,3 +130,22 @@ def test_shared_sandbox_is_one_pool_and_replaced_when_closed() -> None:
     b = shared_sandbox()
     assert b is not a and b.run("", "2 + 2").value_repr == "4"
     b.close()
+
+
+def test_a_forked_copy_of_the_caller_neither_uses_nor_stops_the_pool() -> None:
+    with Sandbox(workers=1) as sb:
+        pid = os.fork()
+        if pid == 0:  # a forked child (e.g. a data-loader worker) that exits normally, running finalizers
+            code = 0
+            try:
+                sb.run("", "1")
+                code = 3  # it must refuse
+            except SandboxError:
+                pass
+            sb.close()
+            del sb
+            gc.collect()
+            os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert sb.run("", "6 * 7").value_repr == "42" and sb.restarts == 0

@@ -132,8 +132,13 @@ class _Worker:
                 pass
 
 
-def _shutdown(workers: list[_Worker]) -> None:
-    """Close every worker: EOF on its request pipe makes it exit; kill the ones that do not within 2 s."""
+def _shutdown(workers: list[_Worker], owner_pid: int) -> None:
+    """Close every worker: EOF on its request pipe makes it exit; kill the ones that do not within 2 s.
+    In a forked copy of the owning process (a DataLoader worker, a plain `os.fork`) this does nothing: the
+    workers belong to the parent, which is still using them."""
+    if os.getpid() != owner_pid:
+        workers.clear()
+        return
     for w in workers:
         try:
             w.proc.stdin.close()
@@ -180,7 +185,8 @@ class Sandbox:
         self._workers: list[_Worker] = []
         self._closed = False
         self.restarts = 0
-        self._finalizer = weakref.finalize(self, _shutdown, self._workers)
+        self._pid = os.getpid()
+        self._finalizer = weakref.finalize(self, _shutdown, self._workers, self._pid)
         procs: list[subprocess.Popen] = []
         try:
             for _ in range(workers):  # start all first: they boot in parallel
@@ -267,6 +273,8 @@ class Sandbox:
         with self._lock:
             if self._closed:
                 raise SandboxError("Sandbox is closed")
+            if os.getpid() != self._pid:
+                raise SandboxError("this Sandbox belongs to the process that created it; create a new one after fork")
             queue = deque(range(len(jobs)))
             retried: dict[int, int] = {}
             done = 0
@@ -362,7 +370,7 @@ class Sandbox:
         """Stop every worker (and so every job); idempotent."""
         with self._lock:
             self._closed = True
-            _shutdown(self._workers)
+            _shutdown(self._workers, self._pid)
             self._finalizer.detach()
 
     def __enter__(self) -> Sandbox:
@@ -382,10 +390,11 @@ _shared_lock = threading.Lock()
 
 def shared_sandbox(workers: int = 2) -> Sandbox:
     """A process-wide `Sandbox` (default limits), started on first use and closed at interpreter exit: for
-    tests and tools that want one pool without managing its life time. A closed one is replaced."""
+    tests and tools that want one pool without managing its life time. A closed one is replaced, and a forked
+    child gets its own."""
     global _shared
     with _shared_lock:
-        if _shared is None or _shared._closed:
+        if _shared is None or _shared._closed or _shared._pid != os.getpid():  # a forked child gets its own
             _shared = Sandbox(workers=workers)
             atexit.register(_shared.close)
         return _shared
