@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import json
 
+import torch
+
 from populora.operators import REGISTRY
 from populora.operators.bench import markdown, run
 
 
 def test_bench_tiny_shape_writes_report(tmp_path):
     out = tmp_path / "ops.json"
-    rep = run(quick=True, out=out, shape_name="tiny", threads=1)
+    before = torch.get_num_threads()
+    rep = run(quick=True, out=out, shape_name="tiny", threads=before + 1)
+    assert torch.get_num_threads() == before  # process-wide setting restored for the rest of the suite
     saved = json.loads(out.read_text())
     assert list(saved["operators"]) == list(REGISTRY)
     for name, r in saved["operators"].items():

@@ -156,12 +156,21 @@ def run(quick: bool = False, out: Path | None = DEFAULT_OUT, shape_name: str = "
     PEFT's merge are timed on `dense_layers` / `peft_layers` layers and scaled to the full depth: every layer
     has the same shapes and these paths are strictly per slot, so the time is linear in the layer count.
     """
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        return _run(quick, out, shape_name, threads, ops, peft_layers, dense_layers)
+    finally:  # the thread count is process-wide: leave it as we found it (tests share the process)
+        torch.set_num_threads(before)
+
+
+def _run(quick: bool, out: Path | None, shape_name: str, threads: int, ops: list[str] | None,
+         peft_layers: int | None, dense_layers: int | None) -> dict:
     from rich.console import Console
     from rich.table import Table
 
     from populora.operators import REGISTRY, apply, retention
 
-    torch.set_num_threads(threads)
     load_start = os.getloadavg()[0]  # the box is shared: record how busy it was
     console = Console(width=150)
     shape = dict(SHAPES[shape_name])
