@@ -9,8 +9,14 @@ FAST = CodeLimits(min_time_limit=0.5, gt_time_limit_factor=2.0, task_timeout=2.0
 
 
 def item(entry, canonical, base, plus, atol=0, dataset="humaneval", tid="HumanEval/900"):
-    meta = {"entry_point": entry, "base_input": base, "plus_input": plus, "atol": atol, "dataset": dataset,
-            "prompt": ""}
+    meta = {
+        "entry_point": entry,
+        "base_input": base,
+        "plus_input": plus,
+        "atol": atol,
+        "dataset": dataset,
+        "prompt": "",
+    }
     return Item("humaneval+" if dataset == "humaneval" else "mbpp+", tid, "code", "", canonical, meta)
 
 
@@ -54,8 +60,14 @@ def test_float_tolerance_and_timeout(grader):
 
 def test_mbpp_inputs_become_tuples_and_set_oracle(grader):
     # Mbpp/2 (similar_elements): inputs are tuples and outputs are compared as sets.
-    sim = item("similar_elements", "def similar_elements(a, b):\n    return tuple(set(a) & set(b))\n",
-               [[[3, 4, 5, 6], [5, 7, 4, 10]]], [[[1, 2], [2, 1]]], dataset="mbpp", tid="Mbpp/2")
+    sim = item(
+        "similar_elements",
+        "def similar_elements(a, b):\n    return tuple(set(a) & set(b))\n",
+        [[[3, 4, 5, 6], [5, 7, 4, 10]]],
+        [[[1, 2], [2, 1]]],
+        dataset="mbpp",
+        tid="Mbpp/2",
+    )
     sols = [
         "def similar_elements(a, b):\n    assert isinstance(a, tuple)\n    return tuple(sorted(set(a) & set(b)))\n",
         "def similar_elements(a, b):\n    return (a[0],)\n",
@@ -65,9 +77,11 @@ def test_mbpp_inputs_become_tuples_and_set_oracle(grader):
 
 def test_find_zero_special_oracle(grader):
     # HumanEval/32: any x with |poly(x)| <= atol passes (evalplus 0.3.1 wrongly failed every solution).
-    canon = ("import math\ndef find_zero(xs):\n    lo, hi = -100.0, 100.0\n    f = lambda x: sum(c * x**i for i, c in "
-             "enumerate(xs))\n    for _ in range(200):\n        mid = (lo + hi) / 2\n        if f(lo) * f(mid) <= 0:\n"
-             "            hi = mid\n        else:\n            lo = mid\n    return (lo + hi) / 2\n")
+    canon = (
+        "import math\ndef find_zero(xs):\n    lo, hi = -100.0, 100.0\n    f = lambda x: sum(c * x**i for i, c in "
+        "enumerate(xs))\n    for _ in range(200):\n        mid = (lo + hi) / 2\n        if f(lo) * f(mid) <= 0:\n"
+        "            hi = mid\n        else:\n            lo = mid\n    return (lo + hi) / 2\n"
+    )
     fz = item("find_zero", canon, [[[-6, 11, -6, 1]]], [[[-3, 1]]], atol=1e-4, tid="HumanEval/32")
     other_root = canon.replace("lo, hi = -100.0, 100.0", "lo, hi = 2.5, 100.0")  # finds 3, not 1
     res = grader.grade([(fz, canon), (fz, other_root), (fz, "def find_zero(xs):\n    return 0.0\n")])

@@ -32,16 +32,22 @@ def run_dir(tmp_path_factory):
     ckpt = root / "checkpoints" / "step_000002"
     for i, mid in enumerate(["T0", "S0"]):
         torch.manual_seed(i + 1)
-        cfg = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"],
-                         init_lora_weights=False)  # random A and B: the adapter really changes the model
+        cfg = LoraConfig(
+            r=4,
+            lora_alpha=8,
+            target_modules=["q_proj", "k_proj", "v_proj", "o_proj"],
+            init_lora_weights=False,
+        )  # random A and B: the adapter really changes the model
         pm = get_peft_model(copy.deepcopy(base), cfg)
         with torch.no_grad():
             for name, p in pm.named_parameters():
                 if "lora_B" in name:
                     p.mul_(20.0)
         pm.save_pretrained(ckpt / "adapters" / mid)
-    members = [{"id": "T0", "role": "teacher", "mu": 26.0, "sigma": 2.0},
-               {"id": "S0", "role": "student", "mu": 24.0, "sigma": 2.0}]
+    members = [
+        {"id": "T0", "role": "teacher", "mu": 26.0, "sigma": 2.0},
+        {"id": "S0", "role": "student", "mu": 24.0, "sigma": 2.0},
+    ]
     (ckpt / "state.json").write_text(json.dumps({"step": 2, "members": members}))
     return root
 
@@ -71,13 +77,27 @@ def test_merge_and_slot_generation_agree(run_dir, shared_data):
 def test_eval_cli_limit_3_on_run_folder(run_dir, shared_data, monkeypatch):
     monkeypatch.setenv("POPULORA_NO_PROGRESS", "1")
     monkeypatch.delenv("POPULORA_LCB_PATH", raising=False)
-    r = CliRunner().invoke(app, ["eval", str(run_dir), "--limit", "3", "--benchmarks", "humaneval+,mbpp+,lcb,gsm8k",
-                                 "--max-new-tokens", "24", "--data-dir", str(shared_data)])
+    r = CliRunner().invoke(
+        app,
+        [
+            "eval",
+            str(run_dir),
+            "--limit",
+            "3",
+            "--benchmarks",
+            "humaneval+,mbpp+,lcb,gsm8k",
+            "--max-new-tokens",
+            "24",
+            "--data-dir",
+            str(shared_data),
+        ],
+    )
     assert r.exit_code == 0, r.output
     out = json.loads((run_dir / "eval" / "results.json").read_text())
     rows = out["results"]
     assert {(x["member"], x["benchmark"]) for x in rows} == {
-        (m, b) for m in ("base", "T0", "S0") for b in ("humaneval+", "mbpp+", "gsm8k")}
+        (m, b) for m in ("base", "T0", "S0") for b in ("humaneval+", "mbpp+", "gsm8k")
+    }
     assert all(x["n"] == 3 and 0.0 <= x["pass@1"] <= 1.0 for x in rows)
     assert set(out["summary"]) == {"Base", "Teacher mean", "Teacher best", "Student mean", "Student best"}
     assert "lcb" in out["unavailable"] and out["meta"]["apply"] == "merge"

@@ -19,9 +19,15 @@ def _compress(tests: list[dict]) -> str:
 
 def _row(qid, date, content, starter, public, private, func=None, solution=None, compress=True):
     row = {
-        "question_title": qid, "question_content": content, "platform": "leetcode" if func else "atcoder",
-        "question_id": qid, "contest_id": "c1", "contest_date": date, "starter_code": starter,
-        "difficulty": "easy", "public_test_cases": json.dumps(public),
+        "question_title": qid,
+        "question_content": content,
+        "platform": "leetcode" if func else "atcoder",
+        "question_id": qid,
+        "contest_id": "c1",
+        "contest_date": date,
+        "starter_code": starter,
+        "difficulty": "easy",
+        "public_test_cases": json.dumps(public),
         "private_test_cases": _compress(private) if compress else json.dumps(private),
         "metadata": json.dumps({"func_name": func} if func else {}),
     }
@@ -30,10 +36,14 @@ def _row(qid, date, content, starter, public, private, func=None, solution=None,
     return row
 
 
-FUNC_OK = ("class Solution:\n    def addAll(self, k: int, xs: List[int]) -> List[int]:\n"
-           "        return tuple(x + k for x in xs)\n")
-STDIN_OK = ("def main():\n    n = int(input())\n    xs = list(map(int, input().split()))\n"
-            "    print(sum(xs))\n    print(sum(xs) / n)\n\nif __name__ == '__main__':\n    main()\n")
+FUNC_OK = (
+    "class Solution:\n    def addAll(self, k: int, xs: List[int]) -> List[int]:\n"
+    "        return tuple(x + k for x in xs)\n"
+)
+STDIN_OK = (
+    "def main():\n    n = int(input())\n    xs = list(map(int, input().split()))\n"
+    "    print(sum(xs))\n    print(sum(xs) / n)\n\nif __name__ == '__main__':\n    main()\n"
+)
 
 
 @pytest.fixture()
@@ -41,11 +51,26 @@ def lcb_file(tmp_path):
     f = lambda i, o: {"input": i, "output": o, "testtype": "functional"}  # noqa: E731
     s = lambda i, o: {"input": i, "output": o, "testtype": "stdin"}  # noqa: E731
     rows = [
-        _row("p-func", "2024-06-01T00:00:00", "Add k to every element.",
-             "class Solution:\n    def addAll(self, k: int, xs: List[int]) -> List[int]:\n        ",
-             [f("1\n[1, 2]", "[2, 3]")], [f("0\n[]", "[]"), f("-5\n[5]", "[0]")], func="addAll", solution=FUNC_OK),
-        _row("p-stdin", "2023-07-15T00:00:00", "Print the sum and the mean.", "",
-             [s("4\n1 2 3 4\n", "10\n2.5\n")], [s("2\n1 2\n", "3\n1.50\n")], solution=STDIN_OK, compress=False),
+        _row(
+            "p-func",
+            "2024-06-01T00:00:00",
+            "Add k to every element.",
+            "class Solution:\n    def addAll(self, k: int, xs: List[int]) -> List[int]:\n        ",
+            [f("1\n[1, 2]", "[2, 3]")],
+            [f("0\n[]", "[]"), f("-5\n[5]", "[0]")],
+            func="addAll",
+            solution=FUNC_OK,
+        ),
+        _row(
+            "p-stdin",
+            "2023-07-15T00:00:00",
+            "Print the sum and the mean.",
+            "",
+            [s("4\n1 2 3 4\n", "10\n2.5\n")],
+            [s("2\n1 2\n", "3\n1.50\n")],
+            solution=STDIN_OK,
+            compress=False,
+        ),
         _row("p-late", "2025-03-01T00:00:00", "Outside release_v5.", "", [s("1\n", "1\n")], []),
         _row("p-early", "2023-04-30T00:00:00", "Before release_v1.", "", [s("1\n", "1\n")], []),
     ]
@@ -73,11 +98,17 @@ def test_grader_functional_and_stdin(lcb_file):
     stdin_item, func_item = load_lcb(lcb_file)
     pairs = [
         (func_item, FUNC_OK),
-        (func_item, "class Solution:\n    def addAll(self, k, xs):\n        return [x + k + 1 for x in xs]\n"),
+        (
+            func_item,
+            "class Solution:\n    def addAll(self, k, xs):\n        return [x + k + 1 for x in xs]\n",
+        ),
         (stdin_item, STDIN_OK),
         # sys.stdin.buffer and open(0), printing 1.5000 (equal as Decimal to 1.50) and trailing spaces.
-        (stdin_item, "import sys\ndata = sys.stdin.buffer.read().split()\nxs = list(map(int, data[1:]))\n"
-                     "print(sum(xs), ' ')\nprint('%.4f' % (sum(xs) / len(xs)))\n"),
+        (
+            stdin_item,
+            "import sys\ndata = sys.stdin.buffer.read().split()\nxs = list(map(int, data[1:]))\n"
+            "print(sum(xs), ' ')\nprint('%.4f' % (sum(xs) / len(xs)))\n",
+        ),
         (stdin_item, "data = open(0).read().split()\nprint(sum(map(int, data[1:])))\nprint(1)\n"),
         (stdin_item, "while True:\n    pass\n"),
         (stdin_item, "import sys\nsys.exit(0)\n"),
@@ -93,7 +124,10 @@ def test_model_response_extraction_and_oracle(lcb_file, monkeypatch):
     prompts = [build_prompt(it, "azr", None) for it in (stdin_item, func_item)]
     assert prompts[0].text.endswith("Assistant: <think>") and "stdin" in prompts[0].text
     assert "class Solution" in prompts[1].text
-    responses = [f"reasoning </think> <answer>\n```python\n{STDIN_OK}```\n</answer>", "<answer>no code</answer>"]
+    responses = [
+        f"reasoning </think> <answer>\n```python\n{STDIN_OK}```\n</answer>",
+        "<answer>no code</answer>",
+    ]
     graded = grade([stdin_item, func_item], responses, prompts, opts)
     assert [ok for ok, _ in graded] == [True, False]
     gold = run_oracle("gold", opts)

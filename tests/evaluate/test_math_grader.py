@@ -25,7 +25,9 @@ def test_equivalent_answers(gold, pred):
     assert verify_answer(gold, pred, exact=False)
 
 
-@pytest.mark.parametrize(("gold", "pred"), [(r"\frac{14}{3}", "4"), ("204", "205"), ("(1,2)", "(2,1)"), ("5", "")])
+@pytest.mark.parametrize(
+    ("gold", "pred"), [(r"\frac{14}{3}", "4"), ("204", "205"), ("(1,2)", "(2,1)"), ("5", "")]
+)
 def test_different_answers(gold, pred):
     assert not verify_answer(gold, pred)
 
@@ -33,7 +35,9 @@ def test_different_answers(gold, pred):
 def test_response_level_extraction():
     assert grade_response("204", "<think>...</think> <answer> The answer is \\boxed{204} </answer>")
     assert grade_response("204", "<answer>204")  # closing tag cut by the stop word
-    assert not grade_response("204", "<think>\\boxed{204}</think><answer>205</answer>")  # the answer block wins
+    assert not grade_response(
+        "204", "<think>\\boxed{204}</think><answer>205</answer>"
+    )  # the answer block wins
     # AZR prompt: no <answer>/boxed -> empty extraction -> wrong, even if the number is there.
     assert not grade_response("72", "so she earns 72 dollars", prompt_style="azr")
     # Chat prompt: math-verify's own extraction over the whole text.

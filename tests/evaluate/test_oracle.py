@@ -17,8 +17,15 @@ def test_loaders_read_the_real_files(shared_data):
     assert (len(he), len(mbpp)) == (164, 378)
     assert he[0].meta["plus_input"] and he[0].gold.startswith(he[0].question)
     sizes = {b: len(load_benchmark(b, shared_data)) for b in MATH_BENCHMARKS}
-    assert sizes == {"aime24": 30, "aime25": 30, "amc23": 40, "math500": 500, "minerva": 272, "gsm8k": 1319,
-                     "olympiadbench": 675}
+    assert sizes == {
+        "aime24": 30,
+        "aime25": 30,
+        "amc23": 40,
+        "math500": 500,
+        "minerva": 272,
+        "gsm8k": 1319,
+        "olympiadbench": 675,
+    }
     assert parse_benchmarks("code,gsm8k,HumanEval") == ["humaneval+", "mbpp+", "lcb", "gsm8k"]
 
 
@@ -36,8 +43,22 @@ def test_oracle_cli_gold_and_wrong(shared_data, tmp_path, monkeypatch):
     results = {}
     for mode in ("gold", "wrong"):
         out = tmp_path / f"{mode}.json"
-        r = runner.invoke(app, ["eval", "--oracle", mode, "--benchmarks", BENCHES + ",lcb", "--limit", "3",
-                                "--data-dir", str(shared_data), "--json", str(out)])
+        r = runner.invoke(
+            app,
+            [
+                "eval",
+                "--oracle",
+                mode,
+                "--benchmarks",
+                BENCHES + ",lcb",
+                "--limit",
+                "3",
+                "--data-dir",
+                str(shared_data),
+                "--json",
+                str(out),
+            ],
+        )
         assert r.exit_code == 0, r.output
         results[mode] = json.loads(out.read_text())
     for mode, want in (("gold", 1.0), ("wrong", 0.0)):

@@ -5,9 +5,13 @@ from populora.evaluate.data import Item
 from populora.evaluate.prompts import EVALPLUS_INSTRUCTION, EVALPLUS_RESPONSE, build_prompt, truncate_at_stop
 from populora.evaluate.runner import program_from_response
 
-TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-            "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
-HE = Item("humaneval+", "HumanEval/0", "code", 'def inc(x):\n    """Add one."""\n', "", {"entry_point": "inc"})
+TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+HE = Item(
+    "humaneval+", "HumanEval/0", "code", 'def inc(x):\n    """Add one."""\n', "", {"entry_point": "inc"}
+)
 GSM = Item("gsm8k", "gsm8k/0", "math", "What is 2+3?", "5")
 
 

@@ -30,7 +30,7 @@ lines as `Decimal` numbers; a per-test timeout (6 s by default), ``SystemExit`` 
 grading stops at the first failing test.
 """
 
-EVALPLUS_CHECKER = r'''
+EVALPLUS_CHECKER = r"""
 import contextlib as _cl
 import copy as _copy
 import io as _io
@@ -294,9 +294,9 @@ def _populora_evalplus():
             res["detail"] = "%s: %s" % (name, detail)
             break
     return res
-'''
+"""
 
-LCB_CHECKER = r'''
+LCB_CHECKER = r"""
 import io as _io
 import json as _json
 import signal as _signal
@@ -427,4 +427,4 @@ def _populora_lcb():
             return res
         res["passed"] += 1
     return res
-'''
+"""

@@ -32,8 +32,9 @@ def run(quick: bool = False, out: Path | None = None, data_dir: Path | None = No
     data_dir = data_dir or _default_data_dir()
     reports = {}
     for mode in ("gold", "wrong"):
-        opts = EvalOptions(benchmarks=list(BENCHMARKS), limit=20 if quick else None, data_dir=data_dir,
-                           workers=workers)
+        opts = EvalOptions(
+            benchmarks=list(BENCHMARKS), limit=20 if quick else None, data_dir=data_dir, workers=workers
+        )
         reports[mode] = run_oracle(mode, opts)
     table = Table(title="Grader oracle: gold answers should pass, wrong ones fail")
     for col in ("benchmark", "n", "gold pass@1 %", "wrong pass@1 %", "exceptions (gold / wrong)"):
@@ -46,11 +47,20 @@ def run(quick: bool = False, out: Path | None = None, data_dir: Path | None = No
             continue
         g, w = rows["gold"].get(b), rows["wrong"].get(b)
         ex = f"{len(reports['gold'].exceptions.get(b, []))} / {len(reports['wrong'].exceptions.get(b, []))}"
-        table.add_row(DISPLAY[b], str((g or w)["n"]), f"{100 * g['pass@1']:.1f}" if g else "n/a",
-                      f"{100 * w['pass@1']:.1f}" if w else "n/a", ex)
+        table.add_row(
+            DISPLAY[b],
+            str((g or w)["n"]),
+            f"{100 * g['pass@1']:.1f}" if g else "n/a",
+            f"{100 * w['pass@1']:.1f}" if w else "n/a",
+            ex,
+        )
     Console().print(table)
-    payload = {"quick": quick, "gold": reports["gold"].to_json(), "wrong": reports["wrong"].to_json(),
-               "markdown": {m: r.markdown() for m, r in reports.items()}}
+    payload = {
+        "quick": quick,
+        "gold": reports["gold"].to_json(),
+        "wrong": reports["wrong"].to_json(),
+        "markdown": {m: r.markdown() for m, r in reports.items()},
+    }
     out = out or REPO / "bench" / "results" / "eval_oracle.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(payload, indent=2) + "\n")

@@ -65,8 +65,12 @@ def evalplus_job(item: Item, solution: str, limits: CodeLimits) -> tuple[str, st
 
 def lcb_job(item: Item, code: str, limits: CodeLimits) -> tuple[str, str]:
     """(program, call) for one LiveCodeBench candidate."""
-    payload = {"code": code, "tests": item.meta["tests"], "fn_name": item.meta.get("fn_name"),
-               "timeout": limits.lcb_timeout_s}
+    payload = {
+        "code": code,
+        "tests": item.meta["tests"],
+        "fn_name": item.meta.get("fn_name"),
+        "timeout": limits.lcb_timeout_s,
+    }
     return LCB_CHECKER + f"\n_PAYLOAD = {json.dumps(json.dumps(payload))}\n", "_populora_lcb()"
 
 
@@ -92,8 +96,11 @@ def _parse(outcome) -> dict | None:
 def _evalplus_result(outcome) -> CodeResult:
     v = _parse(outcome)
     if v is None:
-        return CodeResult(False, outcome.status, f"sandbox: {outcome.error_type or ''} "
-                          f"{(outcome.error_message or '')[:200]}".strip())
+        return CodeResult(
+            False,
+            outcome.status,
+            f"sandbox: {outcome.error_type or ''} {(outcome.error_message or '')[:200]}".strip(),
+        )
     if v.get("gt_error"):
         return CodeResult(False, "gt_error", f"canonical solution failed: {v['gt_error']}")
     base_ok = v["base"] == "pass"
@@ -116,8 +123,9 @@ class CodeGrader:
         self.workers = max(1, int(workers))
         self.limits = limits or CodeLimits()
 
-    def grade(self, pairs: Sequence[tuple[Item, str]],
-              progress: Callable[[int], None] | None = None) -> list[CodeResult]:
+    def grade(
+        self, pairs: Sequence[tuple[Item, str]], progress: Callable[[int], None] | None = None
+    ) -> list[CodeResult]:
         """``pairs`` = [(item, program text), ...] for EvalPlus or LiveCodeBench items."""
         from populora.sandbox import DEFAULT_PRELOAD, Limits, Sandbox
 
@@ -129,8 +137,9 @@ class CodeGrader:
         preload = tuple(dict.fromkeys((*DEFAULT_PRELOAD, "signal")))
         with Sandbox(workers=self.workers, preload=preload) as sb:
             for timeout, idxs in groups.items():
-                lim = Limits(timeout_s=timeout, memory_mb=self.limits.memory_mb, max_output_chars=4000,
-                             cpu_s=timeout)
+                lim = Limits(
+                    timeout_s=timeout, memory_mb=self.limits.memory_mb, max_output_chars=4000, cpu_s=timeout
+                )
                 chunk = max(self.workers * 4, 8)
                 for s in range(0, len(idxs), chunk):
                     part = idxs[s : s + chunk]

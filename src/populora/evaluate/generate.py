@@ -74,8 +74,14 @@ def _stop_criteria(tokenizer, stops: list[list[str]], prompt_len: int):
     return StoppingCriteriaList([_StopStrings()])
 
 
-def hf_generate(model, tokenizer, prompts: Sequence[Prompt], max_new_tokens: int, batch_size: int = 8,
-                progress: Progress = None) -> list[str]:
+def hf_generate(
+    model,
+    tokenizer,
+    prompts: Sequence[Prompt],
+    max_new_tokens: int,
+    batch_size: int = 8,
+    progress: Progress = None,
+) -> list[str]:
     """Greedy generation with a loaded transformers model (batched, left-padded, stop strings)."""
     import torch
 
@@ -88,9 +94,16 @@ def hf_generate(model, tokenizer, prompts: Sequence[Prompt], max_new_tokens: int
         enc = {k: v.to(device) for k, v in enc.items()}
         plen = enc["input_ids"].shape[1]
         with torch.no_grad():
-            gen = model.generate(**enc, do_sample=False, max_new_tokens=max_new_tokens,
-                                 pad_token_id=tokenizer.pad_token_id, temperature=None, top_p=None, top_k=None,
-                                 stopping_criteria=_stop_criteria(tokenizer, [prompts[i].stop for i in idx], plen))
+            gen = model.generate(
+                **enc,
+                do_sample=False,
+                max_new_tokens=max_new_tokens,
+                pad_token_id=tokenizer.pad_token_id,
+                temperature=None,
+                top_p=None,
+                top_k=None,
+                stopping_criteria=_stop_criteria(tokenizer, [prompts[i].stop for i in idx], plen),
+            )
         for row, i in enumerate(idx):
             text = tokenizer.decode(gen[row, plen:], skip_special_tokens=True)
             out[i] = truncate_at_stop(text, prompts[i].stop)
@@ -114,8 +127,12 @@ class MergedHFGenerator:
         from transformers import AutoModelForCausalLM
 
         _torch_setup(self.device)
-        dtype = {"auto": torch.float32 if self.device == "cpu" else torch.bfloat16, "float32": torch.float32,
-                 "bfloat16": torch.bfloat16, "float16": torch.float16}[self.dtype]
+        dtype = {
+            "auto": torch.float32 if self.device == "cpu" else torch.bfloat16,
+            "float32": torch.float32,
+            "bfloat16": torch.bfloat16,
+            "float16": torch.float16,
+        }[self.dtype]
         try:
             model = AutoModelForCausalLM.from_pretrained(self.base, dtype=dtype)
         except (OSError, ValueError) as exc:
@@ -129,12 +146,19 @@ class MergedHFGenerator:
                 raise GenerationError(f"cannot apply adapter {adapter} to {self.base}: {exc}") from exc
         return model.to(self.device).eval()
 
-    def generate(self, adapters: dict[str, str | Path | None], prompts: Sequence[Prompt], max_new_tokens: int,
-                 progress: Progress = None) -> dict[str, list[str]]:
+    def generate(
+        self,
+        adapters: dict[str, str | Path | None],
+        prompts: Sequence[Prompt],
+        max_new_tokens: int,
+        progress: Progress = None,
+    ) -> dict[str, list[str]]:
         out = {}
         for member, path in adapters.items():
             model = self._load(path)
-            out[member] = hf_generate(model, self.tokenizer, prompts, max_new_tokens, self.batch_size, progress)
+            out[member] = hf_generate(
+                model, self.tokenizer, prompts, max_new_tokens, self.batch_size, progress
+            )
             del model
         return out
 
@@ -148,8 +172,13 @@ class SlotGenerator:
         self.batch_size = batch_size
         self.tokenizer = load_tokenizer(base)
 
-    def generate(self, adapters: dict[str, str | Path | None], prompts: Sequence[Prompt], max_new_tokens: int,
-                 progress: Progress = None) -> dict[str, list[str]]:
+    def generate(
+        self,
+        adapters: dict[str, str | Path | None],
+        prompts: Sequence[Prompt],
+        max_new_tokens: int,
+        progress: Progress = None,
+    ) -> dict[str, list[str]]:
         from populora.engine import GenRequest, build
 
         paths = [p for p in adapters.values() if p is not None]
@@ -157,13 +186,22 @@ class SlotGenerator:
         for p in paths[1:]:
             other = adapter_config(p)
             if (other["r"], other["lora_alpha"]) != (cfg["r"], cfg["lora_alpha"]):
-                raise GenerationError(f"adapters differ in rank/alpha ({p}); evaluate them with --apply merge")
+                raise GenerationError(
+                    f"adapters differ in rank/alpha ({p}); evaluate them with --apply merge"
+                )
         targets = cfg.get("target_modules")
         targets = sorted(targets) if isinstance(targets, list | set | tuple) else targets
         _torch_setup(self.device)
-        engine = build(model=self.base, n_slots=len(adapters), rank=int(cfg["r"]), alpha=float(cfg["lora_alpha"]),
-                       targets=targets, device=self.device, tokenizer=self.tokenizer,
-                       gen_batch_size=self.batch_size)
+        engine = build(
+            model=self.base,
+            n_slots=len(adapters),
+            rank=int(cfg["r"]),
+            alpha=float(cfg["lora_alpha"]),
+            targets=targets,
+            device=self.device,
+            tokenizer=self.tokenizer,
+            gen_batch_size=self.batch_size,
+        )
         slots = {}
         for slot, (member, path) in enumerate(adapters.items()):
             if path is None:
@@ -171,16 +209,21 @@ class SlotGenerator:
             else:
                 engine.load_adapter(slot, path)
             slots[member] = slot
-        reqs = [GenRequest(slot=slots[m], prompt=p.text, max_new_tokens=max_new_tokens, temperature=0.0)
-                for m in adapters for p in prompts]
+        reqs = [
+            GenRequest(slot=slots[m], prompt=p.text, max_new_tokens=max_new_tokens, temperature=0.0)
+            for m in adapters
+            for p in prompts
+        ]
         gens = engine.generate(reqs)
         if progress:
             progress(len(reqs))
         out: dict[str, list[str]] = {}
         k = 0
         for m in adapters:
-            out[m] = [truncate_at_stop(g.text, p.stop) for g, p in zip(gens[k : k + len(prompts)], prompts,
-                                                                            strict=True)]
+            out[m] = [
+                truncate_at_stop(g.text, p.stop)
+                for g, p in zip(gens[k : k + len(prompts)], prompts, strict=True)
+            ]
             k += len(prompts)
         return out
 
@@ -192,36 +235,53 @@ class VLLMGenerator:
         try:
             from vllm import LLM  # noqa: F401
         except ImportError as exc:
-            raise GenerationError("--backend vllm needs vLLM on a GPU machine: pip install 'populora[gpu]'") from exc
+            raise GenerationError(
+                "--backend vllm needs vLLM on a GPU machine: pip install 'populora[gpu]'"
+            ) from exc
         self.base = str(base)
         self.max_model_len = max_model_len
         self.tokenizer = load_tokenizer(base)
         self._llm = None
 
-    def generate(self, adapters: dict[str, str | Path | None], prompts: Sequence[Prompt], max_new_tokens: int,
-                 progress: Progress = None) -> dict[str, list[str]]:
+    def generate(
+        self,
+        adapters: dict[str, str | Path | None],
+        prompts: Sequence[Prompt],
+        max_new_tokens: int,
+        progress: Progress = None,
+    ) -> dict[str, list[str]]:
         from vllm import LLM, SamplingParams
         from vllm.lora.request import LoRARequest
 
         ranks = [int(adapter_config(p)["r"]) for p in adapters.values() if p is not None]
         if self._llm is None:
             kw = {"max_model_len": self.max_model_len} if self.max_model_len else {}
-            self._llm = LLM(model=self.base, enable_lora=bool(ranks), max_lora_rank=max(ranks or [8]),
-                            max_loras=max(1, min(len(ranks), 8)), **kw)
+            self._llm = LLM(
+                model=self.base,
+                enable_lora=bool(ranks),
+                max_lora_rank=max(ranks or [8]),
+                max_loras=max(1, min(len(ranks), 8)),
+                **kw,
+            )
         out = {}
         for n, (member, path) in enumerate(adapters.items(), start=1):
-            params = [SamplingParams(temperature=0.0, top_p=1.0, max_tokens=max_new_tokens, stop=p.stop or None)
-                      for p in prompts]
+            params = [
+                SamplingParams(temperature=0.0, top_p=1.0, max_tokens=max_new_tokens, stop=p.stop or None)
+                for p in prompts
+            ]
             req = LoRARequest(member, n, str(path)) if path is not None else None
             res = self._llm.generate([p.text for p in prompts], params, lora_request=req, use_tqdm=False)
-            out[member] = [truncate_at_stop(r.outputs[0].text, p.stop) for r, p in zip(res, prompts, strict=True)]
+            out[member] = [
+                truncate_at_stop(r.outputs[0].text, p.stop) for r, p in zip(res, prompts, strict=True)
+            ]
             if progress:
                 progress(len(prompts))
         return out
 
 
-def make_generator(base: str | Path, backend: str = "hf", apply: str = "merge", device: str = "cpu",
-                   batch_size: int = 8):
+def make_generator(
+    base: str | Path, backend: str = "hf", apply: str = "merge", device: str = "cpu", batch_size: int = 8
+):
     """The generator for ``--backend`` / ``--apply``."""
     if backend == "vllm":
         return VLLMGenerator(base)

@@ -68,18 +68,23 @@ def _files(path: Path) -> list[Path]:
         return files
     if path.is_file():
         return [path]
-    raise DataError(f"LiveCodeBench path {path} does not exist; pass --lcb-path FILE.jsonl or set "
-                    "POPULORA_LCB_PATH")
+    raise DataError(
+        f"LiveCodeBench path {path} does not exist; pass --lcb-path FILE.jsonl or set POPULORA_LCB_PATH"
+    )
 
 
 def problem_to_item(row: dict) -> Item:
-    tests = decode_tests(row.get("public_test_cases", "[]")) + decode_tests(row.get("private_test_cases", "[]"))
+    tests = decode_tests(row.get("public_test_cases", "[]")) + decode_tests(
+        row.get("private_test_cases", "[]")
+    )
     meta_raw = row.get("metadata") or "{}"
     meta = json.loads(meta_raw) if isinstance(meta_raw, str) else dict(meta_raw)
     fn_name = meta.get("func_name")
     info = {
-        "tests": [{"input": t["input"], "output": t["output"], "testtype": t.get("testtype", "stdin")}
-                  for t in tests],
+        "tests": [
+            {"input": t["input"], "output": t["output"], "testtype": t.get("testtype", "stdin")}
+            for t in tests
+        ],
         "fn_name": fn_name,
         "starter_code": row.get("starter_code", "") or "",
         "platform": row.get("platform"),
@@ -87,19 +92,33 @@ def problem_to_item(row: dict) -> Item:
         "contest_date": str(row.get("contest_date")),
         "title": row.get("question_title", ""),
     }
-    return Item("lcb", f"lcb/{row['question_id']}", "lcb", row["question_content"], row.get("solution", "") or "",
-                info)
+    return Item(
+        "lcb",
+        f"lcb/{row['question_id']}",
+        "lcb",
+        row["question_content"],
+        row.get("solution", "") or "",
+        info,
+    )
 
 
-def load_lcb(path: str | Path | None = None, release: str = DEFAULT_RELEASE,
-             start: str | None = None, end: str | None = None) -> list[Item]:
+def load_lcb(
+    path: str | Path | None = None,
+    release: str = DEFAULT_RELEASE,
+    start: str | None = None,
+    end: str | None = None,
+) -> list[Item]:
     """Problems of the local copy inside the release window, sorted by (date, id). Raises `LCBUnavailable`."""
     p = lcb_path_from_env(path)
     if p is None:
-        raise LCBUnavailable("LiveCodeBench unavailable: no local copy (it is HF-hub only, ~4.4 GB); pass "
-                             "--lcb-path FILE.jsonl or set POPULORA_LCB_PATH (code_generation_lite format)")
+        raise LCBUnavailable(
+            "LiveCodeBench unavailable: no local copy (it is HF-hub only, ~4.4 GB); pass "
+            "--lcb-path FILE.jsonl or set POPULORA_LCB_PATH (code_generation_lite format)"
+        )
     if release not in RELEASE_WINDOWS:
-        raise DataError(f"unknown LiveCodeBench release {release!r}; choose from {', '.join(RELEASE_WINDOWS)}")
+        raise DataError(
+            f"unknown LiveCodeBench release {release!r}; choose from {', '.join(RELEASE_WINDOWS)}"
+        )
     lo, hi = RELEASE_WINDOWS[release]
     lo_d, hi_d = _date(start or lo), _date(end or hi)
     hi_d = hi_d.replace(hour=23, minute=59, second=59)

@@ -76,8 +76,13 @@ def verify_answer(gold: str, pred: str, timeout: int | None = DEFAULT_TIMEOUT_S,
         return False
 
 
-def grade_response(gold: str, response: str, prompt_style: str = "azr",
-                   timeout: int | None = DEFAULT_TIMEOUT_S, exact: bool = True) -> bool:
+def grade_response(
+    gold: str,
+    response: str,
+    prompt_style: str = "azr",
+    timeout: int | None = DEFAULT_TIMEOUT_S,
+    exact: bool = True,
+) -> bool:
     """Grade one model response against one gold answer (see module docstring)."""
     pred = extract_azr_answer(response)
     if pred:
@@ -115,8 +120,13 @@ class MathGrader:
     inline; off the main thread it always uses a (one-worker) pool so the signal-based timeouts stay valid.
     """
 
-    def __init__(self, workers: int = 1, timeout_s: int = DEFAULT_TIMEOUT_S, prompt_style: str = "azr",
-                 exact: bool = True):
+    def __init__(
+        self,
+        workers: int = 1,
+        timeout_s: int = DEFAULT_TIMEOUT_S,
+        prompt_style: str = "azr",
+        exact: bool = True,
+    ):
         self.workers = max(1, int(workers))
         self.exact = exact
         self.timeout_s = timeout_s
@@ -140,8 +150,9 @@ class MathGrader:
     def _get_pool(self) -> cf.ProcessPoolExecutor:
         if self._pool is None:
             # spawn: forking a process that holds torch/OpenMP threads can deadlock.
-            self._pool = cf.ProcessPoolExecutor(self.workers, mp_context=mp.get_context("spawn"),
-                                                initializer=_init_worker)
+            self._pool = cf.ProcessPoolExecutor(
+                self.workers, mp_context=mp.get_context("spawn"), initializer=_init_worker
+            )
         return self._pool
 
     def grade_many(self, pairs: Sequence[tuple[str, str]], progress=None) -> list[bool]:

@@ -34,26 +34,38 @@ R1_WRAPPER = (
     "tags, respectively, i.e., <think> reasoning process here </think> <answer> answer here </answer>. "
     "User: {input}\nAssistant: <think>"
 )
-EVALPLUS_INSTRUCTION = ("Please provide a self-contained Python script that solves the following problem in a "
-                        "markdown code block:")
-EVALPLUS_RESPONSE = ("Below is a Python script with a self-contained function that solves the problem and passes "
-                     "corresponding tests:")
+EVALPLUS_INSTRUCTION = (
+    "Please provide a self-contained Python script that solves the following problem in a "
+    "markdown code block:"
+)
+EVALPLUS_RESPONSE = (
+    "Below is a Python script with a self-contained function that solves the problem and passes "
+    "corresponding tests:"
+)
 _SPLIT = "-[[]]-populora-split-[[]]-"
 DIRECT_STOPS = {
     "humaneval+": ["\ndef ", "\nclass ", "\nimport ", "\nfrom ", "\nassert "],
     "mbpp+": ['\n"""', "\nassert"],
 }
 EVALPLUS_EOS = ["<|endoftext|>", "<|endofmask|>", "</s>", "\nif __name__", "\ndef main(", "\nprint("]
-LCB_TASK = ("# Task: You will be given a question (problem specification) and will generate a correct Python "
-            "program that matches the specification and passes all tests. The code should be wrapped in "
-            "```python``` tags.")
-LCB_WITH_STARTER = ("You will use the following starter code to write the solution to the problem and enclose "
-                    "your code within delimiters.")
-LCB_STDIN = ("Read the inputs from stdin solve the problem and write the answer to stdout (do not directly test "
-             "on the sample inputs). Enclose your code within delimiters as follows.")
-LCB_SYSTEM = ("You are an expert Python programmer. You will be given a question (problem specification) and will "
-              "generate a correct Python program that matches the specification and passes all tests. You will "
-              "NOT return anything except for the program.")
+LCB_TASK = (
+    "# Task: You will be given a question (problem specification) and will generate a correct Python "
+    "program that matches the specification and passes all tests. The code should be wrapped in "
+    "```python``` tags."
+)
+LCB_WITH_STARTER = (
+    "You will use the following starter code to write the solution to the problem and enclose "
+    "your code within delimiters."
+)
+LCB_STDIN = (
+    "Read the inputs from stdin solve the problem and write the answer to stdout (do not directly test "
+    "on the sample inputs). Enclose your code within delimiters as follows."
+)
+LCB_SYSTEM = (
+    "You are an expert Python programmer. You will be given a question (problem specification) and will "
+    "generate a correct Python program that matches the specification and passes all tests. You will "
+    "NOT return anything except for the program."
+)
 MATH_CHAT_SUFFIX = "\nPlease reason step by step, and put your final answer within \\boxed{}."
 
 
@@ -86,8 +98,9 @@ def _evalplus_azr(item: Item, tokenizer) -> Prompt:
         return Prompt(task, EVALPLUS_EOS + DIRECT_STOPS[item.benchmark], "", direct=True)
     user = f"{EVALPLUS_INSTRUCTION}\n```\n{item.question.strip()}\n```\n"
     assistant = f"{EVALPLUS_RESPONSE}\n```python\n{_SPLIT}\n```\n"
-    text = tokenizer.apply_chat_template([{"role": "user", "content": user},
-                                          {"role": "assistant", "content": assistant}], tokenize=False)
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": user}, {"role": "assistant", "content": assistant}], tokenize=False
+    )
     text = text.split(_SPLIT)[0]
     # The prompt already opened the fence; the answer is the code up to the closing fence.
     return Prompt(text, EVALPLUS_EOS + ["\n```\n", "\n```"], "```python\n")
@@ -115,9 +128,14 @@ def build_prompt(item: Item, style: str, tokenizer) -> Prompt:
     if item.kind == "lcb":
         if style == "azr":
             return Prompt(R1_WRAPPER.format(input=f"{LCB_TASK}\n\n{_lcb_body(item)}"), ["User:"], "<think>")
-        messages = [{"role": "system", "content": LCB_SYSTEM},
-                    {"role": "user", "content": "### " + _lcb_body(item) + "### Answer: (use the provided format "
-                                                "with backticks)\n\n"}]
+        messages = [
+            {"role": "system", "content": LCB_SYSTEM},
+            {
+                "role": "user",
+                "content": "### " + _lcb_body(item) + "### Answer: (use the provided format "
+                "with backticks)\n\n",
+            },
+        ]
         return Prompt(_chat(tokenizer, messages), [])
     if style == "azr":
         return Prompt(R1_WRAPPER.format(input=item.question), ["</answer>", "User:"], "<think>")

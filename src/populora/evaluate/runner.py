@@ -51,8 +51,12 @@ class EvalReport:
     meta: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
-        out = {"results": self.rows, "summary": summary(self.rows, self.roles), "unavailable": self.unavailable,
-               "meta": self.meta}
+        out = {
+            "results": self.rows,
+            "summary": summary(self.rows, self.roles),
+            "unavailable": self.unavailable,
+            "meta": self.meta,
+        }
         if self.exceptions:
             out["exceptions"] = self.exceptions
         return out
@@ -66,8 +70,11 @@ class EvalReport:
         payload = json.dumps(self.to_json(), indent=2) + "\n"
         if out_dir is not None:
             out_dir.mkdir(parents=True, exist_ok=True)
-            for name, text in (("results.json", payload), ("results.md", self.markdown()),
-                               ("samples.jsonl", "".join(json.dumps(s) + "\n" for s in self.samples))):
+            for name, text in (
+                ("results.json", payload),
+                ("results.md", self.markdown()),
+                ("samples.jsonl", "".join(json.dumps(s) + "\n" for s in self.samples)),
+            ):
                 tmp = out_dir / f".{name}.tmp"
                 tmp.write_text(text)
                 tmp.replace(out_dir / name)
@@ -102,8 +109,14 @@ def program_from_response(item: Item, prompt: Prompt, response: str) -> str:
     return sanitize(extract_code_block(prompt.prefix + response), item.meta["entry_point"])
 
 
-def grade(items: list[Item], responses: list[str | None], prompts: list[Prompt] | None, opts: EvalOptions,
-          tick: Tick = None, exact: bool = True) -> list[tuple[bool, str]]:
+def grade(
+    items: list[Item],
+    responses: list[str | None],
+    prompts: list[Prompt] | None,
+    opts: EvalOptions,
+    tick: Tick = None,
+    exact: bool = True,
+) -> list[tuple[bool, str]]:
     """(correct, detail) per item; code in the sandbox pool, math in math-verify worker processes."""
     out: list[tuple[bool, str]] = [(False, "no response")] * len(items)
     code_idx = [i for i, it in enumerate(items) if it.kind in ("code", "lcb") and responses[i] is not None]
@@ -118,8 +131,9 @@ def grade(items: list[Item], responses: list[str | None], prompts: list[Prompt] 
         for i, r in zip(code_idx, res, strict=True):
             out[i] = (r.passed, r.detail or r.status)
     if math_idx:
-        with MathGrader(workers=opts.workers if len(math_idx) > 50 else 1, prompt_style=opts.prompt_style,
-                        exact=exact) as mg:
+        with MathGrader(
+            workers=opts.workers if len(math_idx) > 50 else 1, prompt_style=opts.prompt_style, exact=exact
+        ) as mg:
             res = mg.grade_many([(items[i].gold, responses[i] or "") for i in math_idx], tick)
         for i, ok in zip(math_idx, res, strict=True):
             out[i] = (ok, "" if ok else "answer differs from gold")
@@ -129,18 +143,37 @@ def grade(items: list[Item], responses: list[str | None], prompts: list[Prompt] 
 def _progress():
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    transient=False, disable=os.environ.get("POPULORA_NO_PROGRESS") == "1")
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        transient=False,
+        disable=os.environ.get("POPULORA_NO_PROGRESS") == "1",
+    )
 
 
-def _rows_for(member: str, role: str, items_by_bench: dict[str, list[Item]], flat: list[Item],
-              graded: list[tuple[bool, str]]) -> list[dict]:
+def _rows_for(
+    member: str,
+    role: str,
+    items_by_bench: dict[str, list[Item]],
+    flat: list[Item],
+    graded: list[tuple[bool, str]],
+) -> list[dict]:
     rows = []
     index = {id(it): n for n, it in enumerate(flat)}
     for b, items in items_by_bench.items():
         oks = [graded[index[id(it)]][0] for it in items]
-        rows.append({"benchmark": b, "member": member, "role": role, "n": len(items),
-                     "n_correct": sum(oks), "pass@1": sum(oks) / len(items) if items else None})
+        rows.append(
+            {
+                "benchmark": b,
+                "member": member,
+                "role": role,
+                "n": len(items),
+                "n_correct": sum(oks),
+                "pass@1": sum(oks) / len(items) if items else None,
+            }
+        )
     return rows
 
 
@@ -168,9 +201,14 @@ def run_oracle(mode: str, opts: EvalOptions) -> EvalReport:
     for it, (ok, detail) in zip(flat, graded, strict=True):
         if ok != (mode == "gold"):
             exceptions.setdefault(it.benchmark, []).append({"id": it.id, "detail": detail[:300]})
-    meta = {"oracle": mode, "seconds": round(time.time() - t0, 1), "limit": opts.limit,
-            "code_limits": vars(opts.code_limits), "code_executor": "populora.sandbox (EvalPlus/LCB rules)",
-            "math_grader": "math-verify"}
+    meta = {
+        "oracle": mode,
+        "seconds": round(time.time() - t0, 1),
+        "limit": opts.limit,
+        "code_limits": vars(opts.code_limits),
+        "code_executor": "populora.sandbox (EvalPlus/LCB rules)",
+        "math_grader": "math-verify",
+    }
     return EvalReport(rows, {"oracle": "oracle"}, unavailable, exceptions, [], meta)
 
 
@@ -188,22 +226,49 @@ def evaluate_target(target, members, opts: EvalOptions, generator=None) -> EvalR
     rows: list[dict] = []
     samples: list[dict] = []
     with _progress() as prog:
-        task = prog.add_task(f"generate ({len(adapters)} members × {len(flat)} prompts)",
-                             total=len(adapters) * len(flat))
+        task = prog.add_task(
+            f"generate ({len(adapters)} members × {len(flat)} prompts)", total=len(adapters) * len(flat)
+        )
         texts = gen.generate(adapters, prompts, opts.max_new_tokens, lambda n: prog.advance(task, n))
         gtask = prog.add_task("grade", total=len(adapters) * len(flat))
         for m in adapters:
             graded = grade(flat, texts[m], prompts, opts, lambda n: prog.advance(gtask, n))
             rows += _rows_for(m, roles[m], items_by_bench, flat, graded)
-            samples += [{"member": m, "benchmark": it.benchmark, "id": it.id, "response": t, "correct": ok,
-                         "detail": d} for it, t, (ok, d) in zip(flat, texts[m], graded, strict=True)]
-    meta = {"base": str(target.base), "checkpoint": str(target.checkpoint) if target.checkpoint else None,
-            "backend": opts.backend, "apply": opts.apply, "prompt_style": opts.prompt_style,
-            "max_new_tokens": opts.max_new_tokens, "limit": opts.limit, "decoding": "greedy",
-            "seconds": round(time.time() - t0, 1), "code_limits": vars(opts.code_limits),
-            "code_executor": "populora.sandbox (EvalPlus/LCB rules)", "math_grader": "math-verify"}
+            samples += [
+                {
+                    "member": m,
+                    "benchmark": it.benchmark,
+                    "id": it.id,
+                    "response": t,
+                    "correct": ok,
+                    "detail": d,
+                }
+                for it, t, (ok, d) in zip(flat, texts[m], graded, strict=True)
+            ]
+    meta = {
+        "base": str(target.base),
+        "checkpoint": str(target.checkpoint) if target.checkpoint else None,
+        "backend": opts.backend,
+        "apply": opts.apply,
+        "prompt_style": opts.prompt_style,
+        "max_new_tokens": opts.max_new_tokens,
+        "limit": opts.limit,
+        "decoding": "greedy",
+        "seconds": round(time.time() - t0, 1),
+        "code_limits": vars(opts.code_limits),
+        "code_executor": "populora.sandbox (EvalPlus/LCB rules)",
+        "math_grader": "math-verify",
+    }
     return EvalReport(rows, roles, unavailable, {}, samples, meta)
 
 
-__all__ = ["DataError", "EvalOptions", "EvalReport", "evaluate_target", "grade", "load_items",
-           "program_from_response", "run_oracle"]
+__all__ = [
+    "DataError",
+    "EvalOptions",
+    "EvalReport",
+    "evaluate_target",
+    "grade",
+    "load_items",
+    "program_from_response",
+    "run_oracle",
+]

@@ -58,8 +58,12 @@ def _pct(v: float | None) -> str:
     return "–" if v is None else f"{100 * v:.1f}"
 
 
-def to_markdown(rows: list[dict], roles: dict[str, str], unavailable: dict[str, str] | None = None,
-                exceptions: dict[str, list[dict]] | None = None) -> str:
+def to_markdown(
+    rows: list[dict],
+    roles: dict[str, str],
+    unavailable: dict[str, str] | None = None,
+    exceptions: dict[str, list[dict]] | None = None,
+) -> str:
     """Markdown: the paper-style table, then one line per member with n and the counts."""
     unavailable = unavailable or {}
     benches = [b for b in BENCHMARKS if any(r["benchmark"] == b for r in rows) or b in unavailable]
@@ -75,7 +79,9 @@ def to_markdown(rows: list[dict], roles: dict[str, str], unavailable: dict[str, 
                 continue
             ex = (exceptions or {}).get(b, [])
             ids = ", ".join(e["id"] for e in ex[:6]) + (" …" if len(ex) > 6 else "")
-            out.append(f"| {DISPLAY[b]} | {n[b]['n']} | {_pct(n[b]['pass@1'])} | {len(ex)}{': ' + ids if ids else ''} |")
+            out.append(
+                f"| {DISPLAY[b]} | {n[b]['n']} | {_pct(n[b]['pass@1'])} | {len(ex)}{': ' + ids if ids else ''} |"
+            )
         return "\n".join(out) + "\n"
     cols = columns(rows, roles)
     names = list(cols)

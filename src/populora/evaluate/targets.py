@@ -47,8 +47,11 @@ class Target:
 
 
 def _role_from_id(mid: str) -> str:
-    return {"T": "teacher", "S": "student", "A": "single"}.get(mid[:1], "adapter") if re.fullmatch(
-        r"[TSA]\d+", mid) else "adapter"
+    return (
+        {"T": "teacher", "S": "student", "A": "single"}.get(mid[:1], "adapter")
+        if re.fullmatch(r"[TSA]\d+", mid)
+        else "adapter"
+    )
 
 
 def _latest_checkpoint(run_dir: Path) -> Path | None:
@@ -123,8 +126,10 @@ def load_target(path: str | Path, model: str | None = None) -> Target:
         run_dir = p
         ckpt = _latest_checkpoint(p)
         if ckpt is None:
-            raise TargetError(f"run folder {p} has no complete checkpoint (checkpoints/step_*/ with state.json "
-                              "and adapters/); train longer or pass a PEFT folder")
+            raise TargetError(
+                f"run folder {p} has no complete checkpoint (checkpoints/step_*/ with state.json "
+                "and adapters/); train longer or pass a PEFT folder"
+            )
         try:
             state = json.loads((ckpt / "state.json").read_text())
         except (OSError, json.JSONDecodeError):
@@ -133,7 +138,9 @@ def load_target(path: str | Path, model: str | None = None) -> Target:
         for sub in sorted((ckpt / "adapters").iterdir()):
             if sub.is_dir() and _is_peft(sub):
                 i = info.get(sub.name, {})
-                members.append(Member(sub.name, str(i.get("role") or _role_from_id(sub.name)), sub, _rating(i)))
+                members.append(
+                    Member(sub.name, str(i.get("role") or _role_from_id(sub.name)), sub, _rating(i))
+                )
         base = model or _read_model_name(p)
     elif _is_peft(p):
         members.append(Member(p.name, _role_from_id(p.name), p))
@@ -142,10 +149,13 @@ def load_target(path: str | Path, model: str | None = None) -> Target:
         for sub in sorted(q for q in p.iterdir() if q.is_dir() and _is_peft(q)):
             members.append(Member(sub.name, _role_from_id(sub.name), sub))
         if not members:
-            raise TargetError(f"{p} is neither a run folder, nor a PEFT folder (adapter_config.json), nor a "
-                              "folder of PEFT folders")
+            raise TargetError(
+                f"{p} is neither a run folder, nor a PEFT folder (adapter_config.json), nor a "
+                "folder of PEFT folders"
+            )
         base = model or json.loads((members[0].adapter / "adapter_config.json").read_text()).get(
-            "base_model_name_or_path")
+            "base_model_name_or_path"
+        )
     if not base:
         raise TargetError(f"cannot tell the base model of {p}; pass --model NAME_OR_PATH")
     if not members and run_dir is not None:
@@ -169,7 +179,8 @@ def select_members(target: Target, spec: list[str] | None) -> list[Member]:
         known = {m.id: m for m in target.members}
         missing = [w for w in wanted if w not in known and w != "base"]
         if missing:
-            raise TargetError(f"unknown member(s) {', '.join(missing)}; available: "
-                              f"{', '.join(known) or '(none)'}")
+            raise TargetError(
+                f"unknown member(s) {', '.join(missing)}; available: {', '.join(known) or '(none)'}"
+            )
         chosen = [known[w] for w in wanted if w in known]
     return [Member("base", "base", None)] + chosen
