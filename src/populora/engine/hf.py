@@ -244,18 +244,47 @@ class HFEngine:
 
     # ------------------------------------------------------------------ training
     def _micro_batches(self, rows: list[TrainRow]) -> list[list[int]]:
-        """Row indices grouped so that rows x padded length <= micro_batch_tokens; each group sorted by slot."""
-        order = sorted(range(len(rows)), key=lambda i: (len(rows[i].prompt_ids) + len(rows[i].response_ids), i))
-        groups, cur, cur_max = [], [], 0
+        """Row indices grouped so that rows x padded length <= micro_batch_tokens; each group sorted by slot.
+
+        First the fewest groups k that greedy length-sorted packing needs; then each slot's rows (sorted by
+        length) are split into k near-equal chunks and group j takes chunk j of every slot, if that fits the
+        budget and pads less than 10% more. Balanced groups give every slot a segment of the same size in every forward, which the
+        multi-LoRA layers run as a view (no gather/scatter copies).
+        """
+        def total(i: int) -> int:
+            return len(rows[i].prompt_ids) + len(rows[i].response_ids)
+
+        budget = self.micro_batch_tokens
+        order = sorted(range(len(rows)), key=lambda i: (total(i), i))
+        greedy, cur, cur_max = [], [], 0
         for i in order:
-            n = len(rows[i].prompt_ids) + len(rows[i].response_ids)
-            if cur and (len(cur) + 1) * max(cur_max, n) > self.micro_batch_tokens:
-                groups.append(cur)
+            n = total(i)
+            if cur and (len(cur) + 1) * max(cur_max, n) > budget:
+                greedy.append(cur)
                 cur, cur_max = [], 0
             cur.append(i)
             cur_max = max(cur_max, n)
         if cur:
-            groups.append(cur)
+            greedy.append(cur)
+        k = len(greedy)
+        by_slot: dict[int, list[int]] = defaultdict(list)
+        for i in order:
+            by_slot[rows[i].slot].append(i)
+        balanced: list[list[int]] = [[] for _ in range(k)]
+        for members in by_slot.values():
+            size, extra = divmod(len(members), k)
+            start = 0
+            for j in range(k):
+                end = start + size + (1 if j < extra else 0)
+                balanced[j].extend(members[start:end])
+                start = end
+        balanced = [g for g in balanced if g]
+        def padded(groups: list[list[int]]) -> int:
+            return sum(len(g) * max(total(i) for i in g) for g in groups)
+
+        fits = all(len(g) * max(total(i) for i in g) <= budget or len(g) == 1 for g in balanced)
+        # Balanced groups mix lengths when slots differ in length; keep them only if that costs < 10% padding.
+        groups = balanced if fits and padded(balanced) <= 1.1 * padded(greedy) else greedy
         return [sorted(g, key=lambda i: (rows[i].slot, i)) for g in groups]
 
     def _response_logits(self, rows: list[TrainRow]) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
