@@ -248,8 +248,8 @@ class HFEngine:
 
         First the fewest groups k that greedy length-sorted packing needs; then each slot's rows (sorted by
         length) are split into k near-equal chunks and group j takes chunk j of every slot, if that fits the
-        budget and pads less than 10% more. Balanced groups give every slot a segment of the same size in every forward, which the
-        multi-LoRA layers run as a view (no gather/scatter copies).
+        budget and pads less than 10% more. Balanced groups give every slot a segment of the same size in
+        every forward, which the multi-LoRA layers run as a view (no gather/scatter copies).
         """
         def total(i: int) -> int:
             return len(rows[i].prompt_ids) + len(rows[i].response_ids)
