@@ -75,8 +75,10 @@ def test_cli_user_errors(tmp_path):
     runner = CliRunner()
     r = runner.invoke(app, ["eval", "--oracle", "gold", "--benchmarks", "nope"])
     assert r.exit_code == 2 and "unknown benchmark" in r.output
-    r = runner.invoke(app, ["eval", "--oracle", "gold", "--benchmarks", "gsm8k", "--data-dir", str(tmp_path)])
-    assert r.exit_code == 2 and "math/gsm8k/test.jsonl" in r.output
+    r = runner.invoke(
+        app, ["eval", "--oracle", "gold", "--benchmarks", "aime24", "--data-dir", str(tmp_path)]
+    )
+    assert r.exit_code == 2 and "math/aime24/test.jsonl" in r.output
     r = runner.invoke(app, ["eval", str(tmp_path / "missing")])
     assert r.exit_code == 2 and "does not exist" in r.output
     r = runner.invoke(app, ["eval"])
