@@ -149,6 +149,10 @@ def _run(sb, quick, out, model_dir, n, k_refs, seed, names) -> dict:
         i = json.loads(info.read_text())
         results["pretrain"] = {k: i.get(k) for k in ("seed", "steps", "tokens_seen", "final_train_loss",
                                                      "val_completion_loss", "parameters", "train_seconds")}
+        phases = [*i.get("history", []), i]  # runs continued with --init-from, oldest first
+        results["pretrain"]["phases"] = len(phases)
+        for k in ("steps", "tokens_seen", "train_seconds"):
+            results["pretrain"][f"total_{k}"] = round(sum(p.get(k, 0) for p in phases), 1)
     summary = {}
     for key in ("greedy", "t1"):
         summary[f"teacher_valid_{key}"] = statistics.mean(results["tasks"][t][f"teacher_valid_{key}"] for t in TASKS)
