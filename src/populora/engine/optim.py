@@ -48,27 +48,32 @@ class SlotAdamW:
         step_size = (lr / bias1).to(torch.float32)
         decay = (1.0 - lr * self.weight_decay).to(torch.float32)
         every = slots == list(range(self.n_slots))  # all slots: update in place, no index copies
+        dev_cache: dict = {}
         for p, m_all, v_all in zip(self.params, self.exp_avg, self.exp_avg_sq, strict=True):
             view = (-1,) + (1,) * (p.dim() - 1)
+            if p.device not in dev_cache:  # the per-slot scalars live on the CPU; move them once per device
+                dev_cache[p.device] = (idx.to(p.device), step_size.to(p.device), decay.to(p.device),
+                                       bias2_sqrt.to(torch.float32).to(p.device))
+            idx_d, step_d, decay_d, bias2_d = dev_cache[p.device]
             if every:
                 g = p.grad.float() if p.grad is not None else torch.zeros_like(m_all)
                 m, v = m_all, v_all
             else:
-                g = p.grad[idx].float() if p.grad is not None else torch.zeros_like(m_all[idx])
-                m, v = m_all[idx], v_all[idx]
+                g = p.grad[idx_d].float() if p.grad is not None else torch.zeros_like(m_all[idx_d])
+                m, v = m_all[idx_d], v_all[idx_d]
             m.mul_(b1).add_(g, alpha=1.0 - b1)
             v.mul_(b2).addcmul_(g, g, value=1.0 - b2)
-            denom = (v.sqrt() / bias2_sqrt.to(torch.float32).view(view)).add_(self.eps)
+            denom = (v.sqrt() / bias2_d.view(view)).add_(self.eps)
             if every and p.dtype == torch.float32:
-                p.data.mul_(decay.view(view)).addcdiv_(m * step_size.view(view), denom, value=-1.0)
+                p.data.mul_(decay_d.view(view)).addcdiv_(m * step_d.view(view), denom, value=-1.0)
                 continue
-            w = (p.data if every else p.data[idx]).float().mul_(decay.view(view))
-            w.addcdiv_(m * step_size.view(view), denom, value=-1.0)
+            w = (p.data if every else p.data[idx_d]).float().mul_(decay_d.view(view))
+            w.addcdiv_(m * step_d.view(view), denom, value=-1.0)
             if every:
                 p.data.copy_(w)
             else:
-                m_all[idx], v_all[idx] = m, v
-                p.data[idx] = w.to(p.dtype)
+                m_all[idx_d], v_all[idx_d] = m, v
+                p.data[idx_d] = w.to(p.dtype)
 
     def reset(self, slot: int) -> None:
         """Forget slot `slot`'s moments and step count (its learning rate is kept)."""
@@ -84,15 +89,15 @@ class SlotAdamW:
             "betas": self.betas, "eps": self.eps, "weight_decay": self.weight_decay,
         }
 
-    def load_state_dict(self, sd: dict) -> None:
+    def load_state_dict(self, sd: dict) -> None:  # moments go to each parameter's device
         if len(sd["exp_avg"]) != len(self.params) or any(
             tuple(a.shape) != tuple(p.shape) for a, p in zip(sd["exp_avg"], self.params, strict=True)
         ):
             raise ValueError("optimizer state does not match this engine (other slots, rank, targets or base model)")
-        self.steps = sd["steps"].clone()
-        self.lr = sd["lr"].clone().to(torch.float64)
-        self.exp_avg = [m.clone().float() for m in sd["exp_avg"]]
-        self.exp_avg_sq = [v.clone().float() for v in sd["exp_avg_sq"]]
+        self.steps = sd["steps"].clone().cpu()
+        self.lr = sd["lr"].clone().cpu().to(torch.float64)
+        self.exp_avg = [m.float().to(p.device, copy=True) for m, p in zip(sd["exp_avg"], self.params, strict=True)]
+        self.exp_avg_sq = [v.float().to(p.device, copy=True) for v, p in zip(sd["exp_avg_sq"], self.params, strict=True)]
         self.betas, self.eps, self.weight_decay = tuple(sd["betas"]), sd["eps"], sd["weight_decay"]
 
 
@@ -102,7 +107,7 @@ def slot_grad_norms(params: Sequence[torch.nn.Parameter], n_slots: int) -> torch
     sq = torch.zeros(n_slots, dtype=torch.float32)
     for p in params:
         if p.grad is not None:
-            sq += p.grad.float().pow(2).reshape(n_slots, -1).sum(1)
+            sq += p.grad.float().pow(2).reshape(n_slots, -1).sum(1).cpu()
     return sq.sqrt()
 
 
@@ -117,5 +122,5 @@ def clip_slot_grads(params: Sequence[torch.nn.Parameter], n_slots: int, max_norm
         coef = (max_norm / (norms + 1e-6)).clamp(max=1.0)
         for p in params:
             if p.grad is not None:
-                p.grad.mul_(coef.to(p.grad.dtype).view((-1,) + (1,) * (p.dim() - 1)))
+                p.grad.mul_(coef.to(device=p.grad.device, dtype=p.grad.dtype).view((-1,) + (1,) * (p.dim() - 1)))
     return norms

@@ -307,10 +307,11 @@ def init_slots(layers: dict[str, MultiLoRALinear], slots: Iterable[int], seed: i
 
 
 def get_slot_adapter(layers: dict[str, MultiLoRALinear], slot: int) -> LoRAAdapter:
-    """A detached copy of slot `slot` as a `LoRAAdapter` (A [r, d_in], B [d_out, r] per module)."""
+    """A detached CPU copy of slot `slot` as a `LoRAAdapter` (A [r, d_in], B [d_out, r] per module)."""
     first = next(iter(layers.values()))
     return LoRAAdapter(
-        modules={k: (m.lora_A[slot].detach().clone(), m.lora_B[slot].detach().clone()) for k, m in layers.items()},
+        modules={k: (m.lora_A[slot].detach().to("cpu", copy=True), m.lora_B[slot].detach().to("cpu", copy=True))
+                 for k, m in layers.items()},
         alpha=first.alpha,
     )
 
