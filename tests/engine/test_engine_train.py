@@ -167,3 +167,17 @@ def test_train_errors(make_engine):
         eng.train_step(TrainBatch([TrainRow(0, [1], [2, 3], [1.0])]))
     with pytest.raises(EngineError, match="no rows"):
         eng.train_step(TrainBatch([TrainRow(0, [1], [], 1.0)]))
+
+
+def test_bfloat16_base_with_float32_lora(base_and_tok):
+    from populora.engine import GenRequest, build
+
+    base, tok = base_and_tok
+    bf16 = copy.deepcopy(base).to(torch.bfloat16)  # as build("<name>", dtype=torch.bfloat16) loads it
+    eng = build(bf16, tokenizer=tok, n_slots=2, rank=4, alpha=8, lr=1e-2)
+    assert all(p.dtype == torch.float32 for p in eng.params)
+    before = _weights(eng, 1)
+    m = eng.train_step(TrainBatch([TrainRow(1, [5, 6, 7], [8, 9], 1.0), TrainRow(0, [1, 2], [3], -1.0)]))
+    assert torch.isfinite(torch.tensor(m["loss"])) and _maxdiff(_weights(eng, 1), before) > 0
+    g = eng.generate([GenRequest(1, "ab", 4, 0.0)])[0]
+    assert len(g.token_ids) == 4 and all(x <= 0 for x in g.logprobs)

@@ -24,7 +24,8 @@ def build(model: Any = "tiny", n_slots: int = 8, rank: int = 32, alpha: float = 
     """Build a PolicyEngine with `n_slots` LoRA slots (rank `rank`, scale `alpha/rank`) on `model`.
 
     `model`: "tiny", "smol", a local HF folder, a hub id, or an already loaded transformers causal LM (then
-    pass `tokenizer=`). `targets`: None (q/k/v/o projections), "all-linear", a list of module-name suffixes
+    pass `tokenizer=`). `dtype`: of the frozen base when loading by name (default float32 on CPU, bfloat16 on
+    CUDA; LoRA factors are always float32). `targets`: None (q/k/v/o projections), "all-linear", a list of module-name suffixes
     or a regex. Options for the hf engine (defaults in brackets): lr [5e-5], weight_decay [0], betas
     [(0.9, 0.999)], eps [1e-8], max_grad_norm [1.0], clip_eps [None = REINFORCE], clip_eps_high [clip_eps],
     entropy_coef [0], loss_agg ["token-mean"], micro_batch_tokens [4096], gen_batch_size [64],
@@ -40,7 +41,9 @@ def build(model: Any = "tiny", n_slots: int = 8, rank: int = 32, alpha: float = 
 
     from populora.engine.models import load_model_and_tokenizer
 
-    dtype = dtype or torch.float32
+    # Base weights: float32 on CPU; bfloat16 on GPUs (a 7B base in fp32 would not leave room for activations).
+    # LoRA factors and optimiser state are always float32.
+    dtype = dtype or (torch.bfloat16 if str(device).startswith("cuda") else torch.float32)
     if isinstance(model, torch.nn.Module):
         if tokenizer is None:
             raise EngineError("build(model=<module>) needs tokenizer=<its tokenizer>.")
