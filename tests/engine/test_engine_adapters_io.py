@@ -30,8 +30,10 @@ def test_save_adapter_loads_in_peft_with_same_logits_and_generation(make_engine,
     gens = eng.generate([GenRequest(2, "def f(x):", 8, 0.0)])
     enc = tok(["def f(x):"], return_tensors="pt")
     with torch.no_grad():
-        out = pm.generate(**enc, max_new_tokens=8, do_sample=False, min_new_tokens=8, pad_token_id=tok.pad_token_id)
-    assert gens[0].token_ids == out[0, enc["input_ids"].shape[1]:].tolist()
+        out = pm.generate(
+            **enc, max_new_tokens=8, do_sample=False, min_new_tokens=8, pad_token_id=tok.pad_token_id
+        )
+    assert gens[0].token_ids == out[0, enc["input_ids"].shape[1] :].tolist()
 
 
 def test_load_adapter_into_slot_and_errors(make_engine, tmp_path):

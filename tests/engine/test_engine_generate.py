@@ -17,8 +17,10 @@ LP_TOL = 1e-4  # per-token log-prob vs PEFT teacher-forced (float32, cached vs f
 
 
 def _requests(max_new=8, temperature=0.0):
-    return [GenRequest(slot=i % 3, prompt=p, max_new_tokens=max_new + (i % 3), temperature=temperature)
-            for i, p in enumerate(PROMPTS)]
+    return [
+        GenRequest(slot=i % 3, prompt=p, max_new_tokens=max_new + (i % 3), temperature=temperature)
+        for i, p in enumerate(PROMPTS)
+    ]
 
 
 def test_greedy_mixed_batch_matches_peft_alone(make_engine, base_and_tok):
@@ -34,10 +36,16 @@ def test_greedy_mixed_batch_matches_peft_alone(make_engine, base_and_tok):
         enc = tok([PROMPTS[i] for i in rows], return_tensors="pt", padding=True)
         n_new = max(reqs[i].max_new_tokens for i in rows)
         with torch.no_grad():
-            out = pm.generate(**enc, max_new_tokens=n_new, do_sample=False, pad_token_id=tok.pad_token_id,
-                              eos_token_id=tok.eos_token_id, min_new_tokens=n_new)
+            out = pm.generate(
+                **enc,
+                max_new_tokens=n_new,
+                do_sample=False,
+                pad_token_id=tok.pad_token_id,
+                eos_token_id=tok.eos_token_id,
+                min_new_tokens=n_new,
+            )
         for k, i in enumerate(rows):
-            peft_tokens = out[k, enc["input_ids"].shape[1]:].tolist()[: reqs[i].max_new_tokens]
+            peft_tokens = out[k, enc["input_ids"].shape[1] :].tolist()[: reqs[i].max_new_tokens]
             assert gens[i].token_ids == peft_tokens
         # (2) teacher-forced PEFT log-probs of our tokens
         for i in rows:
@@ -73,8 +81,12 @@ def test_stops_at_eos(base_and_tok):
     model = copy.deepcopy(base)
     model.generation_config.eos_token_id = [tok.eos_token_id, stop_tok]
     eng = build(model, tokenizer=tok, n_slots=1, rank=2, alpha=4)
-    g = eng.generate([GenRequest(0, "def f(x):", max_new_tokens=6, temperature=0),
-                      GenRequest(0, "def f(x):", max_new_tokens=2, temperature=0)])
+    g = eng.generate(
+        [
+            GenRequest(0, "def f(x):", max_new_tokens=6, temperature=0),
+            GenRequest(0, "def f(x):", max_new_tokens=2, temperature=0),
+        ]
+    )
     k = first.token_ids.index(stop_tok)
     assert g[0].finish_reason == "stop" and g[0].token_ids == first.token_ids[: k + 1]  # EOS kept in ids
     assert g[1].finish_reason == ("stop" if k < 2 else "length") and len(g[1].token_ids) == min(2, k + 1)
@@ -89,7 +101,9 @@ def test_sampling_is_seeded_and_top_p_tiny_is_greedy(make_engine):
     assert [g.token_ids for g in a] == [g.token_ids for g in b]
     assert [g.token_ids for g in a] != [g.token_ids for g in c]
     greedy = eng.generate(_requests(temperature=0.0))
-    nucleus = eng.generate([GenRequest(r.slot, r.prompt, r.max_new_tokens, 1.0, top_p=1e-6) for r in _requests()])
+    nucleus = eng.generate(
+        [GenRequest(r.slot, r.prompt, r.max_new_tokens, 1.0, top_p=1e-6) for r in _requests()]
+    )
     assert [g.token_ids for g in nucleus] == [g.token_ids for g in greedy]
     # logprobs are those of the unmodified policy, whatever the sampling temperature
     for a_, b_ in zip(nucleus, greedy, strict=True):
@@ -144,7 +158,7 @@ def test_llama_mixed_generation_matches_peft_alone():
             with torch.no_grad():
                 logp = torch.log_softmax(pm(input_ids=ids).logits[0].float(), -1)
             p = len(gen.prompt_ids)
-            steps = logp[p - 1:p - 1 + len(gen.token_ids)]
+            steps = logp[p - 1 : p - 1 + len(gen.token_ids)]
             assert steps.argmax(-1).tolist() == gen.token_ids  # greedy under PEFT too
             ref = steps.gather(-1, torch.tensor(gen.token_ids)[:, None])[:, 0]
             assert (ref - torch.tensor(gen.logprobs)).abs().max() <= LP_TOL

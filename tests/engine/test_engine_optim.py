@@ -19,8 +19,10 @@ def test_slot_adamw_matches_torch_adamw_per_slot():
     opt = SlotAdamW([a, b], n, lr=1e-2, betas=(0.8, 0.95), eps=1e-6, weight_decay=0.1)
     opt.set_lr(2, 3e-2)
     refs = [[torch.nn.Parameter(a.data[s].clone()), torch.nn.Parameter(b.data[s].clone())] for s in range(n)]
-    ref_opts = [torch.optim.AdamW(refs[s], lr=1e-2 if s != 2 else 3e-2, betas=(0.8, 0.95), eps=1e-6,
-                                  weight_decay=0.1) for s in range(n)]
+    ref_opts = [
+        torch.optim.AdamW(refs[s], lr=1e-2 if s != 2 else 3e-2, betas=(0.8, 0.95), eps=1e-6, weight_decay=0.1)
+        for s in range(n)
+    ]
     # step pattern: all slots, then slots {0, 2}, then {1} only, then all: slots step independently
     for k, active in enumerate([[0, 1, 2], [0, 2], [1], [0, 1, 2]]):
         ga, gb = _grads(a.shape, 1, k)[0], _grads(b.shape, 1, 100 + k)[0]

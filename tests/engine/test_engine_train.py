@@ -33,7 +33,9 @@ def _weights(eng, slot):
 
 
 def _maxdiff(w1, w2):
-    return max(max((w1[k][0] - w2[k][0]).abs().max().item(), (w1[k][1] - w2[k][1]).abs().max().item()) for k in w1)
+    return max(
+        max((w1[k][0] - w2[k][0]).abs().max().item(), (w1[k][1] - w2[k][1]).abs().max().item()) for k in w1
+    )
 
 
 def test_mixed_step_equals_each_slot_alone(make_engine):
@@ -72,7 +74,9 @@ def test_step_equals_peft_with_torch_adamw(make_engine, base_and_tok):
             ids = torch.tensor([list(r.prompt_ids) + list(r.response_ids)])
             logp = torch.log_softmax(pm(input_ids=ids).logits[0].float(), -1)
             p = len(r.prompt_ids)
-            tok_lp = logp[p - 1:p - 1 + len(r.response_ids)].gather(-1, torch.tensor(r.response_ids)[:, None])[:, 0]
+            tok_lp = logp[p - 1 : p - 1 + len(r.response_ids)].gather(
+                -1, torch.tensor(r.response_ids)[:, None]
+            )[:, 0]
             adv = torch.tensor(r.advantage_list())
             loss = loss + (-adv * tok_lp).sum() / n_tok
         loss.backward()
@@ -106,7 +110,10 @@ def test_micro_batching_and_determinism(make_engine):
 def test_ppo_on_policy_equals_reinforce_and_entropy_bonus(make_engine):
     rows = _rows()
     lp = make_engine().logprobs(TrainBatch(rows))
-    with_old = [TrainRow(r.slot, r.prompt_ids, r.response_ids, r.advantages, old) for r, old in zip(rows, lp, strict=True)]
+    with_old = [
+        TrainRow(r.slot, r.prompt_ids, r.response_ids, r.advantages, old)
+        for r, old in zip(rows, lp, strict=True)
+    ]
     ppo = make_engine(**LIN, clip_eps=0.2)
     rf = make_engine(**LIN)
     m = ppo.train_step(TrainBatch(with_old))
@@ -115,8 +122,10 @@ def test_ppo_on_policy_equals_reinforce_and_entropy_bonus(make_engine):
     for s in range(3):
         assert _maxdiff(_weights(ppo, s), _weights(rf, s)) <= 1e-5
     # Off-policy tokens far outside the clip range get no gradient: nothing moves except weight decay (0).
-    far = [TrainRow(r.slot, r.prompt_ids, r.response_ids, 1.0, [x - 5.0 for x in old])
-           for r, old in zip(rows, lp, strict=True)]
+    far = [
+        TrainRow(r.slot, r.prompt_ids, r.response_ids, 1.0, [x - 5.0 for x in old])
+        for r, old in zip(rows, lp, strict=True)
+    ]
     eng = make_engine(**LIN, clip_eps=0.2)
     before = _weights(eng, 0)
     m = eng.train_step(TrainBatch(far))

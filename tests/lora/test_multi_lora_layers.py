@@ -46,8 +46,8 @@ def setup(request):
     ids = torch.full((5, 7), tok.pad_token_id)
     mask = torch.zeros((5, 7), dtype=torch.long)
     for i, n in enumerate(lens):
-        ids[i, 7 - n:] = torch.randint(0, 256, (n,), generator=g)
-        mask[i, 7 - n:] = 1
+        ids[i, 7 - n :] = torch.randint(0, 256, (n,), generator=g)
+        mask[i, 7 - n :] = 1
     pos = (mask.cumsum(-1) - 1).clamp(min=0)
     return base, multi, ctx, layers, ids, mask, pos, [0, 2, 1, 2, 0]
 
@@ -116,11 +116,15 @@ def test_mixed_gradients_match_peft_alone_and_stay_in_their_slot(setup, mode):
         pm = peft_model_with(base, get_slot_adapter(layers, s))
         for n, p in pm.named_parameters():
             p.requires_grad_("lora_" in n)
-        (pm(input_ids=ids[rows], attention_mask=mask[rows], position_ids=pos[rows]).logits * w[rows]).sum().backward()
+        (
+            pm(input_ids=ids[rows], attention_mask=mask[rows], position_ids=pos[rows]).logits * w[rows]
+        ).sum().backward()
         for name, layer in layers.items():
             mod = pm.base_model.model.get_submodule(name)
-            for ours, ref in ((layer.lora_A.grad[s], mod.lora_A["default"].weight.grad),
-                              (layer.lora_B.grad[s], mod.lora_B["default"].weight.grad)):
+            for ours, ref in (
+                (layer.lora_A.grad[s], mod.lora_A["default"].weight.grad),
+                (layer.lora_B.grad[s], mod.lora_B["default"].weight.grad),
+            ):
                 scale = ref.abs().max().clamp(min=1.0)
                 assert (ours - ref).abs().max() <= ATOL * scale, name
     # Isolation: without slot 1's row, slot 1 gets exactly zero gradient; slot 0's gradient is unchanged.
@@ -129,9 +133,13 @@ def test_mixed_gradients_match_peft_alone_and_stay_in_their_slot(setup, mode):
         p.grad = None
     keep = [0, 1, 3, 4]  # drop the only row of slot 1
     with ctx.use([slots[i] for i in keep]):
-        (multi(input_ids=ids[keep], attention_mask=mask[keep], position_ids=pos[keep]).logits * w[keep]).sum().backward()
+        (
+            multi(input_ids=ids[keep], attention_mask=mask[keep], position_ids=pos[keep]).logits * w[keep]
+        ).sum().backward()
     for layer, b0 in zip(layers.values(), before0, strict=True):
-        assert torch.count_nonzero(layer.lora_A.grad[1]) == 0 and torch.count_nonzero(layer.lora_B.grad[1]) == 0
+        assert (
+            torch.count_nonzero(layer.lora_A.grad[1]) == 0 and torch.count_nonzero(layer.lora_B.grad[1]) == 0
+        )
         assert (layer.lora_A.grad[0] - b0).abs().max() <= ATOL * b0.abs().max().clamp(min=1.0)
     for p in multi.parameters():
         p.grad = None
@@ -153,8 +161,11 @@ def test_slot_adapter_roundtrip_and_errors(setup):
         set_slot_adapter(layers, 2, half)
         assert torch.allclose(get_slot_adapter(layers, 2).delta(name), half.delta(name), atol=1e-6)
         with pytest.raises(AdapterError, match="rank"):
-            set_slot_adapter(layers, 2, LoRAAdapter(
-                modules={k: (a[:2], b[:, :2]) for k, (a, b) in ad.modules.items()}, alpha=ALPHA))
+            set_slot_adapter(
+                layers,
+                2,
+                LoRAAdapter(modules={k: (a[:2], b[:, :2]) for k, (a, b) in ad.modules.items()}, alpha=ALPHA),
+            )
         with pytest.raises(AdapterError, match="missing"):
             set_slot_adapter(layers, 2, LoRAAdapter(modules={name: ad.modules[name]}, alpha=ALPHA))
         bad = dict(ad.modules)

@@ -12,15 +12,33 @@ from typing import Any
 from populora.engine.models import resolve_model
 from populora.engine.types import EngineError, Generation, GenRequest, PolicyEngine, TrainBatch, TrainRow
 
-__all__ = ["EngineError", "GenRequest", "Generation", "PolicyEngine", "TrainBatch", "TrainRow", "build",
-           "resolve_model"]
+__all__ = [
+    "EngineError",
+    "GenRequest",
+    "Generation",
+    "PolicyEngine",
+    "TrainBatch",
+    "TrainRow",
+    "build",
+    "resolve_model",
+]
 
 BACKENDS = ("hf", "vllm")
 
 
-def build(model: Any = "tiny", n_slots: int = 8, rank: int = 32, alpha: float = 64, targets=None,
-          backend: str = "hf", device: str = "cpu", *, tokenizer: Any = None, dtype: Any = None,
-          **options: Any):
+def build(
+    model: Any = "tiny",
+    n_slots: int = 8,
+    rank: int = 32,
+    alpha: float = 64,
+    targets=None,
+    backend: str = "hf",
+    device: str = "cpu",
+    *,
+    tokenizer: Any = None,
+    dtype: Any = None,
+    **options: Any,
+):
     """Build a PolicyEngine with `n_slots` LoRA slots (rank `rank`, scale `alpha/rank`) on `model`.
 
     `model`: "tiny", "smol", a local HF folder, a hub id, or an already loaded transformers causal LM (then
@@ -57,9 +75,27 @@ def build(model: Any = "tiny", n_slots: int = 8, rank: int = 32, alpha: float = 
     if backend == "vllm":
         from populora.engine.vllm import VLLMEngine
 
-        return VLLMEngine(net, tok, n_slots=n_slots, rank=rank, alpha=alpha, targets=targets, device=device,
-                          model_name=name, **options)
+        return VLLMEngine(
+            net,
+            tok,
+            n_slots=n_slots,
+            rank=rank,
+            alpha=alpha,
+            targets=targets,
+            device=device,
+            model_name=name,
+            **options,
+        )
     from populora.engine.hf import HFEngine
 
-    return HFEngine(net, tok, n_slots=n_slots, rank=rank, alpha=alpha, targets=targets, device=device,
-                    model_name=name, **options)
+    return HFEngine(
+        net,
+        tok,
+        n_slots=n_slots,
+        rank=rank,
+        alpha=alpha,
+        targets=targets,
+        device=device,
+        model_name=name,
+        **options,
+    )

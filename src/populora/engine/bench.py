@@ -23,8 +23,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-QWEN05_SHAPE = dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
-                    num_key_value_heads=2, vocab_size=151936, max_position_embeddings=4096)
+QWEN05_SHAPE = dict(
+    hidden_size=896,
+    intermediate_size=4864,
+    num_hidden_layers=24,
+    num_attention_heads=14,
+    num_key_value_heads=2,
+    vocab_size=151936,
+    max_position_embeddings=4096,
+)
 DEFAULT_OUT = Path("bench/results/engine.json")
 
 
@@ -60,15 +67,32 @@ def _load(which: str):
         if (TINY_DIR / "config.json").is_file():
             model, tok, _ = load_model_and_tokenizer("tiny")
             return model, tok, "tiny (bundled)"
-        model, tok = random_model("qwen2", seed=0, hidden_size=256, intermediate_size=688, num_hidden_layers=4,
-                                  num_attention_heads=4, num_key_value_heads=4)
+        model, tok = random_model(
+            "qwen2",
+            seed=0,
+            hidden_size=256,
+            intermediate_size=688,
+            num_hidden_layers=4,
+            num_attention_heads=4,
+            num_key_value_heads=4,
+        )
         return model, tok, "tiny (random Qwen2 4.2M-shape, bundled model absent)"
     model, tok = random_model("qwen2", seed=0, **QWEN05_SHAPE)
     return model, tok, "random Qwen2.5-0.5B shape"
 
 
-def _bench_model(which: str, n_slots: int, rank: int, rows_per_slot: int, prompt_len: int, new_tokens: int,
-                 train_len: int, repeats: int, warmup: bool = True, threads: int = 1) -> dict[str, Any]:
+def _bench_model(
+    which: str,
+    n_slots: int,
+    rank: int,
+    rows_per_slot: int,
+    prompt_len: int,
+    new_tokens: int,
+    train_len: int,
+    repeats: int,
+    warmup: bool = True,
+    threads: int = 1,
+) -> dict[str, Any]:
     import torch
     from peft import LoraConfig, get_peft_model
 
@@ -84,13 +108,22 @@ def _bench_model(which: str, n_slots: int, rank: int, rows_per_slot: int, prompt
     slots = [i % n_slots for i in range(n_rows)]
     responses = [torch.randint(0, vocab, (train_len,), generator=g).tolist() for _ in range(n_rows)]
     advs = torch.randn(n_rows, generator=g).tolist()
-    out: dict[str, Any] = {"model": label, "params_M": round(n_params / 1e6, 1), "n_slots": n_slots, "rank": rank,
-                           "rows": n_rows, "prompt_len": prompt_len, "new_tokens": new_tokens,
-                           "train_tokens_per_row": train_len}
+    out: dict[str, Any] = {
+        "model": label,
+        "params_M": round(n_params / 1e6, 1),
+        "n_slots": n_slots,
+        "rank": rank,
+        "rows": n_rows,
+        "prompt_len": prompt_len,
+        "new_tokens": new_tokens,
+        "train_tokens_per_row": train_len,
+    }
 
     # ---- PEFT first (on the clean base), then unload it and build our engine on the same weights.
     targets = ["q_proj", "k_proj", "v_proj", "o_proj"]
-    cfg = LoraConfig(r=rank, lora_alpha=2 * rank, target_modules=targets, lora_dropout=0.0, init_lora_weights=False)
+    cfg = LoraConfig(
+        r=rank, lora_alpha=2 * rank, target_modules=targets, lora_dropout=0.0, init_lora_weights=False
+    )
     pm = get_peft_model(model, cfg, adapter_name="a0")
     for s in range(1, n_slots):
         pm.add_adapter(f"a{s}", cfg)
@@ -101,8 +134,15 @@ def _bench_model(which: str, n_slots: int, rank: int, rows_per_slot: int, prompt
 
     def peft_gen():
         with torch.no_grad():
-            pm.generate(input_ids=ids, attention_mask=mask, adapter_names=names, max_new_tokens=new_tokens,
-                        min_new_tokens=new_tokens, do_sample=False, pad_token_id=tok.pad_token_id)
+            pm.generate(
+                input_ids=ids,
+                attention_mask=mask,
+                adapter_names=names,
+                max_new_tokens=new_tokens,
+                min_new_tokens=new_tokens,
+                do_sample=False,
+                pad_token_id=tok.pad_token_id,
+            )
 
     torch.set_num_threads(threads)
     t_peft_gen = _timeit(peft_gen, repeats, "gen_peft")
@@ -115,7 +155,7 @@ def _bench_model(which: str, n_slots: int, rank: int, rows_per_slot: int, prompt
         for s in range(n_slots):
             pm.set_adapter(f"a{s}")  # makes only a{s} trainable
             rows = [i for i in range(n_rows) if slots[i] == s]
-            logits = pm(input_ids=seqs[rows]).logits[:, prompt_len - 1:-1].float()
+            logits = pm(input_ids=seqs[rows]).logits[:, prompt_len - 1 : -1].float()
             logp = torch.log_softmax(logits, -1).gather(-1, seqs[rows, prompt_len:, None])[..., 0]
             adv = torch.tensor([advs[i] for i in rows])[:, None]
             (-(adv * logp).sum() / logp.numel()).backward()
@@ -127,8 +167,16 @@ def _bench_model(which: str, n_slots: int, rank: int, rows_per_slot: int, prompt
     base = pm.unload()
 
     # ---- our engine, 8 slots; randomise B so adapters differ (cost does not depend on values)
-    eng = build(base, tokenizer=tok, n_slots=n_slots, rank=rank, alpha=2 * rank, lr=1e-5, gen_threads=threads,
-                train_threads=threads)
+    eng = build(
+        base,
+        tokenizer=tok,
+        n_slots=n_slots,
+        rank=rank,
+        alpha=2 * rank,
+        lr=1e-5,
+        gen_threads=threads,
+        train_threads=threads,
+    )
     eng.eos_ids = set()  # force exactly new_tokens tokens per row, like min_new_tokens for PEFT
     with torch.no_grad():
         for layer in eng.layers.values():
@@ -148,22 +196,33 @@ def _bench_model(which: str, n_slots: int, rank: int, rows_per_slot: int, prompt
     t_loop = _timeit(loop, repeats, "gen_loop")
     tokens = n_rows * new_tokens
     out["generate"] = {
-        "tok_per_cpu_s": {"mixed_8_slots": tokens / t_mixed, "same_rows_1_slot": tokens / t_one,
-                  "loop_slots": tokens / t_loop, "peft_mixed_adapter_names": tokens / t_peft_gen},
-        "mixed_speed_vs_1_slot": t_one / t_mixed, "mixed_speedup_vs_loop": t_loop / t_mixed,
+        "tok_per_cpu_s": {
+            "mixed_8_slots": tokens / t_mixed,
+            "same_rows_1_slot": tokens / t_one,
+            "loop_slots": tokens / t_loop,
+            "peft_mixed_adapter_names": tokens / t_peft_gen,
+        },
+        "mixed_speed_vs_1_slot": t_one / t_mixed,
+        "mixed_speedup_vs_loop": t_loop / t_mixed,
         "mixed_speedup_vs_peft": t_peft_gen / t_mixed,
         "wall_s": {k: WALL[k] for k in ("gen_mixed", "gen_one", "gen_loop", "gen_peft")},
     }
 
     def batch(slot_of_row):
-        return TrainBatch([TrainRow(slot_of_row(i), prompts[i], responses[i], advs[i]) for i in range(n_rows)])
+        return TrainBatch(
+            [TrainRow(slot_of_row(i), prompts[i], responses[i], advs[i]) for i in range(n_rows)]
+        )
 
     t_train_mixed = _timeit(lambda: eng.train_step(batch(lambda i: slots[i])), repeats, "train_mixed")
     t_train_one = _timeit(lambda: eng.train_step(batch(lambda i: 0)), repeats, "train_one")
     out["train_step"] = {
-        "cpu_s": {"mixed_8_slots": t_train_mixed, "same_rows_1_slot": t_train_one,
-                    "peft_per_adapter_passes": t_peft_train},
-        "mixed_time_vs_1_slot": t_train_mixed / t_train_one, "mixed_speedup_vs_peft": t_peft_train / t_train_mixed,
+        "cpu_s": {
+            "mixed_8_slots": t_train_mixed,
+            "same_rows_1_slot": t_train_one,
+            "peft_per_adapter_passes": t_peft_train,
+        },
+        "mixed_time_vs_1_slot": t_train_mixed / t_train_one,
+        "mixed_speedup_vs_peft": t_peft_train / t_train_mixed,
         "train_tokens": n_rows * train_len,
         "wall_s": {k: WALL[k] for k in ("train_mixed", "train_one", "train_peft")},
     }
@@ -173,7 +232,8 @@ def _bench_model(which: str, n_slots: int, rank: int, rows_per_slot: int, prompt
     adapter_b = 4 * sum(p[0].numel() for p in eng.params)
     per_adapter_training = 4 * adapter_b
     out["memory_MB"] = {
-        "base": base_b / 2**20, "one_adapter_weights": adapter_b / 2**20,
+        "base": base_b / 2**20,
+        "one_adapter_weights": adapter_b / 2**20,
         "engine_1_slot": (base_b + per_adapter_training) / 2**20,
         "engine_8_slots": (base_b + n_slots * per_adapter_training) / 2**20,
         "8_model_copies": n_slots * (base_b + per_adapter_training) / 2**20,
@@ -213,16 +273,27 @@ def run(quick: bool = False, out: Path | None = None) -> dict[str, Any]:
     console = Console()
     # One torch thread everywhere: on a shared 2-core machine a second thread mostly measures the other
     # processes (its spin time even counts as our CPU time), and ratios are what this benchmark reports.
-    results: dict[str, Any] = {"quick": quick, "torch": torch.__version__, "machine": platform.machine(),
-                               "cpus": os.cpu_count(), "threads": {"generate": 1, "train": 1},
-                               "timing": "best-of-N process CPU seconds after a warm-up (tiny); one run (0.5B)",
-                               "load_avg_start": os.getloadavg(), "models": []}
+    results: dict[str, Any] = {
+        "quick": quick,
+        "torch": torch.__version__,
+        "machine": platform.machine(),
+        "cpus": os.cpu_count(),
+        "threads": {"generate": 1, "train": 1},
+        "timing": "best-of-N process CPU seconds after a warm-up (tiny); one run (0.5B)",
+        "load_avg_start": os.getloadavg(),
+        "models": [],
+    }
     t0 = time.perf_counter()
     if quick:
         plans = [("tiny", dict(rows_per_slot=4, prompt_len=16, new_tokens=32, train_len=32, repeats=1))]
     else:
-        plans = [("tiny", dict(rows_per_slot=8, prompt_len=32, new_tokens=64, train_len=64, repeats=3)),
-                 ("qwen05", dict(rows_per_slot=2, prompt_len=16, new_tokens=8, train_len=16, repeats=1, warmup=False))]
+        plans = [
+            ("tiny", dict(rows_per_slot=8, prompt_len=32, new_tokens=64, train_len=64, repeats=3)),
+            (
+                "qwen05",
+                dict(rows_per_slot=2, prompt_len=16, new_tokens=8, train_len=16, repeats=1, warmup=False),
+            ),
+        ]
     for which, kw in plans:
         console.print(f"[bold]engine bench[/]: {which} {kw}")
         results["models"].append(_bench_model(which, n_slots=8, rank=32 if which == "tiny" else 16, **kw))
@@ -233,30 +304,76 @@ def run(quick: bool = False, out: Path | None = None) -> dict[str, Any]:
     results["load_avg_end"] = os.getloadavg()
 
     table = Table(title="Multi-LoRA engine, 8 slots on one base (CPU-time ratios, same run)")
-    for col in ("model", "measure", "8 slots mixed", "same rows 1 slot", "loop slots", "PEFT",
-                "mixed / 1 slot", "mixed vs loop", "mixed vs PEFT"):
+    for col in (
+        "model",
+        "measure",
+        "8 slots mixed",
+        "same rows 1 slot",
+        "loop slots",
+        "PEFT",
+        "mixed / 1 slot",
+        "mixed vs loop",
+        "mixed vs PEFT",
+    ):
         table.add_column(col, justify="right" if col not in ("model", "measure") else "left")
     for r in results["models"]:
         gtok, gr = r["generate"]["tok_per_cpu_s"], r["generate"]
-        table.add_row(r["model"], "generate tok/CPU-s", f"{gtok['mixed_8_slots']:.0f}",
-                      f"{gtok['same_rows_1_slot']:.0f}", f"{gtok['loop_slots']:.0f}",
-                      f"{gtok['peft_mixed_adapter_names']:.0f}", f"{gr['mixed_speed_vs_1_slot']:.2f}x speed",
-                      f"{gr['mixed_speedup_vs_loop']:.2f}x faster", f"{gr['mixed_speedup_vs_peft']:.2f}x faster")
+        table.add_row(
+            r["model"],
+            "generate tok/CPU-s",
+            f"{gtok['mixed_8_slots']:.0f}",
+            f"{gtok['same_rows_1_slot']:.0f}",
+            f"{gtok['loop_slots']:.0f}",
+            f"{gtok['peft_mixed_adapter_names']:.0f}",
+            f"{gr['mixed_speed_vs_1_slot']:.2f}x speed",
+            f"{gr['mixed_speedup_vs_loop']:.2f}x faster",
+            f"{gr['mixed_speedup_vs_peft']:.2f}x faster",
+        )
         ts, tr = r["train_step"]["cpu_s"], r["train_step"]
-        table.add_row("", "train_step CPU-s", f"{ts['mixed_8_slots']:.2f}", f"{ts['same_rows_1_slot']:.2f}", "",
-                      f"{ts['peft_per_adapter_passes']:.2f}", f"{tr['mixed_time_vs_1_slot']:.2f}x time", "",
-                      f"{tr['mixed_speedup_vs_peft']:.2f}x faster")
+        table.add_row(
+            "",
+            "train_step CPU-s",
+            f"{ts['mixed_8_slots']:.2f}",
+            f"{ts['same_rows_1_slot']:.2f}",
+            "",
+            f"{ts['peft_per_adapter_passes']:.2f}",
+            f"{tr['mixed_time_vs_1_slot']:.2f}x time",
+            "",
+            f"{tr['mixed_speedup_vs_peft']:.2f}x faster",
+        )
     console.print(table)
     mem = Table(title="Memory: parameters + LoRA grads + AdamW moments (fp32, computed)")
-    for col in ("model", "base MB", "engine 1 slot MB", "engine 8 slots MB", "8 model copies MB",
-                "8 slots / 1 slot", "8 copies / 8 slots"):
+    for col in (
+        "model",
+        "base MB",
+        "engine 1 slot MB",
+        "engine 8 slots MB",
+        "8 model copies MB",
+        "8 slots / 1 slot",
+        "8 copies / 8 slots",
+    ):
         mem.add_column(col, justify="left" if col == "model" else "right")
     for r in results["models"]:
         mm = r["memory_MB"]
-        mem.add_row(r["model"], f"{mm['base']:.0f}", f"{mm['engine_1_slot']:.0f}", f"{mm['engine_8_slots']:.0f}",
-                    f"{mm['8_model_copies']:.0f}", f"{mm['8_slots_vs_1_slot']:.2f}x", f"{mm['8_copies_vs_8_slots']:.1f}x")
+        mem.add_row(
+            r["model"],
+            f"{mm['base']:.0f}",
+            f"{mm['engine_1_slot']:.0f}",
+            f"{mm['engine_8_slots']:.0f}",
+            f"{mm['8_model_copies']:.0f}",
+            f"{mm['8_slots_vs_1_slot']:.2f}x",
+            f"{mm['8_copies_vs_8_slots']:.1f}x",
+        )
     p = results["peak_rss_MB_tiny"]
-    mem.add_row("tiny, measured peak RSS", "", f"{p['1_slot']:.0f}", f"{p['8_slots']:.0f}", "", f"{p['ratio']:.2f}x", "")
+    mem.add_row(
+        "tiny, measured peak RSS",
+        "",
+        f"{p['1_slot']:.0f}",
+        f"{p['8_slots']:.0f}",
+        "",
+        f"{p['ratio']:.2f}x",
+        "",
+    )
     console.print(mem)
     out = Path(out) if out else DEFAULT_OUT
     out.parent.mkdir(parents=True, exist_ok=True)

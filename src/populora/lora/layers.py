@@ -66,7 +66,9 @@ class SlotContext:
         if slots is None:
             self._state = (None, [], False, None)
             return
-        idx = torch.as_tensor(slots if isinstance(slots, torch.Tensor) else list(slots), dtype=torch.long).cpu()
+        idx = torch.as_tensor(
+            slots if isinstance(slots, torch.Tensor) else list(slots), dtype=torch.long
+        ).cpu()
         if idx.dim() != 1:
             raise ValueError(f"slot indices must be 1-D (one per batch row), got shape {tuple(idx.shape)}")
         values = idx.tolist()
@@ -115,15 +117,21 @@ def _segment_plan(runs: list[tuple[int, int, int]], n_rows: int) -> dict:
     lens = [b - a for _, a, b in segs]
     max_len = max(lens)
     slot_ids = [s for s, _, _ in segs]
-    plan = {"n_seg": len(segs), "max_len": max_len, "slot_list": slot_ids,
-            "slot_idx": torch.tensor(slot_ids, dtype=torch.long),
-            "equal": len(segs) == len(runs) and min(lens) == max_len, "gather": None, "scatter": None,
-            "pad_heavy": len(segs) * max_len > 1.25 * sum(lens)}
+    plan = {
+        "n_seg": len(segs),
+        "max_len": max_len,
+        "slot_list": slot_ids,
+        "slot_idx": torch.tensor(slot_ids, dtype=torch.long),
+        "equal": len(segs) == len(runs) and min(lens) == max_len,
+        "gather": None,
+        "scatter": None,
+        "pad_heavy": len(segs) * max_len > 1.25 * sum(lens),
+    }
     if not plan["equal"]:
         gather = torch.full((len(segs) * max_len,), n_rows, dtype=torch.long)
         scatter = torch.full((n_rows,), len(segs) * max_len, dtype=torch.long)
         for k, (_, a, b) in enumerate(segs):
-            gather[k * max_len:k * max_len + (b - a)] = torch.arange(a, b)
+            gather[k * max_len : k * max_len + (b - a)] = torch.arange(a, b)
             scatter[a:b] = torch.arange(k * max_len, k * max_len + (b - a))
         plan["gather"], plan["scatter"] = gather, scatter
     return plan
@@ -132,8 +140,15 @@ def _segment_plan(runs: list[tuple[int, int, int]], n_rows: int) -> dict:
 class MultiLoRALinear(nn.Module):
     """A frozen `nn.Linear` plus `n_slots` LoRA adapters of rank `rank`, scale `alpha / rank`."""
 
-    def __init__(self, base_layer: nn.Linear, n_slots: int, rank: int, alpha: float, ctx: SlotContext,
-                 dtype: torch.dtype = torch.float32) -> None:
+    def __init__(
+        self,
+        base_layer: nn.Linear,
+        n_slots: int,
+        rank: int,
+        alpha: float,
+        ctx: SlotContext,
+        dtype: torch.dtype = torch.float32,
+    ) -> None:
         super().__init__()
         if not isinstance(base_layer, nn.Linear):
             raise TypeError(f"MultiLoRALinear wraps nn.Linear, got {type(base_layer).__name__}")
@@ -142,8 +157,12 @@ class MultiLoRALinear(nn.Module):
         self.n_slots, self.rank, self.alpha = n_slots, rank, float(alpha)
         self.scaling = self.alpha / rank
         dev = base_layer.weight.device
-        self.lora_A = nn.Parameter(torch.zeros(n_slots, rank, base_layer.in_features, device=dev, dtype=dtype))
-        self.lora_B = nn.Parameter(torch.zeros(n_slots, base_layer.out_features, rank, device=dev, dtype=dtype))
+        self.lora_A = nn.Parameter(
+            torch.zeros(n_slots, rank, base_layer.in_features, device=dev, dtype=dtype)
+        )
+        self.lora_B = nn.Parameter(
+            torch.zeros(n_slots, base_layer.out_features, rank, device=dev, dtype=dtype)
+        )
 
     @property
     def in_features(self) -> int:
@@ -272,9 +291,15 @@ def find_targets(model: nn.Module, targets: Iterable[str] | str | None = None) -
     return names
 
 
-def inject_multi_lora(model: nn.Module, n_slots: int, rank: int, alpha: float,
-                      targets: Iterable[str] | str | None = None, seed: int = 0,
-                      dtype: torch.dtype = torch.float32) -> tuple[SlotContext, dict[str, MultiLoRALinear]]:
+def inject_multi_lora(
+    model: nn.Module,
+    n_slots: int,
+    rank: int,
+    alpha: float,
+    targets: Iterable[str] | str | None = None,
+    seed: int = 0,
+    dtype: torch.dtype = torch.float32,
+) -> tuple[SlotContext, dict[str, MultiLoRALinear]]:
     """Freeze `model` and replace its target linears by `MultiLoRALinear`s sharing one `SlotContext`.
 
     Returns the context and `{module name: layer}` where names are the base model's original module paths
@@ -310,8 +335,10 @@ def get_slot_adapter(layers: dict[str, MultiLoRALinear], slot: int) -> LoRAAdapt
     """A detached CPU copy of slot `slot` as a `LoRAAdapter` (A [r, d_in], B [d_out, r] per module)."""
     first = next(iter(layers.values()))
     return LoRAAdapter(
-        modules={k: (m.lora_A[slot].detach().to("cpu", copy=True), m.lora_B[slot].detach().to("cpu", copy=True))
-                 for k, m in layers.items()},
+        modules={
+            k: (m.lora_A[slot].detach().to("cpu", copy=True), m.lora_B[slot].detach().to("cpu", copy=True))
+            for k, m in layers.items()
+        },
         alpha=first.alpha,
     )
 
@@ -332,8 +359,10 @@ def set_slot_adapter(layers: dict[str, MultiLoRALinear], slot: int, adapter: LoR
             f"unexpected {extra[:4]}{'...' if len(extra) > 4 else ''}; build the engine with the adapter's targets."
         )
     if adapter.rank != first.rank:
-        raise AdapterError(f"adapter rank {adapter.rank} != engine rank {first.rank}; build the engine with "
-                           f"rank={adapter.rank} or convert the adapter.")
+        raise AdapterError(
+            f"adapter rank {adapter.rank} != engine rank {first.rank}; build the engine with "
+            f"rank={adapter.rank} or convert the adapter."
+        )
     for name, layer in layers.items():
         a, b = adapter.modules[name]
         if tuple(a.shape) != tuple(layer.lora_A.shape[1:]) or tuple(b.shape) != tuple(layer.lora_B.shape[1:]):
@@ -347,4 +376,6 @@ def set_slot_adapter(layers: dict[str, MultiLoRALinear], slot: int, adapter: LoR
     for name, layer in layers.items():
         a, b = adapter.modules[name]
         layer.lora_A[slot].copy_(a.to(layer.lora_A.dtype))
-        layer.lora_B[slot].copy_((b.float() * ratio).to(layer.lora_B.dtype) if ratio != 1.0 else b.to(layer.lora_B.dtype))
+        layer.lora_B[slot].copy_(
+            (b.float() * ratio).to(layer.lora_B.dtype) if ratio != 1.0 else b.to(layer.lora_B.dtype)
+        )

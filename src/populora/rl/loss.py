@@ -32,9 +32,13 @@ def entropy_from_logprobs(logp: torch.Tensor) -> torch.Tensor:
     return -(logp.exp() * logp).sum(-1)
 
 
-def policy_loss(logp: torch.Tensor, advantages: torch.Tensor, old_logp: torch.Tensor | None = None,
-                clip_eps: float | None = None, clip_eps_high: float | None = None
-                ) -> tuple[torch.Tensor, torch.Tensor]:
+def policy_loss(
+    logp: torch.Tensor,
+    advantages: torch.Tensor,
+    old_logp: torch.Tensor | None = None,
+    clip_eps: float | None = None,
+    clip_eps_high: float | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-token policy-gradient loss and a per-token "clipped" indicator (float 0/1).
 
     - `clip_eps is None` (REINFORCE): `loss = -A * logp`. `old_logp` is ignored.
