@@ -10,7 +10,7 @@ import time
 from collections import Counter
 
 from populora.diagnostics.sinks import read_jsonl
-from populora.train.checkpoint import list_checkpoints
+from populora.train.checkpoint import list_checkpoints, read_state
 
 STEPS = 4
 
@@ -77,7 +77,8 @@ def test_sigkill_then_resume_leaves_a_consistent_run(tmp_path, fast):
     # checkpoints: complete, newest is the last step, old ones pruned, no temp folders left
     assert [s for s, _ in list_checkpoints(run)] == [STEPS - 1, STEPS]
     assert not [p for p in (run / "checkpoints").iterdir() if p.name.startswith(".")]
-    last = metrics[-1]["members"]
-    assert sorted(
-        p.name for p in (run / "checkpoints" / f"step_{STEPS:06d}" / "adapters").iterdir()
-    ) == sorted(last)
+    # the last checkpoint holds one PEFT folder per live member (after the final step's evolution)
+    last = list_checkpoints(run)[-1][1]
+    live = sorted(m["id"] for m in read_state(last)["members"])
+    assert sorted(p.name for p in (last / "adapters").iterdir()) == live
+    assert live != sorted(metrics[-1]["members"])  # step 4's evolution replaced members that played step 4

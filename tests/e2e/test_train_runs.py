@@ -100,8 +100,12 @@ def test_evolution_event_and_lineage(runs):
     assert by_role["teacher"]["child"] == "T2" and by_role["student"]["child"] == "S2"
     for e in evo:
         assert e["replaced"] not in e["parents"] and e["operator"] in {"M1", "M2", "M3", "M4"}
-    step3 = read_jsonl(a / "metrics.jsonl")[2]["members"]
+    metrics = read_jsonl(a / "metrics.jsonl")
+    step2, step3 = metrics[1]["members"], metrics[2]["members"]
+    # the step's metrics describe who played it: the replaced member at step 2, its child from step 3 on
+    assert by_role["teacher"]["replaced"] in step2 and "T2" not in step2
     assert "T2" in step3 and by_role["teacher"]["replaced"] not in step3
+    assert step2[by_role["teacher"]["replaced"]]["n_proposed"] == 3
     state = read_state(dict(list_checkpoints(a))[2])
     child = next(m for m in state["members"] if m["id"] == "T2")
     assert child["parents"] == by_role["teacher"]["parents"] and child["born_step"] == 2

@@ -267,13 +267,15 @@ class Trainer:
             matchups = self.rate(pairs, items, step)
         events += [{"step": step, "type": "matchup", **m} for m in matchups]
 
-        # (5) Evolution every k steps: the bottom gamma by LCB replaced by operator children.
+        # (5) Evolution every k steps: the bottom gamma by LCB replaced by operator children. The step's metrics
+        # describe the members that played it, so they are taken before any of them is replaced.
+        played = self.pop.ordered()
         with self._phase(timings, "evolution"):
             if not self.single and cfg.evolution.every and step % cfg.evolution.every == 0:
                 events += self.evolve(step)
 
         record = self.metrics_record(
-            step, items, train_metrics, matchups, timings, time.perf_counter() - t_step
+            step, items, train_metrics, matchups, timings, time.perf_counter() - t_step, members=played
         )
         return StepResult(step, record, items, events)
 
@@ -481,13 +483,21 @@ class Trainer:
 
     # ---------------------------------------------------------------------------------------------- metrics
     def metrics_record(
-        self, step: int, items: list[Item], tm: dict, matchups: list[dict], timings: dict, step_s: float
+        self,
+        step: int,
+        items: list[Item],
+        tm: dict,
+        matchups: list[dict],
+        timings: dict,
+        step_s: float,
+        members: list | None = None,
     ) -> dict:
+        """The metrics.jsonl line of a step (docs/run-folder.md) for `members` (default: the live ones)."""
         gen_tokens = sum(len(it.gen.token_ids) for it in items) + sum(
             len(g.token_ids) for it in items for g in it.answers
         )
-        members = {}
-        for m in self.pop.ordered():
+        out = {}
+        for m in members if members is not None else self.pop.ordered():
             slot = m.slot
             as_teacher = [it for it in items if it.teacher == m.id]
             as_student = [it for it in items if it.student == m.id and it.valid]
@@ -513,7 +523,7 @@ class Trainer:
             n_valid = sum(it.valid for it in as_teacher)
             from populora.diagnostics.complexity import summarize
 
-            members[m.id] = {
+            out[m.id] = {
                 "role": m.role,
                 "reward": _mean(rewards),
                 "valid_rate": n_valid / len(as_teacher) if teacher_like and as_teacher else None,
@@ -542,7 +552,7 @@ class Trainer:
             "train_tokens": tm.get("tokens"),
             "coverage": self.coverage.coverage,
             "coverage_cells": self.coverage.cells_filled,
-            "members": members,
+            "members": out,
             "matchups": [{k: v for k, v in m.items() if k != "outcome"} for m in matchups],
         }
 
