@@ -7,8 +7,8 @@ Each package contributes its commands through a `commands.py` module exposing
 
 from __future__ import annotations
 
-import importlib
 import importlib.util
+from pathlib import Path
 
 import typer
 
@@ -26,16 +26,22 @@ bench = typer.Typer(help="Benchmarks: print a table, write JSON under bench/resu
 app.add_typer(bench, name="bench")
 
 # Order fixes the order in `--help`.
-COMMAND_MODULES = [
-    "populora.train.commands",
-    "populora.report.commands",
-    "populora.evaluate.commands",
-    "populora.operators.commands",
-    "populora.engine.commands",
-    "populora.pretrain.commands",
-    "populora.tasks.commands",
-    "populora.sandbox.commands",
-]
+COMMAND_PACKAGES = ["train", "report", "evaluate", "operators", "engine", "pretrain", "tasks", "sandbox"]
+
+
+def _load_commands(package: str):
+    """Load `populora/<package>/commands.py` by path, without running the package's `__init__`.
+
+    Package `__init__`s import torch or matplotlib (seconds); the command modules import them only inside
+    the command functions, so `populora --help` and config errors appear at once.
+    """
+    path = Path(__file__).parent / package / "commands.py"
+    if not path.exists():
+        return None
+    spec = importlib.util.spec_from_file_location(f"populora._commands.{package}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _version(value: bool) -> None:
@@ -51,10 +57,10 @@ def main(
     """PopuLoRA: teachers and students are LoRA adapters on one frozen base; they evolve."""
 
 
-for _name in COMMAND_MODULES:
-    # A package whose commands are not written yet is simply absent; an import error in one that exists is real.
-    if importlib.util.find_spec(_name.rsplit(".", 1)[0]) and importlib.util.find_spec(_name):
-        importlib.import_module(_name).register(app, bench)
+for _package in COMMAND_PACKAGES:
+    _module = _load_commands(_package)
+    if _module is not None:
+        _module.register(app, bench)
 
 if __name__ == "__main__":
     app()
