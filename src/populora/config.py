@@ -185,6 +185,16 @@ class SandboxConfig:
 
 
 @dataclass
+class LogConfig:
+    tensorboard: bool = False
+    """Also write every scalar to TensorBoard under RUN_DIR/tensorboard/ (needs `pip install tensorboard`)."""
+    wandb: bool = False
+    """Also log to Weights & Biases (needs `pip install wandb` and a login); off by default."""
+    mlflow: bool = False
+    """Also log to MLflow (needs `pip install mlflow`); off by default."""
+
+
+@dataclass
 class Config:
     train: TrainConfig = field(default_factory=TrainConfig)
     """Length, checkpoints, seed and threads."""
@@ -204,6 +214,8 @@ class Config:
     """What teachers propose and how long answers may be."""
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
     """The verifier's worker pool and limits."""
+    log: LogConfig = field(default_factory=LogConfig)
+    """Metric sinks beyond metrics.jsonl (always written)."""
 
     @property
     def n_teachers(self) -> int:

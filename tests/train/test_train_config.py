@@ -147,3 +147,16 @@ def test_defaults_validate():
 
     validate(Config())
     assert dataclasses.is_dataclass(Config())
+
+
+def test_log_sinks_are_config_keys_and_reach_the_run_folder(tmp_path):
+    from populora.config import load_config
+    from populora.train.run_folder import RunFolder
+
+    cfg = load_config("tiny", ["log.tensorboard=true"])
+    assert cfg.log.tensorboard is True and cfg.log.wandb is False
+    run = RunFolder(tmp_path, tensorboard=cfg.log.tensorboard)
+    run.metric({"step": 1, "members": {"T0": {"reward": 0.5}}})
+    run.logger.close()
+    assert (tmp_path / "metrics.jsonl").exists()
+    assert any((tmp_path / "tensorboard").iterdir())

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from populora.config import Config, ConfigError, check_memory, from_dict, load_config, to_yaml
+from populora.config import Config, ConfigError, check_memory, from_dict, load_config, to_dict, to_yaml
 from populora.population.evolution import plan_evolution
 from populora.population.matchmaking import match
 from populora.population.members import Population
@@ -122,7 +122,13 @@ class Trainer:
     ) -> None:
         self.cfg = cfg
         self.single = cfg.population.mode == "single"
-        self.run = RunFolder(run_dir)
+        self.run = RunFolder(
+            run_dir,
+            tensorboard=cfg.log.tensorboard,
+            wandb=cfg.log.wandb,
+            mlflow=cfg.log.mlflow,
+            config=to_dict(cfg),
+        )
         self.console = console
         self.quiet = quiet
         self.rng = random.Random(cfg.train.seed)
