@@ -72,8 +72,11 @@ def test_sigkill_then_resume_leaves_a_consistent_run(tmp_path, fast):
     evs = read_jsonl(run / "events.jsonl")
     assert Counter(e["step"] for e in evs if e["type"] == "matchup") == {s: 2 for s in range(1, STEPS + 1)}
     assert Counter(e["step"] for e in evs if e["type"] == "evolution") == {2: 2, 4: 2}
-    if killed and any(e["type"] == "resume" for e in evs):
-        assert all(e["step"] < STEPS for e in evs if e["type"] == "resume")
+    # a resume starts from a complete checkpoint; a kill that lands after the last checkpoint was written
+    # resumes from step STEPS and has nothing left to do
+    resumes = [e for e in evs if e["type"] == "resume"]
+    assert all(1 <= e["step"] <= STEPS for e in resumes)
+    assert all(e["from"] == f"checkpoints/step_{e['step']:06d}" for e in resumes)
     # checkpoints: complete, newest is the last step, old ones pruned, no temp folders left
     assert [s for s, _ in list_checkpoints(run)] == [STEPS - 1, STEPS]
     assert not [p for p in (run / "checkpoints").iterdir() if p.name.startswith(".")]

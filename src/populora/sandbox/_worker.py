@@ -20,6 +20,7 @@ on fd 1 (both moved to private descriptors at start; 0-2 then point at /dev/null
 
 import builtins
 import ctypes
+import errno
 import importlib
 import json
 import math
@@ -99,6 +100,51 @@ def _prctl(option: int, arg: int) -> None:
     _check(_c().prctl(option, arg, 0, 0, 0), "prctl")
 
 
+# seccomp: a 7-instruction BPF filter that makes execve/execveat fail with EAGAIN. RLIMIT_NPROC only blocks
+# execve when another process of the job's uid exists at the uid change (the kernel counts before the change),
+# so on its own it races; this makes "no new programs" deterministic. EAGAIN is what the NPROC layer gives,
+# so a program sees the same error whichever layer stops it.
+PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
+_EXEC_SYSCALLS = {"x86_64": (0xC000003E, 59, 322), "aarch64": (0xC00000B7, 221, 281)}  # arch, execve, execveat
+
+
+class _SockFilter(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte), ("jf", ctypes.c_ubyte), ("k", ctypes.c_uint)]
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_SockFilter))]
+
+
+def install_no_exec_filter() -> bool:
+    """Forbid execve/execveat for this process and its children (needs no-new-privs); False if unsupported."""
+    spec = _EXEC_SYSCALLS.get(os.uname().machine)
+    if spec is None:
+        return False
+    arch, execve, execveat = spec
+    ld_abs, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06
+    allow, deny = 0x7FFF0000, 0x00050000 | errno.EAGAIN
+    prog = [
+        (ld_abs, 0, 0, 4),  # A = seccomp_data.arch
+        (jeq, 0, 4, arch),  # another ABI: allow (jump to ALLOW)
+        (ld_abs, 0, 0, 0),  # A = seccomp_data.nr
+        (jeq, 3, 0, execve),  # -> DENY
+        (jeq, 2, 0, execveat),  # -> DENY
+        (jge, 1, 0, 0x40000000),  # x32 ABI syscalls (execve among them) -> DENY
+        (ret, 0, 0, allow),
+        (ret, 0, 0, deny),
+    ]
+    arr = (_SockFilter * len(prog))(*[_SockFilter(*ins) for ins in prog])
+    fprog = _SockFprog(len(prog), ctypes.cast(arr, ctypes.POINTER(_SockFilter)))
+    libc = _c()
+    libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p, ctypes.c_ulong, ctypes.c_ulong]
+    try:
+        rc = libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(fprog), 0, 0)
+    finally:
+        libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    return rc == 0
+
+
 def _mountpoints() -> list:
     """(mount point, per-mount flags) from /proc/self/mountinfo, parents before children."""
     out = []
@@ -117,7 +163,7 @@ def setup_isolation(cfg: dict) -> tuple:
     """Apply the once-per-worker layers; return (isolation dict, warnings)."""
     iso = {"netns": False, "mountns_readonly_root": False, "private_tmp": False, "pidns": False,
            "private_proc": False, "uid_drop": False, "rlimits": True, "no_new_processes": False,
-           "no_new_privs": False, "clean_env": True}
+           "no_new_privs": False, "no_exec": False, "clean_env": True}
     warns = []
     root = os.geteuid() == 0
     if cfg.get("isolate", True):
@@ -627,6 +673,10 @@ def main() -> None:
     os.environ.update({"PATH": "/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8"})
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     _prctl(PR_SET_NO_NEW_PRIVS, 1)  # inherited by every job; the worker itself never execs
+    if cfg.get("isolate", True):
+        iso["no_exec"] = install_no_exec_filter()  # inherited by every job, like no-new-privs
+        if not iso["no_exec"]:
+            warns.append("no seccomp exec filter (execve is then blocked only by RLIMIT_NPROC)")
     if iso["uid_drop"]:
         resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))  # inherited by jobs; root's own forks are exempt
     if "threading" in sys.modules or "random" in sys.modules:
