@@ -21,8 +21,10 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_show_locals=False,
 )
-bench = typer.Typer(help="Benchmarks: print a table, write JSON under bench/results/, compare to alternatives.",
-                    no_args_is_help=True)
+bench = typer.Typer(
+    help="Benchmarks: print a table, write JSON under bench/results/, compare to alternatives.",
+    no_args_is_help=True,
+)
 app.add_typer(bench, name="bench")
 
 # Order fixes the order in `--help`.
@@ -52,7 +54,9 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def main(
-    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version."
+    ),
 ) -> None:
     """PopuLoRA: teachers and students are LoRA adapters on one frozen base; they evolve."""
 

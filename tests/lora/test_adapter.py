@@ -9,8 +9,10 @@ from populora.lora import AdapterError, LoRAAdapter
 
 
 def _ad(r=2, alpha=4.0):
-    return LoRAAdapter({"a.q": (torch.ones(r, 3), torch.ones(5, r)), "a.k": (torch.ones(r, 3), torch.ones(2, r))},
-                       alpha=alpha)
+    return LoRAAdapter(
+        {"a.q": (torch.ones(r, 3), torch.ones(5, r)), "a.k": (torch.ones(r, 3), torch.ones(2, r))},
+        alpha=alpha,
+    )
 
 
 def test_delta_is_scaled_product():
@@ -25,7 +27,9 @@ def test_validation_errors():
     with pytest.raises(AdapterError, match="ranks 2 and 3 differ"):
         LoRAAdapter({"m": (torch.ones(2, 3), torch.ones(4, 3))}, alpha=1.0)
     with pytest.raises(AdapterError, match="share one rank"):
-        LoRAAdapter({"m": (torch.ones(2, 3), torch.ones(4, 2)), "n": (torch.ones(1, 3), torch.ones(4, 1))}, alpha=1.0)
+        LoRAAdapter(
+            {"m": (torch.ones(2, 3), torch.ones(4, 2)), "n": (torch.ones(1, 3), torch.ones(4, 1))}, alpha=1.0
+        )
     with pytest.raises(AdapterError, match="alpha must be positive"):
         _ad(alpha=0)
 
@@ -41,4 +45,6 @@ def test_compatibility_clone_and_state_dict():
     c.modules["a.q"][0][0, 0] = 7
     assert ad.modules["a.q"][0][0, 0] == 1  # no shared storage
     back = LoRAAdapter.from_state_dict(ad.state_dict(), alpha=ad.alpha)
-    assert back.shapes() == ad.shapes() and all(torch.equal(back.modules[k][0], ad.modules[k][0]) for k in ad.modules)
+    assert back.shapes() == ad.shapes() and all(
+        torch.equal(back.modules[k][0], ad.modules[k][0]) for k in ad.modules
+    )

@@ -22,8 +22,15 @@ def peft_folder(tmp_path_factory):
 
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    cfg = Qwen2Config(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                      num_key_value_heads=2, vocab_size=128, max_position_embeddings=64)
+    cfg = Qwen2Config(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=128,
+        max_position_embeddings=64,
+    )
     base = Qwen2ForCausalLM(cfg).eval()
     pm = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules=TARGETS, task_type="CAUSAL_LM"))
     with torch.no_grad():
@@ -56,7 +63,10 @@ def test_peft_roundtrip_identical_logits(peft_folder, tmp_path):
     assert sorted(cfg["target_modules"]) == sorted(TARGETS)
     from safetensors.torch import load_file
 
-    orig_sd, ours_sd = load_file(str(src / "adapter_model.safetensors")), load_file(str(dst / "adapter_model.safetensors"))
+    orig_sd, ours_sd = (
+        load_file(str(src / "adapter_model.safetensors")),
+        load_file(str(dst / "adapter_model.safetensors")),
+    )
     assert set(orig_sd) == set(ours_sd)
     assert all(torch.equal(orig_sd[k], ours_sd[k]) for k in orig_sd)
 
@@ -88,8 +98,10 @@ def test_save_overwrites_atomically_and_bin_loads(peft_folder, tmp_path):
     dst = tmp_path / "x"
     save_peft(ad, dst)
     save_peft(ad.map(lambda n, a, b: (a, b * 0.5)), dst)  # overwrite in place
-    assert torch.equal(load_peft(dst).modules["model.layers.0.self_attn.v_proj"][1],
-                       ad.modules["model.layers.0.self_attn.v_proj"][1] * 0.5)
+    assert torch.equal(
+        load_peft(dst).modules["model.layers.0.self_attn.v_proj"][1],
+        ad.modules["model.layers.0.self_attn.v_proj"][1] * 0.5,
+    )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["x"]  # no temp folders left behind
     # the older pickle format
     binf = tmp_path / "bin"
@@ -98,7 +110,10 @@ def test_save_overwrites_atomically_and_bin_loads(peft_folder, tmp_path):
     from safetensors.torch import load_file
 
     torch.save(load_file(str(src / "adapter_model.safetensors")), binf / "adapter_model.bin")
-    assert torch.equal(load_peft(binf).modules["model.layers.1.self_attn.o_proj"][0], ad.modules["model.layers.1.self_attn.o_proj"][0])
+    assert torch.equal(
+        load_peft(binf).modules["model.layers.1.self_attn.o_proj"][0],
+        ad.modules["model.layers.1.self_attn.o_proj"][0],
+    )
 
 
 def _copy(src, dst):

@@ -10,8 +10,14 @@ R = 4
 SHAPES = {"q_proj": (48, 32), "k_proj": (16, 32)}  # (d_out, d_in)
 
 
-def make_adapter(seed: int, rank_used: int = R, layers: int = 3, dtype=torch.float64, alpha: float = 8.0,
-                 scale: float = 1.0) -> LoRAAdapter:
+def make_adapter(
+    seed: int,
+    rank_used: int = R,
+    layers: int = 3,
+    dtype=torch.float64,
+    alpha: float = 8.0,
+    scale: float = 1.0,
+) -> LoRAAdapter:
     """Random factors; only the first `rank_used` components are non-zero (so sums of two stay within rank R)."""
     g = torch.Generator().manual_seed(seed)
     mods = {}
@@ -44,5 +50,3 @@ def assert_same_delta(x: LoRAAdapter, y: LoRAAdapter | dict, tol: float = 1e-9) 
     for k, dx in deltas(x).items():
         err = float((dx - dy[k]).norm() / dy[k].norm().clamp_min(1e-30))
         assert err < tol, f"{k}: relative delta error {err:.2e}"
-
-

@@ -19,13 +19,32 @@ runner = CliRunner()
 @pytest.fixture
 def folders(tmp_path):
     a, b = make_adapter(1, dtype=torch.float32), make_adapter(2, dtype=torch.float32)
-    return save_peft(a, tmp_path / "a", base_model_name_or_path="some/base"), save_peft(b, tmp_path / "b"), tmp_path
+    return (
+        save_peft(a, tmp_path / "a", base_model_name_or_path="some/base"),
+        save_peft(b, tmp_path / "b"),
+        tmp_path,
+    )
 
 
 def test_evolve_crossover_writes_peft_child_and_prints_retention(folders):
     fa, fb, tmp = folders
-    res = runner.invoke(app, ["evolve", "X5", "--parent", str(fa), "--parent", str(fb), "--out", str(tmp / "kid"),
-                              "--seed", "3", "--set", "weight=0.7"])
+    res = runner.invoke(
+        app,
+        [
+            "evolve",
+            "X5",
+            "--parent",
+            str(fa),
+            "--parent",
+            str(fb),
+            "--out",
+            str(tmp / "kid"),
+            "--seed",
+            "3",
+            "--set",
+            "weight=0.7",
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert "rel.Fro" in res.output and "parent2" in res.output and "midpoint" in res.output
     kid = load_peft(tmp / "kid")
@@ -52,15 +71,18 @@ def test_evolve_list_shows_all_operators():
     assert "fraction=0.33" in res.output
 
 
-@pytest.mark.parametrize("args, message", [
-    (["Q7", "-p", "{a}", "-o", "{out}"], "unknown operator 'Q7'"),
-    (["X5", "-p", "{a}", "-o", "{out}"], "X5 takes 2 parent(s)"),
-    (["M1", "-p", "{a}", "-o", "{out}", "--set", "sigma"], "not key=value"),
-    (["M1", "-p", "{a}", "-o", "{out}", "--set", "nope=1"], "no parameter 'nope'"),
-    (["M1", "-p", "{missing}", "-o", "{out}"], "does not exist"),
-    (["M1", "-p", "{ia3}", "-o", "{out}"], "not LORA"),
-    (["M1", "-p", "{a}"], "--out"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["Q7", "-p", "{a}", "-o", "{out}"], "unknown operator 'Q7'"),
+        (["X5", "-p", "{a}", "-o", "{out}"], "X5 takes 2 parent(s)"),
+        (["M1", "-p", "{a}", "-o", "{out}", "--set", "sigma"], "not key=value"),
+        (["M1", "-p", "{a}", "-o", "{out}", "--set", "nope=1"], "no parameter 'nope'"),
+        (["M1", "-p", "{missing}", "-o", "{out}"], "does not exist"),
+        (["M1", "-p", "{ia3}", "-o", "{out}"], "not LORA"),
+        (["M1", "-p", "{a}"], "--out"),
+    ],
+)
 def test_evolve_user_errors_exit_2(folders, args, message):
     fa, _, tmp = folders
     ia3 = tmp / "ia3"

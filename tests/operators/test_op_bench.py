@@ -23,6 +23,8 @@ def test_bench_tiny_shape_writes_report(tmp_path):
     peft = saved["peft_svd"]
     # PEFT's svd merge and our X5 are the same maths: their deltas must agree
     assert peft["merged_delta_rel_diff_vs_x5"] < 1e-4 and peft["ratio_peft_over_x5"] > 0
-    assert peft["peft_linear_factor_space_rel_error"] > 0.1  # the factor-space pitfall is real on these parents
+    assert (
+        peft["peft_linear_factor_space_rel_error"] > 0.1
+    )  # the factor-space pitfall is real on these parents
     ops_md, ret_md = markdown(rep)
     assert ops_md.count("\n| ") >= 17 and "| X9 |" in ret_md

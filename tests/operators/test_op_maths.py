@@ -28,6 +28,7 @@ def _avg(x, y, w=0.5):
 
 # ---- shared primitives ------------------------------------------------------------------------------------
 
+
 def test_fsvd_refactor_balanced_and_revived():
     g = torch.Generator().manual_seed(0)
     b = torch.randn(40, 4, generator=g, dtype=torch.float64)
@@ -49,7 +50,9 @@ def test_fsvd_refactor_balanced_and_revived():
 
 def test_tsvd_randomized_matches_exact():
     g = torch.Generator().manual_seed(0)
-    d = torch.randn(1100, 8, generator=g, dtype=torch.float64) @ torch.randn(8, 1040, generator=g, dtype=torch.float64)
+    d = torch.randn(1100, 8, generator=g, dtype=torch.float64) @ torch.randn(
+        8, 1040, generator=g, dtype=torch.float64
+    )
     d += 1e-3 * torch.randn(1100, 1040, generator=g, dtype=torch.float64)
     u, s, v = tsvd(d, 4, torch.Generator().manual_seed(1))
     s_exact = torch.linalg.svdvals(d)[:4]
@@ -66,6 +69,7 @@ def test_kth_largest_bracketed_path_is_exact():
 
 # ---- TIES / DELLA element-wise maths ----------------------------------------------------------------------
 
+
 def test_ties_sign_election_hand_case():
     d1 = torch.tensor([[3.0, -1.0, 0.5]])
     d2 = torch.tensor([[-1.0, -2.0, 0.5]])
@@ -75,7 +79,9 @@ def test_ties_sign_election_hand_case():
     t2 = torch.tensor([[0.0, 0.0, -2.0, 0.0]])
     assert torch.equal(ties_merge([t1, t2], density=1.0), torch.tensor([[4.0, 0.0, -2.0, 1.0]]))
     # sgn(0) := +1: an exact tie goes to the positive entry
-    assert torch.equal(ties_merge([torch.tensor([[2.0]]), torch.tensor([[-2.0]])], density=1.0), torch.tensor([[2.0]]))
+    assert torch.equal(
+        ties_merge([torch.tensor([[2.0]]), torch.tensor([[-2.0]])], density=1.0), torch.tensor([[2.0]])
+    )
 
 
 def test_two_parent_disjoint_mean_matches_general_rule():
@@ -115,8 +121,19 @@ def test_della_probabilities_and_unbiasedness():
 
 # ---- crossover identities ---------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("op, params", [("X3", {}), ("X5", {}), ("X8", {}), ("X9", {}), ("X6", {"density": 1.0}),
-                                        ("X1", {"p": 0.0}), ("X4", {})])
+
+@pytest.mark.parametrize(
+    "op, params",
+    [
+        ("X3", {}),
+        ("X5", {}),
+        ("X8", {}),
+        ("X9", {}),
+        ("X6", {"density": 1.0}),
+        ("X1", {"p": 0.0}),
+        ("X4", {}),
+    ],
+)
 def test_merge_of_one_delta_written_two_ways_is_that_delta(op, params, p1):
     """X(P, P') with P' the same deltas in another gauge returns the deltas (factor-space merges would not)."""
     tol = 1e-4 if op == "X9" else 1e-9  # X9's relative eps floor perturbs entries with D^2 ~ eps
@@ -125,7 +142,10 @@ def test_merge_of_one_delta_written_two_ways_is_that_delta(op, params, p1):
 
 
 def test_x1_drop_zero_is_the_average_delta():
-    q1, q2 = make_adapter(1, rank_used=2), make_adapter(2, rank_used=2)  # the average has rank <= 4 = r: exact
+    q1, q2 = (
+        make_adapter(1, rank_used=2),
+        make_adapter(2, rank_used=2),
+    )  # the average has rank <= 4 = r: exact
     c = apply("X1", [q1, q2], p=0.0, seed=5)
     assert_same_delta(c, _avg(q1, q2))
     x5 = apply("X5", [q1, q2], seed=5)
@@ -150,7 +170,9 @@ def test_x8_slerp_limits_symmetry_and_lerp_fallback(p1, p2):
     assert_same_delta(apply("X8", [q1, q2], t=0.3), deltas(apply("X8", [q2, q1], t=0.7)))
     # equal-norm parents whose sum fits in rank r: slerp keeps the norm (a lerp would shrink it)
     d1, d2 = deltas(q1), deltas(q2)
-    q2n = LoRAAdapter({k: (a, b * float(d1[k].norm() / d2[k].norm())) for k, (a, b) in q2.modules.items()}, alpha=8.0)
+    q2n = LoRAAdapter(
+        {k: (a, b * float(d1[k].norm() / d2[k].norm())) for k, (a, b) in q2.modules.items()}, alpha=8.0
+    )
     mid = deltas(apply("X8", [q1, q2n], t=0.5))
     for k in q1.modules:
         assert abs(float(mid[k].norm()) / float(d1[k].norm()) - 1) < 1e-9
@@ -207,8 +229,17 @@ def test_x9_zero_parent_and_x2_pairs(p1, p2):
 
 # ---- mutations --------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("op, params", [("M1", {"sigma": 0.0, "rotation": 0.0}), ("M2", {"eps": 0.0}),
-                                        ("M3", {"rho": 0.0}), ("M4", {"eps": 0.0}), ("M5", {"alpha_rel": 0.0})])
+
+@pytest.mark.parametrize(
+    "op, params",
+    [
+        ("M1", {"sigma": 0.0, "rotation": 0.0}),
+        ("M2", {"eps": 0.0}),
+        ("M3", {"rho": 0.0}),
+        ("M4", {"eps": 0.0}),
+        ("M5", {"alpha_rel": 0.0}),
+    ],
+)
 def test_zero_noise_mutations_return_the_parent_delta(op, params, p1):
     assert_same_delta(apply(op, [p1], seed=2, **params), p1)
 

@@ -56,7 +56,9 @@ def test_different_seeds_differ(op, p1, p2):
     parents = _parents(op, p1, p2)
     children = [apply(op, parents, seed=s) for s in range(3)]
     for c in children[1:]:
-        assert any(not torch.equal(children[0].modules[k][i], c.modules[k][i]) for k in c.modules for i in (0, 1))
+        assert any(
+            not torch.equal(children[0].modules[k][i], c.modules[k][i]) for k in c.modules for i in (0, 1)
+        )
 
 
 @pytest.mark.parametrize("op", ALL)
@@ -100,8 +102,16 @@ def test_bad_inputs_raise_clear_errors(p1, p2):
     with pytest.raises(OperatorError, match="density - window"):
         apply("X7", [p1, p2], density=0.9, window=0.2)
     with pytest.raises(AdapterError, match="ranks 4 and 8"):
-        apply("X5", [p1, LoRAAdapter({k: (torch.cat([a, a]), torch.cat([b, b], 1)) for k, (a, b) in p2.modules.items()},
-                                      alpha=8.0)])
+        apply(
+            "X5",
+            [
+                p1,
+                LoRAAdapter(
+                    {k: (torch.cat([a, a]), torch.cat([b, b], 1)) for k, (a, b) in p2.modules.items()},
+                    alpha=8.0,
+                ),
+            ],
+        )
     other = LoRAAdapter({k.replace("q_proj", "v_proj"): v for k, v in p2.modules.items()}, alpha=8.0)
     with pytest.raises(AdapterError, match="different modules"):
         apply("X3", [p1, other])

@@ -15,9 +15,21 @@ from populora.pretrain.tasks_render import TasksRenderer
 from populora.sandbox import Sandbox
 from populora.tasks import Answer, Problem, Proposal, get
 
-MINI = dict(hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=2, intermediate_size=64, vocab_size=600,
-            n_examples=150, tokenizer_examples=150, val_examples=10, seq_len=512, batch_size=2, steps=3,
-            warmup_steps=2)
+MINI = dict(
+    hidden_size=32,
+    num_layers=1,
+    num_heads=2,
+    num_kv_heads=2,
+    intermediate_size=64,
+    vocab_size=600,
+    n_examples=150,
+    tokenizer_examples=150,
+    val_examples=10,
+    seq_len=512,
+    batch_size=2,
+    steps=3,
+    warmup_steps=2,
+)
 
 
 @pytest.fixture(scope="module")
@@ -67,8 +79,14 @@ def test_corpus_is_deterministic_for_a_seed():
     assert build_corpus(3, 40, r) == build_corpus(3, 40, r)
     assert build_corpus(3, 40, r) != build_corpus(4, 40, r)
     kinds = {e.kind for e in build_corpus(3, 200, r)}
-    assert {"student:code_i", "student:code_o", "student:code_f", "teacher:code_i", "teacher:code_o",
-            "teacher:code_f"} <= kinds
+    assert {
+        "student:code_i",
+        "student:code_o",
+        "student:code_f",
+        "teacher:code_i",
+        "teacher:code_o",
+        "teacher:code_f",
+    } <= kinds
 
 
 def test_corpus_completions_parse_with_the_task_parsers():
@@ -108,8 +126,14 @@ def _save_with_qwen2_config(tok, folder: Path) -> None:
     from transformers import Qwen2Config
 
     tok.save_pretrained(folder)
-    Qwen2Config(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                num_attention_heads=2, num_key_value_heads=2).save_pretrained(folder)
+    Qwen2Config(
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+    ).save_pretrained(folder)
 
 
 def test_tokenizer_round_trips_and_autotokenizer_ids_equal_the_raw_ids(tmp_path):
@@ -170,19 +194,29 @@ def test_committed_asset_loads_fits_and_greedy_generates_for_a_compact_prompt():
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     files = {p.name for p in ASSET_DIR.iterdir()}
-    assert {"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
-            "model.safetensors"} <= files
+    assert {
+        "config.json",
+        "generation_config.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "model.safetensors",
+    } <= files
     assert sum(p.stat().st_size for p in ASSET_DIR.iterdir()) <= 25 * 2**20
     torch.set_num_threads(1)
     model = AutoModelForCausalLM.from_pretrained(ASSET_DIR).eval()
     tok = AutoTokenizer.from_pretrained(ASSET_DIR)
     task = get("code_o")
-    prompt = task.student_prompt(Problem(task="code_o", program="def f(x):\n    return x + 1", inputs=("3",),
-                                         outputs=("4",)), template="compact")
+    prompt = task.student_prompt(
+        Problem(task="code_o", program="def f(x):\n    return x + 1", inputs=("3",), outputs=("4",)),
+        template="compact",
+    )
     ids = tok(prompt, return_tensors="pt", add_special_tokens=False)
-    assert ids["input_ids"][0].tolist() == Tokenizer.from_file(str(ASSET_DIR / "tokenizer.json")).encode(prompt).ids
+    assert (
+        ids["input_ids"][0].tolist()
+        == Tokenizer.from_file(str(ASSET_DIR / "tokenizer.json")).encode(prompt).ids
+    )
     with torch.no_grad():
         out = model.generate(**ids, max_new_tokens=16, do_sample=False, pad_token_id=tok.pad_token_id)
-    text = tok.decode(out[0, ids["input_ids"].shape[1]:], skip_special_tokens=True)
+    text = tok.decode(out[0, ids["input_ids"].shape[1] :], skip_special_tokens=True)
     assert text.strip()  # the trained asset answers in a fenced block; the bench measures how well
     assert text.lstrip().startswith("```")

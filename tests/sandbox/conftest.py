@@ -11,9 +11,24 @@ from populora.sandbox import DEFAULT_PRELOAD, Limits, Sandbox
 
 #: Modules a hostile job gets for free in the attack pool, so the isolation layers are what must stop it.
 ATTACK_PRELOAD = DEFAULT_PRELOAD + (
-    "os", "sys", "socket", "subprocess", "multiprocessing", "threading", "ctypes", "shutil", "signal",
-    "tempfile", "pathlib", "gc", "builtins", "resource", "urllib.request", "http.client",
-    "multiprocessing.popen_fork", "encodings.idna",
+    "os",
+    "sys",
+    "socket",
+    "subprocess",
+    "multiprocessing",
+    "threading",
+    "ctypes",
+    "shutil",
+    "signal",
+    "tempfile",
+    "pathlib",
+    "gc",
+    "builtins",
+    "resource",
+    "urllib.request",
+    "http.client",
+    "multiprocessing.popen_fork",
+    "encodings.idna",
 )
 
 
@@ -25,9 +40,11 @@ def sandbox():
 
 @pytest.fixture(scope="session")
 def attack_sandbox():
-    with Sandbox(workers=2, limits=Limits(timeout_s=1.5, memory_mb=256, max_output_chars=4000, tmp_mb=8,
-                                          file_mb=4),
-                 preload=ATTACK_PRELOAD) as sb:
+    with Sandbox(
+        workers=2,
+        limits=Limits(timeout_s=1.5, memory_mb=256, max_output_chars=4000, tmp_mb=8, file_mb=4),
+        preload=ATTACK_PRELOAD,
+    ) as sb:
         yield sb
 
 

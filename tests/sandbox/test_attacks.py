@@ -19,7 +19,9 @@ from populora.sandbox import Limits, Sandbox
 @pytest.fixture(scope="module")
 def planted():
     """Files a job must not read, change or delete; a world-writable directory it must not write into."""
-    base = Path(tempfile.mkdtemp(prefix="populora-attack-", dir="/var/tmp" if os.path.isdir("/var/tmp") else None))
+    base = Path(
+        tempfile.mkdtemp(prefix="populora-attack-", dir="/var/tmp" if os.path.isdir("/var/tmp") else None)
+    )
     base.chmod(0o755)
     private = base / "private.txt"
     private.write_text("TOP-SECRET")
@@ -42,103 +44,319 @@ def planted():
 CORPUS: list[tuple[str, str, str, str, str | None]] = [
     # --- runaway CPU and processes
     ("infinite_loop", "def f():\n    while True:\n        pass", "f()", "timeout", "Timeout"),
-    ("loop_catching_everything",
-     "def f():\n    while True:\n        try:\n            while True:\n                pass\n"
-     "        except BaseException:\n            pass", "f()", "timeout", "Timeout"),
-    ("ignore_sigterm_and_sleep",
-     "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
-     "signal.signal(signal.SIGINT, signal.SIG_IGN)\ndef f():\n    time.sleep(100)", "f()", "timeout", "Timeout"),
-    ("thread_spin", "import threading\ndef f():\n    t = threading.Thread(target=lambda: [0 for _ in iter(int, 1)])\n"
-     "    t.start()\n    t.join()", "f()", "error", "RuntimeError"),
-    ("thread_bomb", "import threading\ndef f():\n    for _ in range(10000):\n"
-     "        threading.Thread(target=lambda: None).start()", "f()", "error", "RuntimeError"),
-    ("fork_bomb", "import os\ndef f():\n    while True:\n        os.fork()", "f()", "error", "BlockingIOError"),
-    ("subprocess_run", "import subprocess\ndef f():\n    return subprocess.run(['id'], capture_output=True).stdout",
-     "f()", "error", "BlockingIOError"),
-    ("multiprocessing", "import multiprocessing\ndef f():\n    p = multiprocessing.Process(target=print)\n"
-     "    p.start()\n    p.join()", "f()", "error", "BlockingIOError"),
-    ("os_system", "import os\ndef f():\n    return os.system('touch /var/tmp/populora-pwned')", "f()", "ok", None),
-    ("exec_shell", "import os\ndef f():\n    os.execv('/bin/sh', ['sh', '-c', 'echo pwned'])", "f()", "error",
-     "BlockingIOError"),
+    (
+        "loop_catching_everything",
+        "def f():\n    while True:\n        try:\n            while True:\n                pass\n"
+        "        except BaseException:\n            pass",
+        "f()",
+        "timeout",
+        "Timeout",
+    ),
+    (
+        "ignore_sigterm_and_sleep",
+        "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "signal.signal(signal.SIGINT, signal.SIG_IGN)\ndef f():\n    time.sleep(100)",
+        "f()",
+        "timeout",
+        "Timeout",
+    ),
+    (
+        "thread_spin",
+        "import threading\ndef f():\n    t = threading.Thread(target=lambda: [0 for _ in iter(int, 1)])\n"
+        "    t.start()\n    t.join()",
+        "f()",
+        "error",
+        "RuntimeError",
+    ),
+    (
+        "thread_bomb",
+        "import threading\ndef f():\n    for _ in range(10000):\n"
+        "        threading.Thread(target=lambda: None).start()",
+        "f()",
+        "error",
+        "RuntimeError",
+    ),
+    (
+        "fork_bomb",
+        "import os\ndef f():\n    while True:\n        os.fork()",
+        "f()",
+        "error",
+        "BlockingIOError",
+    ),
+    (
+        "subprocess_run",
+        "import subprocess\ndef f():\n    return subprocess.run(['id'], capture_output=True).stdout",
+        "f()",
+        "error",
+        "BlockingIOError",
+    ),
+    (
+        "multiprocessing",
+        "import multiprocessing\ndef f():\n    p = multiprocessing.Process(target=print)\n"
+        "    p.start()\n    p.join()",
+        "f()",
+        "error",
+        "BlockingIOError",
+    ),
+    (
+        "os_system",
+        "import os\ndef f():\n    return os.system('touch /var/tmp/populora-pwned')",
+        "f()",
+        "ok",
+        None,
+    ),
+    (
+        "exec_shell",
+        "import os\ndef f():\n    os.execv('/bin/sh', ['sh', '-c', 'echo pwned'])",
+        "f()",
+        "error",
+        "BlockingIOError",
+    ),
     # --- memory
     ("memory_bomb_string", "def f():\n    return len('x' * 10**10)", "f()", "memory", "MemoryError"),
-    ("memory_bomb_list", "def f():\n    a = []\n    while True:\n        a.append([0] * 10**6)", "f()",
-     "memory", "MemoryError"),
+    (
+        "memory_bomb_list",
+        "def f():\n    a = []\n    while True:\n        a.append([0] * 10**6)",
+        "f()",
+        "memory",
+        "MemoryError",
+    ),
     ("memory_bomb_bytearray", "def f():\n    return bytearray(2**33)", "f()", "memory", "MemoryError"),
-    ("raise_own_memory_limit", "import resource\ndef f():\n"
-     "    resource.setrlimit(resource.RLIMIT_AS, (2**40, 2**40))", "f()", "error", "ValueError"),
+    (
+        "raise_own_memory_limit",
+        "import resource\ndef f():\n    resource.setrlimit(resource.RLIMIT_AS, (2**40, 2**40))",
+        "f()",
+        "error",
+        "ValueError",
+    ),
     # --- files
-    ("write_var_tmp", "def f():\n    open('/var/tmp/populora-pwned', 'w').write('x')", "f()", "error", "OSError"),
-    ("write_world_writable_dir", "def f(d):\n    open(d + '/open/new.txt', 'w').write('x')", "f({dir!r})", "error",
-     "OSError"),
-    ("truncate_world_writable_file", "def f(d):\n    open(d + '/victim.txt', 'w')", "f({dir!r})", "error", "OSError"),
-    ("delete_file", "import os\ndef f(d):\n    os.remove(d + '/open/victim2.txt')", "f({dir!r})", "error", "OSError"),
-    ("rename_file", "import os\ndef f(d):\n    os.rename(d + '/victim.txt', d + '/open/x')", "f({dir!r})", "error",
-     "OSError"),
+    (
+        "write_var_tmp",
+        "def f():\n    open('/var/tmp/populora-pwned', 'w').write('x')",
+        "f()",
+        "error",
+        "OSError",
+    ),
+    (
+        "write_world_writable_dir",
+        "def f(d):\n    open(d + '/open/new.txt', 'w').write('x')",
+        "f({dir!r})",
+        "error",
+        "OSError",
+    ),
+    (
+        "truncate_world_writable_file",
+        "def f(d):\n    open(d + '/victim.txt', 'w')",
+        "f({dir!r})",
+        "error",
+        "OSError",
+    ),
+    (
+        "delete_file",
+        "import os\ndef f(d):\n    os.remove(d + '/open/victim2.txt')",
+        "f({dir!r})",
+        "error",
+        "OSError",
+    ),
+    (
+        "rename_file",
+        "import os\ndef f(d):\n    os.rename(d + '/victim.txt', d + '/open/x')",
+        "f({dir!r})",
+        "error",
+        "OSError",
+    ),
     ("delete_tree", "import shutil\ndef f(d):\n    shutil.rmtree(d)", "f({dir!r})", "error", "OSError"),
-    ("read_private_file", "def f(d):\n    return open(d + '/private.txt').read()", "f({dir!r})", "error",
-     "PermissionError"),
+    (
+        "read_private_file",
+        "def f(d):\n    return open(d + '/private.txt').read()",
+        "f({dir!r})",
+        "error",
+        "PermissionError",
+    ),
     ("read_shadow", "def f():\n    return open('/etc/shadow').read()", "f()", "error", "PermissionError"),
-    ("read_root_home", "import os\ndef f():\n    return os.listdir('/root')", "f()", "error", "PermissionError"),
-    ("write_dev_shm", "def f():\n    open('/dev/shm/populora-pwned', 'w').write('x')", "f()", "error", "OSError"),
-    ("write_proc_sys", "def f():\n    open('/proc/sys/kernel/hostname', 'w').write('pwned')", "f()", "error",
-     "OSError"),
-    ("fill_tmp_disk", "def f():\n    i = 0\n    while True:\n        with open(f'/tmp/f{{i}}', 'wb') as fh:\n"
-     "            fh.write(b'x' * 2**20)\n        i += 1", "f()", "error", "OSError"),
+    (
+        "read_root_home",
+        "import os\ndef f():\n    return os.listdir('/root')",
+        "f()",
+        "error",
+        "PermissionError",
+    ),
+    (
+        "write_dev_shm",
+        "def f():\n    open('/dev/shm/populora-pwned', 'w').write('x')",
+        "f()",
+        "error",
+        "OSError",
+    ),
+    (
+        "write_proc_sys",
+        "def f():\n    open('/proc/sys/kernel/hostname', 'w').write('pwned')",
+        "f()",
+        "error",
+        "OSError",
+    ),
+    (
+        "fill_tmp_disk",
+        "def f():\n    i = 0\n    while True:\n        with open(f'/tmp/f{{i}}', 'wb') as fh:\n"
+        "            fh.write(b'x' * 2**20)\n        i += 1",
+        "f()",
+        "error",
+        "OSError",
+    ),
     ("huge_file", "def f():\n    open('big', 'wb').write(b'x' * 64 * 2**20)", "f()", "error", "OSError"),
-    ("write_tmp_is_private", "import os\ndef f():\n    open('/tmp/populora-private', 'w').write('x')\n"
-     "    return os.listdir('/tmp')", "f()", "ok", None),
+    (
+        "write_tmp_is_private",
+        "import os\ndef f():\n    open('/tmp/populora-private', 'w').write('x')\n"
+        "    return os.listdir('/tmp')",
+        "f()",
+        "ok",
+        None,
+    ),
     # --- network
-    ("connect_localhost_listener", "import socket\ndef f(port):\n"
-     "    socket.create_connection(('127.0.0.1', port), timeout=1)", "f({port})", "error", "OSError"),
-    ("connect_internet", "import socket\ndef f():\n    socket.create_connection(('1.1.1.1', 53), timeout=1)", "f()",
-     "error", "OSError"),
+    (
+        "connect_localhost_listener",
+        "import socket\ndef f(port):\n    socket.create_connection(('127.0.0.1', port), timeout=1)",
+        "f({port})",
+        "error",
+        "OSError",
+    ),
+    (
+        "connect_internet",
+        "import socket\ndef f():\n    socket.create_connection(('1.1.1.1', 53), timeout=1)",
+        "f()",
+        "error",
+        "OSError",
+    ),
     # Binding works, but in the job's own network namespace: nothing outside can reach it.
-    ("bind_listen_port", "import socket\ndef f():\n    s = socket.socket()\n    s.bind(('0.0.0.0', 8765))\n"
-     "    s.listen()\n    return s.getsockname()", "f()", "ok", None),
-    ("unix_socket_to_host", "import socket\ndef f():\n    s = socket.socket(socket.AF_UNIX)\n"
-     "    s.connect('\\0populora-test-abstract')", "f()", "error", "ConnectionRefusedError"),
+    (
+        "bind_listen_port",
+        "import socket\ndef f():\n    s = socket.socket()\n    s.bind(('0.0.0.0', 8765))\n"
+        "    s.listen()\n    return s.getsockname()",
+        "f()",
+        "ok",
+        None,
+    ),
+    (
+        "unix_socket_to_host",
+        "import socket\ndef f():\n    s = socket.socket(socket.AF_UNIX)\n"
+        "    s.connect('\\0populora-test-abstract')",
+        "f()",
+        "error",
+        "ConnectionRefusedError",
+    ),
     # --- signals and privileges
     ("kill_parent", "import os\ndef f():\n    os.kill(os.getppid(), 9)", "f()", "error", "PermissionError"),
-    ("kill_everything", "import os\ndef f():\n    os.kill(-1, 9)\n    return 'survived'", "f()", "error",
-     "ProcessLookupError"),
+    (
+        "kill_everything",
+        "import os\ndef f():\n    os.kill(-1, 9)\n    return 'survived'",
+        "f()",
+        "error",
+        "ProcessLookupError",
+    ),
     ("setuid_root", "import os\ndef f():\n    os.setuid(0)", "f()", "error", "PermissionError"),
-    ("read_worker_environ", "def f():\n    return open('/proc/1/environ').read()", "f()", "error",
-     "PermissionError"),
-    ("mount_via_ctypes", "import ctypes\ndef f():\n"
-     "    return ctypes.CDLL(None).mount(b'none', b'/mnt', b'tmpfs', 0, None)", "f()", "ok", None),
+    (
+        "read_worker_environ",
+        "def f():\n    return open('/proc/1/environ').read()",
+        "f()",
+        "error",
+        "PermissionError",
+    ),
+    (
+        "mount_via_ctypes",
+        "import ctypes\ndef f():\n    return ctypes.CDLL(None).mount(b'none', b'/mnt', b'tmpfs', 0, None)",
+        "f()",
+        "ok",
+        None,
+    ),
     # --- output and repr
-    ("huge_stdout", "import sys, os\ndef f():\n    print('x' * 10**7)\n    os.write(1, b'y' * 10**6)\n"
-     "    sys.__stdout__.write('z' * 10**6)\n    return 'done'", "f()", "ok", None),
+    (
+        "huge_stdout",
+        "import sys, os\ndef f():\n    print('x' * 10**7)\n    os.write(1, b'y' * 10**6)\n"
+        "    sys.__stdout__.write('z' * 10**6)\n    return 'done'",
+        "f()",
+        "ok",
+        None,
+    ),
     ("huge_repr", "def f():\n    return list(range(10**6))", "f()", "output_limit", "OutputLimit"),
-    ("slow_repr", "class A:\n    def __repr__(self):\n        while True:\n            pass\n", "A()",
-     "timeout", "Timeout"),
-    ("raising_repr", "class A:\n    def __repr__(self):\n        raise KeyError('no')\n", "A()", "error", "KeyError"),
+    (
+        "slow_repr",
+        "class A:\n    def __repr__(self):\n        while True:\n            pass\n",
+        "A()",
+        "timeout",
+        "Timeout",
+    ),
+    (
+        "raising_repr",
+        "class A:\n    def __repr__(self):\n        raise KeyError('no')\n",
+        "A()",
+        "error",
+        "KeyError",
+    ),
     # Recursion through a C function (the lru_cache wrapper) with the limit lifted overflows the C stack.
-    ("c_stack_overflow", "import sys, functools\nsys.setrecursionlimit(10**8)\n@functools.lru_cache(None)\n"
-     "def f(n):\n    return f(n + 1) + 1", "f(0)", "crashed", "SIGSEGV"),
+    (
+        "c_stack_overflow",
+        "import sys, functools\nsys.setrecursionlimit(10**8)\n@functools.lru_cache(None)\n"
+        "def f(n):\n    return f(n + 1) + 1",
+        "f(0)",
+        "crashed",
+        "SIGSEGV",
+    ),
     ("deep_python_recursion", "def f(n):\n    return f(n + 1) + 1", "f(0)", "error", "RecursionError"),
     # --- ways out of the interpreter
     ("sys_exit", "import sys\ndef f():\n    sys.exit(0)", "f()", "error", "SystemExit"),
     ("os_exit", "import os\ndef f():\n    os._exit(0)", "f()", "crashed", "Exit"),
-    ("base_exception", "class Out(BaseException):\n    pass\ndef f():\n    raise Out()", "f()", "error", "Out"),
+    (
+        "base_exception",
+        "class Out(BaseException):\n    pass\ndef f():\n    raise Out()",
+        "f()",
+        "error",
+        "Out",
+    ),
     ("keyboard_interrupt", "def f():\n    raise KeyboardInterrupt", "f()", "error", "KeyboardInterrupt"),
-    ("ctypes_segfault", "import ctypes\ndef f():\n    return ctypes.string_at(0)", "f()", "crashed", "SIGSEGV"),
+    (
+        "ctypes_segfault",
+        "import ctypes\ndef f():\n    return ctypes.string_at(0)",
+        "f()",
+        "crashed",
+        "SIGSEGV",
+    ),
     ("abort", "import os\ndef f():\n    os.abort()", "f()", "crashed", "SIGABRT"),
-    ("close_fds_0_2", "import os\ndef f():\n    for fd in (0, 1, 2):\n        os.close(fd)\n    print('x')\n"
-     "    return 'still here'", "f()", "ok", None),
-    ("close_all_fds", "import os\ndef f():\n    os.closerange(0, 4096)\n    return 1", "f()", "crashed", "Exit"),
+    (
+        "close_fds_0_2",
+        "import os\ndef f():\n    for fd in (0, 1, 2):\n        os.close(fd)\n    print('x')\n"
+        "    return 'still here'",
+        "f()",
+        "ok",
+        None,
+    ),
+    (
+        "close_all_fds",
+        "import os\ndef f():\n    os.closerange(0, 4096)\n    return 1",
+        "f()",
+        "crashed",
+        "Exit",
+    ),
     # Forging a malformed result on the job's own result pipe (found through the frames) is refused.
-    ("forge_bad_result", "import sys, os, struct, json\ndef f():\n    fr = sys._getframe()\n"
-     "    while 'wfd' not in fr.f_locals:\n        fr = fr.f_back\n"
-     "    data = json.dumps({'status': 'ok', 'value_repr': ['x'] * 9, 'plain': 'yes'}).encode()\n"
-     "    os.write(fr.f_locals['wfd'], struct.pack('>I', len(data)) + data)\n    os._exit(0)", "f()",
-     "crashed", "BadResult"),
+    (
+        "forge_bad_result",
+        "import sys, os, struct, json\ndef f():\n    fr = sys._getframe()\n"
+        "    while 'wfd' not in fr.f_locals:\n        fr = fr.f_back\n"
+        "    data = json.dumps({'status': 'ok', 'value_repr': ['x'] * 9, 'plain': 'yes'}).encode()\n"
+        "    os.write(fr.f_locals['wfd'], struct.pack('>I', len(data)) + data)\n    os._exit(0)",
+        "f()",
+        "crashed",
+        "BadResult",
+    ),
 ]
 
 
 def _format(text: str, dir: Path, port: int) -> str:
-    return text.replace("{dir!r}", repr(str(dir))).replace("{port}", str(port)).replace("{{", "{").replace("}}", "}")
+    return (
+        text.replace("{dir!r}", repr(str(dir)))
+        .replace("{port}", str(port))
+        .replace("{{", "{")
+        .replace("}}", "}")
+    )
 
 
 def test_corpus_is_large_enough() -> None:
@@ -161,7 +379,9 @@ def listener():
     srv.close()
 
 
-def test_attack_corpus(attack_sandbox: Sandbox, planted: Path, listener: tuple[socket.socket, socket.socket]) -> None:
+def test_attack_corpus(
+    attack_sandbox: Sandbox, planted: Path, listener: tuple[socket.socket, socket.socket]
+) -> None:
     sb = attack_sandbox
     tcp, unix = listener
     if not all(sb.isolation.values()):
@@ -174,8 +394,10 @@ def test_attack_corpus(attack_sandbox: Sandbox, planted: Path, listener: tuple[s
     slow = [i for i, c in enumerate(CORPUS) if c[3] == "timeout"]
     rest = [i for i, c in enumerate(CORPUS) if c[3] != "timeout"]
     outs = [None] * len(CORPUS)
-    for idx, lim in ((slow, Limits(timeout_s=1.0, memory_mb=256, tmp_mb=8, file_mb=4)),
-                     (rest, Limits(timeout_s=20, memory_mb=256, tmp_mb=8, file_mb=4))):
+    for idx, lim in (
+        (slow, Limits(timeout_s=1.0, memory_mb=256, tmp_mb=8, file_mb=4)),
+        (rest, Limits(timeout_s=20, memory_mb=256, tmp_mb=8, file_mb=4)),
+    ):
         for i, out in zip(idx, sb.run_many([jobs[i] for i in idx], limits=lim), strict=True):
             outs[i] = out
     failures = []
@@ -200,7 +422,10 @@ def test_attack_corpus(attack_sandbox: Sandbox, planted: Path, listener: tuple[s
     assert by["os_system"].value_repr != "0"  # system() could not fork; nothing ran
     assert by["mount_via_ctypes"].value_repr == "-1"
     assert by["write_tmp_is_private"].value_repr == "['populora-private']"
-    assert by["huge_stdout"].value_repr == "'done'" and len(by["huge_stdout"].stdout) <= Limits().max_stdout_chars
+    assert (
+        by["huge_stdout"].value_repr == "'done'"
+        and len(by["huge_stdout"].stdout) <= Limits().max_stdout_chars
+    )
     assert by["close_fds_0_2"].value_repr == "'still here'"
     assert by["infinite_loop"].elapsed_s < 1.0 + 2.0
 
@@ -211,9 +436,12 @@ def test_attack_corpus(attack_sandbox: Sandbox, planted: Path, listener: tuple[s
 
 
 def test_monkeypatching_does_not_reach_later_jobs(attack_sandbox: Sandbox) -> None:
-    poison = ("import builtins, math, json, sys\nbuiltins.len = lambda x: 42\nbuiltins.print = None\n"
-              "math.pi = 3\njson.dumps = lambda *a, **k: 'forged'\nsys.modules['re'] = None\n"
-              "sorted.__class__  # builtins types themselves are immutable\n", "len([1])")
+    poison = (
+        "import builtins, math, json, sys\nbuiltins.len = lambda x: 42\nbuiltins.print = None\n"
+        "math.pi = 3\njson.dumps = lambda *a, **k: 'forged'\nsys.modules['re'] = None\n"
+        "sorted.__class__  # builtins types themselves are immutable\n",
+        "len([1])",
+    )
     check = ("import math, re\n", "(len([1]), math.pi, re.sub('a', 'b', 'aa'))")
     outs = attack_sandbox.run_many([poison, check, poison, check, check])
     assert outs[0].value_repr == "42"
@@ -236,11 +464,16 @@ def test_timed_out_job_leaves_no_process(attack_sandbox: Sandbox) -> None:
 
 
 def test_job_directory_is_fresh_for_every_job(attack_sandbox: Sandbox) -> None:
-    poison = ("import os\nos.makedirs('/tmp/a/b/c')\nopen('/tmp/a/b/c/f', 'w').write('x')\nos.symlink('/etc', 'l')\n"
-              "os.mkfifo('p')\nos.chmod('/tmp/a', 0)\nos.setxattr('/tmp', 'user.mark', b'1')\nos.chmod('/tmp', 0o500)\n",
-              "sorted(os.listdir('/tmp'))")
-    check = ("import os, stat\n", "(os.listdir('/tmp'), oct(stat.S_IMODE(os.stat('/tmp').st_mode)), "
-             "os.listxattr('/tmp'), open('/tmp/new', 'w').write('ok'))")
+    poison = (
+        "import os\nos.makedirs('/tmp/a/b/c')\nopen('/tmp/a/b/c/f', 'w').write('x')\nos.symlink('/etc', 'l')\n"
+        "os.mkfifo('p')\nos.chmod('/tmp/a', 0)\nos.setxattr('/tmp', 'user.mark', b'1')\nos.chmod('/tmp', 0o500)\n",
+        "sorted(os.listdir('/tmp'))",
+    )
+    check = (
+        "import os, stat\n",
+        "(os.listdir('/tmp'), oct(stat.S_IMODE(os.stat('/tmp').st_mode)), "
+        "os.listxattr('/tmp'), open('/tmp/new', 'w').write('ok'))",
+    )
     outs = attack_sandbox.run_many([poison, poison, check, check, check, check])
     assert [o.value_repr for o in outs[:2]] == ["['a', 'l', 'p']"] * 2, outs[:2]
     assert [o.value_repr for o in outs[2:]] == ["([], '0o700', [], 2)"] * 4

@@ -48,7 +48,9 @@ def test_worker_killed_mid_job_is_replaced_and_the_job_retried() -> None:
     with Sandbox(workers=1) as sb:
         shim = sb.worker_pids[0]
         result: list = []
-        t = threading.Thread(target=lambda: result.append(sb.run("import time\n", "time.sleep(1.5) or 'slept'")))
+        t = threading.Thread(
+            target=lambda: result.append(sb.run("import time\n", "time.sleep(1.5) or 'slept'"))
+        )
         t.start()
         deadline = time.monotonic() + 10
         while not any(worker_children(c) for c in worker_children(shim)) and time.monotonic() < deadline:

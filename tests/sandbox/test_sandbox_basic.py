@@ -11,11 +11,26 @@ from populora.sandbox import DEFAULT_PRELOAD, LAZY_MODULES, STATUSES, Limits, Ou
 from populora.sandbox.values import parse_value
 
 VALUES = [
-    ("3", 3), ("-7", -7), ("2**100", 2**100), ("0.1 + 0.2", 0.1 + 0.2), ("1e300 * 10", 1e301),
-    ("-0.0", -0.0), ("'a\\'b\"c\\n'", "a'b\"c\n"), ("'é ✓'", "é ✓"), ("[1, [2, (3,)]]", [1, [2, (3,)]]),
-    ("{'k': {1: None}, 2: [True, False]}", {"k": {1: None}, 2: [True, False]}), ("{3, 1, 2}", {1, 2, 3}),
-    ("()", ()), ("(1,)", (1,)), ("set()", set()), ("{}", {}), ("None", None), ("True", True),
-    ("b'\\x00ab'", b"\x00ab"), ("3+4j", 3 + 4j), ("frozenset({1, 2})", frozenset({1, 2})),
+    ("3", 3),
+    ("-7", -7),
+    ("2**100", 2**100),
+    ("0.1 + 0.2", 0.1 + 0.2),
+    ("1e300 * 10", 1e301),
+    ("-0.0", -0.0),
+    ("'a\\'b\"c\\n'", "a'b\"c\n"),
+    ("'é ✓'", "é ✓"),
+    ("[1, [2, (3,)]]", [1, [2, (3,)]]),
+    ("{'k': {1: None}, 2: [True, False]}", {"k": {1: None}, 2: [True, False]}),
+    ("{3, 1, 2}", {1, 2, 3}),
+    ("()", ()),
+    ("(1,)", (1,)),
+    ("set()", set()),
+    ("{}", {}),
+    ("None", None),
+    ("True", True),
+    ("b'\\x00ab'", b"\x00ab"),
+    ("3+4j", 3 + 4j),
+    ("frozenset({1, 2})", frozenset({1, 2})),
 ]
 
 
@@ -46,17 +61,24 @@ def test_program_and_call_semantics(sandbox: Sandbox) -> None:
 
 
 def test_errors_carry_the_exception_type(sandbox: Sandbox) -> None:
-    outs = sandbox.run_many([
-        ("def f(x):\n    return 1 / x", "f(0)"),
-        ("def f(:\n", "f()"),
-        ("def f():\n    return 1", "g()"),
-        ("class Custom(Exception):\n    pass\ndef f():\n    raise Custom('no')", "f()"),
-        ("def f():\n    return f()", "f()"),
-        ("def f():\n    return input()", "f()"),
-    ])
+    outs = sandbox.run_many(
+        [
+            ("def f(x):\n    return 1 / x", "f(0)"),
+            ("def f(:\n", "f()"),
+            ("def f():\n    return 1", "g()"),
+            ("class Custom(Exception):\n    pass\ndef f():\n    raise Custom('no')", "f()"),
+            ("def f():\n    return f()", "f()"),
+            ("def f():\n    return input()", "f()"),
+        ]
+    )
     assert [(o.status, o.error_type) for o in outs] == [
-        ("error", "ZeroDivisionError"), ("error", "SyntaxError"), ("error", "NameError"),
-        ("error", "Custom"), ("error", "RecursionError"), ("error", "EOFError")]
+        ("error", "ZeroDivisionError"),
+        ("error", "SyntaxError"),
+        ("error", "NameError"),
+        ("error", "Custom"),
+        ("error", "RecursionError"),
+        ("error", "EOFError"),
+    ]
     assert outs[3].error_message == "Custom: no"
     assert all(o.value_repr is None for o in outs)
 
@@ -85,17 +107,25 @@ def test_reprs_of_sets_and_hashes_are_reproducible_across_workers(sandbox: Sandb
 def test_every_preloaded_and_lazy_module_imports_in_a_job(sandbox: Sandbox) -> None:
     names = [m for m in DEFAULT_PRELOAD + LAZY_MODULES if not m.startswith("_")]
     prog = "".join(f"import {m}\n" for m in names)
-    out = sandbox.run(prog + "def f():\n    return math.comb(5, 2), statistics.mean([1, 2, 3]), queue.Queue().qsize()",
-                      "f()")
+    out = sandbox.run(
+        prog + "def f():\n    return math.comb(5, 2), statistics.mean([1, 2, 3]), queue.Queue().qsize()",
+        "f()",
+    )
     assert (out.status, out.value_repr) == ("ok", "(10, 2, 0)")
     assert set(DEFAULT_PRELOAD) <= set(sandbox.preloaded)
     # A lazy module is imported only for the jobs that name it, and is then seeded afresh like any import.
     rand = sandbox.run_many([("import random\n", "random.random()")] * 2)
     assert rand[0].status == "ok" and rand[0].value_repr != rand[1].value_repr
-    assert sandbox.run("import sys\n", "'random' in sys.modules or 'threading' in sys.modules").value_repr == "False"
+    assert (
+        sandbox.run("import sys\n", "'random' in sys.modules or 'threading' in sys.modules").value_repr
+        == "False"
+    )
     # Lazily loaded parts of the stdlib that model programs reach: strptime, Counter.most_common, codecs.
-    out = sandbox.run("import datetime, collections\n", "(datetime.datetime.strptime('2024-01-02', '%Y-%m-%d')"
-                      ".day, collections.Counter('abca').most_common(1), 'é'.encode('latin-1'))")
+    out = sandbox.run(
+        "import datetime, collections\n",
+        "(datetime.datetime.strptime('2024-01-02', '%Y-%m-%d')"
+        ".day, collections.Counter('abca').most_common(1), 'é'.encode('latin-1'))",
+    )
     assert out.value_repr == "(2, [('a', 2)], b'\\xe9')", out
 
 
@@ -118,7 +148,9 @@ def test_limits_apply_per_call(sandbox: Sandbox) -> None:
     assert out.status == "timeout" and 0.3 <= out.elapsed_s < 3.0
     out = sandbox.run("", "len(bytearray(150 * 2**20))", Limits(memory_mb=100))
     assert out.status == "memory"
-    assert sandbox.run("", "len(bytearray(150 * 2**20))", Limits(memory_mb=400)).value_repr == str(150 * 2**20)
+    assert sandbox.run("", "len(bytearray(150 * 2**20))", Limits(memory_mb=400)).value_repr == str(
+        150 * 2**20
+    )
 
 
 def test_limits_validate() -> None:
@@ -176,8 +208,12 @@ def test_bad_job_arguments_are_refused_in_the_caller(sandbox: Sandbox) -> None:
 def test_without_namespaces_jobs_still_get_fresh_directories_and_limits() -> None:
     with Sandbox(workers=1, isolate=False) as sb:
         assert not sb.isolation["netns"] and not sb.isolation["uid_drop"] and sb.isolation["rlimits"]
-        first, second = sb.run_many([("open('x', 'w').write('hi')\nimport os\n", "(os.getcwd(), os.listdir('.'))"),
-                                     ("import os\n", "(os.getcwd(), os.listdir('.'))")])
+        first, second = sb.run_many(
+            [
+                ("open('x', 'w').write('hi')\nimport os\n", "(os.getcwd(), os.listdir('.'))"),
+                ("import os\n", "(os.getcwd(), os.listdir('.'))"),
+            ]
+        )
         d1, files1 = ast.literal_eval(first.value_repr)
         d2, files2 = ast.literal_eval(second.value_repr)
         assert files1 == ["x"] and files2 == [] and d1 != d2

@@ -18,8 +18,19 @@ def test_parse_value_accepts_what_repr_writes() -> None:
     assert parse_value("(inf+1j)") == complex(math.inf, 1)
 
 
-@pytest.mark.parametrize("text", ["<__main__.A object at 0x7f>", "__import__('os').system('id')", "f(1)",
-                                  "Counter({'a': 1})", "[1, 2", "frozenset([1])", "open('x')", "dict(a=1)"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "<__main__.A object at 0x7f>",
+        "__import__('os').system('id')",
+        "f(1)",
+        "Counter({'a': 1})",
+        "[1, 2",
+        "frozenset([1])",
+        "open('x')",
+        "dict(a=1)",
+    ],
+)
 def test_parse_value_rejects_non_literals(text: str) -> None:
     with pytest.raises(ValueError, match="not a plain-data literal"):
         parse_value(text)

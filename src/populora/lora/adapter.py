@@ -34,7 +34,9 @@ class LoRAAdapter:
                 raise AdapterError(f"module {name!r}: expected a pair (A, B), got {type(pair).__name__}.")
             a, b = pair
             if a.dim() != 2 or b.dim() != 2:
-                raise AdapterError(f"module {name!r}: A and B must be 2-D, got shapes {tuple(a.shape)}, {tuple(b.shape)}.")
+                raise AdapterError(
+                    f"module {name!r}: A and B must be 2-D, got shapes {tuple(a.shape)}, {tuple(b.shape)}."
+                )
             if a.shape[0] != b.shape[1]:
                 raise AdapterError(
                     f"module {name!r}: A is {tuple(a.shape)} (expected [r, d_in]) and B is {tuple(b.shape)} "
@@ -79,19 +81,27 @@ class LoRAAdapter:
 
     def map(self, fn) -> LoRAAdapter:
         """A new adapter with `fn(name, A, B) -> (A', B')` applied to every module."""
-        return LoRAAdapter(modules={k: tuple(fn(k, a, b)) for k, (a, b) in self.modules.items()}, alpha=self.alpha)
+        return LoRAAdapter(
+            modules={k: tuple(fn(k, a, b)) for k, (a, b) in self.modules.items()}, alpha=self.alpha
+        )
 
     def check_compatible(self, other: LoRAAdapter, what: str = "parents") -> None:
         """Raise AdapterError unless `other` has the same modules, shapes, rank and alpha."""
         if set(self.modules) != set(other.modules):
             missing = sorted(set(self.modules) ^ set(other.modules))[:4]
-            raise AdapterError(f"{what} target different modules (e.g. {missing}); use adapters trained on the same targets.")
+            raise AdapterError(
+                f"{what} target different modules (e.g. {missing}); use adapters trained on the same targets."
+            )
         if self.rank != other.rank:
             raise AdapterError(f"{what} have ranks {self.rank} and {other.rank}; operators need equal ranks.")
         if self.shapes() != other.shapes():
-            raise AdapterError(f"{what} have different module shapes; were they trained on the same base model?")
+            raise AdapterError(
+                f"{what} have different module shapes; were they trained on the same base model?"
+            )
         if self.alpha != other.alpha:
-            raise AdapterError(f"{what} have alpha {self.alpha} and {other.alpha}; operators need equal alpha.")
+            raise AdapterError(
+                f"{what} have alpha {self.alpha} and {other.alpha}; operators need equal alpha."
+            )
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """Flat `{name.lora_A: A, name.lora_B: B}` (not PEFT key names; see `populora.lora.peft_io`)."""

@@ -36,17 +36,37 @@ def _default_config(adapter: LoRAAdapter, base: str | None, targets: list[str]) 
     try:
         from peft import LoraConfig
 
-        cfg = LoraConfig(r=adapter.rank, lora_alpha=adapter.alpha, target_modules=targets, task_type="CAUSAL_LM",
-                         base_model_name_or_path=base, inference_mode=True)
+        cfg = LoraConfig(
+            r=adapter.rank,
+            lora_alpha=adapter.alpha,
+            target_modules=targets,
+            task_type="CAUSAL_LM",
+            base_model_name_or_path=base,
+            inference_mode=True,
+        )
         out = cfg.to_dict()
     except Exception:  # noqa: BLE001 - peft missing or its config API changed: fall back to the stable core keys
         out = {
-            "alpha_pattern": {}, "auto_mapping": None, "base_model_name_or_path": base, "bias": "none",
-            "fan_in_fan_out": False, "inference_mode": True, "init_lora_weights": True,
-            "layers_pattern": None, "layers_to_transform": None, "lora_alpha": adapter.alpha,
-            "lora_dropout": 0.0, "modules_to_save": None, "peft_type": "LORA", "r": adapter.rank,
-            "rank_pattern": {}, "revision": None, "target_modules": targets, "task_type": "CAUSAL_LM",
-            "use_dora": False, "use_rslora": False,
+            "alpha_pattern": {},
+            "auto_mapping": None,
+            "base_model_name_or_path": base,
+            "bias": "none",
+            "fan_in_fan_out": False,
+            "inference_mode": True,
+            "init_lora_weights": True,
+            "layers_pattern": None,
+            "layers_to_transform": None,
+            "lora_alpha": adapter.alpha,
+            "lora_dropout": 0.0,
+            "modules_to_save": None,
+            "peft_type": "LORA",
+            "r": adapter.rank,
+            "rank_pattern": {},
+            "revision": None,
+            "target_modules": targets,
+            "task_type": "CAUSAL_LM",
+            "use_dora": False,
+            "use_rslora": False,
         }
     for k, v in list(out.items()):
         if isinstance(v, set):
@@ -60,8 +80,12 @@ def _alpha_json(alpha: float) -> int | float:
     return int(alpha) if float(alpha).is_integer() else float(alpha)
 
 
-def save_peft(adapter: LoRAAdapter, path: str | os.PathLike, base_model_name_or_path: str | None = None,
-              target_modules: list[str] | None = None) -> Path:
+def save_peft(
+    adapter: LoRAAdapter,
+    path: str | os.PathLike,
+    base_model_name_or_path: str | None = None,
+    target_modules: list[str] | None = None,
+) -> Path:
     """Write `adapter` as a PEFT LoRA folder at `path` (replacing it atomically); returns the path.
 
     `target_modules` defaults to the config the adapter was loaded with, else the module-name suffixes
@@ -89,8 +113,13 @@ def save_peft(adapter: LoRAAdapter, path: str | os.PathLike, base_model_name_or_
             cfg["base_model_name_or_path"] = base_model_name_or_path
     else:
         cfg = _default_config(adapter, base_model_name_or_path, targets)  # type: ignore[arg-type]
-    cfg.update(r=adapter.rank, lora_alpha=_alpha_json(adapter.alpha), target_modules=targets, inference_mode=True,
-               peft_type="LORA")
+    cfg.update(
+        r=adapter.rank,
+        lora_alpha=_alpha_json(adapter.alpha),
+        target_modules=targets,
+        inference_mode=True,
+        peft_type="LORA",
+    )
 
     tensors: dict[str, torch.Tensor] = {}
     for name, (a, b) in adapter.modules.items():
@@ -121,8 +150,10 @@ def save_peft(adapter: LoRAAdapter, path: str | os.PathLike, base_model_name_or_
 def _read_config(path: Path) -> dict:
     cfg_file = path / CONFIG_NAME
     if not cfg_file.is_file():
-        raise AdapterError(f"{path} has no {CONFIG_NAME}; it is not a PEFT adapter folder "
-                           "(save one with peft's save_pretrained or populora.lora.peft_io.save_peft).")
+        raise AdapterError(
+            f"{path} has no {CONFIG_NAME}; it is not a PEFT adapter folder "
+            "(save one with peft's save_pretrained or populora.lora.peft_io.save_peft)."
+        )
     try:
         cfg = json.loads(cfg_file.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
@@ -133,12 +164,16 @@ def _read_config(path: Path) -> dict:
     if ptype != "LORA":
         raise AdapterError(f"{path} is a PEFT {ptype!r} adapter, not LORA; only LoRA adapters are supported.")
     if cfg.get("use_rslora"):
-        raise AdapterError(f"{path} uses rsLoRA (scale alpha/sqrt(r)); unsupported: re-train with use_rslora=False.")
+        raise AdapterError(
+            f"{path} uses rsLoRA (scale alpha/sqrt(r)); unsupported: re-train with use_rslora=False."
+        )
     if cfg.get("use_dora"):
         raise AdapterError(f"{path} is a DoRA adapter (use_dora=true); DoRA is unsupported, use plain LoRA.")
     if cfg.get("rank_pattern") or cfg.get("alpha_pattern"):
-        raise AdapterError(f"{path} sets rank_pattern/alpha_pattern (per-module rank or alpha); unsupported: "
-                           "all modules must share one r and lora_alpha.")
+        raise AdapterError(
+            f"{path} sets rank_pattern/alpha_pattern (per-module rank or alpha); unsupported: "
+            "all modules must share one r and lora_alpha."
+        )
     if cfg.get("lora_bias"):
         raise AdapterError(f"{path} has LoRA biases (lora_bias=true); unsupported.")
     if cfg.get("target_parameters"):
@@ -157,12 +192,16 @@ def _read_tensors(path: Path) -> dict[str, torch.Tensor]:
         try:
             return load_file(str(st))
         except Exception as e:  # noqa: BLE001 - safetensors raises several types for truncated/corrupt files
-            raise AdapterError(f"{st} is corrupt or truncated ({type(e).__name__}: {e}); re-save the adapter.") from None
+            raise AdapterError(
+                f"{st} is corrupt or truncated ({type(e).__name__}: {e}); re-save the adapter."
+            ) from None
     if bn.is_file():
         try:
             sd = torch.load(str(bn), map_location="cpu", weights_only=True)
         except Exception as e:  # noqa: BLE001
-            raise AdapterError(f"{bn} is corrupt or not a tensor dict ({type(e).__name__}); re-save the adapter.") from None
+            raise AdapterError(
+                f"{bn} is corrupt or not a tensor dict ({type(e).__name__}); re-save the adapter."
+            ) from None
         if not isinstance(sd, dict) or not all(isinstance(v, torch.Tensor) for v in sd.values()):
             raise AdapterError(f"{bn} does not hold a flat dict of tensors; re-save the adapter.")
         return sd
@@ -170,7 +209,7 @@ def _read_tensors(path: Path) -> dict[str, torch.Tensor]:
 
 
 def _module_name(key: str) -> str:
-    name = key[len(PREFIX):] if key.startswith(PREFIX) else key
+    name = key[len(PREFIX) :] if key.startswith(PREFIX) else key
     # Some tools save with the adapter name still in the key (`.lora_A.default.weight`); accept it.
     return name
 
@@ -196,10 +235,14 @@ def load_peft(path: str | os.PathLike, dtype: torch.dtype | None = None) -> LoRA
         if "lora_magnitude_vector" in key:
             raise AdapterError(f"{path} holds DoRA magnitude vectors ({key}); DoRA is unsupported.")
         if "lora_embedding_A" in key or "lora_embedding_B" in key:
-            raise AdapterError(f"{path} holds embedding LoRA weights ({key}); only Linear-layer LoRA is supported.")
+            raise AdapterError(
+                f"{path} holds embedding LoRA weights ({key}); only Linear-layer LoRA is supported."
+            )
         if ".lora_A." in key or ".lora_B." in key:
             if not key.endswith(".weight"):
-                raise AdapterError(f"{path}: unsupported LoRA tensor {key!r} (LoRA biases are not supported).")
+                raise AdapterError(
+                    f"{path}: unsupported LoRA tensor {key!r} (LoRA biases are not supported)."
+                )
             which = ".lora_A." if ".lora_A." in key else ".lora_B."
             name = _module_name(key.split(which)[0])
             (a_of if which == ".lora_A." else b_of)[name] = t
@@ -209,23 +252,32 @@ def load_peft(path: str | os.PathLike, dtype: torch.dtype | None = None) -> LoRA
         raise AdapterError(f"{path}: no lora_A/lora_B tensors found; is this a LoRA adapter?")
     missing = sorted(set(a_of) ^ set(b_of))
     if missing:
-        raise AdapterError(f"{path}: module {missing[0]!r} has only one of lora_A/lora_B; the file is incomplete.")
+        raise AdapterError(
+            f"{path}: module {missing[0]!r} has only one of lora_A/lora_B; the file is incomplete."
+        )
 
     r = int(cfg["r"])
     modules = {}
     for name in sorted(a_of, key=_natural_key):
         a, b = a_of[name], b_of[name]
         if a.dim() != 2 or b.dim() != 2:
-            raise AdapterError(f"{path}: module {name!r} has non-matrix factors {tuple(a.shape)}, {tuple(b.shape)} "
-                               "(conv LoRA is unsupported).")
+            raise AdapterError(
+                f"{path}: module {name!r} has non-matrix factors {tuple(a.shape)}, {tuple(b.shape)} "
+                "(conv LoRA is unsupported)."
+            )
         if a.shape[0] != r or b.shape[1] != r:
-            raise AdapterError(f"{path}: module {name!r} has A {tuple(a.shape)} and B {tuple(b.shape)}, "
-                               f"inconsistent with r={r} in {CONFIG_NAME}.")
+            raise AdapterError(
+                f"{path}: module {name!r} has A {tuple(a.shape)} and B {tuple(b.shape)}, "
+                f"inconsistent with r={r} in {CONFIG_NAME}."
+            )
         if dtype is not None:
             a, b = a.to(dtype), b.to(dtype)
         modules[name] = (a, b)
-    adapter = LoRAAdapter(modules=modules, alpha=float(cfg["lora_alpha"]),
-                          metadata={"peft_config": cfg, "source": str(path), "extra_tensors": extra})
+    adapter = LoRAAdapter(
+        modules=modules,
+        alpha=float(cfg["lora_alpha"]),
+        metadata={"peft_config": cfg, "source": str(path), "extra_tensors": extra},
+    )
     _check_finite(adapter, str(path))
     return adapter
 
@@ -238,5 +290,7 @@ def _natural_key(name: str) -> list:
 def _check_finite(adapter: LoRAAdapter, where: str) -> None:
     for name, (a, b) in adapter.modules.items():
         if not (torch.isfinite(a).all() and torch.isfinite(b).all()):
-            raise AdapterError(f"{where}: module {name!r} contains NaN or Inf values; the adapter is broken "
-                               "(check the training run that produced it).")
+            raise AdapterError(
+                f"{where}: module {name!r} contains NaN or Inf values; the adapter is broken "
+                "(check the training run that produced it)."
+            )

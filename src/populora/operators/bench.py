@@ -29,7 +29,15 @@ from populora.operators.linalg import threads as n_threads
 
 SHAPES = {
     # name: layers, hidden, kv dim (k/v out features), attention heads, kv heads, rank, alpha
-    "qwen2.5-coder-7b": {"layers": 28, "hidden": 3584, "kv": 512, "heads": 28, "kv_heads": 4, "rank": 32, "alpha": 64},
+    "qwen2.5-coder-7b": {
+        "layers": 28,
+        "hidden": 3584,
+        "kv": 512,
+        "heads": 28,
+        "kv_heads": 4,
+        "rank": 32,
+        "alpha": 64,
+    },
     "tiny": {"layers": 2, "hidden": 64, "kv": 32, "heads": 4, "kv_heads": 2, "rank": 8, "alpha": 16},
 }
 GOAL_S, GOAL_DENSE_S = 2.0, 10.0
@@ -50,15 +58,18 @@ def _orth(n: int, k: int, g: torch.Generator) -> torch.Tensor:
     return torch.linalg.qr(torch.randn(n, k, generator=g))[0]
 
 
-def synthetic_parents(shape: dict, layers: int | None = None, seed: int = 0
-                      ) -> tuple[LoRAAdapter, LoRAAdapter, LoRAAdapter]:
+def synthetic_parents(
+    shape: dict, layers: int | None = None, seed: int = 0
+) -> tuple[LoRAAdapter, LoRAAdapter, LoRAAdapter]:
     """(parent 1, sibling of parent 1, unrelated parent): decaying spectra, random non-balanced gauges."""
     g = torch.Generator().manual_seed(seed)
     r = shape["rank"]
     spec = torch.exp(-torch.arange(r, dtype=torch.float32) / 8) * 0.05
 
     def factor(u, s, v):
-        gauge = torch.linalg.qr(torch.randn(r, r, generator=g))[0] @ torch.diag(torch.rand(r, generator=g) + 0.5)
+        gauge = torch.linalg.qr(torch.randn(r, r, generator=g))[0] @ torch.diag(
+            torch.rand(r, generator=g) + 0.5
+        )
         b = (u * s.sqrt()) @ gauge
         a = torch.linalg.solve(gauge, (v * s.sqrt()).T)
         return a.contiguous(), b.contiguous()
@@ -77,8 +88,11 @@ def synthetic_parents(shape: dict, layers: int | None = None, seed: int = 0
         m2[name] = factor((qb @ uc)[:, :r], s[:r], (qa @ vch.T)[:, :r])
         m3[name] = factor(_orth(d, r, g), spec, _orth(n, r, g))
     alpha = float(shape["alpha"])
-    return (LoRAAdapter(m1, alpha, {"source": "synthetic-1"}), LoRAAdapter(m2, alpha, {"source": "synthetic-2"}),
-            LoRAAdapter(m3, alpha, {"source": "synthetic-3"}))
+    return (
+        LoRAAdapter(m1, alpha, {"source": "synthetic-1"}),
+        LoRAAdapter(m2, alpha, {"source": "synthetic-2"}),
+        LoRAAdapter(m3, alpha, {"source": "synthetic-3"}),
+    )
 
 
 def _subset(ad: LoRAAdapter, layers: int) -> LoRAAdapter:
@@ -98,9 +112,16 @@ def time_peft_svd(shape: dict, p1: LoRAAdapter, p2: LoRAAdapter, layers: int) ->
     from peft import LoraConfig, get_peft_model
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    cfg = Qwen2Config(hidden_size=shape["hidden"], num_attention_heads=shape["heads"],
-                      num_key_value_heads=shape["kv_heads"], num_hidden_layers=layers, intermediate_size=64,
-                      vocab_size=64, max_position_embeddings=128, tie_word_embeddings=False)
+    cfg = Qwen2Config(
+        hidden_size=shape["hidden"],
+        num_attention_heads=shape["heads"],
+        num_key_value_heads=shape["kv_heads"],
+        num_hidden_layers=layers,
+        intermediate_size=64,
+        vocab_size=64,
+        max_position_embeddings=128,
+        tie_word_embeddings=False,
+    )
     with torch.device("meta"):
         model = Qwen2ForCausalLM(cfg)
     model = model.to_empty(device="cpu")  # uninitialised base weights: PEFT's merge never reads them
@@ -114,14 +135,22 @@ def time_peft_svd(shape: dict, p1: LoRAAdapter, p2: LoRAAdapter, layers: int) ->
                     a, b = src.modules[name]
                     mod.lora_A[ad_name].weight.copy_(a)
                     mod.lora_B[ad_name].weight.copy_(b)
-    _, secs = _timed(lambda: pm.base_model.add_weighted_adapter(["p1", "p2"], [0.5, 0.5], "merged",
-                                                                  combination_type="svd"))
+    _, secs = _timed(
+        lambda: pm.base_model.add_weighted_adapter(["p1", "p2"], [0.5, 0.5], "merged", combination_type="svd")
+    )
     merged = {}
     for name, mod in pm.base_model.model.named_modules():
         if hasattr(mod, "lora_A") and "merged" in getattr(mod, "lora_A", {}):
-            merged[name] = (mod.lora_A["merged"].weight.detach().clone(), mod.lora_B["merged"].weight.detach().clone())
-    return {"seconds": secs, "layers": layers, "peft_version": peft.__version__,
-            "merged": LoRAAdapter(merged, alpha=float(pm.peft_config["merged"].lora_alpha))}
+            merged[name] = (
+                mod.lora_A["merged"].weight.detach().clone(),
+                mod.lora_B["merged"].weight.detach().clone(),
+            )
+    return {
+        "seconds": secs,
+        "layers": layers,
+        "peft_version": peft.__version__,
+        "merged": LoRAAdapter(merged, alpha=float(pm.peft_config["merged"].lora_alpha)),
+    }
 
 
 def peft_linear_error(p1: LoRAAdapter, p2: LoRAAdapter) -> float:
@@ -147,9 +176,15 @@ def _fmt(v, f: str = ".2f") -> str:
     return "—" if v is None else format(v, f)
 
 
-def run(quick: bool = False, out: Path | None = DEFAULT_OUT, shape_name: str = "qwen2.5-coder-7b",
-        threads: int = 2, ops: list[str] | None = None, peft_layers: int | None = None,
-        dense_layers: int | None = 4) -> dict:
+def run(
+    quick: bool = False,
+    out: Path | None = DEFAULT_OUT,
+    shape_name: str = "qwen2.5-coder-7b",
+    threads: int = 2,
+    ops: list[str] | None = None,
+    peft_layers: int | None = None,
+    dense_layers: int | None = 4,
+) -> dict:
     """Time and score all operators; print a table; write JSON to `out` (None: don't write).
 
     Factored operators are timed on all layers (4 with `quick`). Dense-delta operators (X1, X6, X7, X9) and
@@ -164,8 +199,15 @@ def run(quick: bool = False, out: Path | None = DEFAULT_OUT, shape_name: str = "
         torch.set_num_threads(before)
 
 
-def _run(quick: bool, out: Path | None, shape_name: str, threads: int, ops: list[str] | None,
-         peft_layers: int | None, dense_layers: int | None) -> dict:
+def _run(
+    quick: bool,
+    out: Path | None,
+    shape_name: str,
+    threads: int,
+    ops: list[str] | None,
+    peft_layers: int | None,
+    dense_layers: int | None,
+) -> dict:
     from rich.console import Console
     from rich.table import Table
 
@@ -177,8 +219,10 @@ def _run(quick: bool, out: Path | None, shape_name: str, threads: int, ops: list
     layers = min(4, shape["layers"]) if quick else shape["layers"]
     peft_layers = peft_layers or 1
     ops = ops or list(REGISTRY)
-    console.print(f"[bold]operators bench[/]: shape {shape_name} (rank {shape['rank']}, {layers} of "
-                  f"{shape['layers']} layers timed), {threads} threads")
+    console.print(
+        f"[bold]operators bench[/]: shape {shape_name} (rank {shape['rank']}, {layers} of "
+        f"{shape['layers']} layers timed), {threads} threads"
+    )
     # warm-up: the first linalg calls pay lazy library initialisation, which is no operator's cost
     w1, w2, _ = synthetic_parents(SHAPES["tiny"], 1, seed=1)
     for name in ops:
@@ -196,18 +240,35 @@ def _run(quick: bool, out: Path | None, shape_name: str, threads: int, ops: list
         parents = ([p1] if op.arity == 1 else [p1, p2]) if not op.dense else [d1, d2]
         child, secs = _timed(lambda op=op, parents=parents: apply(op.name, parents, seed=0))
         ret = retention.retention(child, parents)
-        unrel = retention.distances(apply(op.name, [p1] if op.arity == 1 else [_subset(p1, 2), _subset(p3, 2)],
-                                          seed=0), _subset(p1, 2)) if op.arity == 2 else None
+        unrel = (
+            retention.distances(
+                apply(op.name, [p1] if op.arity == 1 else [_subset(p1, 2), _subset(p3, 2)], seed=0),
+                _subset(p1, 2),
+            )
+            if op.arity == 2
+            else None
+        )
         full_secs = secs * scale_to_full
         goal = GOAL_DENSE_S if op.dense else GOAL_S
         results[name] = {
-            "kind": op.kind, "dense": op.dense, "summary": op.summary, "defaults": op.defaults,
-            "layers_timed": timed_layers, "seconds_timed": secs, "seconds_per_child": full_secs, "goal_s": goal, "meets_goal": full_secs < goal,
+            "kind": op.kind,
+            "dense": op.dense,
+            "summary": op.summary,
+            "defaults": op.defaults,
+            "layers_timed": timed_layers,
+            "seconds_timed": secs,
+            "seconds_per_child": full_secs,
+            "goal_s": goal,
+            "meets_goal": full_secs < goal,
             "retention": {
-                "rel_fro_p1": ret["parent1"]["rel_fro"], "cos_p1": ret["parent1"]["cos"],
-                "rel_fro_p2": ret.get("parent2", {}).get("rel_fro"), "cos_p2": ret.get("parent2", {}).get("cos"),
-                "norm_ratio_p1": ret["parent1"]["norm_ratio"], "erank_child": ret["parent1"]["erank_child"],
-                "erank_p1": ret["parent1"]["erank_parent"], "overlap_left_p1": ret["parent1"]["overlap_left"],
+                "rel_fro_p1": ret["parent1"]["rel_fro"],
+                "cos_p1": ret["parent1"]["cos"],
+                "rel_fro_p2": ret.get("parent2", {}).get("rel_fro"),
+                "cos_p2": ret.get("parent2", {}).get("cos"),
+                "norm_ratio_p1": ret["parent1"]["norm_ratio"],
+                "erank_child": ret["parent1"]["erank_child"],
+                "erank_p1": ret["parent1"]["erank_parent"],
+                "overlap_left_p1": ret["parent1"]["overlap_left"],
                 "tau": ret.get("truncation_loss", {}).get("tau"),
                 "unrelated_rel_fro_p1": unrel["rel_fro"] if unrel else None,
                 "unrelated_cos_p1": unrel["cos"] if unrel else None,
@@ -224,41 +285,77 @@ def _run(quick: bool, out: Path | None, shape_name: str, threads: int, ops: list
     peft_full = peft_res["seconds"] * shape["layers"] / peft_layers
     peft = {
         "what": "peft LoraModel.add_weighted_adapter(['p1','p2'], [0.5, 0.5], combination_type='svd') "
-                "(defaults: full torch.linalg.svd per module) on a Qwen2 with the shape's per-layer dims",
-        "peft_version": peft_res["peft_version"], "layers_timed": peft_layers,
-        "seconds_timed": peft_res["seconds"], "seconds_per_child": peft_full,
-        "x5_seconds_same_layers": x5_secs, "ratio_peft_over_x5": peft_res["seconds"] / x5_secs,
+        "(defaults: full torch.linalg.svd per module) on a Qwen2 with the shape's per-layer dims",
+        "peft_version": peft_res["peft_version"],
+        "layers_timed": peft_layers,
+        "seconds_timed": peft_res["seconds"],
+        "seconds_per_child": peft_full,
+        "x5_seconds_same_layers": x5_secs,
+        "ratio_peft_over_x5": peft_res["seconds"] / x5_secs,
         "merged_delta_rel_diff_vs_x5": peft_vs_x5["rel_fro"],
         "peft_linear_factor_space_rel_error": peft_linear_error(p1, p2),
     }
     for r in results.values():
         r["peft_svd_over_this"] = peft_full / r["seconds_per_child"] if r["seconds_per_child"] > 0 else None
 
-    table = Table(title=f"Operators at {shape_name} shape (rank {shape['rank']}, {shape['layers']} layers, "
-                        f"{threads} threads); parents: siblings (cos {retention.distances(p2, p1)['cos']:.2f})")
-    for col in ("op", "s/child", "goal", "PEFT svd ×", "ρF p1", "cos p1", "cos p2", "erank c/p1", "τ", "cos unrel."):
+    table = Table(
+        title=f"Operators at {shape_name} shape (rank {shape['rank']}, {shape['layers']} layers, "
+        f"{threads} threads); parents: siblings (cos {retention.distances(p2, p1)['cos']:.2f})"
+    )
+    for col in (
+        "op",
+        "s/child",
+        "goal",
+        "PEFT svd ×",
+        "ρF p1",
+        "cos p1",
+        "cos p2",
+        "erank c/p1",
+        "τ",
+        "cos unrel.",
+    ):
         table.add_column(col, justify="right" if col != "op" else "left")
     for name, r in results.items():
         rt = r["retention"]
-        table.add_row(name, _fmt(r["seconds_per_child"]), ("<10 ΔW" if r["dense"] else "<2")
-                      + (" ✓" if r["meets_goal"] else " ✗"), _fmt(r["peft_svd_over_this"], ".1f"),
-                      _fmt(rt["rel_fro_p1"]), _fmt(rt["cos_p1"], ".3f"), _fmt(rt["cos_p2"], ".3f"),
-                      f"{rt['erank_child']:.1f}/{rt['erank_p1']:.1f}", _fmt(rt["tau"], ".3f"),
-                      _fmt(rt["unrelated_cos_p1"], ".3f"))
+        table.add_row(
+            name,
+            _fmt(r["seconds_per_child"]),
+            ("<10 ΔW" if r["dense"] else "<2") + (" ✓" if r["meets_goal"] else " ✗"),
+            _fmt(r["peft_svd_over_this"], ".1f"),
+            _fmt(rt["rel_fro_p1"]),
+            _fmt(rt["cos_p1"], ".3f"),
+            _fmt(rt["cos_p2"], ".3f"),
+            f"{rt['erank_child']:.1f}/{rt['erank_p1']:.1f}",
+            _fmt(rt["tau"], ".3f"),
+            _fmt(rt["unrelated_cos_p1"], ".3f"),
+        )
     console.print(table)
-    console.print(f"PEFT svd merge: {peft_full:.1f} s per child at {shape['layers']} layers "
-                  f"({peft_res['seconds']:.1f} s for {peft_layers} layer(s)); our X5 on the same layers "
-                  f"{x5_secs:.3f} s -> PEFT/X5 = {peft['ratio_peft_over_x5']:.0f}x; merged deltas differ by "
-                  f"{peft['merged_delta_rel_diff_vs_x5']:.1e} (rel. Frobenius). PEFT's factor-space 'linear' merge "
-                  f"is off by {peft['peft_linear_factor_space_rel_error']:.2f} from the true average.")
+    console.print(
+        f"PEFT svd merge: {peft_full:.1f} s per child at {shape['layers']} layers "
+        f"({peft_res['seconds']:.1f} s for {peft_layers} layer(s)); our X5 on the same layers "
+        f"{x5_secs:.3f} s -> PEFT/X5 = {peft['ratio_peft_over_x5']:.0f}x; merged deltas differ by "
+        f"{peft['merged_delta_rel_diff_vs_x5']:.1e} (rel. Frobenius). PEFT's factor-space 'linear' merge "
+        f"is off by {peft['peft_linear_factor_space_rel_error']:.2f} from the true average."
+    )
 
     report = {
-        "bench": "operators", "shape": shape_name, **{k: shape[k] for k in ("rank", "alpha", "hidden", "kv")},
-        "layers": shape["layers"], "layers_timed": layers, "dense_layers_timed": dense_layers, "quick": quick,
-        "threads": threads, "torch": torch.__version__, "cpu_count": os.cpu_count(),
+        "bench": "operators",
+        "shape": shape_name,
+        **{k: shape[k] for k in ("rank", "alpha", "hidden", "kv")},
+        "layers": shape["layers"],
+        "layers_timed": layers,
+        "dense_layers_timed": dense_layers,
+        "quick": quick,
+        "threads": threads,
+        "torch": torch.__version__,
+        "cpu_count": os.cpu_count(),
         "loadavg_1min_start_end": [load_start, os.getloadavg()[0]],
-        "machine": platform.machine(), "goal_s": GOAL_S, "goal_dense_s": GOAL_DENSE_S,
-        "parents_cos": retention.distances(p2, p1)["cos"], "operators": results, "peft_svd": peft,
+        "machine": platform.machine(),
+        "goal_s": GOAL_S,
+        "goal_dense_s": GOAL_DENSE_S,
+        "parents_cos": retention.distances(p2, p1)["cos"],
+        "operators": results,
+        "peft_svd": peft,
     }
     if out is not None:
         out = Path(out)
@@ -274,28 +371,37 @@ def markdown(report: dict) -> tuple[str, str]:
 
     peft = report["peft_svd"]
     ops = report["operators"]
-    head = ("| op | kind | maths (one line) | s / child | goal | PEFT svd ÷ this |\n"
-            "|---|---|---|---|---|---|\n")
+    head = (
+        "| op | kind | maths (one line) | s / child | goal | PEFT svd ÷ this |\n|---|---|---|---|---|---|\n"
+    )
     rows = []
     for name, r in ops.items():
         live = " (live)" if name in LIVE_OPERATORS else ""
         goal = ("< 10 s, dense ΔW" if r["dense"] else "< 2 s") + (" ✓" if r["meets_goal"] else " ✗")
         ratio = r.get("peft_svd_over_this")
-        rows.append(f"| {name}{live} | {r['kind']} | {r['summary'].replace('|', '∣')} | "
-                    f"{r['seconds_per_child']:.2f} | {goal} | {_fmt(ratio, '.0f')}× |")
+        rows.append(
+            f"| {name}{live} | {r['kind']} | {r['summary'].replace('|', '∣')} | "
+            f"{r['seconds_per_child']:.2f} | {goal} | {_fmt(ratio, '.0f')}× |"
+        )
     op_table = head + "\n".join(rows)
-    ret_head = ("| op | ρF vs P1 | cos vs P1 | cos vs P2 | ‖D‖ ratio | erank child / P1 | top-k overlap (U) | τ | "
-                "cos vs P1, unrelated parents |\n|---|---|---|---|---|---|---|---|---|\n")
+    ret_head = (
+        "| op | ρF vs P1 | cos vs P1 | cos vs P2 | ‖D‖ ratio | erank child / P1 | top-k overlap (U) | τ | "
+        "cos vs P1, unrelated parents |\n|---|---|---|---|---|---|---|---|---|\n"
+    )
     ret_rows = []
     for name, r in ops.items():
         rt = r["retention"]
-        ret_rows.append(f"| {name} | {_fmt(rt['rel_fro_p1'])} | {_fmt(rt['cos_p1'], '.3f')} | "
-                        f"{_fmt(rt['cos_p2'], '.3f')} | {_fmt(rt['norm_ratio_p1'])} | "
-                        f"{rt['erank_child']:.1f} / {rt['erank_p1']:.1f} | {_fmt(rt['overlap_left_p1'])} | "
-                        f"{_fmt(rt['tau'], '.3f')} | {_fmt(rt['unrelated_cos_p1'], '.3f')} |")
-    note = (f"\n\nPEFT `add_weighted_adapter(combination_type=\"svd\")`: {peft['seconds_per_child']:.0f} s per child "
-            f"({peft['seconds_timed']:.1f} s for {peft['layers_timed']} layer(s) × {report['layers']}); our X5 "
-            f"(the same maths) on the same layer(s): {peft['x5_seconds_same_layers']:.2f} s, "
-            f"**{peft['ratio_peft_over_x5']:.0f}× faster**; merged deltas agree to "
-            f"{peft['merged_delta_rel_diff_vs_x5']:.0e}.")
+        ret_rows.append(
+            f"| {name} | {_fmt(rt['rel_fro_p1'])} | {_fmt(rt['cos_p1'], '.3f')} | "
+            f"{_fmt(rt['cos_p2'], '.3f')} | {_fmt(rt['norm_ratio_p1'])} | "
+            f"{rt['erank_child']:.1f} / {rt['erank_p1']:.1f} | {_fmt(rt['overlap_left_p1'])} | "
+            f"{_fmt(rt['tau'], '.3f')} | {_fmt(rt['unrelated_cos_p1'], '.3f')} |"
+        )
+    note = (
+        f'\n\nPEFT `add_weighted_adapter(combination_type="svd")`: {peft["seconds_per_child"]:.0f} s per child '
+        f"({peft['seconds_timed']:.1f} s for {peft['layers_timed']} layer(s) × {report['layers']}); our X5 "
+        f"(the same maths) on the same layer(s): {peft['x5_seconds_same_layers']:.2f} s, "
+        f"**{peft['ratio_peft_over_x5']:.0f}× faster**; merged deltas agree to "
+        f"{peft['merged_delta_rel_diff_vs_x5']:.0e}."
+    )
     return op_table + note, ret_head + "\n".join(ret_rows)

@@ -46,7 +46,9 @@ def _list_table():
     for name, op in REGISTRY.items():
         defaults = ", ".join(f"{k}={v}" for k, v in op.defaults.items()) or "—"
         live = " *" if name in LIVE_OPERATORS else ""
-        table.add_row(name + live, op.kind + (" (dense ΔW)" if op.dense else ""), str(op.arity), defaults, op.summary)
+        table.add_row(
+            name + live, op.kind + (" (dense ΔW)" if op.dense else ""), str(op.arity), defaults, op.summary
+        )
     return table
 
 
@@ -57,7 +59,11 @@ def _retention_table(child, parents, seconds: float):
 
     rep = retention.retention(child, parents)
     tau = rep.pop("truncation_loss", {}).get("tau")
-    title = f"child vs parents ({seconds:.2f} s" + (f", truncation loss τ = {tau:.3f}" if tau is not None else "") + ")"
+    title = (
+        f"child vs parents ({seconds:.2f} s"
+        + (f", truncation loss τ = {tau:.3f}" if tau is not None else "")
+        + ")"
+    )
     table = Table(title=title)
     for col in ("vs", "rel.Fro", "cos", "norm ratio", "erank c/p", "overlap L/R"):
         table.add_column(col, justify="right" if col != "vs" else "left")
@@ -72,12 +78,17 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
     @app.command("evolve")
     def evolve(
         op: str = typer.Argument(None, help="Operator: M1-M6 (one parent), X1-X9 (two), I1, I2. See --list."),
-        parent: list[Path] = typer.Option(None, "--parent", "-p", help="PEFT LoRA folder (repeat for crossovers; "
-                                          "for X4 and I2 the first is the better parent)."),
+        parent: list[Path] = typer.Option(
+            None,
+            "--parent",
+            "-p",
+            help="PEFT LoRA folder (repeat for crossovers; for X4 and I2 the first is the better parent).",
+        ),
         out: Path = typer.Option(None, "--out", "-o", help="Folder for the child (PEFT format)."),
         seed: int = typer.Option(0, "--seed", help="Random seed: the same seed gives the same child."),
-        sets: list[str] = typer.Option(None, "--set", help="Operator parameter key=value (repeatable), "
-                                       "e.g. --set sigma=0.2."),
+        sets: list[str] = typer.Option(
+            None, "--set", help="Operator parameter key=value (repeatable), e.g. --set sigma=0.2."
+        ),
         list_ops: bool = typer.Option(False, "--list", help="List operators, parents, defaults and maths."),
     ) -> None:
         """Breed a child LoRA adapter from PEFT folders with one of the 17 weight-space operators."""
@@ -113,7 +124,9 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
             _fail(str(e))
             return
         console.print(f"[bold]{operator.name}[/] ({operator.summary})")
-        console.print(f"wrote {out}: {len(child.modules)} modules, rank {child.rank}, alpha {child.alpha:g}, seed {seed}")
+        console.print(
+            f"wrote {out}: {len(child.modules)} modules, rank {child.rank}, alpha {child.alpha:g}, seed {seed}"
+        )
         console.print(_retention_table(child, parents, secs))
 
     @bench.command("operators")

@@ -22,8 +22,10 @@ from populora.operators.registry import OperatorError, Rng, check_fraction, chec
 
 
 def _cast(a: torch.Tensor, b: torch.Tensor, like_a: torch.Tensor, like_b: torch.Tensor):
-    return (a.to(dtype=like_a.dtype, device=like_a.device).contiguous(),
-            b.to(dtype=like_b.dtype, device=like_b.device).contiguous())
+    return (
+        a.to(dtype=like_a.dtype, device=like_a.device).contiguous(),
+        b.to(dtype=like_b.dtype, device=like_b.device).contiguous(),
+    )
 
 
 def _pair(p1: LoRAAdapter, p2: LoRAAdapter, name: str):
@@ -86,7 +88,9 @@ def x1_dare(parents, rng: Rng, *, p: float = 0.5, space: str = "delta"):
     """D = 1/2 (M1 * D1 + M2 * D2) / (1 - p), M_k ~ Bernoulli(1 - p) independent per entry, then truncated SVD to rank r."""
     p = check_fraction("X1", "p", p, hi_open=True)
     if space not in ("delta", "factor"):
-        raise OperatorError(f"operator X1: space={space!r} must be 'delta' (default, gauge-invariant) or 'factor'.")
+        raise OperatorError(
+            f"operator X1: space={space!r} must be 'delta' (default, gauge-invariant) or 'factor'."
+        )
     if space == "factor":
         return _dare_factor(parents, rng, p)
     if p == 0:  # no drop: exactly task arithmetic (X5), same code path
@@ -180,7 +184,9 @@ def x3_subspace(parents, rng: Rng, *, k: int | str = "half"):
 
 
 @operator("X4", 2, "crossover")
-def x4_extrapolate(parents, rng: Rng, *, t: float = 1.5, norm_cap: float | None = 1.5, cos_gate: float | None = 0.5):
+def x4_extrapolate(
+    parents, rng: Rng, *, t: float = 1.5, norm_cap: float | None = 1.5, cos_gate: float | None = 0.5
+):
     """D = t D1 + (1 - t) D2 with t > 1, extrapolating past parent 1 (the better one) away from parent 2; X5 where cos(D1, D2) < cos_gate."""
     t = float(t)
     if norm_cap is not None:
@@ -238,11 +244,15 @@ def x7_della(parents, rng: Rng, *, density: float = 0.7, window: float = 0.14, l
     """D = lam * disjoint_mean(M_k * D_k / p_k), M_k ~ Bernoulli(p_k), p = density - window + 2 window rank_row(|D_k|)."""
     density, window = float(density), float(window)
     if not (0 < density - window and density + window <= 1 and window >= 0):
-        raise OperatorError(f"operator X7: need 0 < density - window and density + window <= 1 "
-                            f"(got density={density}, window={window}).")
+        raise OperatorError(
+            f"operator X7: need 0 < density - window and density + window <= 1 "
+            f"(got density={density}, window={window})."
+        )
 
     def merge(name, d1, d2, g):
-        return disjoint_mean([della_sample(d1, density, window, g), della_sample(d2, density, window, g)]).mul_(lam)
+        return disjoint_mean(
+            [della_sample(d1, density, window, g), della_sample(d2, density, window, g)]
+        ).mul_(lam)
 
     return _dense_merge(parents, rng, merge)
 

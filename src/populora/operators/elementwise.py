@@ -55,7 +55,9 @@ def trim_topk(d: torch.Tensor, density: float) -> torch.Tensor:
     thr = kth_largest(mag, keep)
     mask = mag > thr
     need = keep - int(mask.sum())
-    if need > 0:  # entries equal to the threshold (float32 repeats are common at 12M entries): lowest index first
+    if (
+        need > 0
+    ):  # entries equal to the threshold (float32 repeats are common at 12M entries): lowest index first
         mask[(mag == thr).nonzero().squeeze(1)[:need]] = True
     return (flat * mask).reshape(d.shape)
 

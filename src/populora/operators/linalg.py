@@ -59,8 +59,9 @@ def fsvd(b: torch.Tensor, a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, 
     return qb @ uc, s, qa @ vch.T
 
 
-def lincomb(terms: list[tuple[float, torch.Tensor, torch.Tensor]], r: int
-            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, float, float]:
+def lincomb(
+    terms: list[tuple[float, torch.Tensor, torch.Tensor]], r: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, float, float]:
     """Top-r SVD of `sum_k c_k B_k A_k` (exact before truncation).
 
     Returns (U, S, V, kept, total): `kept`/`total` are the squared Frobenius norms of the truncated and the
@@ -84,8 +85,9 @@ def sign_fix(u: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tens
     return u * signs, v * signs
 
 
-def refactor(u: torch.Tensor, s: torch.Tensor, v: torch.Tensor, r: int, gen: torch.Generator
-             ) -> tuple[torch.Tensor, torch.Tensor]:
+def refactor(
+    u: torch.Tensor, s: torch.Tensor, v: torch.Tensor, r: int, gen: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(A [r, n], B [d, r]) with `B A = U_r diag(S_r) V_r^T`, balanced (B^T B = A A^T = diag S), dead comps revived.
 
     Components are re-sorted by S (descending); fewer than r columns are padded with dead components.
@@ -110,7 +112,9 @@ def refactor(u: torch.Tensor, s: torch.Tensor, v: torch.Tensor, r: int, gen: tor
     return a, b
 
 
-def revive_rows(v_alive: torch.Tensor, k: int, n: int, gen: torch.Generator, dtype: torch.dtype) -> torch.Tensor:
+def revive_rows(
+    v_alive: torch.Tensor, k: int, n: int, gen: torch.Generator, dtype: torch.dtype
+) -> torch.Tensor:
     """k fresh A rows: random unit directions orthogonal to the live right vectors, at PEFT's init row norm.
 
     PEFT's kaiming-uniform init of A ([r, n], bound 1/sqrt(n)) gives rows of norm ~ 1/sqrt(3).
@@ -126,8 +130,9 @@ def revive_rows(v_alive: torch.Tensor, k: int, n: int, gen: torch.Generator, dty
     return (q.T / math.sqrt(3.0)).contiguous()
 
 
-def tsvd(dense: torch.Tensor, r: int, gen: torch.Generator, oversample: int = 8, power_iters: int = 2
-         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def tsvd(
+    dense: torch.Tensor, r: int, gen: torch.Generator, oversample: int = 8, power_iters: int = 2
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Top-r SVD (U, S, V) of a dense matrix: exact when small, else Halko-Martinsson-Tropp with `gen`."""
     d, n = dense.shape
     if min(d, n) <= EXACT_SVD_MAX or 4 * (r + oversample) >= min(d, n):
@@ -157,7 +162,9 @@ def inner(b1: torch.Tensor, a1: torch.Tensor, b2: torch.Tensor, a2: torch.Tensor
     return float(((b1.T @ b2) * (a1 @ a2.T)).sum())
 
 
-def gram3(b1: torch.Tensor, a1: torch.Tensor, b2: torch.Tensor, a2: torch.Tensor) -> tuple[float, float, float]:
+def gram3(
+    b1: torch.Tensor, a1: torch.Tensor, b2: torch.Tensor, a2: torch.Tensor
+) -> tuple[float, float, float]:
     """(||B1 A1||^2, ||B2 A2||^2, <B1 A1, B2 A2>) in fp64 with one conversion per factor."""
     b1, a1, b2, a2 = (t.double() for t in (b1, a1, b2, a2))
     bt = torch.cat([b1, b2], dim=1)

@@ -16,8 +16,10 @@ from populora.operators.registry import Rng, check_fraction, check_nonneg, opera
 
 
 def _cast(a: torch.Tensor, b: torch.Tensor, like_a: torch.Tensor, like_b: torch.Tensor):
-    return (a.to(dtype=like_a.dtype, device=like_a.device).contiguous(),
-            b.to(dtype=like_b.dtype, device=like_b.device).contiguous())
+    return (
+        a.to(dtype=like_a.dtype, device=like_a.device).contiguous(),
+        b.to(dtype=like_b.dtype, device=like_b.device).contiguous(),
+    )
 
 
 def _randn(shape, gen: torch.Generator, like: torch.Tensor) -> torch.Tensor:
@@ -67,7 +69,9 @@ def _gaussian(p, rng: Rng, names: set[str], eps: float, canonicalize: bool):
         g = rng.gen(name)
         cd = compute_dtype(a0)
         a, b = a0.to(cd), b0.to(cd)
-        if canonicalize:  # noise relative to std(T) depends on the gauge; the balanced form makes A, B comparable
+        if (
+            canonicalize
+        ):  # noise relative to std(T) depends on the gauge; the balanced form makes A, B comparable
             u, s, v = fsvd(b, a)
             a, b = refactor(u, s, v, p.rank, g)
         noisy = []
@@ -83,7 +87,9 @@ def _gaussian(p, rng: Rng, names: set[str], eps: float, canonicalize: bool):
 
 
 @operator("M2", 1, "mutation")
-def m2_layer_gaussian(parents, rng: Rng, *, fraction: float = 0.33, eps: float = 0.1, canonicalize: bool = True):
+def m2_layer_gaussian(
+    parents, rng: Rng, *, fraction: float = 0.33, eps: float = 0.1, canonicalize: bool = True
+):
     """T += eps * std(T) * N(0, 1) for T in {A, B} of max(1, round(fraction * M)) slots chosen without replacement; the rest copied."""
     check_fraction("M2", "fraction", fraction)
     eps = check_nonneg("M2", "eps", eps)
@@ -163,4 +169,3 @@ def m6_rank_perturb(parents, rng: Rng, *, jitter: float = 0.05, compensate: bool
         out[name] = _cast(a, b, a0, b0)
         kept[name] = b_keep
     return out, {"kept_rank": kept}
-

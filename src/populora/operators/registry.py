@@ -72,8 +72,10 @@ def _check_parents(name: str, arity: int, parents: Sequence[LoRAAdapter]) -> lis
             raise OperatorError(f"operator {name}: parent {i} is a {type(p).__name__}, not a LoRAAdapter.")
         for mod, (a, b) in p.modules.items():
             if not _all_finite(a) or not _all_finite(b):
-                raise AdapterError(f"operator {name}: parent {i} module {mod!r} contains NaN or Inf; "
-                                   "refusing to breed from a broken adapter.")
+                raise AdapterError(
+                    f"operator {name}: parent {i} module {mod!r} contains NaN or Inf; "
+                    "refusing to breed from a broken adapter."
+                )
     for p in parents[1:]:
         parents[0].check_compatible(p)
     return parents
@@ -85,7 +87,9 @@ def _child_metadata(name: str, seed: int, params: dict, parents: list[LoRAAdapte
         if key in parents[0].metadata:
             meta[key] = parents[0].metadata[key]
     meta["lineage"] = {
-        "operator": name, "seed": seed, "params": dict(params),
+        "operator": name,
+        "seed": seed,
+        "params": dict(params),
         "parents": [p.metadata.get("source") for p in parents],
     }
     meta["info"] = info
@@ -97,7 +101,9 @@ def operator(name: str, arity: int, kind: str, dense: bool = False):
 
     def deco(impl):
         sig = inspect.signature(impl)
-        defaults = {k: p.default for k, p in sig.parameters.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}
+        defaults = {
+            k: p.default for k, p in sig.parameters.items() if p.kind is inspect.Parameter.KEYWORD_ONLY
+        }
         summary = (impl.__doc__ or "").strip().splitlines()[0]
 
         @functools.wraps(impl)
@@ -113,12 +119,14 @@ def operator(name: str, arity: int, kind: str, dense: bool = False):
             # dense ones manage threads themselves (big GEMMs parallel, small factorizations single)
             with nullcontext() if dense else threads(1):
                 modules, info = impl(ps, Rng(name, seed), **merged)
-            child = LoRAAdapter(modules=modules, alpha=ps[0].alpha,
-                                metadata=_child_metadata(name, seed, merged, ps, info))
+            child = LoRAAdapter(
+                modules=modules, alpha=ps[0].alpha, metadata=_child_metadata(name, seed, merged, ps, info)
+            )
             return child
 
-        REGISTRY[name] = Operator(name=name, arity=arity, fn=fn, defaults=defaults, kind=kind, summary=summary,
-                                  dense=dense)
+        REGISTRY[name] = Operator(
+            name=name, arity=arity, fn=fn, defaults=defaults, kind=kind, summary=summary, dense=dense
+        )
         return fn
 
     return deco

@@ -25,12 +25,21 @@ from populora.pretrain.tasks_render import TEMPLATE, TasksRenderer
 TASKS = ("code_i", "code_o", "code_f")
 DEFAULT_OUT = Path("bench/results/tiny_model.json")
 EVAL_SEED = 20_261_130  # disjoint from the corpus seeds (0.. and seed + 1_000_003)
-MAX_NEW = {"teacher": {"code_i": 200, "code_o": 200, "code_f": 256}, "student": {"code_i": 64, "code_o": 64,
-                                                                              "code_f": 160}}
+MAX_NEW = {
+    "teacher": {"code_i": 200, "code_o": 200, "code_f": 256},
+    "student": {"code_i": 64, "code_o": 64, "code_f": 160},
+}
 
 
-def generate(model, tok, prompts: list[str], max_new_tokens: int, temperature: float, batch_size: int = 16,
-             seed: int = 0) -> list[str]:
+def generate(
+    model,
+    tok,
+    prompts: list[str],
+    max_new_tokens: int,
+    temperature: float,
+    batch_size: int = 16,
+    seed: int = 0,
+) -> list[str]:
     """Plain transformers generation (left padding), texts of the new tokens in prompt order."""
     import torch
 
@@ -38,15 +47,23 @@ def generate(model, tok, prompts: list[str], max_new_tokens: int, temperature: f
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
     texts: list[str] = [""] * len(prompts)
     for s in range(0, len(order), batch_size):
-        idx = order[s: s + batch_size]
+        idx = order[s : s + batch_size]
         enc = tok([prompts[i] for i in idx], return_tensors="pt", padding=True, add_special_tokens=False)
-        kw = dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0) if temperature > 0 else \
-            dict(do_sample=False)
+        kw = (
+            dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0)
+            if temperature > 0
+            else dict(do_sample=False)
+        )
         with torch.no_grad():
-            out = model.generate(**enc, max_new_tokens=max_new_tokens, pad_token_id=tok.pad_token_id,
-                                 eos_token_id=tok.eos_token_id, **kw)
+            out = model.generate(
+                **enc,
+                max_new_tokens=max_new_tokens,
+                pad_token_id=tok.pad_token_id,
+                eos_token_id=tok.eos_token_id,
+                **kw,
+            )
         for j, i in enumerate(idx):
-            texts[i] = tok.decode(out[j, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+            texts[i] = tok.decode(out[j, enc["input_ids"].shape[1] :], skip_special_tokens=True)
     return texts
 
 
@@ -60,14 +77,27 @@ def _problems(n: int, k_refs: int, seed: int, names: str = "simple"):
     for name in TASKS:
         task = get(name)
         if name == "code_f":
-            problems = [r.problem_f(p.code, pairs, p.message) for p, pairs in (sample_code_f(rng, names=names) for _ in range(n))]
-            teacher = [(task.teacher_prompt(sample_triplet(rng, names).program, template=TEMPLATE), None)
-                       for _ in range(n)]
+            problems = [
+                r.problem_f(p.code, pairs, p.message)
+                for p, pairs in (sample_code_f(rng, names=names) for _ in range(n))
+            ]
+            teacher = [
+                (task.teacher_prompt(sample_triplet(rng, names).program, template=TEMPLATE), None)
+                for _ in range(n)
+            ]
             teacher = [(p, p.split("```python\n", 1)[1].split("\n```", 1)[0]) for p, _ in teacher]
         else:
             problems = [r.problem_io(name, sample_triplet(rng, names)) for _ in range(n)]
-            teacher = [(task.teacher_prompt([r.problem_io(name, sample_triplet(rng, names)) for _ in range(k_refs)],
-                                            template=TEMPLATE), None) for _ in range(n)]
+            teacher = [
+                (
+                    task.teacher_prompt(
+                        [r.problem_io(name, sample_triplet(rng, names)) for _ in range(k_refs)],
+                        template=TEMPLATE,
+                    ),
+                    None,
+                )
+                for _ in range(n)
+            ]
         out[name] = (problems, teacher)
     return out
 
@@ -80,8 +110,15 @@ def _trivial(name: str, problem) -> str:
     return "def f(*args):\n    return args[0]"
 
 
-def run(quick: bool = False, out: Path | None = None, model: Path | None = None, n: int | None = None,
-        k_refs: int = 2, seed: int = EVAL_SEED, names: str = "simple") -> dict:
+def run(
+    quick: bool = False,
+    out: Path | None = None,
+    model: Path | None = None,
+    n: int | None = None,
+    k_refs: int = 2,
+    seed: int = EVAL_SEED,
+    names: str = "simple",
+) -> dict:
     from populora.sandbox import Sandbox
 
     # Sandbox workers start before torch is imported (DESIGN.md §6).
@@ -104,8 +141,15 @@ def _run(sb, quick, out, model_dir, n, k_refs, seed, names) -> dict:
     model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
     tok = AutoTokenizer.from_pretrained(model_dir)
     data = _problems(n, k_refs, seed, names)
-    results: dict = {"model": str(model_dir), "n_per_cell": n, "k_refs": k_refs, "template": TEMPLATE,
-                     "seed": seed, "names": names, "tasks": {}}
+    results: dict = {
+        "model": str(model_dir),
+        "n_per_cell": n,
+        "k_refs": k_refs,
+        "template": TEMPLATE,
+        "seed": seed,
+        "names": names,
+        "tasks": {},
+    }
     t0 = time.time()
     for name in TASKS:
         task = get(name)
@@ -113,13 +157,19 @@ def _run(sb, quick, out, model_dir, n, k_refs, seed, names) -> dict:
         row: dict = {}
         # Gold completion lengths (tokens): what max_new_tokens must allow for a perfect answer.
         gold_s = [task.render_answer(task.gold_answer(p), template=TEMPLATE) for p in problems]
-        gold_t = [task.render_proposal(p.program, list(p.inputs), p.message, template=TEMPLATE) for p in problems]
+        gold_t = [
+            task.render_proposal(p.program, list(p.inputs), p.message, template=TEMPLATE) for p in problems
+        ]
         for role, golds in (("student", gold_s), ("teacher", gold_t)):
             lens = sorted(len(tok(g, add_special_tokens=False)["input_ids"]) + 1 for g in golds)
             row[f"{role}_gold_tokens_p50"] = lens[len(lens) // 2]
             row[f"{role}_gold_tokens_p95"] = lens[min(len(lens) - 1, int(0.95 * len(lens)))]
-        triv = [task.score(p, [task.parse_answer(task.render_answer(_trivial(name, p), template=TEMPLATE))], sb)[0]
-                for p in problems]
+        triv = [
+            task.score(p, [task.parse_answer(task.render_answer(_trivial(name, p), template=TEMPLATE))], sb)[
+                0
+            ]
+            for p in problems
+        ]
         row["trivial_student_accuracy"] = sum(triv) / len(problems)
         gold = [task.score(p, [task.parse_answer(g)], sb)[0] for p, g in zip(problems, gold_s, strict=True)]
         row["gold_student_accuracy"] = sum(gold) / len(problems)  # the pipeline's own check: must be 1.0
@@ -132,46 +182,77 @@ def _run(sb, quick, out, model_dir, n, k_refs, seed, names) -> dict:
             row[f"student_format_{key}"] = sum(bool(a) for a in answers) / n
             row[f"student_accuracy_{key}"] = sum(correct) / n
             texts = generate(model, tok, [p for p, _ in teacher], MAX_NEW["teacher"][name], temp, seed=seed)
-            props = [task.parse_proposal(t, program=prog) if name == "code_f" else task.parse_proposal(t)
-                     for t, (_, prog) in zip(texts, teacher, strict=True)]
+            props = [
+                task.parse_proposal(t, program=prog) if name == "code_f" else task.parse_proposal(t)
+                for t, (_, prog) in zip(texts, teacher, strict=True)
+            ]
             parsed = [p for p in props if isinstance(p, Proposal)]
             valid = [v for v in task.validate(parsed, sb) if isinstance(v, Problem)] if parsed else []
             row[f"teacher_format_{key}"] = len(parsed) / n
             row[f"teacher_valid_{key}"] = len(valid) / n
             row[f"teacher_distinct_valid_{key}"] = len({(v.program, v.inputs) for v in valid})
             if name != "code_f" and valid:
-                row[f"teacher_example_{key}"] = {"program": valid[0].program, "input": valid[0].inputs[0],
-                                                 "output": valid[0].outputs[0]}
+                row[f"teacher_example_{key}"] = {
+                    "program": valid[0].program,
+                    "input": valid[0].inputs[0],
+                    "output": valid[0].outputs[0],
+                }
         results["tasks"][name] = row
     results["seconds"] = round(time.time() - t0, 1)
     info = model_dir / "pretrain_info.json"
     if info.exists():
         i = json.loads(info.read_text())
-        results["pretrain"] = {k: i.get(k) for k in ("seed", "steps", "tokens_seen", "final_train_loss",
-                                                     "val_completion_loss", "parameters", "train_seconds")}
+        results["pretrain"] = {
+            k: i.get(k)
+            for k in (
+                "seed",
+                "steps",
+                "tokens_seen",
+                "final_train_loss",
+                "val_completion_loss",
+                "parameters",
+                "train_seconds",
+            )
+        }
         phases = [*i.get("history", []), i]  # runs continued with --init-from, oldest first
         results["pretrain"]["phases"] = len(phases)
         for k in ("steps", "tokens_seen", "train_seconds"):
             results["pretrain"][f"total_{k}"] = round(sum(p.get(k, 0) for p in phases), 1)
     summary = {}
     for key in ("greedy", "t1"):
-        summary[f"teacher_valid_{key}"] = statistics.mean(results["tasks"][t][f"teacher_valid_{key}"] for t in TASKS)
+        summary[f"teacher_valid_{key}"] = statistics.mean(
+            results["tasks"][t][f"teacher_valid_{key}"] for t in TASKS
+        )
         summary[f"student_accuracy_{key}"] = statistics.mean(
-            results["tasks"][t][f"student_accuracy_{key}"] for t in TASKS)
+            results["tasks"][t][f"student_accuracy_{key}"] for t in TASKS
+        )
     summary["trivial_student_accuracy"] = statistics.mean(
-        results["tasks"][t]["trivial_student_accuracy"] for t in TASKS)
+        results["tasks"][t]["trivial_student_accuracy"] for t in TASKS
+    )
     results["summary"] = summary
 
     table = Table(title=f"tiny model abilities ({n} held-out problems per cell, K={k_refs} refs, compact)")
-    for col in ("task", "teacher valid (greedy)", "teacher valid (T=1)", "student acc (greedy)",
-                "student acc (T=1)", "trivial answerer acc", "gold tokens s/t p95"):
+    for col in (
+        "task",
+        "teacher valid (greedy)",
+        "teacher valid (T=1)",
+        "student acc (greedy)",
+        "student acc (T=1)",
+        "trivial answerer acc",
+        "gold tokens s/t p95",
+    ):
         table.add_column(col)
     for t in TASKS:
         row = results["tasks"][t]
-        table.add_row(t, f"{row['teacher_valid_greedy']:.0%}", f"{row['teacher_valid_t1']:.0%}",
-                      f"{row['student_accuracy_greedy']:.0%}", f"{row['student_accuracy_t1']:.0%}",
-                      f"{row['trivial_student_accuracy']:.0%}",
-                      f"{row['student_gold_tokens_p95']}/{row['teacher_gold_tokens_p95']}")
+        table.add_row(
+            t,
+            f"{row['teacher_valid_greedy']:.0%}",
+            f"{row['teacher_valid_t1']:.0%}",
+            f"{row['student_accuracy_greedy']:.0%}",
+            f"{row['student_accuracy_t1']:.0%}",
+            f"{row['trivial_student_accuracy']:.0%}",
+            f"{row['student_gold_tokens_p95']}/{row['teacher_gold_tokens_p95']}",
+        )
     Console().print(table)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2) + "\n")

@@ -12,9 +12,13 @@ ASSET_DIR = Path(__file__).resolve().parents[1] / "assets" / "tiny-coder"
 def register(app: typer.Typer, bench: typer.Typer) -> None:
     @app.command("pretrain-tiny")
     def pretrain_tiny(
-        out: Path = typer.Option(ASSET_DIR, "--out", help="Folder to write the model to (a standard HF folder)."),
+        out: Path = typer.Option(
+            ASSET_DIR, "--out", help="Folder to write the model to (a standard HF folder)."
+        ),
         seed: int = typer.Option(0, "--seed", help="Seed for the corpus, the data order and the init."),
-        minutes: float = typer.Option(18.0, "--minutes", help="Wall-clock training budget (ignored with --steps)."),
+        minutes: float = typer.Option(
+            18.0, "--minutes", help="Wall-clock training budget (ignored with --steps)."
+        ),
         steps: int | None = typer.Option(None, "--steps", help="Exact number of steps (reproducible runs)."),
         examples: int = typer.Option(12000, "--examples", help="Corpus size in examples."),
         hidden: int = typer.Option(256, "--hidden", help="Hidden size."),
@@ -25,14 +29,19 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         seq_len: int = typer.Option(512, "--seq-len", help="Training row length in tokens."),
         batch_size: int = typer.Option(4, "--batch-size", help="Rows per step."),
         lr: float = typer.Option(2e-3, "--lr", help="Peak learning rate."),
-        threads: int = typer.Option(2, "--threads", help="torch threads (2 is best for training on 2 cores)."),
+        threads: int = typer.Option(
+            2, "--threads", help="torch threads (2 is best for training on 2 cores)."
+        ),
         quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
-        init_from: Path | None = typer.Option(None, "--init-from",
-                                              help="Continue training this model folder (its tokenizer "
-                                                   "and weights); use a new --seed."),
+        init_from: Path | None = typer.Option(
+            None,
+            "--init-from",
+            help="Continue training this model folder (its tokenizer and weights); use a new --seed.",
+        ),
         warmup: int = typer.Option(20, "--warmup", help="Warm-up steps."),
-        names: str = typer.Option("simple", "--names",
-                                  help="Variable names in the generated programs: simple | varied."),
+        names: str = typer.Option(
+            "simple", "--names", help="Variable names in the generated programs: simple | varied."
+        ),
     ) -> None:
         """Generate the synthetic corpus, train tokenizer and model, and write the tiny model folder."""
         from rich.console import Console
@@ -57,25 +66,45 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         if out.exists() and not out.is_dir():
             typer.echo(f"error: --out {out} exists and is not a folder; choose another path", err=True)
             raise typer.Exit(2)
-        cfg = PretrainConfig(seed=seed, minutes=minutes, steps=steps, n_examples=examples, hidden_size=hidden,
-                             num_layers=layers, intermediate_size=intermediate, num_heads=heads,
-                             num_kv_heads=heads, vocab_size=vocab, seq_len=seq_len, batch_size=batch_size,
-                             lr=lr, threads=threads, warmup_steps=warmup,
-                             init_from=str(init_from) if init_from else None, names=names)
+        cfg = PretrainConfig(
+            seed=seed,
+            minutes=minutes,
+            steps=steps,
+            n_examples=examples,
+            hidden_size=hidden,
+            num_layers=layers,
+            intermediate_size=intermediate,
+            num_heads=heads,
+            num_kv_heads=heads,
+            vocab_size=vocab,
+            seq_len=seq_len,
+            batch_size=batch_size,
+            lr=lr,
+            threads=threads,
+            warmup_steps=warmup,
+            init_from=str(init_from) if init_from else None,
+            names=names,
+        )
         info = pretrain(cfg, out, progress=not quiet)
-        Console().print(f"wrote {out}: {info['steps']} steps, final loss {info['final_train_loss']}, "
-                        f"val completion loss {info['val_completion_loss']}, {info['parameters']:,} parameters")
+        Console().print(
+            f"wrote {out}: {info['steps']} steps, final loss {info['final_train_loss']}, "
+            f"val completion loss {info['val_completion_loss']}, {info['parameters']:,} parameters"
+        )
 
     @bench.command("tiny-model")
     def bench_tiny_model(
         quick: bool = typer.Option(False, "--quick", help="Fewer problems."),
-        out: Path | None = typer.Option(None, "--out", help="JSON path (default bench/results/tiny_model.json)."),
+        out: Path | None = typer.Option(
+            None, "--out", help="JSON path (default bench/results/tiny_model.json)."
+        ),
         model: Path = typer.Option(ASSET_DIR, "--model", help="Model folder to measure."),
     ) -> None:
         """Valid-proposal rate and student accuracy of the tiny model per task type."""
         from populora.pretrain.bench import run
 
         if not (model / "config.json").exists():
-            typer.echo(f"error: no model at {model}; run `populora pretrain-tiny --out {model}` first", err=True)
+            typer.echo(
+                f"error: no model at {model}; run `populora pretrain-tiny --out {model}` first", err=True
+            )
             raise typer.Exit(2)
         run(quick=quick, out=out, model=model)

@@ -41,8 +41,14 @@ def program_text(tr: Triplet, pairs: list[tuple[str, str]] | None = None) -> str
     return tr.program + "\n" + "".join(f"# f({i}) == {o}\n" for i, o in pairs)
 
 
-def iter_examples(seed: int, renderer, k_refs: tuple[int, int] = (2, 6), n_inputs: int = 10,
-                  mix: dict[str, float] | None = None, names: str = "varied") -> Iterator[Example]:
+def iter_examples(
+    seed: int,
+    renderer,
+    k_refs: tuple[int, int] = (2, 6),
+    n_inputs: int = 10,
+    mix: dict[str, float] | None = None,
+    names: str = "varied",
+) -> Iterator[Example]:
     """An endless, seeded stream of examples. Same seed and renderer -> same stream."""
     rng = random.Random(seed)
     mix = mix or MIX

@@ -60,8 +60,31 @@ RESULT_NAMES = {
     "dict": ["freq", "mapping", "index", "seen"],
     "bool": ["ok", "flag", "found"],
 }
-WORDS = ["apple", "hello", "world", "abc", "banana", "code", "xyz", "level", "moon", "data", "tree",
-         "python", "zebra", "cat", "dog", "sun", "kiwi", "radar", "queue", "a", "bb", "noon", "star"]
+WORDS = [
+    "apple",
+    "hello",
+    "world",
+    "abc",
+    "banana",
+    "code",
+    "xyz",
+    "level",
+    "moon",
+    "data",
+    "tree",
+    "python",
+    "zebra",
+    "cat",
+    "dog",
+    "sun",
+    "kiwi",
+    "radar",
+    "queue",
+    "a",
+    "bb",
+    "noon",
+    "star",
+]
 LETTERS = "abcdexyz"
 
 
@@ -166,14 +189,28 @@ def _int_expr(b: _Builder, depth: int) -> str:
 def _cond_on_int(b: _Builder, var: str) -> str:
     rng = b.rng
     k = rng.randint(2, 5)
-    return rng.choice([f"{var} % 2 == 0", f"{var} % {k} == 1", f"{var} > {rng.randint(0, 9)}",
-                       f"{var} < {rng.randint(1, 9)}", f"{var} != {rng.randint(0, 5)}"])
+    return rng.choice(
+        [
+            f"{var} % 2 == 0",
+            f"{var} % {k} == 1",
+            f"{var} > {rng.randint(0, 9)}",
+            f"{var} < {rng.randint(1, 9)}",
+            f"{var} != {rng.randint(0, 5)}",
+        ]
+    )
 
 
 def _cond_on_char(b: _Builder, var: str) -> str:
     rng = b.rng
-    return rng.choice([f"{var} in 'aeiou'", f"{var} not in 'aeiou'", f"{var} == '{rng.choice(LETTERS)}'",
-                       f"{var} < '{rng.choice('dmn')}'", f"{var}.isalpha()"])
+    return rng.choice(
+        [
+            f"{var} in 'aeiou'",
+            f"{var} not in 'aeiou'",
+            f"{var} == '{rng.choice(LETTERS)}'",
+            f"{var} < '{rng.choice('dmn')}'",
+            f"{var}.isalpha()",
+        ]
+    )
 
 
 # Each statement maker appends lines binding one new variable, or returns False when it does not apply.
@@ -209,14 +246,19 @@ def _st_str_expr(b: _Builder) -> bool:
         if other:
             options.append((f"{s} + {other[0]}", "concatenation"))
         if n:
-            options += [(f"{s} * ({n} % 3 + 1)", "repetition"), (f"{s}[{n} % 4:]", "slicing"),
-                        (f"{s} + str({n})", "str conversion")]
+            options += [
+                (f"{s} * ({n} % 3 + 1)", "repetition"),
+                (f"{s}[{n} % 4:]", "slicing"),
+                (f"{s} + str({n})", "str conversion"),
+            ]
     if n:
         options.append((f"str({n} * {rng.randint(2, 9)})", "str conversion"))
     if strs:
-        options += [(f"'{rng.choice(' -,')}'.join({strs})", "join"),
-                    (f"''.join(w[0] for w in {strs} if w)", "join"),
-                    (f"max({strs}, key=len) if {strs} else ''", "max")]
+        options += [
+            (f"'{rng.choice(' -,')}'.join({strs})", "join"),
+            (f"''.join(w[0] for w in {strs} if w)", "join"),
+            (f"max({strs}, key=len) if {strs} else ''", "max"),
+        ]
     if not options:
         return False
     expr, op = rng.choice(options)
@@ -254,8 +296,10 @@ def _st_list_expr(b: _Builder) -> bool:
             options.append((f"{xs}[:{n} % 5 + 1]", "slicing"))
     if s:
         c = rng.choice(["c", "ch"])
-        options += [(f"[ord({c}) % {rng.randint(5, 12)} for {c} in {s}]", "ord"),
-                    (f"[i for i, {c} in enumerate({s}) if {_cond_on_char(b, c)}]", "enumerate")]
+        options += [
+            (f"[ord({c}) % {rng.randint(5, 12)} for {c} in {s}]", "ord"),
+            (f"[i for i, {c} in enumerate({s}) if {_cond_on_char(b, c)}]", "enumerate"),
+        ]
     if n:
         options.append((f"list(range({n} % 6 + 1))", "range"))
         options.append((f"[i * i for i in range({n} % 5 + 2)]", "squares"))
@@ -277,9 +321,12 @@ def _st_strs_expr(b: _Builder) -> bool:
     if s:
         options += [(f"{s}.split('{rng.choice('aeo')}')", "split"), (f"list({s})", "list conversion")]
     if strs:
-        options += [(f"sorted({strs})", "sorting"), (f"[w.upper() for w in {strs}]", "upper"),
-                    (f"[w for w in {strs} if len(w) > {rng.randint(2, 4)}]", "filtering"),
-                    (f"[w[::-1] for w in {strs}]", "reverse")]
+        options += [
+            (f"sorted({strs})", "sorting"),
+            (f"[w.upper() for w in {strs}]", "upper"),
+            (f"[w for w in {strs} if len(w) > {rng.randint(2, 4)}]", "filtering"),
+            (f"[w[::-1] for w in {strs}]", "reverse"),
+        ]
     if not options:
         return False
     expr, op = rng.choice(options)
@@ -299,16 +346,31 @@ def _st_dict(b: _Builder) -> bool:
     name = b.fresh("dict")
     options: list[tuple[list[str], str]] = []
     if s:
-        options.append(([f"{name} = {{}}", f"for c in {s}:", f"    {name}[c] = {name}.get(c, 0) + 1"],
-                        "counting"))
+        options.append(
+            ([f"{name} = {{}}", f"for c in {s}:", f"    {name}[c] = {name}.get(c, 0) + 1"], "counting")
+        )
     if xs:
-        options.append(([f"{name} = {{}}", f"for i, v in enumerate({xs}):",
-                         f"    {name}[str(v % {rng.randint(2, 4)})] = i"], "dict"))
+        options.append(
+            (
+                [
+                    f"{name} = {{}}",
+                    f"for i, v in enumerate({xs}):",
+                    f"    {name}[str(v % {rng.randint(2, 4)})] = i",
+                ],
+                "dict",
+            )
+        )
     if strs:
         options.append(([f"{name} = {{w: len(w) for w in {strs}}}"], "dict comprehension"))
     if d:
-        options.append(([f"{name} = {{k: v * {rng.randint(2, 5)} for k, v in {d}.items() if v > {rng.randint(0, 4)}}}"],
-                        "dict comprehension"))
+        options.append(
+            (
+                [
+                    f"{name} = {{k: v * {rng.randint(2, 5)} for k, v in {d}.items() if v > {rng.randint(0, 4)}}}"
+                ],
+                "dict comprehension",
+            )
+        )
     if not options:
         b.used.discard(name)
         return False
@@ -324,11 +386,14 @@ def _st_dict_reduce(b: _Builder) -> bool:
     d = b.pick("dict")
     if not d:
         return False
-    options = [(f"sum({d}.values())", "int", "sum"), (f"sorted({d})", "strs", "sorting"),
-               (f"max({d}.values()) if {d} else 0", "int", "max"),
-               (f"''.join(k * v for k, v in sorted({d}.items()))", "str", "join"),
-               (f"[k for k in sorted({d}) if {d}[k] % 2 == {rng.randint(0, 1)}]", "strs", "filtering"),
-               (f"{d}.get('{rng.choice('abcx')}', {rng.randint(0, 3)})", "int", "lookup")]
+    options = [
+        (f"sum({d}.values())", "int", "sum"),
+        (f"sorted({d})", "strs", "sorting"),
+        (f"max({d}.values()) if {d} else 0", "int", "max"),
+        (f"''.join(k * v for k, v in sorted({d}.items()))", "str", "join"),
+        (f"[k for k in sorted({d}) if {d}[k] % 2 == {rng.randint(0, 1)}]", "strs", "filtering"),
+        (f"{d}.get('{rng.choice('abcx')}', {rng.randint(0, 3)})", "int", "lookup"),
+    ]
     expr, typ, op = rng.choice(options)
     b.ops.append(op)
     name = b.fresh(typ)
@@ -356,8 +421,12 @@ def _st_loop_int(b: _Builder) -> bool:
         b.env.pop()
         lines = [f"{acc} = {init}", f"for {v} in {xs}:"]
         if rng.random() < 0.6:
-            lines += [f"    if {cond}:", f"        {acc} += {upd_a}", "    else:",
-                      f"        {acc} {rng.choice(['-=', '+='])} {upd_b}"]
+            lines += [
+                f"    if {cond}:",
+                f"        {acc} += {upd_a}",
+                "    else:",
+                f"        {acc} {rng.choice(['-=', '+='])} {upd_b}",
+            ]
             b.ops += ["loop", "conditional"]
         else:
             lines += [f"    {acc} = {acc} {rng.choice(['+', '-', '*'])} {upd_a}"]
@@ -366,8 +435,12 @@ def _st_loop_int(b: _Builder) -> bool:
             b.ops.append("loop")
     else:
         c = rng.choice(["c", "ch"])
-        lines = [f"{acc} = {init}", f"for {c} in {s}:", f"    if {_cond_on_char(b, c)}:",
-                 f"        {acc} += {rng.randint(1, 3)}"]
+        lines = [
+            f"{acc} = {init}",
+            f"for {c} in {s}:",
+            f"    if {_cond_on_char(b, c)}:",
+            f"        {acc} += {rng.randint(1, 3)}",
+        ]
         if rng.random() < 0.5:
             lines += ["    else:", f"        {acc} -= 1"]
         b.ops += ["loop", "counting"]
@@ -387,11 +460,23 @@ def _st_loop_str(b: _Builder) -> bool:
         c = rng.choice(["c", "ch"])
         then = rng.choice([f"{out} += {c}.upper()", f"{out} = {c} + {out}", f"{out} += {c} * 2"])
         other = rng.choice([f"{out} += {c}", f"{out} = {out} + '{rng.choice(LETTERS)}'", "continue"])
-        lines = [f"{out} = ''", f"for {c} in {s}:", f"    if {_cond_on_char(b, c)}:", f"        {then}",
-                 "    else:", f"        {other}"]
+        lines = [
+            f"{out} = ''",
+            f"for {c} in {s}:",
+            f"    if {_cond_on_char(b, c)}:",
+            f"        {then}",
+            "    else:",
+            f"        {other}",
+        ]
     else:
-        lines = [f"{out} = ''", f"for w in {strs}:", f"    if len(w) > {rng.randint(2, 4)}:",
-                 f"        {out} += w[0]", "    else:", f"        {out} += w[-1].upper()"]
+        lines = [
+            f"{out} = ''",
+            f"for w in {strs}:",
+            f"    if len(w) > {rng.randint(2, 4)}:",
+            f"        {out} += w[0]",
+            "    else:",
+            f"        {out} += w[-1].upper()",
+        ]
     b.ops += ["loop", "string building"]
     b.lines += lines
     b.bind(out, "str")
@@ -414,8 +499,11 @@ def _st_loop_list(b: _Builder) -> bool:
         lines += [f"    if {ys} and {ys}[-1] == {v}:", "        continue", f"    {ys}.append({v})"]
         b.ops += ["loop", "deduplication"]
     else:
-        lines += [f"    {ys}.insert(0, {v} * {rng.randint(1, 3)})" if rng.random() < 0.5
-                  else f"    {ys}.append({v} + ({ys}[-1] if {ys} else 0))"]
+        lines += [
+            f"    {ys}.insert(0, {v} * {rng.randint(1, 3)})"
+            if rng.random() < 0.5
+            else f"    {ys}.append({v} + ({ys}[-1] if {ys} else 0))"
+        ]
         b.ops += ["loop", "running values"]
     b.lines += lines
     b.bind(ys, "list")
@@ -429,10 +517,20 @@ def _st_while(b: _Builder) -> bool:
         return False
     cnt = b.fresh("int")
     cur = b.fresh("int")
-    step = rng.choice([f"{cur} //= {rng.randint(2, 3)}", f"{cur} -= {rng.randint(2, 5)}",
-                       f"{cur} = {cur} // 2 if {cur} % 2 == 0 else {cur} - 1"])
-    lines = [f"{cur} = abs({n})", f"{cnt} = 0", f"while {cur} > {rng.randint(0, 2)} and {cnt} < 50:",
-             f"    {step}", f"    {cnt} += {rng.choice(['1', '1', '2', cur])}"]
+    step = rng.choice(
+        [
+            f"{cur} //= {rng.randint(2, 3)}",
+            f"{cur} -= {rng.randint(2, 5)}",
+            f"{cur} = {cur} // 2 if {cur} % 2 == 0 else {cur} - 1",
+        ]
+    )
+    lines = [
+        f"{cur} = abs({n})",
+        f"{cnt} = 0",
+        f"while {cur} > {rng.randint(0, 2)} and {cnt} < 50:",
+        f"    {step}",
+        f"    {cnt} += {rng.choice(['1', '1', '2', cur])}",
+    ]
     b.ops += ["while loop"]
     b.lines += lines
     b.bind(cur, "int")
@@ -456,8 +554,12 @@ def _st_if_else(b: _Builder) -> bool:
         return False
     cond = rng.choice(conds)
     r = b.fresh("int")
-    lines = [f"if {cond}:", f"    {r} = {_int_expr(b, rng.randint(1, 2))}", "else:",
-             f"    {r} = {_int_expr(b, rng.randint(0, 2))}"]
+    lines = [
+        f"if {cond}:",
+        f"    {r} = {_int_expr(b, rng.randint(1, 2))}",
+        "else:",
+        f"    {r} = {_int_expr(b, rng.randint(0, 2))}",
+    ]
     b.ops.append("conditional")
     b.lines += lines
     b.bind(r, "int")
@@ -470,9 +572,14 @@ def _st_helper(b: _Builder) -> bool:
     if not xs or b.helpers:
         return False
     k1, k2 = rng.randint(2, 5), rng.randint(0, 5)
-    body = rng.choice([f"return v * {k1} + {k2}", f"return v % {k1} + {k2}",
-                       f"if v % 2 == 0:\n            return v // 2\n        return v * {k1} + 1",
-                       f"return v - {k2} if v > {k2} else {k2} - v"])
+    body = rng.choice(
+        [
+            f"return v * {k1} + {k2}",
+            f"return v % {k1} + {k2}",
+            f"if v % 2 == 0:\n            return v // 2\n        return v * {k1} + 1",
+            f"return v - {k2} if v > {k2} else {k2} - v",
+        ]
+    )
     b.helpers.append(f"    def g(v):\n        {body}")
     ys = b.fresh("list")
     b.lines.append(f"{ys} = [g(v) for v in {xs}]")
@@ -482,9 +589,18 @@ def _st_helper(b: _Builder) -> bool:
 
 
 STATEMENTS = [
-    (_st_int_expr, 3), (_st_str_expr, 3), (_st_list_expr, 3), (_st_strs_expr, 1), (_st_dict, 1.5),
-    (_st_dict_reduce, 1), (_st_loop_int, 2.5), (_st_loop_str, 1.5), (_st_loop_list, 1.5), (_st_while, 1),
-    (_st_if_else, 2), (_st_helper, 1),
+    (_st_int_expr, 3),
+    (_st_str_expr, 3),
+    (_st_list_expr, 3),
+    (_st_strs_expr, 1),
+    (_st_dict, 1.5),
+    (_st_dict_reduce, 1),
+    (_st_loop_int, 2.5),
+    (_st_loop_str, 1.5),
+    (_st_loop_list, 1.5),
+    (_st_while, 1),
+    (_st_if_else, 2),
+    (_st_helper, 1),
 ]
 
 RETURN_TYPES = {"int", "str", "list", "strs", "dict", "bool"}
@@ -617,8 +733,9 @@ def input_text(values: list[object]) -> str:
     return ", ".join(repr(v) for v in values)
 
 
-def sample_io(rng: random.Random, prog: GeneratedProgram, n: int, fn=None,
-              max_tries: int | None = None) -> list[tuple[str, str]]:
+def sample_io(
+    rng: random.Random, prog: GeneratedProgram, n: int, fn=None, max_tries: int | None = None
+) -> list[tuple[str, str]]:
     """Up to `n` distinct (input text, output repr) pairs for the program."""
     fn = fn or compile_program(prog.code)
     pairs: list[tuple[str, str]] = []
@@ -653,8 +770,9 @@ def sample_triplet(rng: random.Random, names: str = "varied") -> Triplet:
             return Triplet(prog.code, pairs[0][0], pairs[0][1], prog.message)
 
 
-def sample_code_f(rng: random.Random, n_inputs: int = 10,
-                  names: str = "varied") -> tuple[GeneratedProgram, list[tuple[str, str]]]:
+def sample_code_f(
+    rng: random.Random, n_inputs: int = 10, names: str = "varied"
+) -> tuple[GeneratedProgram, list[tuple[str, str]]]:
     """A program with `n_inputs` distinct working inputs, for code_f examples."""
     while True:
         prog = sample_program(rng, names=names)

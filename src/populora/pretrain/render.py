@@ -30,10 +30,14 @@ class PlainRenderer:
 
     def student_io(self, task: str, tr: Triplet) -> tuple[str, str]:
         if task == "code_o":
-            return (f"# code_o: give the output.\n```python\n{tr.program}\n```\ninput: {tr.input}\n",
-                    f"```output\n{tr.output}\n```")
-        return (f"# code_i: give an input.\n```python\n{tr.program}\n```\noutput: {tr.output}\n",
-                f"```input\n{tr.input}\n```")
+            return (
+                f"# code_o: give the output.\n```python\n{tr.program}\n```\ninput: {tr.input}\n",
+                f"```output\n{tr.output}\n```",
+            )
+        return (
+            f"# code_i: give an input.\n```python\n{tr.program}\n```\noutput: {tr.output}\n",
+            f"```input\n{tr.input}\n```",
+        )
 
     def student_f(self, program: str, pairs: list[tuple[str, str]], message: str) -> tuple[str, str]:
         shown = pairs[: len(pairs) // 2]

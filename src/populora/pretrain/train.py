@@ -100,11 +100,19 @@ def model_config(cfg: PretrainConfig, tok):
     from transformers import Qwen2Config
 
     return Qwen2Config(
-        vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size, intermediate_size=cfg.intermediate_size,
-        num_hidden_layers=cfg.num_layers, num_attention_heads=cfg.num_heads,
-        num_key_value_heads=cfg.num_kv_heads, max_position_embeddings=cfg.max_positions,
-        tie_word_embeddings=True, rope_theta=10000.0, bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, use_cache=True,
+        vocab_size=cfg.vocab_size,
+        hidden_size=cfg.hidden_size,
+        intermediate_size=cfg.intermediate_size,
+        num_hidden_layers=cfg.num_layers,
+        num_attention_heads=cfg.num_heads,
+        num_key_value_heads=cfg.num_kv_heads,
+        max_position_embeddings=cfg.max_positions,
+        tie_word_embeddings=True,
+        rope_theta=10000.0,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+        use_cache=True,
     )
 
 
@@ -144,8 +152,9 @@ def pretrain(cfg: PretrainConfig, out: Path, progress: bool = True, renderer=Non
 
         tok = AutoTokenizer.from_pretrained(cfg.init_from)
     else:
-        tok = train_tokenizer((e.prompt + e.completion for e in train_ex[: cfg.tokenizer_examples]),
-                              vocab_size=cfg.vocab_size)
+        tok = train_tokenizer(
+            (e.prompt + e.completion for e in train_ex[: cfg.tokenizer_examples]), vocab_size=cfg.vocab_size
+        )
     enc = _encode(tok, train_ex, cfg)
     val_enc = _encode(tok, val_ex, cfg)
     n_tokens = sum(len(ids) for ids, _ in enc)
@@ -159,16 +168,22 @@ def pretrain(cfg: PretrainConfig, out: Path, progress: bool = True, renderer=Non
     if cfg.init_from:
         model = Qwen2ForCausalLM.from_pretrained(cfg.init_from, dtype=torch.float32)
         prev = Path(cfg.init_from) / "pretrain_info.json"
-        history = json.loads(prev.read_text()).get("history", []) + [json.loads(prev.read_text())] \
-            if prev.exists() else []
+        history = (
+            json.loads(prev.read_text()).get("history", []) + [json.loads(prev.read_text())]
+            if prev.exists()
+            else []
+        )
     else:
         model = Qwen2ForCausalLM(model_config(cfg, tok))
         history = []
     model.train()
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
-                             {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.95))
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=cfg.lr,
+        betas=(0.9, 0.95),
+    )
 
     total = cfg.steps or 10**9  # fixed after the first measured steps when running on a time budget
     measure_at = 6
@@ -187,16 +202,22 @@ def pretrain(cfg: PretrainConfig, out: Path, progress: bool = True, renderer=Non
         frac = min(1.0, (s - cfg.warmup_steps) / max(1, total - cfg.warmup_steps))
         return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * frac)))
 
-    columns = [TextColumn("[bold]pretrain-tiny"), BarColumn(), TextColumn("{task.completed}/{task.total} steps"),
-               TextColumn("loss {task.fields[loss]}"), TextColumn("{task.fields[tps]} tok/s"),
-               TimeElapsedColumn(), TimeRemainingColumn()]
+    columns = [
+        TextColumn("[bold]pretrain-tiny"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total} steps"),
+        TextColumn("loss {task.fields[loss]}"),
+        TextColumn("{task.fields[tps]} tok/s"),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+    ]
     with Progress(*columns, disable=not progress, transient=False) as bar:
         task = bar.add_task("train", total=cfg.steps or None, loss="-", tps="-")
         while step < total and time.time() < deadline:
             if pos + cfg.batch_size > n_rows:
                 order = torch.randperm(n_rows, generator=gen)
                 pos = 0
-            idx = order[pos: pos + cfg.batch_size]
+            idx = order[pos : pos + cfg.batch_size]
             pos += cfg.batch_size
             for g in opt.param_groups:
                 g["lr"] = lr_at(step)
@@ -217,15 +238,17 @@ def pretrain(cfg: PretrainConfig, out: Path, progress: bool = True, renderer=Non
             bar.update(task, completed=step, loss=f"{recent:.3f}", tps=f"{tps:,.0f}")
             if progress and not bar.console.is_terminal and (step % 25 == 0 or step == 1):
                 # Logged to a file: the live bar is not drawn, so print a line now and then.
-                bar.console.print(f"step {step}/{total if total < 10**9 else '?'} loss {recent:.3f} "
-                                  f"{tps:,.0f} tok/s {elapsed:.0f}s")
+                bar.console.print(
+                    f"step {step}/{total if total < 10**9 else '?'} loss {recent:.3f} "
+                    f"{tps:,.0f} tok/s {elapsed:.0f}s"
+                )
 
     model.eval()
     with torch.no_grad():
         vids, vw = torch.tensor(val.ids), torch.tensor(val.weights)
         num = den = 0.0
         for i in range(0, vids.shape[0], cfg.batch_size):
-            _, nll, w = _weighted_loss(model, vids[i: i + cfg.batch_size], vw[i: i + cfg.batch_size])
+            _, nll, w = _weighted_loss(model, vids[i : i + cfg.batch_size], vw[i : i + cfg.batch_size])
             mask = (w == 1.0).float()  # completion tokens only: what the model must produce
             num += (nll * mask).sum().item()
             den += mask.sum().item()
@@ -233,8 +256,12 @@ def pretrain(cfg: PretrainConfig, out: Path, progress: bool = True, renderer=Non
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    model.generation_config = GenerationConfig(bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-                                               pad_token_id=tok.pad_token_id, do_sample=False)
+    model.generation_config = GenerationConfig(
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+        do_sample=False,
+    )
     model.save_pretrained(out, safe_serialization=True)
     tok.save_pretrained(out)
     info = {

@@ -12,5 +12,13 @@ per-job isolation), `values` (parsing and comparing `value_repr`s outside the sa
 from populora.sandbox.contract import STATUSES, Limits, Outcome
 from populora.sandbox.pool import DEFAULT_PRELOAD, LAZY_MODULES, Sandbox, SandboxError, shared_sandbox
 
-__all__ = ["DEFAULT_PRELOAD", "LAZY_MODULES", "STATUSES", "Limits", "Outcome", "Sandbox", "SandboxError",
-           "shared_sandbox"]
+__all__ = [
+    "DEFAULT_PRELOAD",
+    "LAZY_MODULES",
+    "STATUSES",
+    "Limits",
+    "Outcome",
+    "Sandbox",
+    "SandboxError",
+    "shared_sandbox",
+]

@@ -42,8 +42,9 @@ _write, _exit, _pack, _memoryview = os.write, os._exit, struct.pack, builtins.me
 try:
     from _json import make_encoder as _c_make_encoder  # the C encoder: no Python-level lookups while encoding
 
-    _C_ENCODER = _c_make_encoder(None, None, json.encoder.encode_basestring_ascii, None, ": ", ", ",
-                                 False, False, True)
+    _C_ENCODER = _c_make_encoder(
+        None, None, json.encoder.encode_basestring_ascii, None, ": ", ", ", False, False, True
+    )
 except ImportError:  # pragma: no cover - CPython always has _json
     _C_ENCODER = None
 _dumps = json.dumps
@@ -74,7 +75,13 @@ def _c():
     global _libc
     if _libc is None:
         _libc = ctypes.CDLL(None, use_errno=True)
-        _libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
+        _libc.mount.argtypes = [
+            ctypes.c_char_p,
+            ctypes.c_char_p,
+            ctypes.c_char_p,
+            ctypes.c_ulong,
+            ctypes.c_char_p,
+        ]
         _libc.unshare.argtypes = [ctypes.c_int]
         _libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
         _libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
@@ -105,11 +112,19 @@ def _prctl(option: int, arg: int) -> None:
 # so on its own it races; this makes "no new programs" deterministic. EAGAIN is what the NPROC layer gives,
 # so a program sees the same error whichever layer stops it.
 PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
-_EXEC_SYSCALLS = {"x86_64": (0xC000003E, 59, 322), "aarch64": (0xC00000B7, 221, 281)}  # arch, execve, execveat
+_EXEC_SYSCALLS = {
+    "x86_64": (0xC000003E, 59, 322),
+    "aarch64": (0xC00000B7, 221, 281),
+}  # arch, execve, execveat
 
 
 class _SockFilter(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte), ("jf", ctypes.c_ubyte), ("k", ctypes.c_uint)]
+    _fields_ = [
+        ("code", ctypes.c_ushort),
+        ("jt", ctypes.c_ubyte),
+        ("jf", ctypes.c_ubyte),
+        ("k", ctypes.c_uint),
+    ]
 
 
 class _SockFprog(ctypes.Structure):
@@ -161,9 +176,19 @@ def _mountpoints() -> list:
 
 def setup_isolation(cfg: dict) -> tuple:
     """Apply the once-per-worker layers; return (isolation dict, warnings)."""
-    iso = {"netns": False, "mountns_readonly_root": False, "private_tmp": False, "pidns": False,
-           "private_proc": False, "uid_drop": False, "rlimits": True, "no_new_processes": False,
-           "no_new_privs": False, "no_exec": False, "clean_env": True}
+    iso = {
+        "netns": False,
+        "mountns_readonly_root": False,
+        "private_tmp": False,
+        "pidns": False,
+        "private_proc": False,
+        "uid_drop": False,
+        "rlimits": True,
+        "no_new_processes": False,
+        "no_new_privs": False,
+        "no_exec": False,
+        "clean_env": True,
+    }
     warns = []
     root = os.geteuid() == 0
     if cfg.get("isolate", True):
@@ -366,13 +391,21 @@ def _child(job: dict, wfd: int, cfg: dict, iso: dict) -> None:
             _limit(resource.RLIMIT_NOFILE, int(lim["nofile"]))
             if iso["no_new_processes"]:
                 _limit(resource.RLIMIT_NPROC, 0)
-        if not iso["pidns"]:  # with a PID namespace the kernel kills every job when the worker (its init) dies
+        if not iso[
+            "pidns"
+        ]:  # with a PID namespace the kernel kills every job when the worker (its init) dies
             _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # after the uid change, which clears it
         if workdir != "/tmp":  # the fallback per-job directory (the worker's environ says /tmp)
             os.environ["HOME"] = os.environ["TMPDIR"] = workdir
     except BaseException as e:  # a setup failure must never run the job with less isolation
-        _send(wfd, {"status": "crashed", "error_type": "SandboxSetupError",
-                    "error_message": f"{type(e).__name__}: {e}"[:500]})
+        _send(
+            wfd,
+            {
+                "status": "crashed",
+                "error_type": "SandboxSetupError",
+                "error_message": f"{type(e).__name__}: {e}"[:500],
+            },
+        )
         os._exit(70)
 
     try:
@@ -390,7 +423,9 @@ def _child(job: dict, wfd: int, cfg: dict, iso: dict) -> None:
             raise TypeError("__repr__ returned non-string")
         if _len(r) > max_chars:
             status, error_type = "output_limit", "OutputLimit"
-            message = f"repr of the value has {_len(r)} characters > max_output_chars={lim['max_output_chars']}"
+            message = (
+                f"repr of the value has {_len(r)} characters > max_output_chars={lim['max_output_chars']}"
+            )
         else:
             status, value_repr, plain = "ok", r, _is_plain(value)
         value = r = None
@@ -404,8 +439,14 @@ def _child(job: dict, wfd: int, cfg: dict, iso: dict) -> None:
         except BaseException:
             message = error_type
     sys.stdout = sys.stderr = sys.__stderr__
-    msg = {"status": status, "value_repr": value_repr, "error_type": error_type, "error_message": message,
-           "plain": plain, "stdout": out.text()}
+    msg = {
+        "status": status,
+        "value_repr": value_repr,
+        "error_type": error_type,
+        "error_message": message,
+        "plain": plain,
+        "stdout": out.text(),
+    }
     try:
         _send(wfd, msg)
     except BaseException:
@@ -514,15 +555,26 @@ def _clean_tmp(cfg: dict, iso: dict) -> None:
     _mount_tmp(cfg, iso, cfg["tmp_mb"])
 
 
-_RESULT_FIELDS = {"status": str, "value_repr": (str, type(None)), "error_type": (str, type(None)),
-                  "error_message": (str, type(None)), "plain": bool, "stdout": str}
+_RESULT_FIELDS = {
+    "status": str,
+    "value_repr": (str, type(None)),
+    "error_type": (str, type(None)),
+    "error_message": (str, type(None)),
+    "plain": bool,
+    "stdout": str,
+}
 
 
 def _sanitize(result: object, job: dict) -> dict | None:
     """The child's result as the parent may trust it, or None. The job runs in the child's process, so it
     could write anything to the result pipe: only well-formed results within the limits pass."""
-    if not isinstance(result, dict) or result.get("status") not in ("ok", "error", "memory", "output_limit",
-                                                                    "crashed"):
+    if not isinstance(result, dict) or result.get("status") not in (
+        "ok",
+        "error",
+        "memory",
+        "output_limit",
+        "crashed",
+    ):
         return None
     clean = {}
     for key, types_ in _RESULT_FIELDS.items():
@@ -593,12 +645,18 @@ def run_job(job: dict, cfg: dict, iso: dict) -> tuple:
         n = struct.unpack(">I", buf[:4])[0]
         if _len(buf) - 4 >= n:
             try:
-                result = _sanitize(json.loads(bytes(buf[4:4 + n]).decode("utf-8", "surrogatepass")), job)
+                result = _sanitize(json.loads(bytes(buf[4 : 4 + n]).decode("utf-8", "surrogatepass")), job)
             except ValueError:
                 result = None
             if result is None:  # a whole frame, but not one our child code writes: the job forged it
-                result = {"status": "crashed", "value_repr": None, "error_type": "BadResult", "plain": False,
-                          "error_message": "the job wrote a malformed result", "stdout": ""}
+                result = {
+                    "status": "crashed",
+                    "value_repr": None,
+                    "error_type": "BadResult",
+                    "plain": False,
+                    "error_message": "the job wrote a malformed result",
+                    "stdout": "",
+                }
     if result is not None and workdir is None:
         # The job is dead (SIGKILLed above) and its result is in: reply first and reap afterwards, so the
         # kernel's teardown of its mount namespace overlaps with the parent's round trip.
@@ -611,19 +669,31 @@ def run_job(job: dict, cfg: dict, iso: dict) -> tuple:
         shutil.rmtree(workdir, ignore_errors=True)
     if result is None:
         if timed_out:
-            result = {"status": "timeout", "error_type": "Timeout",
-                      "error_message": f"wall-clock limit of {lim['timeout_s']} s exceeded"}
-        elif os.WIFSIGNALED(wstatus) and os.WTERMSIG(wstatus) in (signal.SIGXCPU, signal.SIGKILL) \
-                and elapsed >= min(float(lim["cpu_s"]), float(lim["timeout_s"])) * 0.9:
-            result = {"status": "timeout", "error_type": "Timeout",
-                      "error_message": f"CPU limit of {lim['cpu_s']} s exceeded"}
+            result = {
+                "status": "timeout",
+                "error_type": "Timeout",
+                "error_message": f"wall-clock limit of {lim['timeout_s']} s exceeded",
+            }
+        elif (
+            os.WIFSIGNALED(wstatus)
+            and os.WTERMSIG(wstatus) in (signal.SIGXCPU, signal.SIGKILL)
+            and elapsed >= min(float(lim["cpu_s"]), float(lim["timeout_s"])) * 0.9
+        ):
+            result = {
+                "status": "timeout",
+                "error_type": "Timeout",
+                "error_message": f"CPU limit of {lim['cpu_s']} s exceeded",
+            }
         elif os.WIFSIGNALED(wstatus):
             sig = _signame(os.WTERMSIG(wstatus))
             result = {"status": "crashed", "error_type": sig, "error_message": f"job killed by {sig}"}
         else:
             code = os.WEXITSTATUS(wstatus) if os.WIFEXITED(wstatus) else -1
-            result = {"status": "crashed", "error_type": "Exit",
-                      "error_message": f"job exited with code {code} without a result"}
+            result = {
+                "status": "crashed",
+                "error_type": "Exit",
+                "error_message": f"job exited with code {code} without a result",
+            }
     result["elapsed_s"] = elapsed
     return result, None
 
@@ -635,13 +705,26 @@ def _warm_up() -> None:
     import ast  # noqa: F401  (initialises the AST types for compile())
 
     mod = types.ModuleType("__warm_up__")
-    exec(compile("def f(x, *a, **k):\n    return [x, {'a': (x, 1.5, None, True)}, {1}, 'é']\n",
-                 "<program>", "exec"), mod.__dict__)
+    exec(
+        compile(
+            "def f(x, *a, **k):\n    return [x, {'a': (x, 1.5, None, True)}, {1}, 'é']\n", "<program>", "exec"
+        ),
+        mod.__dict__,
+    )
     value = eval(compile("f(1, b=2)", "<call>", "eval"), mod.__dict__)
     cap = _Capture(10)
     cap.write("warm")
-    _encode({"status": "ok", "value_repr": _repr(value), "error_type": None, "error_message": None,
-             "plain": _is_plain(value), "stdout": cap.text(), "elapsed_s": 0.0})
+    _encode(
+        {
+            "status": "ok",
+            "value_repr": _repr(value),
+            "error_type": None,
+            "error_message": None,
+            "plain": _is_plain(value),
+            "stdout": cap.text(),
+            "elapsed_s": 0.0,
+        }
+    )
 
 
 def _read_exact(fd: int, n: int) -> bytes:
@@ -681,8 +764,17 @@ def main() -> None:
         resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))  # inherited by jobs; root's own forks are exempt
     if "threading" in sys.modules or "random" in sys.modules:
         warns.append("threading/random are preloaded: their at-fork hooks make every job slower")
-    _send(fout, {"ready": True, "pid": os.getpid(), "isolation": iso, "warnings": warns,
-                 "preloaded": ok, "missing": missing})
+    _send(
+        fout,
+        {
+            "ready": True,
+            "pid": os.getpid(),
+            "isolation": iso,
+            "warnings": warns,
+            "preloaded": ok,
+            "missing": missing,
+        },
+    )
     while True:
         try:
             (n,) = struct.unpack(">I", _read_exact(fin, 4))
@@ -693,8 +785,12 @@ def main() -> None:
         try:
             result, reap = run_job(job, cfg, iso)
         except OSError as e:
-            result = {"status": "crashed", "error_type": "SandboxError", "error_message": str(e)[:500],
-                      "elapsed_s": 0.0}
+            result = {
+                "status": "crashed",
+                "error_type": "SandboxError",
+                "error_message": str(e)[:500],
+                "elapsed_s": 0.0,
+            }
         result["id"] = job["id"]
         try:
             _send(fout, result)

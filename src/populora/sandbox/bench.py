@@ -25,8 +25,10 @@ from pathlib import Path
 PROGRAM = "def f(x):\n    return x * 2 + 1\n"
 DEFAULT_OUT = Path("bench/results/sandbox.json")
 
-_PRELUDE = ("import resource as _r\n_r.setrlimit(_r.RLIMIT_AS, (512 << 20, 512 << 20))\n"
-            "_r.setrlimit(_r.RLIMIT_CPU, (5, 6))\n")
+_PRELUDE = (
+    "import resource as _r\n_r.setrlimit(_r.RLIMIT_AS, (512 << 20, 512 << 20))\n"
+    "_r.setrlimit(_r.RLIMIT_CPU, (5, 6))\n"
+)
 
 
 def _pct(xs: list[float], q: float) -> float:
@@ -86,8 +88,15 @@ def bench_sandbox(n: int, n_lat: int) -> dict:
             t = time.perf_counter()
             sb.run(PROGRAM, f"f({i})")
             lat.append(time.perf_counter() - t)
-        return {"jobs_per_s": n / wall, "p50_ms": _pct(lat, 0.5) * 1e3, "p95_ms": _pct(lat, 0.95) * 1e3,
-                "cpu_ms_per_job": cpu / n * 1e3, "startup_s": startup, "n": n, "isolation": sb.isolation}
+        return {
+            "jobs_per_s": n / wall,
+            "p50_ms": _pct(lat, 0.5) * 1e3,
+            "p95_ms": _pct(lat, 0.95) * 1e3,
+            "cpu_ms_per_job": cpu / n * 1e3,
+            "startup_s": startup,
+            "n": n,
+            "isolation": sb.isolation,
+        }
     finally:
         sb.close()
 
@@ -95,8 +104,14 @@ def bench_sandbox(n: int, n_lat: int) -> dict:
 def _one_subprocess(exe: str, i: int) -> float:
     code = _PRELUDE + PROGRAM + f"print(repr(f({i})))\n"
     t = time.perf_counter()
-    out = subprocess.run([exe, "-I", "-S", "-c", code], capture_output=True, text=True, timeout=30,
-                         env={"PATH": "/usr/bin:/bin"}, cwd="/")
+    out = subprocess.run(
+        [exe, "-I", "-S", "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={"PATH": "/usr/bin:/bin"},
+        cwd="/",
+    )
     dt = time.perf_counter() - t
     assert out.stdout.strip() == str(i * 2 + 1), out.stderr
     return dt
@@ -114,8 +129,13 @@ def bench_subprocess(n: int, n_lat: int) -> dict:
     wall = time.perf_counter() - t
     cpu = _children_cpu() - c0 + _self_cpu() - s0
     lat = [_one_subprocess(exe, i) for i in range(n_lat)]
-    return {"jobs_per_s": n / wall, "p50_ms": _pct(lat, 0.5) * 1e3, "p95_ms": _pct(lat, 0.95) * 1e3,
-            "cpu_ms_per_job": cpu / n * 1e3, "n": n}
+    return {
+        "jobs_per_s": n / wall,
+        "p50_ms": _pct(lat, 0.5) * 1e3,
+        "p95_ms": _pct(lat, 0.95) * 1e3,
+        "cpu_ms_per_job": cpu / n * 1e3,
+        "n": n,
+    }
 
 
 def _azr_exec(program: str, call: str) -> str:
@@ -143,8 +163,13 @@ def bench_exec_pool(n: int, n_lat: int) -> dict:
             t = time.perf_counter()
             ex.submit(_azr_exec, PROGRAM, f"f({i})").result()
             lat.append(time.perf_counter() - t)
-    return {"jobs_per_s": n / wall, "p50_ms": _pct(lat, 0.5) * 1e3, "p95_ms": _pct(lat, 0.95) * 1e3,
-            "cpu_ms_per_job": cpu / n * 1e3, "n": n}
+    return {
+        "jobs_per_s": n / wall,
+        "p50_ms": _pct(lat, 0.5) * 1e3,
+        "p95_ms": _pct(lat, 0.95) * 1e3,
+        "cpu_ms_per_job": cpu / n * 1e3,
+        "n": n,
+    }
 
 
 def _torch_caller(n: int) -> dict:
@@ -164,21 +189,30 @@ def _torch_caller(n: int) -> dict:
 def _markdown(report: dict) -> str:
     """The results as the Markdown table the README shows."""
     sp = report["results"]["subprocess_per_job"]
-    rows = [("populora `Sandbox` (all layers)", report["results"]["sandbox"]),
-            ("fresh `python -I -S` per job", sp), ("AZR-style `exec` pool (no isolation)", report["results"]["azr_exec_pool"])]
+    rows = [
+        ("populora `Sandbox` (all layers)", report["results"]["sandbox"]),
+        ("fresh `python -I -S` per job", sp),
+        ("AZR-style `exec` pool (no isolation)", report["results"]["azr_exec_pool"]),
+    ]
     tc = report.get("torch_caller") or {}
     if "sandbox" in tc:
         rows.append(("`Sandbox`, caller has imported torch", tc["sandbox"]))
         rows.append(("`python -I -S` per job, caller has imported torch", tc["subprocess"]))
-    lines = ["| method | jobs/s | p50 ms | p95 ms | CPU ms/job | est. jobs/s on 2 idle cores | jobs/s vs subprocess |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        "| method | jobs/s | p50 ms | p95 ms | CPU ms/job | est. jobs/s on 2 idle cores | jobs/s vs subprocess |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for name, r in rows:
-        lines.append(f"| {name} | {r['jobs_per_s']:.0f} | {r['p50_ms']:.2f} | {r['p95_ms']:.2f} | "
-                     f"{r['cpu_ms_per_job']:.2f} | {2000.0 / r['cpu_ms_per_job']:.0f} | "
-                     f"{r['jobs_per_s'] / sp['jobs_per_s']:.1f}x |")
+        lines.append(
+            f"| {name} | {r['jobs_per_s']:.0f} | {r['p50_ms']:.2f} | {r['p95_ms']:.2f} | "
+            f"{r['cpu_ms_per_job']:.2f} | {2000.0 / r['cpu_ms_per_job']:.0f} | "
+            f"{r['jobs_per_s'] / sp['jobs_per_s']:.1f}x |"
+        )
     m = report["machine"]
-    lines.append(f"\n{m['cpus']} CPUs, Python {m['python']}, load average {m['load_before'][0]:.1f} before and "
-                 f"{m['load_after'][0]:.1f} after (a machine shared with other jobs).")
+    lines.append(
+        f"\n{m['cpus']} CPUs, Python {m['python']}, load average {m['load_before'][0]:.1f} before and "
+        f"{m['load_after'][0]:.1f} after (a machine shared with other jobs)."
+    )
     return "\n".join(lines)
 
 
@@ -200,8 +234,12 @@ def run(quick: bool = False, out: Path | None = None) -> dict:
         "quick": quick,
         "workers": 2,
         "program": PROGRAM,
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "load_before": load_before,
-                    "load_after": os.getloadavg()},
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "load_before": load_before,
+            "load_after": os.getloadavg(),
+        },
         "results": results,
         "ratios": {
             "sandbox_vs_subprocess_jobs_per_s": sb["jobs_per_s"] / sp["jobs_per_s"],
@@ -211,34 +249,67 @@ def run(quick: bool = False, out: Path | None = None) -> dict:
         # On a shared machine the measured jobs/s say as much about the other load as about the sandbox; CPU
         # time per job does not, so this is what 2 otherwise idle cores would sustain (CPU-bound estimate).
         "estimated_jobs_per_s_on_2_idle_cores": {k: 2000.0 / r["cpu_ms_per_job"] for k, r in results.items()},
-        "goals": {"jobs_per_s_ge_500": sb["jobs_per_s"] >= 500,
-                  "estimated_jobs_per_s_ge_500": 2000.0 / sb["cpu_ms_per_job"] >= 500,
-                  "ge_4x_subprocess": sb["jobs_per_s"] >= 4 * sp["jobs_per_s"]},
+        "goals": {
+            "jobs_per_s_ge_500": sb["jobs_per_s"] >= 500,
+            "estimated_jobs_per_s_ge_500": 2000.0 / sb["cpu_ms_per_job"] >= 500,
+            "ge_4x_subprocess": sb["jobs_per_s"] >= 4 * sp["jobs_per_s"],
+        },
         "torch_caller": torch_caller,
     }
 
-    table = Table(title=f"Sandbox: trivial jobs, 2 workers ({os.cpu_count()} CPUs, "
-                        f"load {load_before[0]:.1f})")
-    for col in ("method", "isolation", "jobs/s", "p50 ms", "p95 ms", "CPU ms/job", "est. jobs/s, 2 idle cores",
-                "vs subprocess"):
+    table = Table(
+        title=f"Sandbox: trivial jobs, 2 workers ({os.cpu_count()} CPUs, load {load_before[0]:.1f})"
+    )
+    for col in (
+        "method",
+        "isolation",
+        "jobs/s",
+        "p50 ms",
+        "p95 ms",
+        "CPU ms/job",
+        "est. jobs/s, 2 idle cores",
+        "vs subprocess",
+    ):
         table.add_column(col, justify="left" if col in ("method", "isolation") else "right")
-    rows = [("populora Sandbox", "full", sb), ("fresh python -I -S per job", "process + rlimits", sp),
-            ("AZR-style exec pool", "none", ex)]
+    rows = [
+        ("populora Sandbox", "full", sb),
+        ("fresh python -I -S per job", "process + rlimits", sp),
+        ("AZR-style exec pool", "none", ex),
+    ]
     for name, iso, r in rows:
         cpu = f"{r['cpu_ms_per_job']:.2f}"
-        table.add_row(name, iso, f"{r['jobs_per_s']:.0f}", f"{r['p50_ms']:.2f}", f"{r['p95_ms']:.2f}", cpu,
-                      f"{2000.0 / r['cpu_ms_per_job']:.0f}", f"{r['jobs_per_s'] / sp['jobs_per_s']:.1f}x")
+        table.add_row(
+            name,
+            iso,
+            f"{r['jobs_per_s']:.0f}",
+            f"{r['p50_ms']:.2f}",
+            f"{r['p95_ms']:.2f}",
+            cpu,
+            f"{2000.0 / r['cpu_ms_per_job']:.0f}",
+            f"{r['jobs_per_s'] / sp['jobs_per_s']:.1f}x",
+        )
     if torch_caller and "error" not in torch_caller:
-        for name, key in (("populora Sandbox, caller imported torch", "sandbox"),
-                          ("python -I -S per job, caller imported torch", "subprocess")):
+        for name, key in (
+            ("populora Sandbox, caller imported torch", "sandbox"),
+            ("python -I -S per job, caller imported torch", "subprocess"),
+        ):
             r = torch_caller[key]
-            table.add_row(name, "full" if key == "sandbox" else "process + rlimits", f"{r['jobs_per_s']:.0f}",
-                          f"{r['p50_ms']:.2f}", f"{r['p95_ms']:.2f}", f"{r['cpu_ms_per_job']:.2f}",
-                          f"{2000.0 / r['cpu_ms_per_job']:.0f}", f"{r['jobs_per_s'] / sp['jobs_per_s']:.1f}x")
+            table.add_row(
+                name,
+                "full" if key == "sandbox" else "process + rlimits",
+                f"{r['jobs_per_s']:.0f}",
+                f"{r['p50_ms']:.2f}",
+                f"{r['p95_ms']:.2f}",
+                f"{r['cpu_ms_per_job']:.2f}",
+                f"{2000.0 / r['cpu_ms_per_job']:.0f}",
+                f"{r['jobs_per_s'] / sp['jobs_per_s']:.1f}x",
+            )
     console = Console()
     console.print(table)
-    console.print(f"Sandbox startup {sb['startup_s'] * 1e3:.0f} ms; isolation: "
-                  + ", ".join(k for k, v in sb["isolation"].items() if v))
+    console.print(
+        f"Sandbox startup {sb['startup_s'] * 1e3:.0f} ms; isolation: "
+        + ", ".join(k for k, v in sb["isolation"].items() if v)
+    )
     report["markdown_table"] = _markdown(report)
     path = Path(out) if out else DEFAULT_OUT
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -16,7 +16,9 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
     @sandbox.command("run")
     def run_cmd(
         file: Path = typer.Argument(..., help="Python source file (the program; module level)."),
-        call: str = typer.Option(..., "--call", "-c", help="Expression evaluated after the program, e.g. 'f(1)'."),
+        call: str = typer.Option(
+            ..., "--call", "-c", help="Expression evaluated after the program, e.g. 'f(1)'."
+        ),
         timeout_s: float = typer.Option(5.0, "--timeout", help="Wall-clock limit in seconds."),
         memory_mb: int = typer.Option(512, "--memory-mb", help="Address-space limit in MB."),
         max_output_chars: int = typer.Option(4000, "--max-output-chars", help="Longest accepted repr."),
@@ -59,7 +61,9 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
     @bench.command("sandbox")
     def bench_cmd(
         quick: bool = typer.Option(False, "--quick", help="Fewer jobs (a smoke run)."),
-        out: Path | None = typer.Option(None, "--out", help="JSON path (default bench/results/sandbox.json)."),
+        out: Path | None = typer.Option(
+            None, "--out", help="JSON path (default bench/results/sandbox.json)."
+        ),
     ) -> None:
         """Jobs/s and p50/p95 latency: this sandbox vs a fresh `python -I` per job vs an unisolated exec pool."""
         from populora.sandbox.bench import run

@@ -32,7 +32,9 @@ class Limits:
         if not (self.timeout_s > 0 and math.isfinite(self.timeout_s)):
             raise ValueError(f"Limits.timeout_s must be a positive number, got {self.timeout_s}")
         if self.memory_mb < 32:
-            raise ValueError(f"Limits.memory_mb must be >= 32 (the interpreter itself needs it), got {self.memory_mb}")
+            raise ValueError(
+                f"Limits.memory_mb must be >= 32 (the interpreter itself needs it), got {self.memory_mb}"
+            )
         if self.max_output_chars < 1:
             raise ValueError(f"Limits.max_output_chars must be >= 1, got {self.max_output_chars}")
         if self.cpu_s is not None and self.cpu_s <= 0:

@@ -34,12 +34,55 @@ WORKER_SCRIPT = Path(__file__).with_name("_worker.py")
 #: cannot read the interpreter's files (on machines where they live under /root), so these (and `LAZY_MODULES`)
 #: are the modules a job can import. Which imports are *allowed* is the tasks package's AST policy, not ours.
 DEFAULT_PRELOAD: tuple[str, ...] = (
-    "abc", "array", "ast", "base64", "binascii", "bisect", "calendar", "cmath", "codecs", "collections",
-    "collections.abc", "contextlib", "copy", "dataclasses", "datetime", "_strptime", "decimal", "difflib",
-    "enum", "fractions", "functools", "graphlib", "hashlib", "heapq", "hmac", "io", "itertools", "json",
-    "keyword", "math", "numbers", "operator", "pprint", "re", "string", "struct", "textwrap", "time", "types",
-    "typing", "unicodedata", "uuid", "weakref", "zlib",
-    "encodings.ascii", "encodings.latin_1", "encodings.utf_16", "encodings.utf_32", "encodings.cp1252",
+    "abc",
+    "array",
+    "ast",
+    "base64",
+    "binascii",
+    "bisect",
+    "calendar",
+    "cmath",
+    "codecs",
+    "collections",
+    "collections.abc",
+    "contextlib",
+    "copy",
+    "dataclasses",
+    "datetime",
+    "_strptime",
+    "decimal",
+    "difflib",
+    "enum",
+    "fractions",
+    "functools",
+    "graphlib",
+    "hashlib",
+    "heapq",
+    "hmac",
+    "io",
+    "itertools",
+    "json",
+    "keyword",
+    "math",
+    "numbers",
+    "operator",
+    "pprint",
+    "re",
+    "string",
+    "struct",
+    "textwrap",
+    "time",
+    "types",
+    "typing",
+    "unicodedata",
+    "uuid",
+    "weakref",
+    "zlib",
+    "encodings.ascii",
+    "encodings.latin_1",
+    "encodings.utf_16",
+    "encodings.utf_32",
+    "encodings.cp1252",
 )
 
 #: Modules imported only by the jobs whose source mentions them, in the job's process before it drops its
@@ -99,8 +142,8 @@ class _Worker:
             (n,) = struct.unpack(">I", self.buf[:4])
             if len(self.buf) - 4 < n:
                 break
-            out.append(json.loads(bytes(self.buf[4:4 + n])))
-            del self.buf[:4 + n]
+            out.append(json.loads(bytes(self.buf[4 : 4 + n])))
+            del self.buf[: 4 + n]
         return out
 
     def flush(self) -> None:
@@ -167,17 +210,31 @@ class Sandbox:
     worker is declared wedged and replaced).
     """
 
-    def __init__(self, workers: int = 2, limits: Limits | None = None, *,
-                 preload: Sequence[str] = DEFAULT_PRELOAD, lazy: Sequence[str] = LAZY_MODULES,
-                 isolate: bool = True,
-                 uid: int = NOBODY, gid: int = NOBODY, startup_timeout_s: float = 30.0,
-                 pipeline_depth: int = 2, wedge_grace_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        workers: int = 2,
+        limits: Limits | None = None,
+        *,
+        preload: Sequence[str] = DEFAULT_PRELOAD,
+        lazy: Sequence[str] = LAZY_MODULES,
+        isolate: bool = True,
+        uid: int = NOBODY,
+        gid: int = NOBODY,
+        startup_timeout_s: float = 30.0,
+        pipeline_depth: int = 2,
+        wedge_grace_s: float = 10.0,
+    ) -> None:
         if workers < 1:
             raise ValueError(f"Sandbox(workers=) must be >= 1, got {workers}")
         self.limits = limits or Limits()
         self.n_workers = workers
-        self._cfg = {"preload": list(preload), "lazy": list(lazy), "isolate": bool(isolate), "uid": uid,
-                     "gid": gid}
+        self._cfg = {
+            "preload": list(preload),
+            "lazy": list(lazy),
+            "isolate": bool(isolate),
+            "uid": uid,
+            "gid": gid,
+        }
         self._startup_timeout_s = startup_timeout_s
         self._depth = max(1, pipeline_depth)
         self._wedge_grace_s = wedge_grace_s
@@ -209,9 +266,13 @@ class Sandbox:
             if key not in _WARNED:
                 _WARNED.add(key)
                 detail = "; ".join(info.get("warnings", []))
-                warnings.warn(f"populora.sandbox: isolation layers not available here: {key}"
-                              f"{' (' + detail + ')' if detail else ''}; running with the rest "
-                              "(see Sandbox.isolation)", RuntimeWarning, stacklevel=2)
+                warnings.warn(
+                    f"populora.sandbox: isolation layers not available here: {key}"
+                    f"{' (' + detail + ')' if detail else ''}; running with the rest "
+                    "(see Sandbox.isolation)",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
 
     # ------------------------------------------------------------------------------------------ workers
 
@@ -220,8 +281,15 @@ class Sandbox:
         # -s -S: no site (nothing from site-packages); -P: no script dir on sys.path; -B: no .pyc writes.
         # Not -I/-E: those would ignore PYTHONHASHSEED, which makes set/dict-of-str reprs reproducible.
         cmd = [_interpreter(), "-s", "-S", "-P", "-B", str(WORKER_SCRIPT), json.dumps(self._cfg)]
-        return subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, cwd="/",
-                                close_fds=True, start_new_session=True)
+        return subprocess.Popen(
+            cmd,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=env,
+            cwd="/",
+            close_fds=True,
+            start_new_session=True,
+        )
 
     def _handshake(self, proc: subprocess.Popen) -> _Worker:
         w = _Worker(proc)
@@ -237,8 +305,9 @@ class Sandbox:
                 data = os.read(w.rfd, 1 << 16)
                 if not data:
                     w.kill()
-                    raise SandboxError(f"sandbox worker exited at start (code {proc.poll()}); "
-                                       f"interpreter {_interpreter()}")
+                    raise SandboxError(
+                        f"sandbox worker exited at start (code {proc.poll()}); interpreter {_interpreter()}"
+                    )
                 msgs = w.frames(data)
                 if msgs:
                     w.info = msgs[0]
@@ -268,13 +337,17 @@ class Sandbox:
             if not (isinstance(job, tuple | list) and len(job) == 2 and all(isinstance(x, str) for x in job)):
                 raise TypeError(f"run_many() takes (program: str, call: str) pairs, got {job!r:.80}")
         wire = lim.wire()
-        grace = lim.timeout_s + self._wedge_grace_s  # the worker kills its job at timeout_s; past this it is wedged
+        grace = (
+            lim.timeout_s + self._wedge_grace_s
+        )  # the worker kills its job at timeout_s; past this it is wedged
         results: list[Outcome | None] = [None] * len(jobs)
         with self._lock:
             if self._closed:
                 raise SandboxError("Sandbox is closed")
             if os.getpid() != self._pid:
-                raise SandboxError("this Sandbox belongs to the process that created it; create a new one after fork")
+                raise SandboxError(
+                    "this Sandbox belongs to the process that created it; create a new one after fork"
+                )
             queue = deque(range(len(jobs)))
             retried: dict[int, int] = {}
             done = 0
@@ -292,8 +365,13 @@ class Sandbox:
                             i = queue.popleft()
                             jid = next(_ids)
                             program, call = jobs[i]
-                            msg = {"id": jid, "program": program, "call": call, "limits": wire,
-                                   "max_stdout_chars": lim.max_stdout_chars}
+                            msg = {
+                                "id": jid,
+                                "program": program,
+                                "call": call,
+                                "limits": wire,
+                                "max_stdout_chars": lim.max_stdout_chars,
+                            }
                             w.inflight.append((i, jid, time.monotonic()))
                             w.out += _frame(msg)
                     for slot, w in enumerate(self._workers):
@@ -321,11 +399,18 @@ class Sandbox:
                         for m in w.frames(data):
                             i, jid, _ = w.inflight.popleft()
                             if m.get("id") != jid:  # cannot happen unless the worker is broken
-                                raise SandboxError(f"sandbox protocol error: expected job {jid}, got {m.get('id')}")
+                                raise SandboxError(
+                                    f"sandbox protocol error: expected job {jid}, got {m.get('id')}"
+                                )
                             results[i] = Outcome(
-                                status=m["status"], value_repr=m.get("value_repr"), error_type=m.get("error_type"),
-                                elapsed_s=float(m.get("elapsed_s", 0.0)), error_message=m.get("error_message"),
-                                stdout=m.get("stdout") or "", plain=bool(m.get("plain", False)))
+                                status=m["status"],
+                                value_repr=m.get("value_repr"),
+                                error_type=m.get("error_type"),
+                                elapsed_s=float(m.get("elapsed_s", 0.0)),
+                                error_message=m.get("error_message"),
+                                stdout=m.get("stdout") or "",
+                                plain=bool(m.get("plain", False)),
+                            )
                             done += 1
                             if w.inflight:  # the queued job starts now; the wedge clock counts from here
                                 w.inflight[0] = (*w.inflight[0][:2], time.monotonic())
@@ -337,8 +422,15 @@ class Sandbox:
                 sel.close()
         return results  # type: ignore[return-value]
 
-    def _heal(self, sel: selectors.BaseSelector, slot: int, results: list, queue: deque, why: str,
-              retried: dict[int, int]) -> int:
+    def _heal(
+        self,
+        sel: selectors.BaseSelector,
+        slot: int,
+        results: list,
+        queue: deque,
+        why: str,
+        retried: dict[int, int],
+    ) -> int:
         """Replace a dead or wedged worker. Its running job is `crashed`; jobs queued behind it are retried."""
         w = self._workers[slot]
         sel.unregister(w.rfd)
@@ -351,8 +443,12 @@ class Sandbox:
             # The worker may have died before this job started (killed from outside while idle): retry it
             # once on the fresh worker; a job that takes its worker down twice is reported `crashed`.
             if retried.get(i, 0) >= 1 or why == "worker wedged":
-                results[i] = Outcome(status="crashed", error_type="WorkerDied", elapsed_s=time.monotonic() - sent,
-                                     error_message=f"sandbox {why} while running this job; it was replaced")
+                results[i] = Outcome(
+                    status="crashed",
+                    error_type="WorkerDied",
+                    elapsed_s=time.monotonic() - sent,
+                    error_message=f"sandbox {why} while running this job; it was replaced",
+                )
                 finished = 1
             else:
                 retried[i] = retried.get(i, 0) + 1

@@ -70,7 +70,10 @@ def _eval_with_specials(node: ast.AST) -> Any:
     if isinstance(node, ast.Dict):
         if any(k is None for k in node.keys):
             raise ValueError("dict unpacking")
-        return {_eval_with_specials(k): _eval_with_specials(v) for k, v in zip(node.keys, node.values, strict=True)}
+        return {
+            _eval_with_specials(k): _eval_with_specials(v)
+            for k, v in zip(node.keys, node.values, strict=True)
+        }
     raise ValueError(f"not a literal node: {type(node).__name__}")
 
 

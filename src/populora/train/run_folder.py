@@ -29,12 +29,23 @@ def write_text_atomic(path: Path, text: str) -> None:
 class RunFolder:
     """Paths and appends for one run; `metrics` goes through a `MetricLogger` (JSONL + optional trackers)."""
 
-    def __init__(self, path: str | os.PathLike, tensorboard: bool = False, wandb: bool = False,
-                 mlflow: bool = False, config: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        tensorboard: bool = False,
+        wandb: bool = False,
+        mlflow: bool = False,
+        config: Mapping[str, Any] | None = None,
+    ) -> None:
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
-        self.logger = MetricLogger(self.path, tensorboard=tensorboard, wandb=wandb, mlflow=mlflow,
-                                   config=dict(config) if config else None)
+        self.logger = MetricLogger(
+            self.path,
+            tensorboard=tensorboard,
+            wandb=wandb,
+            mlflow=mlflow,
+            config=dict(config) if config else None,
+        )
 
     @property
     def config_path(self) -> Path:
