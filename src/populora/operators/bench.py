@@ -366,7 +366,7 @@ def _run(
 
 
 def markdown(report: dict) -> tuple[str, str]:
-    """(operator table, retention table) in Markdown from a bench report (for docs/readme/40-operators.md)."""
+    """(operator table, retention table) in Markdown from a bench report (for the README's operator section)."""
     from populora.operators import LIVE_OPERATORS
 
     peft = report["peft_svd"]
