@@ -73,22 +73,10 @@ def build(
         if tokenizer is not None:
             tok = tokenizer
     if backend == "vllm":
-        from populora.engine.vllm import VLLMEngine
-
-        return VLLMEngine(
-            net,
-            tok,
-            n_slots=n_slots,
-            rank=rank,
-            alpha=alpha,
-            targets=targets,
-            device=device,
-            model_name=name,
-            **options,
-        )
-    from populora.engine.hf import HFEngine
-
-    return HFEngine(
+        from populora.engine.vllm import VLLMEngine as engine_cls
+    else:
+        from populora.engine.hf import HFEngine as engine_cls
+    return engine_cls(
         net,
         tok,
         n_slots=n_slots,
