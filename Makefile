@@ -48,6 +48,8 @@ bench: install
 	$(BIN)/populora bench operators
 	$(BIN)/populora bench engine
 	$(BIN)/populora bench population
+	$(BIN)/populora bench tiny-model
+	$(BIN)/populora bench eval-oracle
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
