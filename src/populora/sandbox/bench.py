@@ -36,6 +36,28 @@ def _pct(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(q * len(xs)))]
 
 
+def _latencies(run_one, n_lat: int) -> list[float]:
+    """Seconds of `run_one(i)` for i < n_lat, one job at a time."""
+    lat = []
+    for i in range(n_lat):
+        t = time.perf_counter()
+        run_one(i)
+        lat.append(time.perf_counter() - t)
+    return lat
+
+
+def _summary(n: int, wall: float, cpu: float, lat: list[float], **extra) -> dict:
+    """The row every method reports: throughput of the batch, latency percentiles, CPU per job."""
+    return {
+        "jobs_per_s": n / wall,
+        "p50_ms": _pct(lat, 0.5) * 1e3,
+        "p95_ms": _pct(lat, 0.95) * 1e3,
+        "cpu_ms_per_job": cpu / n * 1e3,
+        "n": n,
+        **extra,
+    }
+
+
 def _children(pid: int) -> list[int]:
     try:
         with open(f"/proc/{pid}/task/{pid}/children") as fh:
@@ -83,20 +105,8 @@ def bench_sandbox(n: int, n_lat: int) -> dict:
         wall = time.perf_counter() - t
         cpu = _proc_cpu(shims) - cpu0 + _self_cpu() - self0
         assert all(o.value_repr == str(i * 2 + 1) for i, o in enumerate(outs)), "wrong results"
-        lat = []
-        for i in range(n_lat):
-            t = time.perf_counter()
-            sb.run(PROGRAM, f"f({i})")
-            lat.append(time.perf_counter() - t)
-        return {
-            "jobs_per_s": n / wall,
-            "p50_ms": _pct(lat, 0.5) * 1e3,
-            "p95_ms": _pct(lat, 0.95) * 1e3,
-            "cpu_ms_per_job": cpu / n * 1e3,
-            "startup_s": startup,
-            "n": n,
-            "isolation": sb.isolation,
-        }
+        lat = _latencies(lambda i: sb.run(PROGRAM, f"f({i})"), n_lat)
+        return _summary(n, wall, cpu, lat, startup_s=startup, isolation=sb.isolation)
     finally:
         sb.close()
 
@@ -128,14 +138,8 @@ def bench_subprocess(n: int, n_lat: int) -> dict:
         list(ex.map(lambda i: _one_subprocess(exe, i), range(n)))
     wall = time.perf_counter() - t
     cpu = _children_cpu() - c0 + _self_cpu() - s0
-    lat = [_one_subprocess(exe, i) for i in range(n_lat)]
-    return {
-        "jobs_per_s": n / wall,
-        "p50_ms": _pct(lat, 0.5) * 1e3,
-        "p95_ms": _pct(lat, 0.95) * 1e3,
-        "cpu_ms_per_job": cpu / n * 1e3,
-        "n": n,
-    }
+    lat = [_one_subprocess(exe, i) for i in range(n_lat)]  # _one_subprocess times the process alone
+    return _summary(n, wall, cpu, lat)
 
 
 def _azr_exec(program: str, call: str) -> str:
@@ -158,18 +162,8 @@ def bench_exec_pool(n: int, n_lat: int) -> dict:
         wall = time.perf_counter() - t
         cpu = _proc_cpu(pids) - cpu0 + _self_cpu() - self0
         assert res == [str(i * 2 + 1) for i in range(n)]
-        lat = []
-        for i in range(n_lat):
-            t = time.perf_counter()
-            ex.submit(_azr_exec, PROGRAM, f"f({i})").result()
-            lat.append(time.perf_counter() - t)
-    return {
-        "jobs_per_s": n / wall,
-        "p50_ms": _pct(lat, 0.5) * 1e3,
-        "p95_ms": _pct(lat, 0.95) * 1e3,
-        "cpu_ms_per_job": cpu / n * 1e3,
-        "n": n,
-    }
+        lat = _latencies(lambda i: ex.submit(_azr_exec, PROGRAM, f"f({i})").result(), n_lat)
+    return _summary(n, wall, cpu, lat)
 
 
 def _torch_caller(n: int) -> dict:
