@@ -37,6 +37,8 @@ if TYPE_CHECKING:  # the sandbox is only duck-typed: anything with run_many([(pr
     from populora.sandbox import Sandbox
 
 MAX_TEXT_CHARS = 200_000  # longer completions are format errors before any scanning
+# The banned packages the teacher prompt names, in reading order: a short subset of the policy's deny-list (which is
+# what is enforced); names the configured policy allows are dropped before they are shown.
 PROMPT_BANNED = (
     "os",
     "sys",
