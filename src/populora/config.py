@@ -26,11 +26,17 @@ from typing import Any, Literal
 
 import yaml
 
+from populora.names import LIVE_OPERATORS, OPERATORS, TASKS
+
 PRESET_DIR = Path(__file__).parent / "presets"
-TASK_TYPES = ("code_i", "code_o", "code_f")
-# The operators that ship in the paper's live population; the registry (populora.operators) has more.
-LIVE_OPERATORS = ("M1", "M2", "M3", "M4", "X1", "X2", "X3", "X4")
-ALL_OPERATORS = LIVE_OPERATORS + ("M5", "M6", "X5", "X6", "X7", "X8", "X9", "I1", "I2")
+# Keys that may change when resuming a run: how long it runs, how it checkpoints and how many threads it uses.
+# Everything else would change the run's meaning mid-way.
+RESUMABLE_KEYS: tuple[str, ...] = (
+    "train.steps",
+    "train.checkpoint_every",
+    "train.keep_checkpoints",
+    "train.threads",
+)
 
 
 class ConfigError(ValueError):
@@ -152,7 +158,7 @@ class RLConfig:
 
 @dataclass
 class TasksConfig:
-    types: list[str] = field(default_factory=lambda: list(TASK_TYPES))
+    types: list[str] = field(default_factory=lambda: list(TASKS))
     """AZR task types each teacher proposes, split equally: code_i (infer input), code_o (output), code_f (function)."""
     prompts: int = 72
     """Teacher proposals per matchup per step (the paper's 72), split equally across task types."""
@@ -455,6 +461,21 @@ def from_dict(data: dict, check: bool = True) -> Config:
     return cfg
 
 
+def resume_config(saved: dict, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+    """The config of a run being resumed: its saved config (RUN_DIR/config.yaml, loaded) plus `key=value`
+    overrides of the keys in `RESUMABLE_KEYS` only; any other key raises ConfigError naming the allowed ones."""
+    cfg = from_dict(saved, check=False)
+    for text in overrides:
+        key, value = parse_override(text)
+        if key not in RESUMABLE_KEYS:
+            raise ConfigError(
+                f"--set {key}: cannot change on --resume (only {', '.join(RESUMABLE_KEYS)}); "
+                "start a new run to change it."
+            )
+        set_value(cfg, key, value)
+    return validate(cfg)
+
+
 def to_yaml(cfg: Config) -> str:
     """The fully resolved config as YAML, each key preceded by its docstring as a comment."""
     docs = field_docs()
@@ -539,12 +560,12 @@ def validate(cfg: Config) -> Config:
         "or set evolution.every=0 to disable evolution.",
     )
     for op in e.operators:
-        if op not in ALL_OPERATORS:
-            hint = difflib.get_close_matches(op.upper(), ALL_OPERATORS, n=1)
+        if op not in OPERATORS:
+            hint = difflib.get_close_matches(op.upper(), OPERATORS, n=1)
             extra = f"did you mean {hint[0]!r}? " if hint and hint[0] != op else ""
             raise ConfigError(
                 f"evolution.operators: unknown operator {op!r}; {extra}choose from "
-                f"{', '.join(ALL_OPERATORS)} (the paper's live set is {','.join(LIVE_OPERATORS)})."
+                f"{', '.join(OPERATORS)} (the paper's live set is {','.join(LIVE_OPERATORS)})."
             )
     _require(e.min_games >= 0, f"evolution.min_games: must be >= 0, got {e.min_games}.")
     _require(
@@ -572,9 +593,7 @@ def validate(cfg: Config) -> Config:
     _require(0 < r.top_p <= 1, f"rl.top_p: must be in (0, 1], got {r.top_p}.")
     _require(bool(tk.types), "tasks.types: is empty; use code_i,code_o,code_f.")
     for tt in tk.types:
-        _require(
-            tt in TASK_TYPES, f"tasks.types: unknown task type {tt!r}; choose from {', '.join(TASK_TYPES)}."
-        )
+        _require(tt in TASKS, f"tasks.types: unknown task type {tt!r}; choose from {', '.join(TASKS)}.")
     _require(len(set(tk.types)) == len(tk.types), "tasks.types: lists a task type twice; list each once.")
     _require(
         tk.prompts >= len(tk.types),
@@ -626,62 +645,27 @@ def check_model_path(name: str) -> None:
         )
 
 
-def adapter_bytes(hidden_sizes: dict[str, tuple[int, int]], n_layers: int, rank: int) -> int:
-    """Bytes one trainable fp32 adapter costs with its gradient and AdamW moments (4 copies)."""
-    per_layer = sum(rank * (d_in + d_out) for d_in, d_out in hidden_sizes.values())
-    return 4 * 4 * per_layer * n_layers
-
-
-def check_memory(cfg: Config, base_bytes: int, slot_bytes: int, available_bytes: int) -> None:
-    """Raise when base + n_slots adapters (+ optimiser state) cannot fit in the memory budget."""
-    need = base_bytes + cfg.n_slots * slot_bytes
-    if cfg.model.memory_gb > 0:
-        available_bytes = int(cfg.model.memory_gb * 2**30)
-    if need > available_bytes:
-        fit = max(0, (available_bytes - base_bytes) // max(slot_bytes, 1))
-        raise ConfigError(
-            f"population.teachers + population.students: {cfg.n_slots} adapter slots need ~{need / 2**30:.1f} GiB "
-            f"but only {available_bytes / 2**30:.1f} GiB is available; use at most {fit} slots, a smaller lora.rank, "
-            "or raise model.memory_gb."
-        )
-
-
-def available_memory_bytes() -> int:
-    """Free system memory (MemAvailable), or a large number where it cannot be read."""
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 1 << 50
-
-
 __all__ = [
-    "ALL_OPERATORS",
     "Config",
     "ConfigError",
     "EvolutionConfig",
-    "LIVE_OPERATORS",
     "LoRAConfig",
     "ModelConfig",
     "PopulationConfig",
+    "RESUMABLE_KEYS",
     "RLConfig",
     "RatingsConfig",
     "SandboxConfig",
-    "TASK_TYPES",
     "TasksConfig",
     "TrainConfig",
-    "adapter_bytes",
     "all_keys",
-    "available_memory_bytes",
-    "check_memory",
     "check_model_path",
     "field_docs",
     "from_dict",
     "load_config",
     "parse_override",
     "preset_names",
+    "resume_config",
     "set_value",
     "to_dict",
     "to_yaml",

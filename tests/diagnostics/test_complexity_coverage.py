@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from populora.diagnostics.complexity import summarize
+from populora.diagnostics.features import summarize
 from populora.diagnostics.coverage import CENTROIDS_PATH, CoverageArchive, load_centroids
 from populora.diagnostics.features import FEATURES, normalise
 from populora.diagnostics.make_centroids import make_centroids

@@ -59,7 +59,7 @@ def test_seeds_fill_buffers(shared_data, sandbox, reports, tmp_path):
 
 
 def test_features_of_every_valid_seed_program(reports):
-    from populora.tasks.features import program_features
+    from populora.diagnostics.features import program_features
 
     for rep in reports.values():
         for p in rep.problems:

@@ -1,6 +1,6 @@
 import pytest
 
-from populora.tasks.features import program_features
+from populora.diagnostics.features import program_features
 
 
 def test_paper_example():

@@ -1,5 +1,6 @@
 """Phases 2-5 of a step on real parts (sandbox, tasks, engine with a tiny random model, operators), with the
-teacher and student texts written by hand so the rewards, advantages, ratings and metrics are known numbers."""
+teacher and student texts written by hand so the rewards, advantages, ratings and metrics are known numbers.
+Each test builds its own trainer (a fresh population, buffers and engine), so the tests run in any order."""
 
 import math
 import random
@@ -10,9 +11,13 @@ import torch
 from populora import tasks
 from populora.config import load_config
 from populora.engine import Generation, build
+from populora.engine.memory import estimate_memory
 from populora.engine.testing import random_model
+from populora.names import PHASES
 from populora.rl.advantages import reinforce_pp_baseline
-from populora.train.trainer import Item, Trainer, estimate_memory, summary_line, task_schedule
+from populora.train.progress import summary_line
+from populora.train.records import ProposalTrace, metrics_record, problem_records
+from populora.train.trainer import Trainer, task_schedule
 
 PROGRAM = "def f(x):\n    return x * 3"
 
@@ -29,12 +34,12 @@ def _gen(engine, slot: int, prompt: str, text: str) -> Generation:
     )
 
 
-@pytest.fixture(scope="module")
-def trainer(tmp_path_factory):
+@pytest.fixture
+def trainer(tmp_path):
     model, tok = random_model(seed=0)
     cfg = load_config("tiny", ["rl.rollouts=2", "sandbox.workers=1", "tasks.template=compact"])
     engine = build(model=model, tokenizer=tok, n_slots=4, rank=4, alpha=8, lr=1e-3)
-    tr = Trainer(cfg, tmp_path_factory.mktemp("run"), engine=engine, quiet=True)
+    tr = Trainer(cfg, tmp_path / "run", engine=engine, quiet=True)
     tr.setup()
     yield tr
     tr.close()
@@ -42,13 +47,13 @@ def trainer(tmp_path_factory):
 
 def _items(tr):
     code_o = tasks.get("code_o")
-    good = Item(
+    good = ProposalTrace(
         "T0",
         "S0",
         "code_o",
         gen=_gen(tr.engine, 0, "p", code_o.render_proposal(PROGRAM, ["4"], template="compact")),
     )
-    bad = Item("T0", "S0", "code_i", gen=_gen(tr.engine, 0, "p", "no blocks here"))
+    bad = ProposalTrace("T0", "S0", "code_i", gen=_gen(tr.engine, 0, "p", "no blocks here"))
     return [good, bad]
 
 
@@ -73,12 +78,14 @@ def test_validate_solve_score_update_rate_metrics(trainer):
     tr.score(items)
     assert good.solves == [True, False] and good.formatted == [True, True]
     assert good.reward == 0.5 and bad.reward == -1.0  # 1 - rho with rho = 1/2; invalid -1
+    assert good.answer_rewards == [1.0, -0.5] and bad.answer_rewards == []  # right +1, parsed but wrong -0.5
 
-    rows, info = tr.build_rows(items)
-    assert info["rewards"] == [0.5, 1.0, -0.5, -1.0]  # teacher, its two student rows, the invalid proposal
-    assert info["groups"] == [("teacher", 0), ("student", 0), ("student", 0), ("teacher", 1)]
-    assert [r.slot for r in rows] == [0, 2, 2, 0] and info["scopes"] == ["batch"] * 4
-    lengths = info["lengths"]
+    rows = tr.build_rows(items)
+    # teacher, its two student rows, the invalid proposal; groups: the student rows share one baseline
+    rewards = [0.5, 1.0, -0.5, -1.0]
+    groups = [("teacher", 0), ("student", 0), ("student", 0), ("teacher", 1)]
+    assert [r.slot for r in rows] == [0, 2, 2, 0]
+    lengths = [len(r.response_ids) for r in rows]
     # by hand: baseline -> [0.5, 0.75, -0.75, -1], then token-weighted whitening
     x, w = [0.5, 0.75, -0.75, -1.0], lengths
     n = sum(w)
@@ -87,9 +94,7 @@ def test_validate_solve_score_update_rate_metrics(trainer):
     expected = [(a - mean) / math.sqrt(var + 1e-8) for a in x]
     assert [r.advantages for r in rows] == pytest.approx(expected, rel=1e-5)
     assert [r.advantages for r in rows] == pytest.approx(
-        reinforce_pp_baseline(
-            torch.tensor(info["rewards"]), torch.tensor(lengths), info["groups"], info["scopes"]
-        ).tolist(),
+        reinforce_pp_baseline(torch.tensor(rewards), torch.tensor(lengths), groups, ["batch"] * 4).tolist(),
         rel=1e-6,
     )
 
@@ -105,20 +110,18 @@ def test_validate_solve_score_update_rate_metrics(trainer):
     ]
     assert tr.pop["T0"].mu == pytest.approx(25.0) and tr.pop["T0"].sigma < 25 / 3 and tr.pop["S0"].games == 1
 
-    timings = {
-        k: 0.1
-        for k in (
-            "matchmaking",
-            "teacher",
-            "validate",
-            "student",
-            "score",
-            "update",
-            "evolution",
-            "checkpoint",
-        )
-    }
-    rec = tr.metrics_record(1, items, tm, matchups, timings, 1.0)
+    timings = dict.fromkeys(PHASES, 0.1)
+    rec = metrics_record(
+        1,
+        items,
+        tm,
+        matchups,
+        timings,
+        1.0,
+        members=tr.pop.ordered(),
+        mode="population",
+        coverage=tr.coverage,
+    )
     t0, s0 = rec["members"]["T0"], rec["members"]["S0"]
     assert (t0["valid_rate"], t0["reward"], t0["n_valid"], t0["n_proposed"]) == (0.5, -0.25, 1, 2)
     assert t0["solve_rate"] == {"code_i": None, "code_o": 0.5, "code_f": None, "all": 0.5}
@@ -134,7 +137,7 @@ def test_validate_solve_score_update_rate_metrics(trainer):
         len(g.token_ids) for g in good.answers
     )
     assert "step    1/6" in summary_line(rec, [], 6)
-    probs = tr.problem_records(1, items)
+    probs = problem_records(1, items)
     assert probs[0]["valid"] and probs[0]["outputs"] == ["12"] and probs[0]["solve_rate"] == 0.5
     assert not probs[1]["valid"] and probs[1]["program"] is None
 

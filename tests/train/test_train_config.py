@@ -5,18 +5,20 @@ import dataclasses
 import pytest
 import yaml
 
+from populora import names
 from populora.config import (
     Config,
     ConfigError,
     all_keys,
-    check_memory,
     field_docs,
     from_dict,
     load_config,
     preset_names,
+    resume_config,
     to_dict,
     to_yaml,
 )
+from populora.engine.memory import check_memory
 
 CONTRACT_KEYS = [
     "train.steps",
@@ -160,3 +162,26 @@ def test_log_sinks_are_config_keys_and_reach_the_run_folder(tmp_path):
     run.logger.close()
     assert (tmp_path / "metrics.jsonl").exists()
     assert any((tmp_path / "tensorboard").iterdir())
+
+
+def test_operator_choices_are_the_registry():
+    from populora.operators import LIVE_OPERATORS, REGISTRY
+
+    assert names.OPERATORS == tuple(REGISTRY)  # the config accepts exactly the registered operators
+    assert LIVE_OPERATORS == names.LIVE_OPERATORS and set(LIVE_OPERATORS) <= set(REGISTRY)
+    assert Config().evolution.operators == list(names.LIVE_OPERATORS)
+    for op in REGISTRY:
+        load_config("tiny", [f"evolution.operators={op}"])
+    with pytest.raises(ConfigError, match="unknown operator 'M7'"):
+        load_config("tiny", ["evolution.operators=M7"])
+
+
+def test_resume_config_changes_only_the_resumable_keys():
+    saved = to_dict(load_config("tiny", ["train.steps=4", "rl.lr=3e-4"]))
+    cfg = resume_config(saved, ["train.steps=9", "train.threads=1"])
+    assert (cfg.train.steps, cfg.train.threads, cfg.rl.lr) == (9, 1, 3e-4)
+    assert to_dict(resume_config(saved)) == saved
+    with pytest.raises(ConfigError, match=r"--set lora.rank: cannot change on --resume \(only train.steps"):
+        resume_config(saved, ["lora.rank=4"])
+    with pytest.raises(ConfigError, match="train.steps: must be >= 1"):
+        resume_config(saved, ["train.steps=0"])

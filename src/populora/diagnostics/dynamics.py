@@ -20,6 +20,7 @@ import numpy as np
 from populora.diagnostics.coverage import CoverageArchive
 from populora.diagnostics.features import FEATURES
 from populora.diagnostics.run import Run
+from populora.names import TASKS
 
 __all__ = [
     "TASKS",
@@ -39,8 +40,6 @@ __all__ = [
     "coverage_curve",
     "proposer_roles",
 ]
-
-TASKS = ("code_i", "code_o", "code_f")
 
 
 def smooth(y: np.ndarray, window: int = 3) -> np.ndarray:

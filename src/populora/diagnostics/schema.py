@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from populora.diagnostics.sinks import read_jsonl
+from populora.names import PHASES, ROLES, SOLVE_KEYS, TASKS
 
 __all__ = [
     "METRICS_KEYS",
@@ -38,7 +39,6 @@ METRICS_KEYS = (
     "members",
     "matchups",
 )
-PHASES = ("matchmaking", "teacher", "validate", "student", "score", "update", "evolution", "checkpoint")
 MEMBER_KEYS = (
     "role",
     "reward",
@@ -54,8 +54,7 @@ MEMBER_KEYS = (
     "n_valid",
     "n_proposed",
 )
-TASK_KEYS = ("code_i", "code_o", "code_f", "all")
-ROLES = ("teacher", "student", "single")
+TASK_KEYS = SOLVE_KEYS
 COMPLEXITY_KEYS = ("ast_depth", "cyclomatic", "loc", "n_vars")
 MATCHUP_KEYS = ("teacher", "student", "solve_rate", "n_problems")
 PROBLEM_KEYS = (
@@ -148,7 +147,7 @@ def check_metrics_record(rec: Mapping[str, Any]) -> list[str]:
 def check_problem_record(rec: Mapping[str, Any]) -> list[str]:
     where = f"problem {rec.get('id', '?')} (step {rec.get('step', '?')})"
     errs = _missing(rec, PROBLEM_KEYS, where)
-    if rec.get("task") not in ("code_i", "code_o", "code_f"):
+    if rec.get("task") not in TASKS:
         errs.append(f"{where}: unknown task {rec.get('task')!r}")
     if rec.get("valid") is False and not rec.get("reason"):
         errs.append(f"{where}: an invalid proposal needs a 'reason'")

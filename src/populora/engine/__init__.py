@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from populora.config import LoRAConfig
 from populora.engine.models import resolve_model
 from populora.engine.types import EngineError, Generation, GenRequest, PolicyEngine, TrainBatch, TrainRow
 
@@ -29,8 +30,8 @@ BACKENDS = ("hf", "vllm")
 def build(
     model: Any = "tiny",
     n_slots: int = 8,
-    rank: int = 32,
-    alpha: float = 64,
+    rank: int | None = None,
+    alpha: float | None = None,
     targets=None,
     backend: str = "hf",
     device: str = "cpu",
@@ -41,6 +42,9 @@ def build(
 ):
     """Build a PolicyEngine with `n_slots` LoRA slots (rank `rank`, scale `alpha/rank`) on `model`.
 
+    `rank` and `alpha` default to the run config's (`LoRAConfig`), so an engine built here and a training run
+    agree unless told otherwise.
+
     `model`: "tiny", "smol", a local HF folder, a hub id, or an already loaded transformers causal LM (then
     pass `tokenizer=`). `dtype`: of the frozen base when loading by name (default float32 on CPU, bfloat16 on
     CUDA; LoRA factors are always float32). `targets`: None (q/k/v/o projections), "all-linear", a list of module-name suffixes
@@ -49,6 +53,8 @@ def build(
     entropy_coef [0], loss_agg ["token-mean"], micro_batch_tokens [4096], gen_batch_size [64],
     gen_threads [1], train_threads [2], seed [0].
     """
+    rank = LoRAConfig.rank if rank is None else rank
+    alpha = LoRAConfig.alpha if alpha is None else alpha
     if backend not in BACKENDS:
         raise EngineError(f"unknown engine backend {backend!r}; choose one of {BACKENDS}.")
     if backend == "vllm":  # fail before loading anything

@@ -53,8 +53,8 @@ class HFEngine:
         tokenizer,
         *,
         n_slots: int = 8,
-        rank: int = 32,
-        alpha: float = 64,
+        rank: int,
+        alpha: float,
         targets=None,
         device: str = "cpu",
         lr: float = 5e-5,
@@ -159,6 +159,9 @@ class HFEngine:
             self.optimizer.load_state_dict(state)
         except (KeyError, ValueError) as e:
             raise EngineError(f"cannot load optimizer state: {e}") from e
+
+    def close(self) -> None:
+        """Nothing to release: the model and slots are ordinary tensors, freed with the engine."""
 
     # ------------------------------------------------------------------ generation
     def _eos_ids(self) -> set[int]:

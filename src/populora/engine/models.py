@@ -12,9 +12,8 @@ import os
 from pathlib import Path
 
 from populora.engine.types import EngineError
+from populora.paths import TINY_MODEL_DIR as TINY_DIR
 
-ASSETS = Path(__file__).resolve().parents[1] / "assets"
-TINY_DIR = ASSETS / "tiny-coder"
 SMOL_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 

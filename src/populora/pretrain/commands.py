@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-ASSET_DIR = Path(__file__).resolve().parents[1] / "assets" / "tiny-coder"
+from populora.paths import TINY_MODEL_DIR as ASSET_DIR
 
 
 def register(app: typer.Typer, bench: typer.Typer) -> None:

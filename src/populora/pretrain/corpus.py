@@ -16,7 +16,6 @@ from dataclasses import dataclass
 
 from populora.pretrain.programs import Triplet, sample_code_f, sample_triplet
 
-TASKS = ("code_i", "code_o", "code_f")
 # Mixture of example kinds (weights per drawn example).
 MIX = {
     "student:code_o": 3.0,

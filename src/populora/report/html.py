@@ -29,6 +29,7 @@ from populora.diagnostics.dynamics import (
 )
 from populora.diagnostics.features import FEATURE_LABELS, FEATURES
 from populora.diagnostics.run import Run, load_run
+from populora.names import TASKS
 from populora.report import plots
 
 __all__ = ["render_report", "write_report", "render_compare", "write_compare"]
@@ -160,7 +161,7 @@ def _cap_invalid(run: Run) -> str:
 def _cap_solve(run: Run) -> str:
     osc = oscillation_by_type(run)
     bits = []
-    for t in ("code_i", "code_o", "code_f"):
+    for t in TASKS:
         o = osc[t]
         if o.n_points:
             sw = f", mean swing {o.mean_swing:.2f}" if o.mean_swing is not None else ""
@@ -664,9 +665,7 @@ def render_compare(runs: Sequence[Run]) -> str:
         k = max(1, run.n_steps // 10)
         cov_s = f"{100 * cov[np.isfinite(cov)][-1]:.2f}%" if np.isfinite(cov).any() else "–"
         osc = oscillation_by_type(run)
-        turns = " / ".join(
-            str(osc[t].direction_changes) if osc[t].n_points else "–" for t in ("code_i", "code_o", "code_f")
-        )
+        turns = " / ".join(str(osc[t].direction_changes) if osc[t].n_points else "–" for t in TASKS)
         vr = run.role_series(proposer_roles(run), "valid_rate")
         rows.append(
             f'<tr><td><span style="color:{color}">■</span> {_esc(run.label)}</td>'

@@ -6,7 +6,7 @@ rates oscillate (code_o fast, code_i/code_f slowly), teachers' programs grow in 
 growing, TrueSkill ratings (the real `trueskill` package, banded win/draw/loss) spread out, and every
 `evolve_every` steps the weakest member per role is replaced by a child that dips and recovers. In single
 mode the agent's solve rate climbs to a plateau, its programs shrink to `return number * 3`, and entropy
-collapses. Programs are real Python text; their features are measured by `populora.tasks.features`.
+collapses. Programs are real Python text; their features are measured by `populora.diagnostics.features`.
 """
 
 from __future__ import annotations
@@ -17,20 +17,19 @@ from typing import Any
 
 import numpy as np
 
-from populora.diagnostics.complexity import summarize
 from populora.diagnostics.coverage import CoverageArchive
+from populora.diagnostics.features import summarize
 from populora.diagnostics.sinks import append_jsonl
+from populora.names import LIVE_OPERATORS, PHASES, TASKS
 
 __all__ = ["write_synthetic_run", "program_features"]
 
-OPERATORS = ("M1", "M2", "M3", "M4", "X1", "X2", "X3", "X4")
-TASKS = ("code_i", "code_o", "code_f")
-PHASES = ("matchmaking", "teacher", "validate", "student", "score", "update", "evolution", "checkpoint")
+OPERATORS = LIVE_OPERATORS
 
 
 def program_features(source: str) -> dict[str, int] | None:
-    """The program's structural features (`populora.tasks.features`), or None when it does not parse."""
-    from populora.tasks.features import program_features as _pf
+    """The program's structural features (`populora.diagnostics.features`), or None when it does not parse."""
+    from populora.diagnostics.features import program_features as _pf
 
     try:
         return _pf(source)
@@ -159,7 +158,7 @@ def write_synthetic_run(
     dip = dict.fromkeys({*tids, *sids}, 0.0)
     rating = {m: env.create_rating() for m in {*tids, *sids}}
     next_id = {"teacher": teachers, "student": students}
-    phase = {t: float(rng.uniform(0, 2 * math.pi)) for t in ("code_i", "code_o", "code_f")}
+    phase = {t: float(rng.uniform(0, 2 * math.pi)) for t in TASKS}
     period = {"code_o": 7.0, "code_i": 19.0, "code_f": 23.0}
 
     for k in range(steps):
@@ -181,7 +180,7 @@ def write_synthetic_run(
         for t, s in pairs:
             pair_rates = []
             for j in range(problems_per_teacher):
-                task = ("code_i", "code_o", "code_f")[j % 3]
+                task = TASKS[j % 3]
                 if mode == "population":
                     level = 0.25 + 0.6 * frac + offset[t] + float(rng.normal(0, 0.12))
                     valid_p = 0.55 + 0.35 * frac - dip[t]

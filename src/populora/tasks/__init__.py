@@ -1,7 +1,7 @@
 """The AZR task family (code_i abduction, code_o deduction, code_f induction): problems, prompt templates,
-parsing, validation through the sandbox, hack-proof scoring, rewards, buffers, program features.
+parsing, validation through the sandbox, hack-proof scoring, rewards, buffers.
 
-Public API (DESIGN.md §4.2)::
+Public API (the contract the trainer uses; docs/architecture.md)::
 
     task = populora.tasks.get("code_o")              # "code_i" | "code_o" | "code_f"; task.name
     task.teacher_prompt(refs, template="azr")        # or "compact" (the tiny model) or a folder
@@ -26,10 +26,6 @@ from populora.tasks.policy import DEFAULT_POLICY, CapabilityPolicy
 from populora.tasks.templates import TEMPLATE_NAMES, TemplateSet, load_template
 from populora.tasks.types import TASK_NAMES, Answer, FormatError, Invalid, InvalidProblem, Problem, Proposal
 
-K_REFERENCES = 6  # AZR: reference problems per code_i/code_o teacher prompt, sampled without replacement
-N_INPUTS = 10  # AZR: inputs per code_f proposal (TaskConfig.n_inputs)
-N_ROLLOUTS = 8  # AZR / paper: student samples per problem to estimate the solve rate
-
 _CLASSES: dict[str, type[CodeTask]] = {"code_i": CodeI, "code_o": CodeO, "code_f": CodeF}
 _DEFAULT: dict[str, CodeTask] = {}
 
@@ -48,9 +44,6 @@ def get(name: str, **config: Any) -> CodeTask:
 
 
 __all__ = [
-    "K_REFERENCES",
-    "N_INPUTS",
-    "N_ROLLOUTS",
     "TASK_NAMES",
     "TEMPLATE_NAMES",
     "Answer",

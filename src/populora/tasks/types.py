@@ -13,7 +13,9 @@ import json
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-TASK_NAMES: tuple[str, ...] = ("code_i", "code_o", "code_f")
+from populora.names import TASKS
+
+TASK_NAMES: tuple[str, ...] = TASKS  # the one spelling, in populora.names
 
 
 class InvalidProblem(ValueError):

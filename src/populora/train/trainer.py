@@ -6,10 +6,10 @@
                             validated in the sandbox; valid ones enter the buffers
     (3) student solve       the matched student answers every valid problem n = `rl.rollouts` times at the
                             training temperature; the sandbox scores every answer
-    (4) rewards and update  student: the verifier (1 right, 0 wrong); teacher: 1 - rho on a valid problem
-                            (0 when rho = 0), `rl.invalid_reward` (-1) on an invalid one; REINFORCE++-baseline
-                            advantages; ONE mixed batch of every member's rows -> `engine.train_step`;
-                            one TrueSkill update per matchup from the solve rate
+    (4) rewards and update  student: +1 right, -0.5 parsed but wrong, -1 unparsable; teacher: 1 - rho on a
+                            valid problem (0 when rho = 0), `rl.invalid_reward` (-1) on an invalid one;
+                            REINFORCE++-baseline advantages; ONE mixed batch of every member's rows ->
+                            `engine.train_step`; one TrueSkill update per matchup from the solve rate
     (5) evolution           every `evolution.every` steps the bottom gamma of each role by LCB is replaced by
                             children of top-ranked parents made by an operator; the slot's optimiser is reset
 
@@ -21,85 +21,55 @@ matchup's: the same prompts, rollouts, tokens and one update, i.e. what each tea
 
 Every generation of a phase goes to the engine as one mixed-slot batch (the shared base forward), and every
 random draw derives from `train.seed` and the step, so a run resumed from a checkpoint replays the same steps.
+Each phase fills its fields of the step's `ProposalTrace`s (train/records.py); rewards are computed once, in
+`score`, and read by the update and the metrics. Layers and contracts: docs/architecture.md.
 """
 
 from __future__ import annotations
 
 import hashlib
-import inspect
-import json
 import random
 import sys
 import time
 from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from populora.config import Config, ConfigError, check_memory, from_dict, load_config, to_dict, to_yaml
+import torch
+import yaml
+
+from populora import tasks
+from populora.config import Config, load_config, resume_config, to_dict, to_yaml
+from populora.diagnostics.coverage import CoverageArchive
+from populora.diagnostics.features import program_features
+from populora.engine import EngineError, GenRequest, PolicyEngine, TrainBatch, TrainRow, build, resolve_model
+from populora.engine.memory import available_bytes, check_memory, estimate_memory
+from populora.names import PHASES, TASKS
+from populora.operators import REGISTRY, apply
 from populora.population.evolution import plan_evolution
 from populora.population.matchmaking import match
 from populora.population.members import Population
 from populora.population.ratings import RatingSystem
+from populora.pretrain.programs import sample_code_f, sample_triplet
 from populora.rl.advantages import reinforce_pp_baseline, scope_key
+from populora.sandbox import Limits, Sandbox
+from populora.tasks.buffers import TaskBuffers
+from populora.tasks.rewards import RewardConfig, learnability_reward, student_reward, teacher_reward
 from populora.train import checkpoint as ckpt
+from populora.train.progress import StepProgress, summary_line
+from populora.train.records import ProposalTrace, StepResult, metrics_record, problem_records, solve_rate
 from populora.train.run_folder import RunFolder
-
-PHASES = ("matchmaking", "teacher", "validate", "student", "score", "update", "evolution", "checkpoint")
-# Keys that may change when resuming (everything else would change the run's meaning mid-way).
-RESUMABLE_OVERRIDES = ("train.steps", "train.checkpoint_every", "train.keep_checkpoints", "train.threads")
 
 
 class TrainError(RuntimeError):
     """A user-fixable problem starting or resuming a run; the message is one line with the fix."""
 
 
-@dataclass
-class Item:
-    """One teacher proposal and everything that happens to it in a step."""
-
-    teacher: str
-    student: str
-    task: str
-    shown_program: str | None = None  # code_f: the program the teacher writes inputs for
-    gen: Any = None  # engine Generation
-    problem: Any = None  # tasks.Problem when valid
-    program: str | None = None  # the parsed program, valid or not
-    inputs: list[str] | None = None
-    reason: str | None = None  # why it is invalid
-    solves: list[bool] = field(default_factory=list)
-    formatted: list[bool] = field(default_factory=list)  # per answer: did it parse (else the format penalty)
-    answers: list[Any] = field(default_factory=list)  # student Generations
-    reward: float = 0.0
-    features: dict | None = None
-
-    @property
-    def valid(self) -> bool:
-        return self.problem is not None
-
-    @property
-    def solve_rate(self) -> float | None:
-        return sum(self.solves) / len(self.solves) if self.solves else None
-
-
-@dataclass
-class StepResult:
-    step: int
-    record: dict
-    items: list[Item]
-    events: list[dict]
-
-
 def _derive_seed(*parts: Any) -> int:
     h = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()
     return int.from_bytes(h, "little") & 0x7FFFFFFF
-
-
-def _mean(xs) -> float | None:
-    xs = [x for x in xs if x is not None]
-    return sum(xs) / len(xs) if xs else None
 
 
 def task_schedule(types: list[str], prompts: int) -> list[str]:
@@ -116,7 +86,7 @@ class Trainer:
         cfg: Config,
         run_dir: str | Path,
         *,
-        engine: Any = None,
+        engine: PolicyEngine | None = None,
         console: Any = None,
         quiet: bool = False,
     ) -> None:
@@ -134,32 +104,25 @@ class Trainer:
         self.rng = random.Random(cfg.train.seed)
         self.ratings = RatingSystem.from_config(cfg.ratings)
         self.pop = Population.create(cfg.n_teachers, cfg.n_students, self.ratings.prior(), single=self.single)
+        self.rewards = RewardConfig(invalid_proposal=cfg.rl.invalid_reward)
         self.step_done = 0
-        self.sandbox = None
-        self.engine = engine
+        self.sandbox: Sandbox | None = None
+        self.engine: PolicyEngine | None = engine
         self._pending_checkpoint_s = 0.0
-        self._gen_takes_seed = False
 
     # ---------------------------------------------------------------------------------------------- setup
     def setup(self) -> None:
-        """Start the sandbox (before torch: forking a torch process is slow), then the engine and buffers."""
-        from populora.sandbox import Limits, Sandbox
-
+        """Start the sandbox, then the engine and buffers. The sandbox starts before the model loads: its
+        workers are spawned from this process, which is cheaper while it does not yet hold the model."""
         if self.engine is None:
             preflight(self.cfg)  # fail on a missing model or too many slots before starting anything
         sb = self.cfg.sandbox
         self.sandbox = Sandbox(
             workers=sb.workers, limits=Limits(timeout_s=sb.timeout_s, memory_mb=sb.memory_mb)
         )
-        import torch
-
-        from populora import tasks
-        from populora.diagnostics.coverage import CoverageArchive
-
         torch.set_num_threads(self.cfg.train.threads)
         torch.manual_seed(self.cfg.train.seed)
         self.tasks = {name: tasks.get(name) for name in self.cfg.tasks.types}
-        self.all_tasks = {name: tasks.get(name) for name in ("code_i", "code_o", "code_f")}
         self.coverage = CoverageArchive()
         if self.engine is None:
             self.engine = build_engine(self.cfg)
@@ -167,12 +130,7 @@ class Trainer:
             raise TrainError(
                 f"the engine has {self.engine.n_slots} slots but the population needs {self.cfg.n_slots}."
             )
-        self._gen_takes_seed = "seed" in inspect.signature(self.engine.generate).parameters
-        from populora.tasks.buffers import TaskBuffers
-        from populora.tasks.rewards import RewardConfig
-
         tk = self.cfg.tasks
-        self.rewards = RewardConfig(invalid_proposal=self.cfg.rl.invalid_reward)
         try:
             self.buffers = TaskBuffers.seeded(
                 tk.buffer_size,
@@ -185,16 +143,11 @@ class Trainer:
                 f"tasks.seed_io / tasks.seed_code_f: cannot read the seed file ({err})."
             ) from None
         if tk.seed_synthetic:
-            for p in synthetic_seeds(self.all_tasks, tk.seed_synthetic, self.sandbox, self.cfg.train.seed):
+            for p in synthetic_seeds(tk.seed_synthetic, self.sandbox, self.cfg.train.seed):
                 self.buffers.add(p)
 
-    def _student_reward(self, formatted: bool, correct: bool) -> float:
-        from populora.tasks.rewards import student_reward
-
-        return student_reward(formatted, correct, self.rewards)
-
     def close(self) -> None:
-        if self.engine is not None and hasattr(self.engine, "close"):
+        if self.engine is not None:
             self.engine.close()  # the vllm engine holds GPU memory and a scratch folder
         if self.sandbox is not None:
             self.sandbox.close()
@@ -210,16 +163,12 @@ class Trainer:
         finally:
             timings[name] = timings.get(name, 0.0) + time.perf_counter() - t0
 
-    def _generate(self, requests: list, step: int, phase: str) -> list:
+    def _generate(self, requests: list[GenRequest], step: int, phase: str) -> list:
         if not requests:
             return []
-        if self._gen_takes_seed:
-            return self.engine.generate(requests, seed=_derive_seed(self.cfg.train.seed, step, phase))
-        return self.engine.generate(requests)
+        return self.engine.generate(requests, seed=_derive_seed(self.cfg.train.seed, step, phase))
 
-    def _request(self, slot: int, prompt: str, max_new_tokens: int):
-        from populora.engine import GenRequest
-
+    def _request(self, slot: int, prompt: str, max_new_tokens: int) -> GenRequest:
         return GenRequest(
             slot=slot,
             prompt=prompt,
@@ -257,20 +206,20 @@ class Trainer:
 
         # (2) Teacher generation: K references per prompt, one mixed batch over all teachers; then validation.
         with self._phase(timings, "teacher"):
-            items = self.propose(pairs, step)
+            traces = self.propose(pairs, step)
         with self._phase(timings, "validate"):
-            self.validate(items, step)
+            self.validate(traces, step)
 
         # (3) Student solve: n rollouts per valid problem at the training temperature, one mixed batch.
         with self._phase(timings, "student"):
-            self.solve(items, step)
+            self.solve(traces, step)
         with self._phase(timings, "score"):
-            self.score(items)
+            self.score(traces)
 
         # (4) Rewards, advantages, ONE mixed batch for every member, rating updates.
         with self._phase(timings, "update"):
-            train_metrics = self.update(items)
-            matchups = self.rate(pairs, items, step)
+            train_metrics = self.update(traces)
+            matchups = self.rate(pairs, traces, step)
         events += [{"step": step, "type": "matchup", **m} for m in matchups]
 
         # (5) Evolution every k steps: the bottom gamma by LCB replaced by operator children. The step's metrics
@@ -280,15 +229,24 @@ class Trainer:
             if not self.single and cfg.evolution.every and step % cfg.evolution.every == 0:
                 events += self.evolve(step)
 
-        record = self.metrics_record(
-            step, items, train_metrics, matchups, timings, time.perf_counter() - t_step, members=played
+        record = metrics_record(
+            step,
+            traces,
+            train_metrics,
+            matchups,
+            timings,
+            time.perf_counter() - t_step,
+            members=played,
+            mode=cfg.population.mode,
+            coverage=self.coverage,
         )
-        return StepResult(step, record, items, events)
+        return StepResult(step, record, traces, events)
 
     # (2) ------------------------------------------------------------------------------------------------
-    def propose(self, pairs: list[tuple[str, str]], step: int) -> list[Item]:
+    def propose(self, pairs: list[tuple[str, str]], step: int) -> list[ProposalTrace]:
+        """One trace per teacher prompt, with the teacher's generation (one mixed batch over all teachers)."""
         cfg = self.cfg
-        items, requests = [], []
+        traces, requests = [], []
         for teacher, student in pairs:
             slot = self.pop[teacher].slot
             for name in task_schedule(cfg.tasks.types, cfg.tasks.prompts):
@@ -300,88 +258,82 @@ class Trainer:
                     shown = None
                     refs = self.buffers[name].sample(cfg.tasks.references, self.rng)
                     prompt = task.teacher_prompt(refs, template=cfg.tasks.template)
-                items.append(Item(teacher, student, name, shown_program=shown))
+                traces.append(ProposalTrace(teacher, student, name, shown_program=shown))
                 requests.append(self._request(slot, prompt, cfg.tasks.teacher_max_new_tokens))
-        for item, gen in zip(items, self._generate(requests, step, "teacher"), strict=True):
-            item.gen = gen
-        return items
+        for trace, gen in zip(traces, self._generate(requests, step, "teacher"), strict=True):
+            trace.gen = gen
+        return traces
 
-    def validate(self, items: list[Item], step: int) -> None:
-        from populora.tasks import FormatError, Invalid
-
-        by_task: dict[str, list[tuple[Item, Any]]] = defaultdict(list)
-        for item in items:
-            task = self.tasks[item.task]
+    def validate(self, traces: list[ProposalTrace], step: int) -> None:
+        """Parse and validate every proposal in the sandbox; valid problems enter the buffers and coverage."""
+        by_task: dict[str, list[tuple[ProposalTrace, Any]]] = defaultdict(list)
+        for trace in traces:
+            task = self.tasks[trace.task]
             parsed = task.parse_proposal(
-                item.gen.text, program=item.shown_program, template=self.cfg.tasks.template
+                trace.gen.text, program=trace.shown_program, template=self.cfg.tasks.template
             )
-            if isinstance(parsed, FormatError):
-                item.reason = parsed.reason
+            if isinstance(parsed, tasks.FormatError):
+                trace.reason = parsed.reason
                 continue
-            item.program, item.inputs = parsed.program, list(parsed.inputs)
-            by_task[item.task].append((item, parsed.with_origin(item.teacher, step)))
+            trace.program, trace.inputs = parsed.program, list(parsed.inputs)
+            by_task[trace.task].append((trace, parsed.with_origin(trace.teacher, step)))
         for name, group in by_task.items():
             results = self.tasks[name].validate([p for _, p in group], self.sandbox)
-            for (item, _), res in zip(group, results, strict=True):
-                if isinstance(res, Invalid):
-                    item.reason = res.reason
+            for (trace, _), res in zip(group, results, strict=True):
+                if isinstance(res, tasks.Invalid):
+                    trace.reason = res.reason
                 else:
-                    item.problem = res.with_origin(item.teacher, step)
-        from populora.tasks.features import program_features
-
-        for item in items:
-            if item.program:
+                    trace.problem = res.with_origin(trace.teacher, step)
+        for trace in traces:
+            if trace.program:
                 try:
-                    item.features = program_features(item.program)
+                    trace.features = program_features(trace.program)
                 except Exception:  # noqa: BLE001 - unparsable programs simply have no features
-                    item.features = None
-            if item.valid:
-                self.buffers.add(item.problem)
-        self.coverage.add([it.features for it in items if it.valid])
+                    trace.features = None
+            if trace.valid:
+                self.buffers.add(trace.problem)
+        self.coverage.add([t.features for t in traces if t.valid])
 
     # (3) ------------------------------------------------------------------------------------------------
-    def solve(self, items: list[Item], step: int) -> None:
+    def solve(self, traces: list[ProposalTrace], step: int) -> None:
+        """n = `rl.rollouts` answers of the matched student to every valid problem (one mixed batch)."""
         cfg, requests, owners = self.cfg, [], []
-        for item in items:
-            if not item.valid:
+        for trace in traces:
+            if not trace.valid:
                 continue
-            prompt = self.tasks[item.task].student_prompt(item.problem, template=cfg.tasks.template)
-            slot = self.pop[item.student].slot
+            prompt = self.tasks[trace.task].student_prompt(trace.problem, template=cfg.tasks.template)
+            slot = self.pop[trace.student].slot
             for _ in range(cfg.rl.rollouts):
                 requests.append(self._request(slot, prompt, cfg.tasks.student_max_new_tokens))
-                owners.append(item)
-        for item, gen in zip(owners, self._generate(requests, step, "student"), strict=True):
-            item.answers.append(gen)
+                owners.append(trace)
+        for trace, gen in zip(owners, self._generate(requests, step, "student"), strict=True):
+            trace.answers.append(gen)
 
-    def score(self, items: list[Item]) -> None:
-        from populora.tasks import FormatError
-        from populora.tasks.rewards import learnability_reward, teacher_reward
-
+    def score(self, traces: list[ProposalTrace]) -> None:
+        """Every reward of the step, computed here once: each answer's and each proposal's."""
         proposer_reward = learnability_reward if self.single else teacher_reward
-        for item in items:
-            if not item.valid:
-                item.reward = self.rewards.invalid_proposal
+        for trace in traces:
+            if not trace.valid:
+                trace.reward = self.rewards.invalid_proposal
                 continue
-            task = self.tasks[item.task]
-            answers = [task.parse_answer(g.text, template=self.cfg.tasks.template) for g in item.answers]
-            item.formatted = [not isinstance(a, FormatError) for a in answers]
-            item.solves = [bool(x) for x in task.score(item.problem, answers, self.sandbox)]
-            item.reward = proposer_reward(item.solve_rate, True, self.rewards)
+            task = self.tasks[trace.task]
+            answers = [task.parse_answer(g.text, template=self.cfg.tasks.template) for g in trace.answers]
+            trace.formatted = [not isinstance(a, tasks.FormatError) for a in answers]
+            trace.solves = [bool(x) for x in task.score(trace.problem, answers, self.sandbox)]
+            trace.answer_rewards = [
+                student_reward(fmt, ok, self.rewards)
+                for fmt, ok in zip(trace.formatted, trace.solves, strict=True)
+            ]
+            trace.reward = proposer_reward(trace.solve_rate, True, self.rewards)
 
     # (4) ------------------------------------------------------------------------------------------------
-    def update(self, items: list[Item]) -> dict[str, float]:
+    def update(self, traces: list[ProposalTrace]) -> dict[str, float]:
         """REINFORCE++-baseline advantages over every row of every member, then ONE `engine.train_step`."""
-        from populora.engine import TrainBatch
-
-        rows, _ = self.build_rows(items)
+        rows = self.build_rows(traces)
         return self.engine.train_step(TrainBatch(rows)) if rows else {}
 
-    def build_rows(self, items: list[Item]) -> tuple[list, dict]:
-        """Training rows of every member with their advantages, plus the inputs of the advantage computation."""
-        import torch
-
-        from populora.engine import TrainRow
-
+    def build_rows(self, traces: list[ProposalTrace]) -> list[TrainRow]:
+        """Training rows of every member, each with its REINFORCE++-baseline advantage."""
         scope = self.cfg.effective_whiten_scope
         rows, rewards, lengths, groups, scopes = [], [], [], [], []
 
@@ -402,15 +354,14 @@ class Trainer:
             groups.append(group)
             scopes.append(scope_key(scope, member=member, role=role, task=task))
 
-        for i, item in enumerate(items):
+        for i, trace in enumerate(traces):
             # A teacher prompt is sampled once: a group of one keeps its reward (no per-prompt baseline).
-            add(item.teacher, "teacher", item.task, item.gen, item.reward, ("teacher", i))
-            for gen, ok, fmt in zip(item.answers, item.solves, item.formatted, strict=True):
+            add(trace.teacher, "teacher", trace.task, trace.gen, trace.reward, ("teacher", i))
+            for gen, reward in zip(trace.answers, trace.answer_rewards, strict=True):
                 # The n rollouts of one student on one problem share the baseline (prompt x slot).
-                add(item.student, "student", item.task, gen, self._student_reward(fmt, ok), ("student", i))
-        info = {"rewards": rewards, "lengths": lengths, "groups": groups, "scopes": scopes}
+                add(trace.student, "student", trace.task, gen, reward, ("student", i))
         if not rows:
-            return [], info
+            return []
         adv = reinforce_pp_baseline(
             torch.tensor(rewards),
             torch.tensor(lengths),
@@ -420,16 +371,15 @@ class Trainer:
         )
         for row, a in zip(rows, adv.tolist(), strict=True):
             row.advantages = float(a)
-        return rows, info
+        return rows
 
-    def rate(self, pairs: list[tuple[str, str]], items: list[Item], step: int) -> list[dict]:
+    def rate(self, pairs: list[tuple[str, str]], traces: list[ProposalTrace], step: int) -> list[dict]:
         """One TrueSkill update per matchup from the student's solve rate on the teacher's valid problems."""
         out = []
         for teacher, student in pairs:
-            mine = [it for it in items if it.teacher == teacher and it.student == student]
-            solves = [s for it in mine for s in it.solves]
-            rho = sum(solves) / len(solves) if solves else None
-            n_valid = sum(it.valid for it in mine)
+            mine = [tr for tr in traces if tr.teacher == teacher and tr.student == student]
+            rho = solve_rate(mine)
+            n_valid = sum(tr.valid for tr in mine)
             entry = {"teacher": teacher, "student": student, "solve_rate": rho, "n_problems": n_valid}
             if not self.single:
                 t, s = self.pop[teacher], self.pop[student]
@@ -444,8 +394,7 @@ class Trainer:
 
     # (5) ------------------------------------------------------------------------------------------------
     def evolve(self, step: int) -> list[dict]:
-        from populora.operators import REGISTRY, apply
-
+        """Replace the bottom gamma of each role by operator children of top-ranked parents."""
         arity = {name: op.arity for name, op in REGISTRY.items()}
         events = []
         for r in plan_evolution(self.pop, self.cfg, self.ratings.prior(), self.rng, arity=arity):
@@ -487,109 +436,9 @@ class Trainer:
             )
         return events
 
-    # ---------------------------------------------------------------------------------------------- metrics
-    def metrics_record(
-        self,
-        step: int,
-        items: list[Item],
-        tm: dict,
-        matchups: list[dict],
-        timings: dict,
-        step_s: float,
-        members: list | None = None,
-    ) -> dict:
-        """The metrics.jsonl line of a step (docs/run-folder.md) for `members` (default: the live ones)."""
-        gen_tokens = sum(len(it.gen.token_ids) for it in items) + sum(
-            len(g.token_ids) for it in items for g in it.answers
-        )
-        out = {}
-        for m in members if members is not None else self.pop.ordered():
-            slot = m.slot
-            as_teacher = [it for it in items if it.teacher == m.id]
-            as_student = [it for it in items if it.student == m.id and it.valid]
-            teacher_like, student_like = m.role in ("teacher", "single"), m.role in ("student", "single")
-            rewards, lens = [], []
-            if teacher_like:
-                rewards += [it.reward for it in as_teacher]
-                lens += [len(it.gen.token_ids) for it in as_teacher]
-            if student_like:
-                rewards += [
-                    self._student_reward(f, ok)
-                    for it in as_student
-                    for ok, f in zip(it.solves, it.formatted, strict=True)
-                ]
-                lens += [len(g.token_ids) for it in as_student for g in it.answers]
-            solved_items = as_teacher if m.role == "teacher" else as_student
-            solve = {}
-            for name in ("code_i", "code_o", "code_f"):
-                solves = [s for it in solved_items if it.task == name for s in it.solves]
-                solve[name] = sum(solves) / len(solves) if solves else None
-            every = [s for it in solved_items for s in it.solves]
-            solve["all"] = sum(every) / len(every) if every else None
-            n_valid = sum(it.valid for it in as_teacher)
-            from populora.diagnostics.complexity import summarize
-
-            out[m.id] = {
-                "role": m.role,
-                "reward": _mean(rewards),
-                "valid_rate": n_valid / len(as_teacher) if teacher_like and as_teacher else None,
-                "solve_rate": solve,
-                "response_len": _mean(lens),
-                "entropy": tm.get(f"entropy/{slot}"),
-                "mu": None if self.single else m.mu,
-                "sigma": None if self.single else m.sigma,
-                "loss": tm.get(f"loss/{slot}"),
-                "grad_norm": tm.get(f"grad_norm/{slot}"),
-                "complexity": summarize([it.features for it in as_teacher if it.valid])
-                if teacher_like
-                else None,
-                "n_valid": n_valid if teacher_like else None,
-                "n_proposed": len(as_teacher) if teacher_like else None,
-            }
-        gen_s = timings["teacher"] + timings["student"]
-        return {
-            "step": step,
-            "time": time.time(),
-            "mode": self.cfg.population.mode,
-            "phase_s": {k: round(v, 4) for k, v in timings.items()},
-            "step_s": round(step_s, 4),
-            "tokens_per_s": gen_tokens / gen_s if gen_s > 0 else None,
-            "tokens": gen_tokens,
-            "train_tokens": tm.get("tokens"),
-            "coverage": self.coverage.coverage,
-            "coverage_cells": self.coverage.cells_filled,
-            "members": out,
-            "matchups": [{k: v for k, v in m.items() if k != "outcome"} for m in matchups],
-        }
-
-    def problem_records(self, step: int, items: list[Item]) -> list[dict]:
-        out = []
-        for it in items:
-            p = it.problem
-            out.append(
-                {
-                    "step": step,
-                    "proposer": it.teacher,
-                    "solver": it.student,
-                    "task": it.task,
-                    "valid": it.valid,
-                    "reason": it.reason,
-                    "id": p.id if p is not None else None,
-                    "program": p.program if p is not None else it.program,
-                    "inputs": list(p.inputs) if p is not None else it.inputs,
-                    "outputs": list(p.outputs) if p is not None else None,
-                    "message": p.message if p is not None else "",
-                    "solve_rate": it.solve_rate,
-                    "reward": it.reward,
-                    "features": it.features,
-                }
-            )
-        return out
-
     # ---------------------------------------------------------------------------------------------- checkpoints
     def save(self, step: int) -> Path:
-        import torch
-
+        """Write an atomic checkpoint of everything a resume needs (train/checkpoint.py); return its folder."""
         t0 = time.perf_counter()
 
         def write(d: Path) -> None:
@@ -622,8 +471,6 @@ class Trainer:
 
     def restore(self) -> int:
         """Load the newest complete checkpoint; repair the logs to it; return its step."""
-        import torch
-
         found = ckpt.latest_checkpoint(self.run.path)
         if found is None:  # killed before the first checkpoint: start over, dropping the partial logs
             self.run.repair(0)
@@ -635,8 +482,6 @@ class Trainer:
             self.engine.load_adapter(m.slot, path / "adapters" / m.id)
         self.engine.load_optimizer_state(torch.load(path / "optimizer.pt", weights_only=False))
         ckpt.restore_rng(torch.load(path / "rng.pt", weights_only=False), self.rng)
-        from populora.tasks.buffers import TaskBuffers
-
         self.buffers = TaskBuffers.load(path / "buffers.jsonl")
         self.coverage.load_state_dict(state["coverage"])
         self.run.repair(step)
@@ -652,12 +497,12 @@ class Trainer:
     # ---------------------------------------------------------------------------------------------- loop
     def fit(self, start: int = 0) -> None:
         cfg = self.cfg
-        progress = _Progress(cfg.train.steps, start, self.console, self.quiet)
+        progress = StepProgress(cfg.train.steps, start, self.console, self.quiet)
         try:
             for step in range(start + 1, cfg.train.steps + 1):
                 res = self.step(step)
                 # Logs of a step are written before its checkpoint, so a resume from it never loses them.
-                for rec in self.problem_records(step, res.items):
+                for rec in problem_records(step, res.traces):
                     self.run.problem(rec)
                 for ev in res.events:
                     self.run.event(ev)
@@ -671,18 +516,16 @@ class Trainer:
 
 
 # -------------------------------------------------------------------------------------------------- seeds
-def synthetic_seeds(all_tasks: dict, n: int, sandbox, seed: int) -> list:
+def synthetic_seeds(n: int, sandbox: Sandbox, seed: int) -> list:
     """`n` seed problems per task type from the pretraining program generator, validated in the sandbox.
 
     AZR seeds its buffers with 256 programs its base model proposed before training; a tiny model proposes
     too few valid ones, so the tiny preset seeds from the generator its base model was pretrained on instead.
     """
-    from populora.pretrain.programs import sample_code_f, sample_triplet
-    from populora.tasks import InvalidProblem
-
     rng = random.Random(_derive_seed("seeds", seed))
     out = []
-    for name, task in all_tasks.items():
+    for name in TASKS:
+        task = tasks.get(name)
         for _ in range(n):
             try:
                 if name == "code_f":
@@ -691,7 +534,7 @@ def synthetic_seeds(all_tasks: dict, n: int, sandbox, seed: int) -> list:
                 else:
                     tr = sample_triplet(rng)
                     p = task.problem_from(sandbox, tr.program, [tr.input], "", "seed", 0)
-            except InvalidProblem:
+            except tasks.InvalidProblem:
                 continue  # the generator and the task policy disagree on a rare program: skip it
             out.append(p)
     return out
@@ -700,29 +543,21 @@ def synthetic_seeds(all_tasks: dict, n: int, sandbox, seed: int) -> list:
 # -------------------------------------------------------------------------------------------------- engine
 def preflight(cfg: Config) -> str:
     """Check the model exists and base + slots fit in memory (one clear line if not); return the device."""
-    from populora.engine import EngineError, resolve_model
-
     try:
         folder = resolve_model(cfg.model.name)
     except EngineError as err:
         raise TrainError(f"model.name: {err}") from None
     device = cfg.model.device
     if device == "auto":
-        import torch
-
         device = "cuda" if torch.cuda.is_available() else "cpu"
     base_bytes, slot_bytes = estimate_memory(folder, cfg.lora.rank, cfg.lora.targets)
     check_memory(cfg, base_bytes, slot_bytes, available_bytes(device))
     return device
 
 
-def build_engine(cfg: Config):
-    """The engine for a config (after `preflight`)."""
-    from populora.engine import EngineError, build
-
+def build_engine(cfg: Config) -> PolicyEngine:
+    """The engine for a config: its model, slots, LoRA shape and optimiser settings."""
     device = preflight(cfg)
-    import torch
-
     name = cfg.model.dtype if cfg.model.dtype != "auto" else ("bfloat16" if device == "cuda" else "float32")
     try:
         return build(
@@ -749,106 +584,6 @@ def build_engine(cfg: Config):
         ) from None
 
 
-def estimate_memory(folder: Path, rank: int, targets: list[str]) -> tuple[int, int]:
-    """(bytes of the base weights on disk, bytes of one adapter slot with grads and AdamW moments)."""
-    base = sum(p.stat().st_size for p in Path(folder).glob("*.safetensors")) or sum(
-        p.stat().st_size for p in Path(folder).glob("*.bin")
-    )
-    try:
-        c = json.loads((Path(folder) / "config.json").read_text())
-        h, layers = int(c["hidden_size"]), int(c["num_hidden_layers"])
-        heads = int(c.get("num_attention_heads", 1))
-        kv = int(c.get("num_key_value_heads", heads))
-        hd = int(c.get("head_dim") or h // heads)
-        inter = int(c.get("intermediate_size", 4 * h))
-    except (OSError, KeyError, ValueError, TypeError):
-        return base, 0
-    dims = {
-        "q_proj": (h, heads * hd),
-        "k_proj": (h, kv * hd),
-        "v_proj": (h, kv * hd),
-        "o_proj": (heads * hd, h),
-        "gate_proj": (h, inter),
-        "up_proj": (h, inter),
-        "down_proj": (inter, h),
-    }
-    per_layer = sum(rank * sum(dims.get(t, (h, h))) for t in targets)
-    return base, 4 * 4 * per_layer * layers  # fp32 weights, grads, two AdamW moments
-
-
-def available_bytes(device: str) -> int:
-    if device.startswith("cuda"):
-        try:
-            import torch
-
-            return int(torch.cuda.mem_get_info()[0])
-        except Exception:  # noqa: BLE001
-            pass
-    from populora.config import available_memory_bytes
-
-    return available_memory_bytes()
-
-
-# -------------------------------------------------------------------------------------------------- progress
-def summary_line(rec: dict, events: list[dict], total: int) -> str:
-    ms = rec["members"]
-
-    def avg(role: str, key: str, sub: str | None = None) -> str:
-        vals = [(m[key][sub] if sub else m[key]) for m in ms.values() if m["role"] in role]
-        v = _mean(vals)
-        return "  -  " if v is None else f"{v:+.2f}" if key == "reward" else f"{v:.2f}"
-
-    evo = [f"{e['replaced']}->{e['child']}({e['operator']})" for e in events if e["type"] == "evolution"]
-    if rec["mode"] == "single":
-        body = (
-            f"valid {avg('single', 'valid_rate')}  solve {avg('single', 'solve_rate', 'all')}  "
-            f"reward {avg('single', 'reward')}"
-        )
-    else:
-        body = (
-            f"T valid {avg('teacher', 'valid_rate')} reward {avg('teacher', 'reward')}  |  "
-            f"S solve {avg('student', 'solve_rate', 'all')} reward {avg('student', 'reward')}"
-        )
-    tail = f"  |  cov {rec['coverage_cells']} cells  |  {rec['step_s']:.1f}s"
-    return f"step {rec['step']:>4}/{total}  {body}{tail}" + (f"  |  evolve {' '.join(evo)}" if evo else "")
-
-
-class _Progress:
-    """A rich progress bar on a terminal (plus one printed summary line per step); plain lines otherwise."""
-
-    def __init__(self, total: int, start: int, console, quiet: bool) -> None:
-        self.bar = None
-        if console is None:
-            from rich.console import Console
-
-            console = Console(stderr=False)
-        self.console = console
-        if not quiet and console.is_terminal:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-            self.bar = Progress(
-                TextColumn("[bold]training"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeRemainingColumn(),
-                console=console,
-                transient=True,
-            )
-            self.task = self.bar.add_task("train", total=total, completed=start)
-            self.bar.start()
-
-    def advance(self, line: str) -> None:
-        if self.bar is not None:
-            self.bar.console.print(line, highlight=False)
-            self.bar.advance(self.task)
-        else:
-            print(line, flush=True)
-
-    def stop(self) -> None:
-        if self.bar is not None:
-            self.bar.stop()
-
-
 # -------------------------------------------------------------------------------------------------- entry point
 def train(
     preset: str = "tiny",
@@ -856,7 +591,7 @@ def train(
     overrides: list[str] | tuple = (),
     resume: str | Path | None = None,
     quiet: bool = False,
-    engine: Any = None,
+    engine: PolicyEngine | None = None,
 ) -> Path:
     """Run (or resume) training; returns the run folder. Raises ConfigError / TrainError on user errors."""
     if resume is not None:
@@ -866,22 +601,7 @@ def train(
             raise TrainError(
                 f"--resume {run_path}: no config.yaml there; pass a run folder written by `populora train`."
             )
-        import yaml
-
-        cfg = from_dict(yaml.safe_load(cfg_file.read_text()))
-        for text in overrides:
-            key = text.split("=", 1)[0].strip()
-            if key not in RESUMABLE_OVERRIDES:
-                raise ConfigError(
-                    f"--set {key}: cannot change on --resume (only {', '.join(RESUMABLE_OVERRIDES)}); "
-                    "start a new run to change it."
-                )
-        if overrides:
-            from populora.config import parse_override, set_value, validate
-
-            for text in overrides:
-                set_value(cfg, *parse_override(text))
-            validate(cfg)
+        cfg = resume_config(yaml.safe_load(cfg_file.read_text()), overrides)
     else:
         cfg = load_config(preset, overrides)
         run_path = (
@@ -897,13 +617,8 @@ def train(
     trainer = Trainer(cfg, run_path, engine=engine, quiet=quiet)
     try:
         trainer.setup()
-        start = 0
-        if resume is not None:
-            start = trainer.restore()
-        if resume is None or not trainer.run.config_path.exists():
-            trainer.run.write_config(to_yaml(cfg))
-        elif resume is not None:
-            trainer.run.write_config(to_yaml(cfg))  # records a changed train.steps
+        start = trainer.restore() if resume is not None else 0
+        trainer.run.write_config(to_yaml(cfg))  # on resume: records a changed train.steps
         if start >= cfg.train.steps:
             print(
                 f"nothing to do: {run_path} finished all {cfg.train.steps} steps "
@@ -916,4 +631,4 @@ def train(
     return run_path
 
 
-__all__ = ["Item", "StepResult", "TrainError", "Trainer", "build_engine", "task_schedule", "train"]
+__all__ = ["TrainError", "Trainer", "build_engine", "preflight", "synthetic_seeds", "task_schedule", "train"]
