@@ -5,9 +5,8 @@ import math
 import numpy as np
 import pytest
 
-from populora.diagnostics.features import summarize
 from populora.diagnostics.coverage import CENTROIDS_PATH, CoverageArchive, load_centroids
-from populora.diagnostics.features import FEATURES, normalise
+from populora.diagnostics.features import FEATURES, normalise, summarize
 from populora.diagnostics.make_centroids import make_centroids
 
 A = {"ast_depth": 5, "cyclomatic": 2, "loc": 4, "n_vars": 2}

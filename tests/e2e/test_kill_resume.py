@@ -1,4 +1,7 @@
-"""SIGKILL a training subprocess at a random moment after its first checkpoint, resume it, check the folder."""
+"""SIGKILL a training subprocess at a random moment after its first checkpoint, resume it, check the folder.
+
+The moment is drawn from a seeded generator: `POPULORA_TEST_SEED` (default 0) picks it, and the test prints the
+seed and the delay so a failing kill can be replayed with the same seed."""
 
 import json
 import os
@@ -13,6 +16,7 @@ from populora.diagnostics.sinks import read_jsonl
 from populora.train.checkpoint import list_checkpoints, read_state
 
 STEPS = 4
+SEED = int(os.environ.get("POPULORA_TEST_SEED", "0"))
 
 
 def _cli(*args: str) -> list[str]:
@@ -46,7 +50,9 @@ def test_sigkill_then_resume_leaves_a_consistent_run(tmp_path, fast):
             break
         time.sleep(0.2)
     assert proc.poll() is None or proc.returncode == 0, proc.stderr.read().decode()[-2000:]
-    time.sleep(random.Random().uniform(0.0, 4.0))  # a random moment: mid-generation, mid-write or mid-save
+    delay = random.Random(SEED).uniform(0.0, 4.0)  # a random moment: mid-generation, mid-write or mid-save
+    print(f"kill after the first checkpoint + {delay:.3f}s (POPULORA_TEST_SEED={SEED})")  # shown on failure
+    time.sleep(delay)
     killed = proc.poll() is None
     if killed:
         proc.send_signal(signal.SIGKILL)

@@ -8,7 +8,7 @@ Qwen2.5-0.5B's shape), with 8 adapter slots:
     forward/backward per adapter, one AdamW step);
 (c) memory: 8 slots vs one adapter vs 8 model copies (parameters + LoRA grads + AdamW state, computed), and
     the measured peak RSS of a subprocess running 8 slots vs 1 slot (tiny model only).
-Timings use 1 torch thread and process CPU time (reference/feasibility.md §3). Ratios, not absolute times,
+Timings use 1 torch thread and process CPU time (one thread is the fair baseline on shared CPUs). Ratios, not absolute times,
 are the result: the machine may be shared.
 """
 

@@ -5,7 +5,7 @@ each slot is a LoRA adapter named `slot<k>` with the stable int id `k + 1`. A sl
 (`train_step`, `set_adapter`, `load_adapter`, `reset_slot`, `load_optimizer_state` does not count) is
 marked stale; before the next `generate` every stale slot is written as a PEFT folder under a scratch
 directory (`/dev/shm` when present) and refreshed in vLLM with `remove_lora(id)` + `add_lora(LoRARequest(
-name, id, path))`, then the prefix cache is reset (reference/rl_frameworks.md §4.4). vLLM folds
+name, id, path))`, then the prefix cache is reset (as RL frameworks do for weight updates). vLLM folds
 `alpha/r` into its copy of B; the trainer's tensors are never shared with it.
 
 Needs `vllm` (the `gpu` extra) and, in practice, a GPU; it is not exercised by the CPU test-suite beyond

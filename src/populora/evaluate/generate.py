@@ -39,7 +39,7 @@ def _torch_setup(device: str) -> None:
     import torch
 
     if device == "cpu":
-        # Small models on shared CPUs: more threads mostly add contention (reference feasibility.md §3).
+        # Small models on shared CPUs: more threads mostly add contention (README, Performance).
         torch.set_num_threads(max(1, min(torch.get_num_threads(), 2)))
 
 

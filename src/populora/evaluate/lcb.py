@@ -1,6 +1,6 @@
 """LiveCodeBench (code generation) from a local copy in the official ``code_generation_lite`` jsonl format.
 
-There is no offline copy of LiveCodeBench (release_v5 is ~4.4 GB on the HF hub, eval_data.md §2), so the
+There is no offline copy of LiveCodeBench (release_v5 is ~4.4 GB on the HF hub), so the
 benchmark is *unavailable* unless a path is given (``--lcb-path`` or ``POPULORA_LCB_PATH``): a ``.jsonl`` file
 or a folder of ``test*.jsonl`` files, one problem per line with the official fields
 ``question_title, question_content, platform, question_id, contest_id, contest_date, starter_code,

@@ -5,7 +5,7 @@ therefore runs either inline on the main thread (small batches, tests) or in a p
 processes, whose main threads own the alarms; a worker that still hangs is abandoned after a hard deadline
 and the answer scores False. Never call `verify_answer` with timeouts from a non-main thread.
 
-Protocol (reference eval_data.md §3, azr.md §8.3): the prediction is ``extract_azr_answer(response)``; an
+Protocol (AZR's evaluation): the prediction is ``extract_azr_answer(response)``; an
 empty extraction scores False under the AZR prompt. Under the plain chat prompt, a response without
 ``<answer>``/``\\boxed`` falls back to math-verify's own extraction over the whole text. Gold and prediction
 are wrapped as LaTeX math (``$...$``) and compared with ``verify(gold, pred)`` (float rounding 6, strict);

@@ -1,6 +1,6 @@
 """Evaluation prompts: the AZR evaluation prompts (default) and a plain chat prompt.
 
-``azr`` (reference eval_data.md §5, azr.md §8) follows what AZR's evaluation scripts run:
+``azr`` follows what AZR's evaluation scripts run:
 
 - HumanEval+/MBPP+: EvalPlus's default instruct prompt (``evalplus.codegen``): through the tokenizer's chat
   template, the instruction "Please provide a self-contained Python script that solves the following problem

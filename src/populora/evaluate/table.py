@@ -4,7 +4,7 @@ Rows are ``{"benchmark", "member", "n", "pass@1", ...}`` with ``pass@1`` a fract
 base model, every single-agent / stand-alone adapter, and for teachers and students the population mean and
 the best member on each benchmark (the paper's "per-benchmark best and population mean for each role").
 Summary rows: code average (HumanEval+, MBPP+, LiveCodeBench), math average (the math benchmarks evaluated)
-and overall = (code avg + math avg) / 2 (AZR's CAvg/MAvg/overall, azr.md §8.1), each over the benchmarks
+and overall = (code avg + math avg) / 2 (AZR's CAvg/MAvg/overall), each over the benchmarks
 measured in that column.
 """
 

@@ -1,6 +1,6 @@
 """`LoRAAdapter`: one adapter's per-module factors, the unit that operators consume and produce.
 
-Convention (DESIGN.md §4.3): for each target module, `A: [r, d_in]`, `B: [d_out, r]`, and the
+Convention (docs/architecture.md): for each target module, `A: [r, d_in]`, `B: [d_out, r]`, and the
 effective weight update is `delta = (alpha / r) * B @ A` (PEFT's non-rslora scaling).
 Module names are the base model's module paths, e.g. `model.layers.0.self_attn.q_proj`.
 """

@@ -157,7 +157,7 @@ def peft_linear_error(p1: LoRAAdapter, p2: LoRAAdapter) -> float:
     """Relative error of PEFT's factor-space `linear` merge (weights 0.5/0.5) vs the true average delta.
 
     PEFT scales A_k and B_k by sqrt(w_k s_k) and sums the factors (lora/model.py); reproduced here on our
-    factors so the gauge pitfall of reference/operators.md §0.2 is measured on the bench's parents.
+    factors so the gauge pitfall (A, B are defined only up to an invertible r x r map) is measured here.
     """
     from populora.operators.retention import distances, midpoint
 

@@ -1,7 +1,7 @@
 """Element-wise merge maths on dense deltas (TIES trim / sign election / disjoint mean, DELLA keep probabilities).
 
 These are the only parts of the operators that need a dense d x n matrix; they are kept free of LoRA details so
-they can be tested on hand-made numbers (reference/operators.md §2, X6 and X7).
+they can be tested on hand-made numbers (X6 and X7).
 """
 
 from __future__ import annotations

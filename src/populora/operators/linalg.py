@@ -1,4 +1,4 @@
-"""Shared linear algebra for the operators (reference/operators.md §1, P1-P6), all on one module slot.
+"""Shared linear algebra for the operators (P1-P6), all on one module slot.
 
 Notation: a slot holds `A [r, n]` and `B [d, r]`; the operators work on the unscaled product `D = B @ A`
 (every member shares alpha and r, so the scale alpha/r cancels). SVDs come as `(U [d, k], S [k], V [n, k])`
@@ -23,7 +23,7 @@ import torch
 # Components with sigma <= REVIVE_TOL * sigma_max are "dead": their B column is zeroed and the A row revived.
 REVIVE_TOL = 1e-6
 # Exact dense SVD up to this min(d, n) (or when r + oversample is a quarter of it); above, a seeded randomized
-# range finder: ~8x fewer flops for a 512 x 3584 k_proj, 30-100x for 3584^2 (reference/operators.md P5).
+# range finder: ~8x fewer flops for a 512 x 3584 k_proj, 30-100x for 3584^2 (P5).
 EXACT_SVD_MAX = 256
 
 
@@ -33,7 +33,7 @@ def threads(n: int) -> Iterator[None]:
 
     The factored maths is a stream of small LAPACK calls (QR of d x r, SVD of r x r) whose parallel regions
     cost more than they save; on a shared 2-core box a 3584 x 32 QR takes ~1 ms on one thread and 24 ms
-    (median) on two (reference/feasibility.md §3). Big GEMMs of the dense path keep the caller's threads.
+    (median) on two. Big GEMMs of the dense path keep the caller's threads.
     """
     old = torch.get_num_threads()
     if old == n:

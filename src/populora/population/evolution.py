@@ -1,6 +1,6 @@
 """The PBT replacement step as a plan: who is replaced, by a child of whom, made with which operator.
 
-Per sub-population (teachers, students) of size N, every `evolution.every` steps (reference/operators.md §8):
+Per sub-population (teachers, students) of size N, every `evolution.every` steps (docs/architecture.md, evolution):
 
 1. Rank members by the lower confidence bound LCB = mu - k*sigma (k = `ratings.lcb_k`).
 2. Replace the bottom n = min(ceil(gamma * N), N - 1) members that have played >= `evolution.min_games` rated

@@ -1,7 +1,7 @@
 """PFSP matchmaking: pair each teacher with a student, preferring informative matchups.
 
-For teacher t and candidate student s let x = P(s beats t) from the TrueSkill ratings. PFSP (AlphaStar,
-reference/operators.md §5) picks s with probability f(x) / sum_c f(x_c):
+For teacher t and candidate student s let x = P(s beats t) from the TrueSkill ratings. PFSP (AlphaStar's
+prioritised fictitious self-play, as the paper uses it) picks s with probability f(x) / sum_c f(x_c):
 
     f_var(x)  = x (1 - x)       near-balanced matchups, where the solve rate (and the teacher's reward
                                 1 - rho) carries the most signal; the paper's default

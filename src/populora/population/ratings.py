@@ -8,7 +8,7 @@ that solve the teacher's valid problems and m = `ratings.draw_margin` (default 0
     otherwise              -> a draw
     no valid problem       -> the teacher forfeits (student wins)
 
-This is the banded win/draw/loss scoring of reference/operators.md §4 (a): one rated game per matchup, because the
+This is the paper's banded win/draw/loss scoring (docs/architecture.md): one rated game per matchup, as the
 n rollouts on one teacher's problems are correlated and counting them as n games collapses sigma. Teachers and
 students live in one TrueSkill environment (prior mu 25, sigma 25/3), but are only ranked within their role.
 """

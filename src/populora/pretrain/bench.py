@@ -121,7 +121,7 @@ def run(
 ) -> dict:
     from populora.sandbox import Sandbox
 
-    # Sandbox workers start before torch is imported (DESIGN.md §6).
+    # Sandbox workers start before torch is imported (docs/architecture.md).
     with Sandbox(workers=2) as sb:
         return _run(sb, quick, out, model, n, k_refs, seed, names)
 

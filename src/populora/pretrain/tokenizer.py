@@ -3,7 +3,7 @@
 transformers 5 rebuilds the normalizer and pre-tokenizer of any `model_type=qwen2` tokenizer
 (`Qwen2Tokenizer`: NFC, Qwen's split regex, then ByteLevel without its own regex) and ignores the ones
 saved in `tokenizer.json`. Training with anything else gives a tokenizer whose ids silently change
-after `AutoTokenizer.from_pretrained` (reference/feasibility.md §2). Qwen's regex also splits numbers into
+after `AutoTokenizer.from_pretrained` (measured when the project was planned). Qwen's regex also splits numbers into
 single digits, which suits the arithmetic in program outputs.
 """
 

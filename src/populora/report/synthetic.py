@@ -250,7 +250,7 @@ def write_synthetic_run(
                         "n_problems": len(pair_rates),
                     },
                 )
-                # banded win/draw/loss (reference/operators.md §4 (a))
+                # banded win/draw/loss, as populora.population.ratings scores a matchup
                 if sr >= 0.6:
                     rating[s], rating[t] = trueskill.rate_1vs1(rating[s], rating[t], env=env)
                 elif sr <= 0.4:

@@ -1,4 +1,4 @@
-"""Untrusted-code execution for PopuLoRA (DESIGN.md §4.1): a pool of warm, isolated worker processes.
+"""Untrusted-code execution for PopuLoRA (docs/architecture.md): a pool of warm, isolated worker processes.
 
     from populora.sandbox import Sandbox, Limits
     with Sandbox(workers=2, limits=Limits(timeout_s=5, memory_mb=512, max_output_chars=4000)) as sb:

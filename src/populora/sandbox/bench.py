@@ -2,7 +2,7 @@
 
 1. `populora.sandbox.Sandbox` (full isolation: namespaces, uid drop, rlimits, fresh process per job);
 2. a fresh `python -I -S` subprocess per job, two at a time (rlimits set by a prelude inside the child, the fastest
-   way measured in reference/feasibility.md §10) -- what a user would otherwise write;
+   way measured when the project was planned) -- what a user would otherwise write;
 3. an AZR-style long-lived pool of 2 processes doing `exec` with no isolation at all (the anchor's executor).
 
 Throughput comes from a batch (`run_many` / 2 concurrent streams); latency p50/p95 from one job at a time.

@@ -1,4 +1,4 @@
-"""Value types of the sandbox contract (DESIGN.md §4.1): `Limits` of one job and the `Outcome` of one job."""
+"""Value types of the sandbox contract (docs/architecture.md): `Limits` of one job and the `Outcome` of one job."""
 
 from __future__ import annotations
 

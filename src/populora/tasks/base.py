@@ -1,4 +1,4 @@
-"""The three AZR task types behind one interface (DESIGN.md §4.2).
+"""The three AZR task types behind one interface (the contract: docs/architecture.md).
 
 `CodeTask` holds what they share: prompt rendering, proposal/answer parsing (never raising), validation of
 proposals through the sandbox (deterministic across two separate runs, plain-data outputs within the size
@@ -196,7 +196,7 @@ class CodeTask:
     def parse_answer(self, text: str, template: str | TemplateSet | None = None) -> Answer | FormatError:
         """Parse a student completion: the last ```<lang> block of the answer region. Never raises.
 
-        Fallbacks, as AZR (azr.md §4.5): code_f also takes the last bare ``` / ```py block; code_i/code_o
+        Fallbacks, as AZR's: code_f also takes the last bare ``` / ```py block; code_i/code_o
         take the whole inside of an explicit `<answer>...</answer>` that holds no fenced block at all."""
         try:
             region, why = self._region(text, template)

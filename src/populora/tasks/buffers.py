@@ -3,7 +3,7 @@ capped with FIFO eviction, uniform sampling without replacement, JSONL save/load
 
 Entries are `Problem`s, so each carries its proposer member id and step. A buffer keeps one copy per problem
 id (re-proposing an existing problem adds nothing). AZR truncated its buffers by keeping the *first* 16,384
-programs (azr.md §5.3); here the oldest entry is evicted instead.
+programs; here the oldest entry is evicted instead.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 reflection escape hatches, no nondeterminism sources), applied before anything reaches the sandbox.
 
 The sandbox (populora.sandbox) is the security boundary; this policy is the *task* rule that keeps proposals
-deterministic and self-contained, and it is stricter than AZR's (azr.md §2.1 step 5, bug B3): it checks
+deterministic and self-contained, and it is stricter than AZR's (its bug B3, README "Tasks"): it checks
 `import x`, `import x.y`, `from x import y` and relative imports by dotted prefix, and it also rejects the
 dynamic routes around an import check (`__import__`, `importlib`, `exec`/`eval`/`compile`, `open`,
 `globals()`/`vars()`, `getattr(obj, "__dunder__")`, and attribute walks such as `__subclasses__`).

@@ -1,6 +1,6 @@
 """Reward functions (pure; hand-checked in tests/tasks/test_rewards.py).
 
-Defaults follow the PopuLoRA paper and AZR (azr.md §2.3, §3):
+Defaults follow the PopuLoRA paper and AZR:
 - student: +1 correct, -0.5 well formatted but wrong, -1 format error;
 - teacher (population mode): `1 - rho` if the matched student's solve rate `rho > 0`, else 0 (an unsolved
   problem earns nothing, so impossible or degenerate problems are not rewarded); an invalid or badly
