@@ -116,3 +116,9 @@ def test_names_imports_nothing():
     tree = ast.parse((SRC / "names.py").read_text())
     imports = [n for n in ast.walk(tree) if isinstance(n, ast.Import | ast.ImportFrom)]
     assert [ast.unparse(n) for n in imports if ast.unparse(n) != "from __future__ import annotations"] == []
+
+
+def test_nothing_imports_the_trainer_or_the_cli():
+    graph = package_graph()
+    users = sorted(src for src, dsts in graph.items() if dsts & {"populora.train", "populora.cli"})
+    assert users == [], users  # the CLI loads each package's commands.py by path, not by import

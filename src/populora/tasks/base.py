@@ -225,7 +225,7 @@ class CodeTask:
         return []
 
     # ------------------------------------------------------------------ validation
-    def _static_check(self, program: str, inputs: Sequence[str], message: str, exact_n: bool) -> str | None:
+    def _static_check(self, program: str, inputs: Sequence[str]) -> str | None:
         """Everything about a proposal that needs no execution; the reason it fails, or None."""
         _, why = parse_program(program, self.policy, require_params=True)
         if why:
@@ -242,7 +242,7 @@ class CodeTask:
         return None
 
     def _prepare(self, program: str, inputs: Sequence[str], message: str, exact_n: bool) -> str | None:
-        return self._static_check(program, inputs, message, exact_n)
+        return self._static_check(program, inputs)
 
     def validate(self, proposals: Sequence[Proposal], sandbox: Sandbox) -> list[Problem | Invalid]:
         """Turn proposals into Problems (or Invalid with a reason), running every input twice in separate
@@ -416,7 +416,7 @@ class CodeIO(CodeTask):
     def _prepare(self, program: str, inputs: Sequence[str], message: str, exact_n: bool) -> str | None:
         if len(inputs) != 1:
             return f"{self.name} takes exactly one input, got {len(inputs)}"
-        return self._static_check(program, inputs, message, exact_n)
+        return self._static_check(program, inputs)
 
 
 class CodeI(CodeIO):
@@ -556,7 +556,7 @@ class CodeF(CodeTask):
             return "message too long"
         if program and (program.strip() in message or "def f(" in message):
             return "message contains the code"
-        return self._static_check(program, inputs, message, exact_n)
+        return self._static_check(program, inputs)
 
     def student_prompt(self, problem: Problem, template: str | TemplateSet | None = None) -> str:
         ts = load_template(template)

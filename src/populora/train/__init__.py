@@ -3,7 +3,9 @@
     populora train [--preset tiny] [--run-dir DIR] [--set key=value ...]
     populora train --resume DIR
 
-Modules: `trainer` (the step, top to bottom), `checkpoint` (atomic checkpoints), `run_folder` (config.yaml and
-the JSONL logs), `commands` (`train`, `demo`, `bench population`), `bench` (population vs single wall-clock).
-Imports `population`, `rl`, `tasks`, `engine`, `operators`, `diagnostics`; nothing imports `train`.
+Modules: `trainer` (the loop: the step, top to bottom), `records` (one `ProposalTrace` per proposal, the
+metrics.jsonl and problems.jsonl records), `progress` (the console), `checkpoint` (atomic checkpoints),
+`run_folder` (config.yaml and the JSONL logs), `commands` (`train`, `demo`, `bench population`), `bench`
+(population vs single wall-clock). Imports `population`, `rl`, `tasks`, `engine`, `operators`,
+`diagnostics`, `sandbox`; nothing imports `train` (docs/architecture.md).
 """

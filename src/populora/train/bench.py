@@ -20,6 +20,12 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from rich.console import Console
+from rich.table import Table
+
+from populora.config import load_config
+from populora.train.trainer import Trainer
+
 CONFIGS = [
     ("single", ["population.mode=single"]),
     ("1T+1S", ["population.teachers=1", "population.students=1"]),
@@ -56,9 +62,6 @@ def _summarise(name: str, recs: list[dict], warmup: int) -> dict:
 def _measure_interleaved(configs: list[tuple[str, list[str]]], steps: int, extra: list[str]) -> list[dict]:
     """Build one trainer per configuration, then run their steps round-robin (step 1 of every configuration,
     then step 2, ...), so a change in the machine's load hits every configuration alike."""
-    from populora.config import load_config
-    from populora.train.trainer import Trainer
-
     tmp = Path(tempfile.mkdtemp(prefix="populora-bench-population-"))
     trainers, recs = [], {name: [] for name, _ in configs}
     try:
@@ -79,9 +82,6 @@ def _measure_interleaved(configs: list[tuple[str, list[str]]], steps: int, extra
 
 def run(quick: bool = False, out: Path | None = None, extra: list[str] | None = None) -> dict:
     """Measure every configuration, print a rich table, write JSON (default bench/results/population.json)."""
-    from rich.console import Console
-    from rich.table import Table
-
     steps = 3 if quick else 6
     configs = CONFIGS[:3] if quick else CONFIGS
     rows = _measure_interleaved(configs, steps, list(extra or []))

@@ -22,6 +22,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import torch
+
 CKPT_RE = re.compile(r"^step_(\d{6,})$")
 
 
@@ -120,16 +123,10 @@ def read_state(ckpt: Path) -> dict:
 
 def rng_state(py_rng) -> dict:
     """Python (the trainer's `random.Random`), numpy-global and torch RNG states, for `rng.pt`."""
-    import numpy as np
-    import torch
-
     return {"python": py_rng.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
 
 
 def restore_rng(state: dict, py_rng) -> None:
-    import numpy as np
-    import torch
-
     py_rng.setstate(state["python"])
     np.random.set_state(state["numpy"])
     torch.set_rng_state(state["torch"])

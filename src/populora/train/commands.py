@@ -1,6 +1,7 @@
 """CLI: `populora train`, `populora demo`, `populora bench population`.
 
-Heavy imports (torch, the engine) happen inside the commands. Every user-caused error (bad config value,
+Heavy imports (torch, the engine, the trainer) happen inside the commands, deliberately: the CLI registers
+every command at start-up and `populora --help` must not load torch. Every user-caused error (bad config value,
 unknown preset, missing model, a run folder that is not resumable) prints one line and exits with code 2.
 """
 
@@ -11,6 +12,8 @@ from pathlib import Path
 
 import typer
 
+from populora.config import Config, ConfigError, field_docs, to_dict
+
 
 def _fail(msg: str) -> None:
     typer.echo(f"error: {msg}", err=True)
@@ -18,8 +21,6 @@ def _fail(msg: str) -> None:
 
 
 def _print_config_help() -> None:
-    from populora.config import Config, field_docs, to_dict
-
     defaults = to_dict(Config())
     for key, doc in field_docs().items():
         section, name = key.split(".", 1)
@@ -30,8 +31,6 @@ def run_training(
     preset: str, run_dir: Path | None, overrides: list[str], resume: Path | None, quiet: bool = False
 ) -> Path:
     """Shared by `train` and `demo`: resolve the config, run, and turn user errors into one line."""
-    from populora.config import ConfigError
-
     try:
         from populora.train.trainer import TrainError, train
 

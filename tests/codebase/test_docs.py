@@ -1,0 +1,59 @@
+"""The docs match the tree: the README's Layout section lists what src/populora holds (and nothing else), and
+every path docs/architecture.md names exists."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import populora
+
+ROOT = Path(__file__).resolve().parents[2]
+SRC = Path(populora.__file__).parent
+
+
+def _layout_block() -> str:
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## Layout\n", 1)[1]
+    return section.split("```\n", 2)[1]
+
+
+def test_readme_layout_lists_the_package_tree():
+    block = _layout_block()
+    listed = set(re.findall(r"^  ([\w.-]+/?)\s", block, flags=re.M))
+    actual = {p.name + "/" for p in SRC.iterdir() if p.is_dir() and p.name != "__pycache__"}
+    actual |= {p.name for p in SRC.glob("*.py") if p.name != "__init__.py"}
+    assert listed == actual, f"missing: {sorted(actual - listed)}; not in the tree: {sorted(listed - actual)}"
+    for top in re.findall(r"^([\w.-]+/)\s", block, flags=re.M):  # tests/, bench/, docs/
+        assert (ROOT / top).is_dir(), top
+
+
+def test_readme_layout_names_the_train_modules():
+    block = _layout_block()
+    for name in (
+        p.name for p in (SRC / "train").glob("*.py") if p.stem not in ("__init__", "commands", "bench")
+    ):
+        assert name in block, name
+
+
+def test_architecture_paths_exist():
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    paths = set(re.findall(r"(src/populora/[\w/]+(?:\.py)?|tests/[\w/]+\.py)", text))
+    assert paths, "docs/architecture.md names no source path"
+    for p in sorted(paths):
+        assert (ROOT / p).exists(), f"docs/architecture.md names {p}, which does not exist"
+    for name in re.findall(r"\]\(([\w.-]+\.md)\)", text):
+        assert (ROOT / "docs" / name).exists(), name
+
+
+def test_source_points_only_at_documents_in_the_repository():
+    pattern = re.compile(r"(?<![\w/])((?:docs/|reference/|\.\./shared/)?[\w-]+\.md)\b")
+    bad = []
+    for path in SRC.rglob("*.py"):
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            for ref in pattern.findall(line):
+                if ref in ("results.md",):  # a file `populora eval` writes, not a document
+                    continue
+                if not (ROOT / ref).exists():
+                    bad.append(f"{path.relative_to(SRC)}:{n}: {ref}")
+    assert not bad, "source refers to documents that are not in the repository:\n" + "\n".join(bad)
