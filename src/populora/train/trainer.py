@@ -196,6 +196,7 @@ class Trainer:
 
     # ---------------------------------------------------------------------------------------------- the step
     def step(self, step: int) -> StepResult:
+        """One step: the paper's five phases in order; returns its metrics record, traces and events."""
         cfg, timings, events = self.cfg, {name: 0.0 for name in PHASES}, []
         timings["checkpoint"], self._pending_checkpoint_s = self._pending_checkpoint_s, 0.0
         t_step = time.perf_counter()
@@ -210,13 +211,14 @@ class Trainer:
         with self._phase(timings, "validate"):
             self.validate(traces, step)
 
-        # (3) Student solve: n rollouts per valid problem at the training temperature, one mixed batch.
+        # (3) Student solve: n rollouts per valid problem at the training temperature, one mixed batch; then the
+        # sandbox scores every answer and every reward of the step is computed, once.
         with self._phase(timings, "student"):
             self.solve(traces, step)
         with self._phase(timings, "score"):
             self.score(traces)
 
-        # (4) Rewards, advantages, ONE mixed batch for every member, rating updates.
+        # (4) Advantages from those rewards, ONE mixed batch for every member, rating updates.
         with self._phase(timings, "update"):
             train_metrics = self.update(traces)
             matchups = self.rate(pairs, traces, step)
