@@ -89,5 +89,5 @@ def test_require_params_and_configurable_deny_list():
     } <= DEFAULT_DENY_MODULES
     strict = CapabilityPolicy(deny_modules=DEFAULT_DENY_MODULES | {"math"})
     assert parse_program("import math\n" + OK, strict)[1] == "forbidden import: math"
-    lax = CapabilityPolicy(deny_modules=frozenset())
+    lax = CapabilityPolicy(deny_modules=frozenset(), allow_modules=None)
     assert parse_program("import os\n" + OK, lax)[1] is None

@@ -56,6 +56,8 @@ def _encode(msg: dict) -> str:
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWNET = 0x40000000
+CLONE_NEWIPC = 0x08000000
+_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}
 MS_RDONLY = 1
 MS_NOSUID = 2
 MS_NODEV = 4
@@ -69,6 +71,8 @@ PR_SET_NO_NEW_PRIVS = 38
 _MOUNT_OPT_FLAGS = {"ro": MS_RDONLY, "nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec": MS_NOEXEC}
 
 _libc = None
+_HEAP_SHIFT = None
+_FPROG = None  # the full seccomp filter each job installs (see `build_filter`); None: not available
 
 
 def _c():
@@ -85,6 +89,16 @@ def _c():
         _libc.unshare.argtypes = [ctypes.c_int]
         _libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
         _libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
+        # a second prototype of prctl for PR_SET_SECCOMP, whose third argument is a pointer
+        _libc.seccomp_prctl = ctypes.CFUNCTYPE(
+            ctypes.c_int,
+            ctypes.c_int,
+            ctypes.c_ulong,
+            ctypes.c_void_p,
+            ctypes.c_ulong,
+            ctypes.c_ulong,
+            use_errno=True,
+        )(("prctl", _libc))
     return _libc
 
 
@@ -107,15 +121,103 @@ def _prctl(option: int, arg: int) -> None:
     _check(_c().prctl(option, arg, 0, 0, 0), "prctl")
 
 
-# seccomp: a 7-instruction BPF filter that makes execve/execveat fail with EAGAIN. RLIMIT_NPROC only blocks
-# execve when another process of the job's uid exists at the uid change (the kernel counts before the change),
-# so on its own it races; this makes "no new programs" deterministic. EAGAIN is what the NPROC layer gives,
-# so a program sees the same error whichever layer stops it.
+# seccomp. Two filters, both made of a BPF program that returns an errno (never kills: a job that tries a
+# forbidden call gets an OSError it may catch, and its outcome stays a normal result):
+# - the legacy one (`hardened=False`): execve/execveat fail with EAGAIN. RLIMIT_NPROC only blocks execve when
+#   another process of the job's uid exists at the uid change, so on its own it races. EAGAIN is what the NPROC
+#   layer gives, so a program sees the same error whichever layer stops it;
+# - the full one: the same, plus EPERM for every system call a pure-Python function never needs and that
+#   reaches shared kernel state or widens the job's view (IPC, keyrings, io_uring, namespaces, mounts,
+#   tracing, BPF, perf, memfds, modules, clocks, ...), clone() with a namespace flag, ENOSYS for clone3 (so
+#   libc falls back to clone, whose flags the filter can see), and ENOSYS for any other ABI (32-bit or x32
+#   entry points would otherwise bypass the numbers below).
 PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
-_EXEC_SYSCALLS = {
-    "x86_64": (0xC000003E, 59, 322),
-    "aarch64": (0xC00000B7, 221, 281),
-}  # arch, execve, execveat
+_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
+_EXEC_SYSCALLS = {"x86_64": (59, 322), "aarch64": (221, 281)}  # execve, execveat
+_CLONE = {"x86_64": (56, 435), "aarch64": (220, 435)}  # clone, clone3
+#: Denied with EPERM. Names for readers; the numbers are per architecture.
+_DENIED_SYSCALLS = {
+    "x86_64": {
+        # SysV IPC: shmget shmat shmctl semget semop semctl shmdt msgget msgsnd msgrcv msgctl semtimedop
+        "sysv_ipc": (29, 30, 31, 64, 65, 66, 67, 68, 69, 70, 71, 220),
+        "posix_mq": (240, 241, 242, 243, 244, 245),  # mq_open .. mq_getsetattr
+        "keyrings": (248, 249, 250),  # add_key request_key keyctl
+        "io_uring": (425, 426, 427),
+        "namespaces": (272, 308),  # unshare setns
+        "memfd": (319, 447),  # memfd_create memfd_secret
+        "tracing": (101, 310, 311, 312, 321, 298, 323),  # ptrace process_vm_* kcmp bpf perf_event_open uffd
+        # mount umount2 pivot_root chroot open_tree move_mount fsopen fsconfig fsmount fspick mount_setattr
+        "mounts": (165, 166, 155, 161, 428, 429, 430, 431, 432, 433, 442),
+        # swapon swapoff reboot sethostname setdomainname init/delete/finit_module kexec_load kexec_file_load
+        # acct quotactl syslog personality uselib iopl ioperm name_to_handle_at open_by_handle_at vhangup
+        # settimeofday clock_settime adjtimex clock_adjtime fanotify_init
+        "system": (
+            167,
+            168,
+            169,
+            170,
+            171,
+            175,
+            176,
+            313,
+            246,
+            320,
+            163,
+            179,
+            103,
+            135,
+            134,
+            172,
+            173,
+            303,
+            304,
+            153,
+            164,
+            227,
+            159,
+            305,
+            300,
+        ),
+    },
+    "aarch64": {
+        "sysv_ipc": (194, 195, 196, 197, 190, 191, 192, 193, 186, 187, 188, 189),
+        "posix_mq": (180, 181, 182, 183, 184, 185),
+        "keyrings": (217, 218, 219),
+        "io_uring": (425, 426, 427),
+        "namespaces": (97, 268),
+        "memfd": (279, 447),
+        "tracing": (117, 270, 271, 272, 280, 241, 282),
+        "mounts": (40, 39, 41, 51, 428, 429, 430, 431, 432, 433, 442),
+        "system": (
+            224,
+            225,
+            142,
+            161,
+            162,
+            105,
+            106,
+            273,
+            104,
+            294,
+            89,
+            60,
+            116,
+            92,
+            264,
+            265,
+            58,
+            170,
+            112,
+            171,
+            266,
+            262,
+        ),
+    },
+}
+#: CLONE_NEWNS|NEWCGROUP|NEWUTS|NEWIPC|NEWUSER|NEWPID|NEWNET|NEWTIME: clone() with any of these is refused.
+_CLONE_NS_FLAGS = (
+    0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000 | 0x40000000 | 0x80
+)
 
 
 class _SockFilter(ctypes.Structure):
@@ -131,33 +233,75 @@ class _SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_SockFilter))]
 
 
+def build_filter(full: bool):
+    """The BPF program (a `_SockFprog`, kept alive with its array) or None on an unknown architecture."""
+    machine = os.uname().machine
+    if machine not in _ARCH:
+        return None
+    ld_abs, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
+    allow = 0x7FFF0000
+    errno_ret = lambda e: 0x00050000 | e  # noqa: E731  (SECCOMP_RET_ERRNO)
+    execve, execveat = _EXEC_SYSCALLS[machine]
+    clone, clone3 = _CLONE[machine]
+    denied = sorted({n for group in _DENIED_SYSCALLS[machine].values() for n in group}) if full else []
+    # Layout: header, then one `jeq nr` per denied number, then the tails; jump offsets are computed from the
+    # end so each check jumps forward to its tail (offsets fit a byte: < 100 instructions in all).
+    body = []  # (code, target label or None, k)
+    body.append((ld_abs, None, 4))  # A = arch
+    body.append((jeq, ("next", "bad_arch"), _ARCH[machine]))
+    body.append((ld_abs, None, 0))  # A = nr
+    body.append((jge, ("x32", "next"), 0x40000000))  # x32 ABI numbers
+    body.append((jeq, ("exec", "next"), execve))
+    body.append((jeq, ("exec", "next"), execveat))
+    if full:
+        body.append((jeq, ("enosys", "next"), clone3))
+        body.append((jeq, ("clone", "next"), clone))
+        for n in denied:
+            body.append((jeq, ("eperm", "next"), n))
+    body.append((ret, None, allow))
+    tails = {}  # BPF jumps only go forward: the clone check comes before the tails it jumps to
+    if full:
+        tails["clone"] = [
+            (ld_abs, None, 16),  # A = low 32 bits of args[0] (the flags)
+            (jset, ("eperm", "allow"), _CLONE_NS_FLAGS),
+        ]
+        tails["allow"] = [(ret, None, allow)]
+    tails.update(
+        bad_arch=[(ret, None, errno_ret(errno.ENOSYS))],
+        x32=[(ret, None, errno_ret(errno.ENOSYS))],
+        exec=[(ret, None, errno_ret(errno.EAGAIN))],
+        enosys=[(ret, None, errno_ret(errno.ENOSYS))],
+        eperm=[(ret, None, errno_ret(errno.EPERM))],
+    )
+    labels, pos = {}, len(body)
+    for name, ins in tails.items():
+        labels[name] = pos
+        pos += len(ins)
+    prog = []
+    for code_list in (body, *tails.values()):
+        for code, jumps, k in code_list:
+            idx = len(prog)
+            jt = jf = 0
+            if jumps is not None:
+                jt, jf = (0 if j == "next" else labels[j] - idx - 1 for j in jumps)
+            prog.append(_SockFilter(code, jt, jf, k))
+    arr = (_SockFilter * len(prog))(*prog)
+    fprog = _SockFprog(len(prog), ctypes.cast(arr, ctypes.POINTER(_SockFilter)))
+    fprog._keep = arr
+    return fprog
+
+
+def install_filter(fprog) -> bool:
+    """Install a filter from `build_filter` for this process and its children (needs no-new-privs)."""
+    if fprog is None:
+        return False
+    libc = _c()
+    return libc.seccomp_prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(fprog), 0, 0) == 0
+
+
 def install_no_exec_filter() -> bool:
     """Forbid execve/execveat for this process and its children (needs no-new-privs); False if unsupported."""
-    spec = _EXEC_SYSCALLS.get(os.uname().machine)
-    if spec is None:
-        return False
-    arch, execve, execveat = spec
-    ld_abs, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06
-    allow, deny = 0x7FFF0000, 0x00050000 | errno.EAGAIN
-    prog = [
-        (ld_abs, 0, 0, 4),  # A = seccomp_data.arch
-        (jeq, 0, 4, arch),  # another ABI: allow (jump to ALLOW)
-        (ld_abs, 0, 0, 0),  # A = seccomp_data.nr
-        (jeq, 3, 0, execve),  # -> DENY
-        (jeq, 2, 0, execveat),  # -> DENY
-        (jge, 1, 0, 0x40000000),  # x32 ABI syscalls (execve among them) -> DENY
-        (ret, 0, 0, allow),
-        (ret, 0, 0, deny),
-    ]
-    arr = (_SockFilter * len(prog))(*[_SockFilter(*ins) for ins in prog])
-    fprog = _SockFprog(len(prog), ctypes.cast(arr, ctypes.POINTER(_SockFilter)))
-    libc = _c()
-    libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p, ctypes.c_ulong, ctypes.c_ulong]
-    try:
-        rc = libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(fprog), 0, 0)
-    finally:
-        libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
-    return rc == 0
+    return install_filter(build_filter(full=False))
 
 
 def _mountpoints() -> list:
@@ -175,10 +319,17 @@ def _mountpoints() -> list:
 
 
 def setup_isolation(cfg: dict) -> tuple:
-    """Apply the once-per-worker layers; return (isolation dict, warnings)."""
+    """Apply the once-per-worker layers; return (isolation dict, warnings).
+
+    With `hardened` (the default) the worker pivots into a minimal root (`_minimal_root`) and every job gets
+    a fresh IPC namespace and the full syscall filter; `hardened=False` keeps the earlier configuration (the
+    host's file system read-only, the exec-only filter, the host's IPC namespace), for comparison."""
+    hardened = cfg.get("hardened", True)
     iso = {
         "netns": False,
+        "ipc_namespace": False,
         "mountns_readonly_root": False,
+        "minimal_root": False,
         "private_tmp": False,
         "pidns": False,
         "private_proc": False,
@@ -187,6 +338,7 @@ def setup_isolation(cfg: dict) -> tuple:
         "no_new_processes": False,
         "no_new_privs": False,
         "no_exec": False,
+        "syscall_filter": False,
         "clean_env": True,
     }
     warns = []
@@ -197,23 +349,33 @@ def setup_isolation(cfg: dict) -> tuple:
             iso["netns"] = True
         except OSError as e:
             warns.append(f"no network namespace ({e.strerror})")
+        if hardened:
+            # The worker's own IPC namespace (so nothing of the host's is reachable even before a job's
+            # per-job namespace is made); each job then gets a fresh one (`_child`).
+            try:
+                _unshare(CLONE_NEWIPC)
+                iso["ipc_namespace"] = True
+            except OSError as e:
+                warns.append(f"no IPC namespace ({e.strerror})")
         try:
             _unshare(CLONE_NEWNS)
             _mount(None, "/", None, MS_REC | MS_PRIVATE, None)
-            failed = []
-            for mp, flags in _mountpoints():
-                try:
-                    _mount(None, mp, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | flags, None)
-                except OSError:
-                    failed.append(mp)
-            if failed:
-                warns.append("could not remount read-only: " + ", ".join(failed))
-            iso["mountns_readonly_root"] = not failed  # one writable mount left is a hole
             have_mountns = True
         except OSError as e:
             warns.append(f"no mount namespace ({e.strerror})")
             have_mountns = False
-        _enter_pid_namespace(cfg, iso, warns, have_mountns)
+        if have_mountns and not hardened:
+            _readonly_host(iso, warns)
+        _enter_pid_namespace(cfg, iso, warns, have_mountns and not hardened)
+        if have_mountns and hardened:
+            try:
+                _minimal_root(cfg, iso)
+                iso["minimal_root"] = iso["mountns_readonly_root"] = True
+            except OSError as e:
+                warns.append(f"no minimal root ({e}); falling back to a read-only view of the host")
+                _readonly_host(iso, warns)
+                if iso["pidns"]:
+                    _mount_proc(iso, warns, "/proc")
         if have_mountns:
             try:
                 _mount_tmp(cfg, iso | {"uid_drop": root}, 32)
@@ -226,6 +388,92 @@ def setup_isolation(cfg: dict) -> tuple:
     iso["no_new_processes"] = iso["uid_drop"] or not root
     iso["no_new_privs"] = True
     return iso, warns
+
+
+def _readonly_host(iso: dict, warns: list) -> None:
+    """The legacy view: every mount of the host remounted read-only and nosuid in our mount namespace."""
+    failed = []
+    for mp, flags in _mountpoints():
+        try:
+            _mount(None, mp, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | flags, None)
+        except OSError:
+            failed.append(mp)
+    if failed:
+        warns.append("could not remount read-only: " + ", ".join(failed))
+    iso["mountns_readonly_root"] = not failed  # one writable mount left is a hole
+
+
+def _mount_proc(iso: dict, warns: list, target: str) -> None:
+    try:  # a /proc that shows only this PID namespace's processes (read-only)
+        _mount("proc", target, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY, None)
+        iso["private_proc"] = True
+    except OSError as e:
+        warns.append(f"no private /proc ({e.strerror})")
+
+
+def _root_sources() -> list:
+    """What the minimal root shows of the host, read-only: the interpreter binary, its standard library,
+    and the directories of the shared libraries it has loaded (so a lazily imported extension module finds
+    its dependencies). Nested paths are covered by their parent."""
+    paths = {os.path.realpath(sys.executable), os.path.dirname(os.path.realpath(os.__file__))}
+    with open("/proc/self/maps") as fh:
+        for line in fh:
+            parts = line.split(None, 5)
+            if len(parts) == 6 and parts[5].startswith("/") and ".so" in parts[5]:
+                paths.add(os.path.dirname(os.path.realpath(parts[5].strip())))
+    out = []
+    for p in sorted(paths):
+        if not any(p == q or p.startswith(q + "/") for q in out):
+            out.append(p)
+    return out
+
+
+def _minimal_root(cfg: dict, iso: dict) -> None:
+    """Build the job's whole file system on a tmpfs and pivot into it, once per worker (as nsjail and
+    bubblewrap do): read-only binds of `_root_sources()` at their usual paths, an empty read-only tmpfs over
+    the interpreter's site-packages, /dev with only null, zero and urandom, a private /proc (this PID
+    namespace) and an empty /tmp (the per-job tmpfs goes there). Everything else of the host -- /etc, /home,
+    /work, the project's source, run folders, benchmark data, /dev/shm -- does not exist for a job."""
+    new = "/tmp"  # a mount point we may cover: this mount namespace is private
+    _mount("tmpfs", new, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,nr_inodes=4096,mode=0755")
+
+    def mkdirs(path: str) -> None:
+        parts = path.strip("/").split("/")
+        for k in range(1, len(parts) + 1):
+            d = new + "/" + "/".join(parts[:k])
+            if not os.path.isdir(d):
+                os.mkdir(d)
+                os.chmod(d, 0o711)  # a job may pass through, not list (so /root shows nothing)
+
+    def bind(src: str, flags: int) -> None:
+        dst = new + src
+        if os.path.isdir(src):
+            mkdirs(src)
+        else:
+            mkdirs(os.path.dirname(src))
+            open(dst, "a").close()
+        _mount(src, dst, None, MS_BIND, None)
+        _mount(None, dst, None, MS_REMOUNT | MS_BIND | flags | (os.statvfs(src).f_flag & 0xF), None)
+
+    for src in _root_sources():
+        bind(src, MS_RDONLY | MS_NOSUID | MS_NODEV)
+    for host_link in ("/lib", "/lib64", "/bin"):  # merged-/usr symlinks, so library search paths resolve
+        if os.path.islink(host_link):
+            os.symlink(os.readlink(host_link), new + host_link)
+    stdlib = os.path.dirname(os.path.realpath(os.__file__))
+    if os.path.isdir(stdlib + "/site-packages"):
+        _mount("tmpfs", new + stdlib + "/site-packages", "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV, "size=4k")
+    for dev in ("/dev/null", "/dev/zero", "/dev/urandom"):
+        bind(dev, MS_RDONLY | MS_NOSUID | MS_NOEXEC)  # writes to a device node ignore the read-only flag
+    mkdirs("/proc")
+    if iso["pidns"]:
+        _mount_proc(iso, [], new + "/proc")
+    mkdirs("/tmp")
+    os.chdir(new)
+    _check(_c().syscall(_PIVOT_ROOT[os.uname().machine], b".", b"."), "pivot_root")
+    _check(_c().umount2(b".", 2), "umount old root")  # MNT_DETACH: the host's tree is gone from here on
+    os.chdir("/")
+    _mount(None, "/", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, None)
 
 
 def _enter_pid_namespace(cfg: dict, iso: dict, warns: list, have_mountns: bool) -> None:
@@ -256,11 +504,7 @@ def _enter_pid_namespace(cfg: dict, iso: dict, warns: list, have_mountns: bool) 
         warns.append(f"PID namespace: unexpected parent {os.getppid()} (shim {shim})")
     iso["pidns"] = True
     if have_mountns:
-        try:  # a /proc that shows only this namespace's processes (read-only)
-            _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY, None)
-            iso["private_proc"] = True
-        except OSError as e:
-            warns.append(f"no private /proc ({e.strerror})")
+        _mount_proc(iso, warns, "/proc")
 
 
 def preload(names: list) -> tuple:
@@ -378,25 +622,32 @@ def _child(job: dict, wfd: int, cfg: dict, iso: dict) -> None:
         cpu = lim["cpu_s_int"]
         resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
         _limit(resource.RLIMIT_AS, lim["memory_mb"] << 20)
+        if iso["ipc_namespace"]:
+            # A fresh IPC namespace per job (needs root, so before the uid drop): nothing one job could leave
+            # in SysV/POSIX IPC reaches a later job or the host, even if the syscall filter missed a route.
+            _unshare(CLONE_NEWIPC)
+        # The file limits are set here, not once in the worker: a container may deny even root raising a
+        # hard limit again, so a worker that lowered them for one job could not serve a later, larger one.
+        _limit(resource.RLIMIT_FSIZE, int(lim["file_mb"] * 1048576))
+        _limit(resource.RLIMIT_NOFILE, int(lim["nofile"]))
         if iso["uid_drop"]:
-            # RLIMIT_NPROC=0, the file limits and no-new-privs are already set on the worker (root forks are
-            # exempt from NPROC); NPROC being exceeded at the uid change below makes the kernel refuse
-            # execve too (EAGAIN), not only fork/clone (threads count as processes).
+            # RLIMIT_NPROC=0 and no-new-privs are already set on the worker (root forks are exempt from
+            # NPROC); NPROC being exceeded at the uid change below makes the kernel refuse execve too
+            # (EAGAIN), not only fork/clone (threads count as processes).
             gid, uid = cfg["gid"], cfg["uid"]
             os.setgroups([])
             os.setresgid(gid, gid, gid)
             os.setresuid(uid, uid, uid)
-        else:
-            _limit(resource.RLIMIT_FSIZE, int(lim["file_mb"] * 1048576))
-            _limit(resource.RLIMIT_NOFILE, int(lim["nofile"]))
-            if iso["no_new_processes"]:
-                _limit(resource.RLIMIT_NPROC, 0)
+        elif iso["no_new_processes"]:
+            _limit(resource.RLIMIT_NPROC, 0)
         if not iso[
             "pidns"
         ]:  # with a PID namespace the kernel kills every job when the worker (its init) dies
             _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # after the uid change, which clears it
         if workdir != "/tmp":  # the fallback per-job directory (the worker's environ says /tmp)
             os.environ["HOME"] = os.environ["TMPDIR"] = workdir
+        if _FPROG is not None and not install_filter(_FPROG):  # last: the setup above needs some of its calls
+            raise OSError(ctypes.get_errno(), "cannot install the seccomp filter")
     except BaseException as e:  # a setup failure must never run the job with less isolation
         _send(
             wfd,
@@ -495,18 +746,11 @@ def _wait_exit(pid: int, deadline: float) -> bool:
 
 
 def _prepare(job: dict, cfg: dict, iso: dict) -> None:
-    """Worker-side per-job preparation: integer limits, the job directory, and (as root) the file limits,
-    which the worker applies to itself once rather than in every child."""
+    """Worker-side per-job preparation: integer limits and the job directory."""
     lim = job["limits"]
     lim["cpu_s_int"] = max(1, int(math.ceil(float(lim["cpu_s"]))))
     lim["memory_mb"] = int(lim["memory_mb"])
     job.setdefault("max_stdout_chars", 2000)
-    if iso["uid_drop"]:
-        want = (int(lim["file_mb"] * 1048576), int(lim["nofile"]))
-        if cfg.get("file_limits") != want:
-            for res, value in zip((resource.RLIMIT_FSIZE, resource.RLIMIT_NOFILE), want, strict=True):
-                resource.setrlimit(res, (value, value))  # root may raise them again for a later job
-            cfg["file_limits"] = want
     if iso["private_tmp"]:
         if cfg.get("tmp_mb") != int(lim["tmp_mb"]):
             _mount_tmp(cfg, iso, int(lim["tmp_mb"]), remount=True)
@@ -646,7 +890,7 @@ def run_job(job: dict, cfg: dict, iso: dict) -> tuple:
         if _len(buf) - 4 >= n:
             try:
                 result = _sanitize(json.loads(bytes(buf[4 : 4 + n]).decode("utf-8", "surrogatepass")), job)
-            except ValueError:
+            except (ValueError, RecursionError, MemoryError):  # a forged frame: bad JSON, deep nesting, huge
                 result = None
             if result is None:  # a whole frame, but not one our child code writes: the job forged it
                 result = {
@@ -748,6 +992,11 @@ def main() -> None:
     cfg["fin"], cfg["fout"], cfg["devnull"] = fin, fout, devnull  # jobs dup devnull onto 0-2
     cfg.setdefault("lazy", [])
     ok, missing = preload(cfg.get("preload", []))
+    if cfg.get("heap_shift"):
+        # The determinism check's second-pass workers: on top of the kernel's ASLR (which may be off), move
+        # where later objects land by a random amount, so id()-dependent output differs from pass 1.
+        global _HEAP_SHIFT
+        _HEAP_SHIFT = [bytearray(16 * (1 + b)) for b in os.urandom(64)]
     _warm_up()
     iso, warns = setup_isolation(cfg)
     # What every job inherits, set once here rather than in each child: a clean environment (the hash seed
@@ -756,10 +1005,24 @@ def main() -> None:
     os.environ.update({"PATH": "/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8"})
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     _prctl(PR_SET_NO_NEW_PRIVS, 1)  # inherited by every job; the worker itself never execs
-    if cfg.get("isolate", True):
+    if cfg.get("isolate", True) and not cfg.get("hardened", True):
         iso["no_exec"] = install_no_exec_filter()  # inherited by every job, like no-new-privs
         if not iso["no_exec"]:
             warns.append("no seccomp exec filter (execve is then blocked only by RLIMIT_NPROC)")
+    elif cfg.get("isolate", True):
+        # Built here, installed by each job after its own setup (which needs unshare). Checked once now in a
+        # throwaway child, so a kernel without seccomp shows up as a missing layer, not as failing jobs.
+        global _FPROG
+        fprog = build_filter(full=True)
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0 if install_filter(fprog) else 1)
+        _, status = os.waitpid(pid, 0)
+        if fprog is not None and os.waitstatus_to_exitcode(status) == 0:
+            _FPROG = fprog
+            iso["no_exec"] = iso["syscall_filter"] = True
+        else:
+            warns.append("no seccomp syscall filter (execve is then blocked only by RLIMIT_NPROC)")
     if iso["uid_drop"]:
         resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))  # inherited by jobs; root's own forks are exempt
     if "threading" in sys.modules or "random" in sys.modules:
@@ -784,14 +1047,20 @@ def main() -> None:
         reap = None
         try:
             result, reap = run_job(job, cfg, iso)
-        except OSError as e:
+            # A job whose own setup failed (in the child, before any job code ran) says the worker can no
+            # longer start jobs as it should: report it and let the pool replace this worker.
+            failed = result.get("error_type") == "SandboxSetupError"
+        except Exception as e:  # the worker itself could not prepare the job (e.g. its /tmp)
             result = {
                 "status": "crashed",
                 "error_type": "SandboxError",
-                "error_message": str(e)[:500],
+                "error_message": f"{type(e).__name__}: {e}"[:500],
                 "elapsed_s": 0.0,
             }
+            failed = True
         result["id"] = job["id"]
+        if failed:
+            result["worker_failed"] = True
         try:
             _send(fout, result)
         except OSError:
@@ -799,8 +1068,13 @@ def main() -> None:
         finally:
             if reap is not None:
                 os.waitpid(reap, 0)
+        if failed:
+            break  # exit: the parent replaces this worker with a fresh one
         if iso["private_tmp"]:
-            _clean_tmp(cfg, iso)  # off the critical path: the parent already has the result
+            try:
+                _clean_tmp(cfg, iso)  # off the critical path: the parent already has the result
+            except OSError:
+                break  # /tmp cannot be reset: exit, and the parent starts a fresh worker
 
 
 if __name__ == "__main__":

@@ -318,8 +318,11 @@ class CodeTask:
         jobs = [(prog, "(" + "".join(f"f({inp}\n), " for inp in inputs) + ")") for prog, inputs in items]
         n = max(len(inputs) for _, inputs in items)
         lim = getattr(sandbox, "limits", None)
+        # The second pass runs in other processes with another hash seed and address-space layout, so output
+        # that depends on the process (id(), hash order of str) differs from pass 1 and is caught.
+        kw = {"variant": 1} if getattr(sandbox, "supports_variants", False) else {}
         if lim is None or n == 1:
-            return list(sandbox.run_many(jobs))
+            return list(sandbox.run_many(jobs, **kw))
         from dataclasses import replace
 
         wider = replace(
@@ -328,7 +331,7 @@ class CodeTask:
             cpu_s=(lim.cpu_s * n if getattr(lim, "cpu_s", None) else None),
             max_output_chars=max(lim.max_output_chars, n * (self.config.max_output_chars + 2) + 2),
         )
-        return list(sandbox.run_many(jobs, limits=wider))
+        return list(sandbox.run_many(jobs, limits=wider, **kw))
 
     def problem_from(
         self,
