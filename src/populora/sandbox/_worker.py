@@ -443,7 +443,9 @@ def _minimal_root(cfg: dict, iso: dict) -> None:
             d = new + "/" + "/".join(parts[:k])
             if not os.path.isdir(d):
                 os.mkdir(d)
-                os.chmod(d, 0o711)  # a job may pass through, not list (so /root shows nothing)
+                # Root-only: after its uid drop a job cannot even pass through to the interpreter's files
+                # (so, as on a machine where they live under /root, it imports only what is preloaded).
+                os.chmod(d, 0o700)
 
     def bind(src: str, flags: int) -> None:
         dst = new + src
@@ -466,6 +468,7 @@ def _minimal_root(cfg: dict, iso: dict) -> None:
     for dev in ("/dev/null", "/dev/zero", "/dev/urandom"):
         bind(dev, MS_RDONLY | MS_NOSUID | MS_NOEXEC)  # writes to a device node ignore the read-only flag
     mkdirs("/proc")
+    os.chmod(new + "/dev", 0o755)
     if iso["pidns"]:
         _mount_proc(iso, [], new + "/proc")
     mkdirs("/tmp")

@@ -425,7 +425,7 @@ class Sandbox:
                         # our round trip; one near the end, so no job waits behind a slow one while a
                         # worker is idle.
                         depth = self._depth if len(queue) > len(workers) * self._depth else 1
-                        while len(w.inflight) < depth and queue:
+                        while len(w.inflight) < depth and queue and not w.broken:
                             i = queue.popleft()
                             jid = next(_ids)
                             program, call = jobs[i]
@@ -469,6 +469,15 @@ class Sandbox:
                                 raise SandboxError(
                                     f"sandbox protocol error: expected job {jid}, got {m.get('id')}"
                                 )
+                            if m.get("worker_failed"):
+                                # The worker could not set up this job (its own state is broken, e.g. its
+                                # /tmp): it exits after this reply and the EOF that follows replaces it. The
+                                # job is not at fault: retry it once on the fresh worker.
+                                w.broken = True
+                                if retried.get(i, 0) < 1:
+                                    retried[i] = retried.get(i, 0) + 1
+                                    queue.appendleft(i)
+                                    continue
                             results[i] = Outcome(
                                 status=m["status"],
                                 value_repr=m.get("value_repr"),
@@ -479,10 +488,6 @@ class Sandbox:
                                 plain=bool(m.get("plain", False)),
                             )
                             done += 1
-                            if m.get("worker_failed"):
-                                # The worker could not set up a job (its own state is broken, e.g. its /tmp):
-                                # it exits after this reply; the EOF that follows replaces it.
-                                w.broken = True
                             if w.inflight:  # the queued job starts now; the wedge clock counts from here
                                 w.inflight[0] = (*w.inflight[0][:2], time.monotonic())
                     now = time.monotonic()
