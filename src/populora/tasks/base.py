@@ -122,9 +122,18 @@ class CodeTask:
         return self.config.policy
 
     def banned_text(self) -> str:
-        """The deny-list as the prompts show it: the best-known names, then a catch-all (the full list of
-        ~130 modules would cost hundreds of prompt tokens)."""
-        shown = [m for m in PROMPT_BANNED if m in self.policy.deny_modules]
+        """The banned modules as the prompts show them: the best-known names, then the allowed modules (the
+        policy is an allow-list: issue 13, item 3), or without an allow-list a catch-all for the rest of the
+        deny-list (its ~130 modules would cost hundreds of prompt tokens)."""
+        allow = self.policy.allow_modules
+        shown = [
+            m
+            for m in PROMPT_BANNED
+            if m in self.policy.deny_modules or (allow is not None and m not in allow)
+        ]
+        if allow is not None:  # the policy is an allow-list: say what is allowed (the deny-list is a subset)
+            tops = sorted({m.split(".")[0] for m in allow})
+            return ", ".join(shown) + "; in fact only these may be imported: " + ", ".join(tops)
         extra = len(self.policy.deny_modules) - len(shown)
         return ", ".join(shown) + (
             f", and {extra} other I/O, process, network or introspection modules" if extra > 0 else ""
