@@ -270,12 +270,17 @@ CORPUS: list[tuple[str, str, str, str, str | None, str | None]] = [
 ]
 
 
-def _ipcs() -> str:
-    return subprocess.run(["ipcs", "-a"], capture_output=True, text=True, check=True).stdout
+def _ipcs() -> list[str]:
+    """The host's SysV IPC objects owned by the job uid (nobody): other processes on a shared machine may
+    create their own meanwhile; anything a job left would be nobody's."""
+    out = subprocess.run(["ipcs", "-a"], capture_output=True, text=True, check=True).stdout
+    return sorted(line for line in out.splitlines() if " nobody " in f" {line} ")
 
 
 def _dev_shm() -> list[str]:
-    return sorted(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else []
+    if not os.path.isdir("/dev/shm"):
+        return []
+    return sorted(e.name for e in os.scandir("/dev/shm") if e.stat(follow_symlinks=False).st_uid == 65534)
 
 
 def test_corpus_has_enough_new_programs() -> None:
