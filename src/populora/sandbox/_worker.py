@@ -4,13 +4,16 @@ This file runs as a script (``python -s -S -P -B _worker.py CONFIG_JSON``) in a 
 `populora.sandbox.pool.Sandbox`; it must import nothing outside the standard library (and nothing heavy),
 because whatever it imports is inherited by every job. It owns:
 
-- the once-per-worker isolation layers: a new network namespace (no interfaces up) and a new mount namespace
-  in which every mount is remounted read-only and nosuid;
+- the once-per-worker isolation layers: new network, IPC, mount and PID namespaces, and a minimal root
+  (`_minimal_root`: a tmpfs with only the interpreter, its standard library and shared libraries read-only,
+  /dev/null, /dev/zero, /dev/urandom, a private /proc and /tmp) that the worker pivots into; with
+  `hardened=False`, the earlier view (every host mount remounted read-only) instead;
 - pre-importing the safe standard-library modules jobs may use (after the job drops to `nobody` it cannot
-  read the interpreter's files under /root, so only modules already in `sys.modules` are importable);
-- the per-job child: own session/process group, a fresh mount namespace with a private size-limited tmpfs
-  on /tmp as its empty working directory, rlimits, dropping to uid/gid 65534, a clean environment,
-  bounded stdout/stderr capture, exec of the program and eval of the call, and the result as JSON;
+  reach the interpreter's files, so only modules already in `sys.modules` are importable);
+- the per-job child: own session/process group, the worker's private size-limited tmpfs on /tmp as its
+  working directory (emptied after every job), a fresh IPC namespace, rlimits, dropping to uid/gid 65534, a
+  clean environment, the seccomp filter (`build_filter`), bounded stdout/stderr capture, exec of the program
+  and eval of the call, and the result as JSON;
 - the per-job supervision: wall-clock deadline, SIGKILL of the job's process group, reaping, and turning
   how the child ended into an outcome.
 
@@ -214,10 +217,10 @@ _DENIED_SYSCALLS = {
         ),
     },
 }
-#: CLONE_NEWNS|NEWCGROUP|NEWUTS|NEWIPC|NEWUSER|NEWPID|NEWNET|NEWTIME: clone() with any of these is refused.
-_CLONE_NS_FLAGS = (
-    0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000 | 0x40000000 | 0x80
-)
+#: CLONE_NEWNS|NEWCGROUP|NEWUTS|NEWIPC|NEWUSER|NEWPID|NEWNET: clone() with any of these is refused.
+#: (CLONE_NEWTIME, 0x80, is only accepted by unshare and clone3, both denied; in clone() those bits are the
+#: exit signal.)
+_CLONE_NS_FLAGS = 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000 | 0x40000000
 
 
 class _SockFilter(ctypes.Structure):

@@ -4,8 +4,10 @@ Workers are fresh interpreters (`python -s -S -P -B _worker.py`), never forks of
 has imported torch pays nothing for it and no caller state leaks into jobs. Each worker applies the
 once-per-worker isolation (network and mount namespaces) at start, pre-imports the allowed stdlib modules, then
 forks one child per job (see `_worker.py` for the per-job layers). This module owns the parent side: spawning,
-the ready handshake, dispatching `run_many` over the workers in parallel with order kept, healing (a worker
-that dies or wedges is killed and replaced; its job is reported `crashed`), and a clean `close()`.
+the ready handshake, dispatching `run_many` over the workers in parallel with order kept (with an optional
+overall deadline, and on a second set of workers with another hash seed and address-space layout for
+`variant=1`), healing (a worker that dies, wedges or cannot start a job is killed and replaced; an interrupted
+call replaces the workers it left mid-job), and a clean `close()`.
 """
 
 from __future__ import annotations
