@@ -152,3 +152,26 @@ def test_no_route_holds_memory_beyond_the_limit(attack_sandbox: Sandbox) -> None
     assert r["devshm"] == 2  # /dev/shm does not exist in the minimal root
     assert r["mmap"] == 12 and r["bytearray"] == "MemoryError"  # ENOMEM: RLIMIT_AS (256 MB)
     assert r["tmp"] in (27, 28)  # EFBIG (file_mb) or ENOSPC (tmp_mb)
+
+
+def test_hardened_false_is_the_old_configuration_for_comparison() -> None:
+    """`hardened=False` (kept for the benchmark) runs jobs with the earlier layers: the host's files visible
+    read-only, no IPC namespace, the exec-only filter; it warns about nothing it leaves off on purpose."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with Sandbox(workers=1, hardened=False, preload=("os",)) as sb:
+            iso = sb.isolation
+            assert not iso["minimal_root"] and not iso["ipc_namespace"] and not iso["syscall_filter"]
+            assert iso["mountns_readonly_root"] and iso["no_exec"]
+            assert sb.run("import os\n", "os.path.exists('/etc')").value_repr == "True"
+    with Sandbox(workers=1, preload=("os",)) as sb:
+        assert sb.run("import os\n", "os.path.exists('/etc')").value_repr == "False"
+
+
+def test_lazy_modules_still_import_inside_the_minimal_root(sandbox: Sandbox) -> None:
+    out = sandbox.run(
+        "import statistics, random, threading\n", "statistics.mean([1, 2, 3]), random.random() < 1"
+    )
+    assert out.value_repr == "(2, True)", out
