@@ -75,7 +75,7 @@ _MOUNT_OPT_FLAGS = {"ro": MS_RDONLY, "nosuid": MS_NOSUID, "nodev": MS_NODEV, "no
 
 _libc = None
 _HEAP_SHIFT = None
-_FPROG = None  # the full seccomp filter each job installs (see `build_filter`); None: not available
+_HELPER = None  # (request fd, reply fd) to the shim that mounts for the filtered worker (see `_serve_mounts`)
 
 
 def _c():
@@ -246,7 +246,10 @@ def build_filter(full: bool):
     errno_ret = lambda e: 0x00050000 | e  # noqa: E731  (SECCOMP_RET_ERRNO)
     execve, execveat = _EXEC_SYSCALLS[machine]
     clone, clone3 = _CLONE[machine]
-    denied = sorted({n for group in _DENIED_SYSCALLS[machine].values() for n in group}) if full else []
+    unshare = _DENIED_SYSCALLS[machine]["namespaces"][0]
+    denied = (
+        sorted({n for group in _DENIED_SYSCALLS[machine].values() for n in group} - {unshare}) if full else []
+    )
     # Layout: header, then one `jeq nr` per denied number, then the tails; jump offsets are computed from the
     # end so each check jumps forward to its tail (offsets fit a byte: < 100 instructions in all).
     body = []  # (code, target label or None, k)
@@ -259,6 +262,7 @@ def build_filter(full: bool):
     if full:
         body.append((jeq, ("enosys", "next"), clone3))
         body.append((jeq, ("clone", "next"), clone))
+        body.append((jeq, ("unshare", "next"), unshare))
         for n in denied:
             body.append((jeq, ("eperm", "next"), n))
     body.append((ret, None, allow))
@@ -267,6 +271,12 @@ def build_filter(full: bool):
         tails["clone"] = [
             (ld_abs, None, 16),  # A = low 32 bits of args[0] (the flags)
             (jset, ("eperm", "allow"), _CLONE_NS_FLAGS),
+        ]
+        # unshare(CLONE_NEWIPC) alone stays open: the worker makes each job's IPC namespace with it, in the
+        # job's process before the uid drop; a job (no capabilities left) gets EPERM from the kernel for it.
+        tails["unshare"] = [
+            (ld_abs, None, 16),
+            (jeq, ("allow", "eperm"), CLONE_NEWIPC),
         ]
         tails["allow"] = [(ret, None, allow)]
     tails.update(
@@ -486,7 +496,9 @@ def _enter_pid_namespace(cfg: dict, iso: dict, warns: list, have_mountns: bool) 
     """Continue as PID 1 of a new PID namespace, so jobs can neither see nor signal any process outside it
     (`kill(-1, SIGKILL)` from a job reaches nothing), and so every job dies with the worker: when the
     namespace's init exits, the kernel kills everything in it. The original process stays as a small shim
-    that waits for the inner worker and exits with it; the inner one dies (PDEATHSIG) if the shim is killed."""
+    that waits for the inner worker and exits with it, and serves the worker's mount requests
+    (`_serve_mounts`); the inner one dies (PDEATHSIG) if the shim is killed."""
+    global _HELPER
     CLONE_NEWPID = 0x20000000
     try:
         _unshare(CLONE_NEWPID)
@@ -494,17 +506,18 @@ def _enter_pid_namespace(cfg: dict, iso: dict, warns: list, have_mountns: bool) 
         warns.append(f"no PID namespace ({e.strerror})")
         return
     shim = os.getpid()
+    req_r, req_w = os.pipe()
+    rep_r, rep_w = os.pipe()
     pid = os.fork()
     if pid > 0:
         os.close(cfg["fin"])
         os.close(cfg["fout"])
-        while True:
-            try:
-                _, status = os.waitpid(pid, 0)
-                break
-            except InterruptedError:
-                continue
-        os._exit(os.waitstatus_to_exitcode(status) & 0x7F if os.WIFEXITED(status) else 1)
+        os.close(req_w)
+        os.close(rep_r)
+        _serve_mounts(req_r, rep_w, pid)  # never returns
+    os.close(req_r)
+    os.close(rep_w)
+    _HELPER = (req_w, rep_r)
     _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != 0:  # in a new PID namespace our parent (outside it) shows as 0
         warns.append(f"PID namespace: unexpected parent {os.getppid()} (shim {shim})")
@@ -652,8 +665,6 @@ def _child(job: dict, wfd: int, cfg: dict, iso: dict) -> None:
             _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # after the uid change, which clears it
         if workdir != "/tmp":  # the fallback per-job directory (the worker's environ says /tmp)
             os.environ["HOME"] = os.environ["TMPDIR"] = workdir
-        if _FPROG is not None and not install_filter(_FPROG):  # last: the setup above needs some of its calls
-            raise OSError(ctypes.get_errno(), "cannot install the seccomp filter")
     except BaseException as e:  # a setup failure must never run the job with less isolation
         _send(
             wfd,
@@ -759,7 +770,7 @@ def _prepare(job: dict, cfg: dict, iso: dict) -> None:
     job.setdefault("max_stdout_chars", 2000)
     if iso["private_tmp"]:
         if cfg.get("tmp_mb") != int(lim["tmp_mb"]):
-            _mount_tmp(cfg, iso, int(lim["tmp_mb"]), remount=True)
+            _tmp_op(cfg, iso, b"R", int(lim["tmp_mb"]))
         job["workdir"] = "/tmp"
     else:
         import tempfile
@@ -801,8 +812,58 @@ def _clean_tmp(cfg: dict, iso: dict) -> None:
             return
     except OSError:
         pass
-    _check(_c().umount2(b"/tmp", 2), "umount /tmp")  # MNT_DETACH
-    _mount_tmp(cfg, iso, cfg["tmp_mb"])
+    _tmp_op(cfg, iso, b"F", cfg["tmp_mb"])
+
+
+def _tmp_op(cfg: dict, iso: dict, op: bytes, size_mb: int) -> None:
+    """Resize /tmp (op R) or replace it with a fresh tmpfs (op F). Under the full syscall filter the worker
+    itself cannot mount: the shim does it (`_serve_mounts`), in the same mount namespace."""
+    if _HELPER is None or not iso.get("syscall_filter"):
+        if op == b"F":
+            _check(_c().umount2(b"/tmp", 2), "umount /tmp")  # MNT_DETACH
+        _mount_tmp(cfg, iso, size_mb, remount=op == b"R")
+        return
+    uid = cfg["uid"] if iso["uid_drop"] else os.getuid()
+    gid = cfg["gid"] if iso["uid_drop"] else os.getgid()
+    os.write(_HELPER[0], b"%s %d %d %d\n" % (op, size_mb, uid, gid))
+    reply = os.read(_HELPER[1], 256)
+    if reply != b"ok":
+        raise OSError(errno.EIO, f"mount helper: {reply.decode(errors='replace') or 'gone'}")
+    cfg["tmp_mb"] = size_mb
+
+
+def _serve_mounts(req_r: int, rep_w: int, worker: int) -> None:
+    """The shim's loop (outside the PID namespace, so no job can see or signal it; root, in the worker's
+    mount namespace, without the syscall filter): resize or replace the worker's /tmp on request -- rare, for
+    a job with another `tmp_mb` or a /tmp that cannot be emptied -- so that neither the worker nor any job
+    needs `mount`. Exits with the worker's status when the worker exits."""
+    pidfd = os.pidfd_open(worker)
+    buf, fds = b"", [req_r, pidfd]
+    while True:
+        try:
+            ready, _, _ = select.select(fds, [], [])
+        except InterruptedError:
+            continue
+        if pidfd in ready:
+            _, status = os.waitpid(worker, 0)
+            os._exit(os.waitstatus_to_exitcode(status) & 0x7F if os.WIFEXITED(status) else 1)
+        chunk = os.read(req_r, 256)
+        if not chunk:
+            fds = [pidfd]
+            continue
+        buf += chunk
+        while b"\n" in buf:
+            line, buf = buf.split(b"\n", 1)
+            try:
+                op, size, uid, gid = line.split()
+                if op == b"F":
+                    _check(_c().umount2(b"/tmp", 2), "umount /tmp")
+                flags = MS_NOSUID | MS_NODEV | (MS_REMOUNT if op == b"R" else 0)
+                data = f"size={int(size)}m,nr_inodes=4096,mode=0700,uid={int(uid)},gid={int(gid)}"
+                _mount("tmpfs", "/tmp", "tmpfs", flags, data)
+                os.write(rep_w, b"ok")
+            except Exception as e:  # reported to the worker, which then gives up on this job
+                os.write(rep_w, f"{type(e).__name__}: {e}".encode()[:200] or b"error")
 
 
 _RESULT_FIELDS = {
@@ -856,6 +917,9 @@ def run_job(job: dict, cfg: dict, iso: dict) -> tuple:
             os.close(r)
             os.close(cfg["fin"])
             os.close(cfg["fout"])
+            if _HELPER is not None:
+                os.close(_HELPER[0])
+                os.close(_HELPER[1])
             _child(job, w, cfg, iso)
         finally:
             os._exit(72)
@@ -1016,18 +1080,14 @@ def main() -> None:
         if not iso["no_exec"]:
             warns.append("no seccomp exec filter (execve is then blocked only by RLIMIT_NPROC)")
     elif cfg.get("isolate", True):
-        # Built here, installed by each job after its own setup (which needs unshare). Checked once now in a
-        # throwaway child, so a kernel without seccomp shows up as a missing layer, not as failing jobs.
-        global _FPROG
-        fprog = build_filter(full=True)
-        pid = os.fork()
-        if pid == 0:
-            os._exit(0 if install_filter(fprog) else 1)
-        _, status = os.waitpid(pid, 0)
-        if fprog is not None and os.waitstatus_to_exitcode(status) == 0:
-            _FPROG = fprog
-            iso["no_exec"] = iso["syscall_filter"] = True
-        else:
+        # Installed once here and inherited by every job: attaching a filter per job would cost ~0.2 ms of
+        # CPU each. The worker's own mounts after this point go through the shim (`_serve_mounts`); without
+        # a PID namespace there is no shim, and the worker keeps the exec-only filter.
+        full = _HELPER is not None or not iso["private_tmp"]
+        iso["no_exec"] = iso["syscall_filter"] = install_filter(build_filter(full=full))
+        if not full:
+            iso["syscall_filter"] = False
+        if not iso["syscall_filter"]:
             warns.append("no seccomp syscall filter (execve is then blocked only by RLIMIT_NPROC)")
     if iso["uid_drop"]:
         resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))  # inherited by jobs; root's own forks are exempt
