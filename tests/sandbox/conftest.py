@@ -29,6 +29,7 @@ ATTACK_PRELOAD = DEFAULT_PRELOAD + (
     "http.client",
     "multiprocessing.popen_fork",
     "encodings.idna",
+    "mmap",
 )
 
 

@@ -18,6 +18,11 @@ KNOWN = (
     "BinOp is not allowed",
     "Lambda is not allowed",
     "ListComp is not allowed",
+    # output depends on the hash seed (list(set_of_str)): the determinism check's second pass runs with
+    # another seed (issue 13, item 4)
+    "nondeterministic",
+    # a name that is neither bound nor an allowed builtin (`random.randint` in a branch never taken)
+    "forbidden name",
 )
 
 
@@ -36,7 +41,7 @@ def test_every_row_is_accounted_for(reports):
         assert len(rep.problems) + len(rep.invalid) == rep.total
         for line, reason in rep.invalid:
             assert any(k in reason for k in KNOWN), (key, line, reason)
-    # measured 2026-11-30: 247/256 and 218/256 valid (see the docs for the reasons)
+    # measured 2026-12-01: 244/256 and 217/256 valid (see the docs for the reasons)
     assert len(reports["io"].problems) >= 240 and len(reports["f"].problems) >= 210
 
 

@@ -89,5 +89,85 @@ def test_require_params_and_configurable_deny_list():
     } <= DEFAULT_DENY_MODULES
     strict = CapabilityPolicy(deny_modules=DEFAULT_DENY_MODULES | {"math"})
     assert parse_program("import math\n" + OK, strict)[1] == "forbidden import: math"
-    lax = CapabilityPolicy(deny_modules=frozenset())
+    lax = CapabilityPolicy(deny_modules=frozenset(), allow_modules=None)
     assert parse_program("import os\n" + OK, lax)[1] is None
+
+
+# Issue 13, item 3: the policy is an allow-list; the deny-list bypasses through allowed modules are rejected.
+@pytest.mark.parametrize(
+    "src",
+    [
+        "import collections\ndef f(x):\n    return collections._sys.modules['os'].getcwd()",
+        "import typing\ndef f(x):\n    return typing.sys.modules",
+        "import dataclasses\ndef f(x):\n    return dataclasses.inspect.stack()",
+        "import codecs\ndef f(x):\n    return codecs.open('/etc/passwd').read()",
+        "import codecs\ndef f(x):\n    return codecs.builtins.exec('1')",
+        "import operator\ndef f(x):\n    return operator.attrgetter('__cl' + 'ass__')(x)",
+        "import operator\ndef f(x):\n    return operator.attrgetter('__class__')(x)",
+        "import operator\ndef f(x):\n    return operator.attrgetter('real.__class__')(x)",
+        "from operator import attrgetter\ndef f(x):\n    return attrgetter('__cl' + 'ass__')(x)",
+        "from operator import methodcaller\ndef f(x):\n    return methodcaller('__reduce_ex__', 2)(x)",
+        "import operator\ndef f(x):\n    g = operator.attrgetter\n    return g('__class__')(x)",
+        "import collections as c\ndef f(x):\n    m = c\n    return m._sys",
+        "from collections import _sys\ndef f(x):\n    return _sys",
+        "from typing import sys\ndef f(x):\n    return sys",
+        "from collections import *\ndef f(x):\n    return x",
+        "import functools\ndef f(x):\n    return functools.__builtins__",
+        "import typing\ndef f(x):\n    return typing.get_type_hints(x)",
+        "import string\ndef f(x):\n    return string.Formatter().get_field('0.real', [x], {})",
+        "def f(x):\n    g = getattr\n    return g(x, 'real')",
+        "def f(x):\n    return '{0.__class__}'.format(x)",
+        "def f(x):\n    return input()",
+        "def f(x):\n    return dir(x)",
+        "def f(x):\n    return random.random()",
+        "import pprint\ndef f(x):\n    return x",
+        "import uuid\ndef f(x):\n    return uuid.uuid4()",
+        "import json\ndef f(x):\n    return json.load(x)",
+    ],
+)
+def test_allow_list_rejects_bypasses(src):
+    tree, why = parse_program(src)
+    assert tree is None and why and why.startswith("forbidden"), why
+
+
+@pytest.mark.parametrize(
+    "src",
+    [
+        "import collections\ndef f(x):\n    return collections.Counter(x).most_common(1)",
+        "import collections.abc\ndef f(x):\n    return isinstance(x, collections.abc.Sequence)",
+        "from collections.abc import Mapping\ndef f(x):\n    return isinstance(x, Mapping)",
+        "import operator\ndef f(x):\n    return sorted(x, key=operator.attrgetter('real'))",
+        "from operator import itemgetter\ndef f(x):\n    return sorted(x, key=itemgetter(0))",
+        "import re, math, itertools, functools, heapq, bisect, string\ndef f(x):\n    return math.gcd(x, 6)",
+        "from dataclasses import dataclass\n@dataclass\nclass P:\n    a: int\ndef f(x):\n    return P(x).a",
+        "from typing import List\ndef f(x: List[int]) -> int:\n    return sum(x)",
+        "def f(x):\n    try:\n        return 1 // x\n    except ZeroDivisionError as e:\n        return str(e)",
+        "def f(x):\n    match x:\n        case [a, *rest]:\n            return a, rest\n        case {'k': v, **kw}:\n"
+        "            return v\n    return None",
+        "def f(x):\n    return id(x) > 0 and hash(7) == 7",
+        "def f(input):\n    return [input for _ in range(2)]",
+        "def f(x):\n    global seen\n    seen = x\n    return seen",
+    ],
+)
+def test_allow_list_keeps_plain_programs(src):
+    tree, why = parse_program(src)
+    assert why is None, why
+
+
+def test_prompt_banned_list_is_consistent_with_the_policy():
+    """Every module the prompt names as banned is refused by the policy, and none of them is allowed."""
+    from populora.tasks.base import PROMPT_BANNED
+    from populora.tasks.policy import DEFAULT_ALLOW_MODULES
+
+    for m in PROMPT_BANNED:
+        assert m not in DEFAULT_ALLOW_MODULES
+        assert parse_program(f"import {m}\n" + OK)[1].startswith(f"forbidden import: {m}")
+    assert not DEFAULT_ALLOW_MODULES & DEFAULT_DENY_MODULES
+
+
+def test_prompt_states_the_allow_list():
+    from populora import tasks
+
+    text = tasks.get("code_o").banned_text()
+    assert text.startswith("os, sys") and "only these may be imported: abc, array" in text
+    assert "collections" in text and "random" not in text.split("imported:")[1]

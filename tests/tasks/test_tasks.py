@@ -63,7 +63,7 @@ def test_nondeterminism_is_caught_across_processes(sandbox):
     # (it would otherwise stop `import os` first).
     from populora.tasks.policy import CapabilityPolicy
 
-    t = T.get("code_o", policy=CapabilityPolicy(deny_modules=frozenset()))
+    t = T.get("code_o", policy=CapabilityPolicy(deny_modules=frozenset(), allow_modules=None))
     with pytest.raises(InvalidProblem, match="nondeterministic"):
         t.problem_from(sandbox, program="import os\ndef f(x):\n    return os.urandom(8)", inputs=["1"])
 

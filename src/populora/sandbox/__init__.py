@@ -6,7 +6,8 @@
         outs = sb.run_many([(program, call), ...])                  # parallel, order kept
 
 Modules: `contract` (Limits, Outcome), `pool` (Sandbox, the parent side), `_worker` (the worker script and the
-per-job isolation), `values` (parsing and comparing `value_repr`s outside the sandbox), `commands`/`bench`.
+per-job isolation), `_seccomp` (its syscall filters), `values` (parsing and comparing `value_repr`s outside the
+sandbox), `private` (owner-only run folders), `commands`/`bench`.
 """
 
 from populora.sandbox.contract import STATUSES, Limits, Outcome

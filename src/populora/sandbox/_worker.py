@@ -4,13 +4,16 @@ This file runs as a script (``python -s -S -P -B _worker.py CONFIG_JSON``) in a 
 `populora.sandbox.pool.Sandbox`; it must import nothing outside the standard library (and nothing heavy),
 because whatever it imports is inherited by every job. It owns:
 
-- the once-per-worker isolation layers: a new network namespace (no interfaces up) and a new mount namespace
-  in which every mount is remounted read-only and nosuid;
+- the once-per-worker isolation layers: new network, IPC, mount and PID namespaces, and a minimal root
+  (`_minimal_root`: a tmpfs with only the interpreter, its standard library and shared libraries read-only,
+  /dev/null, /dev/zero, /dev/urandom, a private /proc and /tmp) that the worker pivots into; with
+  `hardened=False`, the earlier view (every host mount remounted read-only) instead;
 - pre-importing the safe standard-library modules jobs may use (after the job drops to `nobody` it cannot
-  read the interpreter's files under /root, so only modules already in `sys.modules` are importable);
-- the per-job child: own session/process group, a fresh mount namespace with a private size-limited tmpfs
-  on /tmp as its empty working directory, rlimits, dropping to uid/gid 65534, a clean environment,
-  bounded stdout/stderr capture, exec of the program and eval of the call, and the result as JSON;
+  reach the interpreter's files, so only modules already in `sys.modules` are importable);
+- the per-job child: own session/process group, the worker's private size-limited tmpfs on /tmp as its
+  working directory (emptied after every job), a fresh IPC namespace, rlimits, dropping to uid/gid 65534, a
+  clean environment, the seccomp filter (`build_filter`), bounded stdout/stderr capture, exec of the program
+  and eval of the call, and the result as JSON;
 - the per-job supervision: wall-clock deadline, SIGKILL of the job's process group, reaping, and turning
   how the child ended into an outcome.
 
@@ -32,6 +35,12 @@ import struct
 import sys
 import time
 import types
+
+# The sibling modules of this script (the worker runs with -P: its own directory is not on sys.path).
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _seccomp import build_filter, install_filter, install_no_exec_filter  # noqa: E402
+
+del sys.path[0]
 
 # Everything the job child uses after the job's code has run is bound here, before any job exists, so a job that
 # monkeypatches builtins or modules (builtins.isinstance, os.write, json.dumps, ...) cannot break the reporting
@@ -56,6 +65,8 @@ def _encode(msg: dict) -> str:
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWNET = 0x40000000
+CLONE_NEWIPC = 0x08000000
+_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}
 MS_RDONLY = 1
 MS_NOSUID = 2
 MS_NODEV = 4
@@ -69,6 +80,8 @@ PR_SET_NO_NEW_PRIVS = 38
 _MOUNT_OPT_FLAGS = {"ro": MS_RDONLY, "nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec": MS_NOEXEC}
 
 _libc = None
+_HEAP_SHIFT = None
+_HELPER = None  # (request fd, reply fd) to the shim that mounts for the filtered worker (see `_serve_mounts`)
 
 
 def _c():
@@ -107,59 +120,6 @@ def _prctl(option: int, arg: int) -> None:
     _check(_c().prctl(option, arg, 0, 0, 0), "prctl")
 
 
-# seccomp: a 7-instruction BPF filter that makes execve/execveat fail with EAGAIN. RLIMIT_NPROC only blocks
-# execve when another process of the job's uid exists at the uid change (the kernel counts before the change),
-# so on its own it races; this makes "no new programs" deterministic. EAGAIN is what the NPROC layer gives,
-# so a program sees the same error whichever layer stops it.
-PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
-_EXEC_SYSCALLS = {
-    "x86_64": (0xC000003E, 59, 322),
-    "aarch64": (0xC00000B7, 221, 281),
-}  # arch, execve, execveat
-
-
-class _SockFilter(ctypes.Structure):
-    _fields_ = [
-        ("code", ctypes.c_ushort),
-        ("jt", ctypes.c_ubyte),
-        ("jf", ctypes.c_ubyte),
-        ("k", ctypes.c_uint),
-    ]
-
-
-class _SockFprog(ctypes.Structure):
-    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_SockFilter))]
-
-
-def install_no_exec_filter() -> bool:
-    """Forbid execve/execveat for this process and its children (needs no-new-privs); False if unsupported."""
-    spec = _EXEC_SYSCALLS.get(os.uname().machine)
-    if spec is None:
-        return False
-    arch, execve, execveat = spec
-    ld_abs, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06
-    allow, deny = 0x7FFF0000, 0x00050000 | errno.EAGAIN
-    prog = [
-        (ld_abs, 0, 0, 4),  # A = seccomp_data.arch
-        (jeq, 0, 4, arch),  # another ABI: allow (jump to ALLOW)
-        (ld_abs, 0, 0, 0),  # A = seccomp_data.nr
-        (jeq, 3, 0, execve),  # -> DENY
-        (jeq, 2, 0, execveat),  # -> DENY
-        (jge, 1, 0, 0x40000000),  # x32 ABI syscalls (execve among them) -> DENY
-        (ret, 0, 0, allow),
-        (ret, 0, 0, deny),
-    ]
-    arr = (_SockFilter * len(prog))(*[_SockFilter(*ins) for ins in prog])
-    fprog = _SockFprog(len(prog), ctypes.cast(arr, ctypes.POINTER(_SockFilter)))
-    libc = _c()
-    libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p, ctypes.c_ulong, ctypes.c_ulong]
-    try:
-        rc = libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(fprog), 0, 0)
-    finally:
-        libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
-    return rc == 0
-
-
 def _mountpoints() -> list:
     """(mount point, per-mount flags) from /proc/self/mountinfo, parents before children."""
     out = []
@@ -175,10 +135,17 @@ def _mountpoints() -> list:
 
 
 def setup_isolation(cfg: dict) -> tuple:
-    """Apply the once-per-worker layers; return (isolation dict, warnings)."""
+    """Apply the once-per-worker layers; return (isolation dict, warnings).
+
+    With `hardened` (the default) the worker pivots into a minimal root (`_minimal_root`) and every job gets
+    a fresh IPC namespace and the full syscall filter; `hardened=False` keeps the earlier configuration (the
+    host's file system read-only, the exec-only filter, the host's IPC namespace), for comparison."""
+    hardened = cfg.get("hardened", True)
     iso = {
         "netns": False,
+        "ipc_namespace": False,
         "mountns_readonly_root": False,
+        "minimal_root": False,
         "private_tmp": False,
         "pidns": False,
         "private_proc": False,
@@ -187,6 +154,7 @@ def setup_isolation(cfg: dict) -> tuple:
         "no_new_processes": False,
         "no_new_privs": False,
         "no_exec": False,
+        "syscall_filter": False,
         "clean_env": True,
     }
     warns = []
@@ -197,23 +165,33 @@ def setup_isolation(cfg: dict) -> tuple:
             iso["netns"] = True
         except OSError as e:
             warns.append(f"no network namespace ({e.strerror})")
+        if hardened:
+            # The worker's own IPC namespace (so nothing of the host's is reachable even before a job's
+            # per-job namespace is made); each job then gets a fresh one (`_child`).
+            try:
+                _unshare(CLONE_NEWIPC)
+                iso["ipc_namespace"] = True
+            except OSError as e:
+                warns.append(f"no IPC namespace ({e.strerror})")
         try:
             _unshare(CLONE_NEWNS)
             _mount(None, "/", None, MS_REC | MS_PRIVATE, None)
-            failed = []
-            for mp, flags in _mountpoints():
-                try:
-                    _mount(None, mp, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | flags, None)
-                except OSError:
-                    failed.append(mp)
-            if failed:
-                warns.append("could not remount read-only: " + ", ".join(failed))
-            iso["mountns_readonly_root"] = not failed  # one writable mount left is a hole
             have_mountns = True
         except OSError as e:
             warns.append(f"no mount namespace ({e.strerror})")
             have_mountns = False
-        _enter_pid_namespace(cfg, iso, warns, have_mountns)
+        if have_mountns and not hardened:
+            _readonly_host(iso, warns)
+        _enter_pid_namespace(cfg, iso, warns, have_mountns and not hardened)
+        if have_mountns and hardened:
+            try:
+                _minimal_root(cfg, iso)
+                iso["minimal_root"] = iso["mountns_readonly_root"] = True
+            except OSError as e:
+                warns.append(f"no minimal root ({e}); falling back to a read-only view of the host")
+                _readonly_host(iso, warns)
+                if iso["pidns"]:
+                    _mount_proc(iso, warns, "/proc")
         if have_mountns:
             try:
                 _mount_tmp(cfg, iso | {"uid_drop": root}, 32)
@@ -228,11 +206,102 @@ def setup_isolation(cfg: dict) -> tuple:
     return iso, warns
 
 
+def _readonly_host(iso: dict, warns: list) -> None:
+    """The legacy view: every mount of the host remounted read-only and nosuid in our mount namespace."""
+    failed = []
+    for mp, flags in _mountpoints():
+        try:
+            _mount(None, mp, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | flags, None)
+        except OSError:
+            failed.append(mp)
+    if failed:
+        warns.append("could not remount read-only: " + ", ".join(failed))
+    iso["mountns_readonly_root"] = not failed  # one writable mount left is a hole
+
+
+def _mount_proc(iso: dict, warns: list, target: str) -> None:
+    try:  # a /proc that shows only this PID namespace's processes (read-only)
+        _mount("proc", target, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY, None)
+        iso["private_proc"] = True
+    except OSError as e:
+        warns.append(f"no private /proc ({e.strerror})")
+
+
+def _root_sources() -> list:
+    """What the minimal root shows of the host, read-only: the interpreter binary, its standard library,
+    and the directories of the shared libraries it has loaded (so a lazily imported extension module finds
+    its dependencies). Nested paths are covered by their parent."""
+    paths = {os.path.realpath(sys.executable), os.path.dirname(os.path.realpath(os.__file__))}
+    with open("/proc/self/maps") as fh:
+        for line in fh:
+            parts = line.split(None, 5)
+            if len(parts) == 6 and parts[5].startswith("/") and ".so" in parts[5]:
+                paths.add(os.path.dirname(os.path.realpath(parts[5].strip())))
+    out = []
+    for p in sorted(paths):
+        if not any(p == q or p.startswith(q + "/") for q in out):
+            out.append(p)
+    return out
+
+
+def _minimal_root(cfg: dict, iso: dict) -> None:
+    """Build the job's whole file system on a tmpfs and pivot into it, once per worker (as nsjail and
+    bubblewrap do): read-only binds of `_root_sources()` at their usual paths, an empty read-only tmpfs over
+    the interpreter's site-packages, /dev with only null, zero and urandom, a private /proc (this PID
+    namespace) and an empty /tmp (the per-job tmpfs goes there). Everything else of the host -- /etc, /home,
+    /work, the project's source, run folders, benchmark data, /dev/shm -- does not exist for a job."""
+    new = "/tmp"  # a mount point we may cover: this mount namespace is private
+    _mount("tmpfs", new, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,nr_inodes=4096,mode=0755")
+
+    def mkdirs(path: str) -> None:
+        parts = path.strip("/").split("/")
+        for k in range(1, len(parts) + 1):
+            d = new + "/" + "/".join(parts[:k])
+            if not os.path.isdir(d):
+                os.mkdir(d)
+                # Root-only: after its uid drop a job cannot even pass through to the interpreter's files
+                # (so, as on a machine where they live under /root, it imports only what is preloaded).
+                os.chmod(d, 0o700)
+
+    def bind(src: str, flags: int) -> None:
+        dst = new + src
+        if os.path.isdir(src):
+            mkdirs(src)
+        else:
+            mkdirs(os.path.dirname(src))
+            open(dst, "a").close()
+        _mount(src, dst, None, MS_BIND, None)
+        _mount(None, dst, None, MS_REMOUNT | MS_BIND | flags | (os.statvfs(src).f_flag & 0xF), None)
+
+    for src in _root_sources():
+        bind(src, MS_RDONLY | MS_NOSUID | MS_NODEV)
+    for host_link in ("/lib", "/lib64", "/bin"):  # merged-/usr symlinks, so library search paths resolve
+        if os.path.islink(host_link):
+            os.symlink(os.readlink(host_link), new + host_link)
+    stdlib = os.path.dirname(os.path.realpath(os.__file__))
+    if os.path.isdir(stdlib + "/site-packages"):
+        _mount("tmpfs", new + stdlib + "/site-packages", "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV, "size=4k")
+    for dev in ("/dev/null", "/dev/zero", "/dev/urandom"):
+        bind(dev, MS_RDONLY | MS_NOSUID | MS_NOEXEC)  # writes to a device node ignore the read-only flag
+    mkdirs("/proc")
+    os.chmod(new + "/dev", 0o755)
+    if iso["pidns"]:
+        _mount_proc(iso, [], new + "/proc")
+    mkdirs("/tmp")
+    os.chdir(new)
+    _check(_c().syscall(_PIVOT_ROOT[os.uname().machine], b".", b"."), "pivot_root")
+    _check(_c().umount2(b".", 2), "umount old root")  # MNT_DETACH: the host's tree is gone from here on
+    os.chdir("/")
+    _mount(None, "/", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, None)
+
+
 def _enter_pid_namespace(cfg: dict, iso: dict, warns: list, have_mountns: bool) -> None:
     """Continue as PID 1 of a new PID namespace, so jobs can neither see nor signal any process outside it
     (`kill(-1, SIGKILL)` from a job reaches nothing), and so every job dies with the worker: when the
     namespace's init exits, the kernel kills everything in it. The original process stays as a small shim
-    that waits for the inner worker and exits with it; the inner one dies (PDEATHSIG) if the shim is killed."""
+    that waits for the inner worker and exits with it, and serves the worker's mount requests
+    (`_serve_mounts`); the inner one dies (PDEATHSIG) if the shim is killed."""
+    global _HELPER
     CLONE_NEWPID = 0x20000000
     try:
         _unshare(CLONE_NEWPID)
@@ -240,27 +309,24 @@ def _enter_pid_namespace(cfg: dict, iso: dict, warns: list, have_mountns: bool) 
         warns.append(f"no PID namespace ({e.strerror})")
         return
     shim = os.getpid()
+    req_r, req_w = os.pipe()
+    rep_r, rep_w = os.pipe()
     pid = os.fork()
     if pid > 0:
         os.close(cfg["fin"])
         os.close(cfg["fout"])
-        while True:
-            try:
-                _, status = os.waitpid(pid, 0)
-                break
-            except InterruptedError:
-                continue
-        os._exit(os.waitstatus_to_exitcode(status) & 0x7F if os.WIFEXITED(status) else 1)
+        os.close(req_w)
+        os.close(rep_r)
+        _serve_mounts(req_r, rep_w, pid)  # never returns
+    os.close(req_r)
+    os.close(rep_w)
+    _HELPER = (req_w, rep_r)
     _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != 0:  # in a new PID namespace our parent (outside it) shows as 0
         warns.append(f"PID namespace: unexpected parent {os.getppid()} (shim {shim})")
     iso["pidns"] = True
     if have_mountns:
-        try:  # a /proc that shows only this namespace's processes (read-only)
-            _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY, None)
-            iso["private_proc"] = True
-        except OSError as e:
-            warns.append(f"no private /proc ({e.strerror})")
+        _mount_proc(iso, warns, "/proc")
 
 
 def preload(names: list) -> tuple:
@@ -378,19 +444,24 @@ def _child(job: dict, wfd: int, cfg: dict, iso: dict) -> None:
         cpu = lim["cpu_s_int"]
         resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
         _limit(resource.RLIMIT_AS, lim["memory_mb"] << 20)
+        if iso["ipc_namespace"]:
+            # A fresh IPC namespace per job (needs root, so before the uid drop): nothing one job could leave
+            # in SysV/POSIX IPC reaches a later job or the host, even if the syscall filter missed a route.
+            _unshare(CLONE_NEWIPC)
+        # The file limits are set here, not once in the worker: a container may deny even root raising a
+        # hard limit again, so a worker that lowered them for one job could not serve a later, larger one.
+        _limit(resource.RLIMIT_FSIZE, int(lim["file_mb"] * 1048576))
+        _limit(resource.RLIMIT_NOFILE, int(lim["nofile"]))
         if iso["uid_drop"]:
-            # RLIMIT_NPROC=0, the file limits and no-new-privs are already set on the worker (root forks are
-            # exempt from NPROC); NPROC being exceeded at the uid change below makes the kernel refuse
-            # execve too (EAGAIN), not only fork/clone (threads count as processes).
+            # RLIMIT_NPROC=0 and no-new-privs are already set on the worker (root forks are exempt from
+            # NPROC); NPROC being exceeded at the uid change below makes the kernel refuse execve too
+            # (EAGAIN), not only fork/clone (threads count as processes).
             gid, uid = cfg["gid"], cfg["uid"]
             os.setgroups([])
             os.setresgid(gid, gid, gid)
             os.setresuid(uid, uid, uid)
-        else:
-            _limit(resource.RLIMIT_FSIZE, int(lim["file_mb"] * 1048576))
-            _limit(resource.RLIMIT_NOFILE, int(lim["nofile"]))
-            if iso["no_new_processes"]:
-                _limit(resource.RLIMIT_NPROC, 0)
+        elif iso["no_new_processes"]:
+            _limit(resource.RLIMIT_NPROC, 0)
         if not iso[
             "pidns"
         ]:  # with a PID namespace the kernel kills every job when the worker (its init) dies
@@ -495,21 +566,14 @@ def _wait_exit(pid: int, deadline: float) -> bool:
 
 
 def _prepare(job: dict, cfg: dict, iso: dict) -> None:
-    """Worker-side per-job preparation: integer limits, the job directory, and (as root) the file limits,
-    which the worker applies to itself once rather than in every child."""
+    """Worker-side per-job preparation: integer limits and the job directory."""
     lim = job["limits"]
     lim["cpu_s_int"] = max(1, int(math.ceil(float(lim["cpu_s"]))))
     lim["memory_mb"] = int(lim["memory_mb"])
     job.setdefault("max_stdout_chars", 2000)
-    if iso["uid_drop"]:
-        want = (int(lim["file_mb"] * 1048576), int(lim["nofile"]))
-        if cfg.get("file_limits") != want:
-            for res, value in zip((resource.RLIMIT_FSIZE, resource.RLIMIT_NOFILE), want, strict=True):
-                resource.setrlimit(res, (value, value))  # root may raise them again for a later job
-            cfg["file_limits"] = want
     if iso["private_tmp"]:
         if cfg.get("tmp_mb") != int(lim["tmp_mb"]):
-            _mount_tmp(cfg, iso, int(lim["tmp_mb"]), remount=True)
+            _tmp_op(cfg, iso, b"R", int(lim["tmp_mb"]))
         job["workdir"] = "/tmp"
     else:
         import tempfile
@@ -551,8 +615,58 @@ def _clean_tmp(cfg: dict, iso: dict) -> None:
             return
     except OSError:
         pass
-    _check(_c().umount2(b"/tmp", 2), "umount /tmp")  # MNT_DETACH
-    _mount_tmp(cfg, iso, cfg["tmp_mb"])
+    _tmp_op(cfg, iso, b"F", cfg["tmp_mb"])
+
+
+def _tmp_op(cfg: dict, iso: dict, op: bytes, size_mb: int) -> None:
+    """Resize /tmp (op R) or replace it with a fresh tmpfs (op F). Under the full syscall filter the worker
+    itself cannot mount: the shim does it (`_serve_mounts`), in the same mount namespace."""
+    if _HELPER is None or not iso.get("syscall_filter"):
+        if op == b"F":
+            _check(_c().umount2(b"/tmp", 2), "umount /tmp")  # MNT_DETACH
+        _mount_tmp(cfg, iso, size_mb, remount=op == b"R")
+        return
+    uid = cfg["uid"] if iso["uid_drop"] else os.getuid()
+    gid = cfg["gid"] if iso["uid_drop"] else os.getgid()
+    os.write(_HELPER[0], b"%s %d %d %d\n" % (op, size_mb, uid, gid))
+    reply = os.read(_HELPER[1], 256)
+    if reply != b"ok":
+        raise OSError(errno.EIO, f"mount helper: {reply.decode(errors='replace') or 'gone'}")
+    cfg["tmp_mb"] = size_mb
+
+
+def _serve_mounts(req_r: int, rep_w: int, worker: int) -> None:
+    """The shim's loop (outside the PID namespace, so no job can see or signal it; root, in the worker's
+    mount namespace, without the syscall filter): resize or replace the worker's /tmp on request -- rare, for
+    a job with another `tmp_mb` or a /tmp that cannot be emptied -- so that neither the worker nor any job
+    needs `mount`. Exits with the worker's status when the worker exits."""
+    pidfd = os.pidfd_open(worker)
+    buf, fds = b"", [req_r, pidfd]
+    while True:
+        try:
+            ready, _, _ = select.select(fds, [], [])
+        except InterruptedError:
+            continue
+        if pidfd in ready:
+            _, status = os.waitpid(worker, 0)
+            os._exit(os.waitstatus_to_exitcode(status) & 0x7F if os.WIFEXITED(status) else 1)
+        chunk = os.read(req_r, 256)
+        if not chunk:
+            fds = [pidfd]
+            continue
+        buf += chunk
+        while b"\n" in buf:
+            line, buf = buf.split(b"\n", 1)
+            try:
+                op, size, uid, gid = line.split()
+                if op == b"F":
+                    _check(_c().umount2(b"/tmp", 2), "umount /tmp")
+                flags = MS_NOSUID | MS_NODEV | (MS_REMOUNT if op == b"R" else 0)
+                data = f"size={int(size)}m,nr_inodes=4096,mode=0700,uid={int(uid)},gid={int(gid)}"
+                _mount("tmpfs", "/tmp", "tmpfs", flags, data)
+                os.write(rep_w, b"ok")
+            except Exception as e:  # reported to the worker, which then gives up on this job
+                os.write(rep_w, f"{type(e).__name__}: {e}".encode()[:200] or b"error")
 
 
 _RESULT_FIELDS = {
@@ -606,6 +720,9 @@ def run_job(job: dict, cfg: dict, iso: dict) -> tuple:
             os.close(r)
             os.close(cfg["fin"])
             os.close(cfg["fout"])
+            if _HELPER is not None:
+                os.close(_HELPER[0])
+                os.close(_HELPER[1])
             _child(job, w, cfg, iso)
         finally:
             os._exit(72)
@@ -646,7 +763,7 @@ def run_job(job: dict, cfg: dict, iso: dict) -> tuple:
         if _len(buf) - 4 >= n:
             try:
                 result = _sanitize(json.loads(bytes(buf[4 : 4 + n]).decode("utf-8", "surrogatepass")), job)
-            except ValueError:
+            except (ValueError, RecursionError, MemoryError):  # a forged frame: bad JSON, deep nesting, huge
                 result = None
             if result is None:  # a whole frame, but not one our child code writes: the job forged it
                 result = {
@@ -748,6 +865,11 @@ def main() -> None:
     cfg["fin"], cfg["fout"], cfg["devnull"] = fin, fout, devnull  # jobs dup devnull onto 0-2
     cfg.setdefault("lazy", [])
     ok, missing = preload(cfg.get("preload", []))
+    if cfg.get("heap_shift"):
+        # The determinism check's second-pass workers: on top of the kernel's ASLR (which may be off), move
+        # where later objects land by a random amount, so id()-dependent output differs from pass 1.
+        global _HEAP_SHIFT
+        _HEAP_SHIFT = [bytearray(16 * (1 + b)) for b in os.urandom(64)]
     _warm_up()
     iso, warns = setup_isolation(cfg)
     # What every job inherits, set once here rather than in each child: a clean environment (the hash seed
@@ -756,10 +878,20 @@ def main() -> None:
     os.environ.update({"PATH": "/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8"})
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     _prctl(PR_SET_NO_NEW_PRIVS, 1)  # inherited by every job; the worker itself never execs
-    if cfg.get("isolate", True):
+    if cfg.get("isolate", True) and not cfg.get("hardened", True):
         iso["no_exec"] = install_no_exec_filter()  # inherited by every job, like no-new-privs
         if not iso["no_exec"]:
             warns.append("no seccomp exec filter (execve is then blocked only by RLIMIT_NPROC)")
+    elif cfg.get("isolate", True):
+        # Installed once here and inherited by every job: attaching a filter per job would cost ~0.2 ms of
+        # CPU each. The worker's own mounts after this point go through the shim (`_serve_mounts`); without
+        # a PID namespace there is no shim, and the worker keeps the exec-only filter.
+        full = _HELPER is not None or not iso["private_tmp"]
+        iso["no_exec"] = iso["syscall_filter"] = install_filter(build_filter(full=full))
+        if not full:
+            iso["syscall_filter"] = False
+        if not iso["syscall_filter"]:
+            warns.append("no seccomp syscall filter (execve is then blocked only by RLIMIT_NPROC)")
     if iso["uid_drop"]:
         resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))  # inherited by jobs; root's own forks are exempt
     if "threading" in sys.modules or "random" in sys.modules:
@@ -784,14 +916,20 @@ def main() -> None:
         reap = None
         try:
             result, reap = run_job(job, cfg, iso)
-        except OSError as e:
+            # A job whose own setup failed (in the child, before any job code ran) says the worker can no
+            # longer start jobs as it should: report it and let the pool replace this worker.
+            failed = result.get("error_type") == "SandboxSetupError"
+        except Exception as e:  # the worker itself could not prepare the job (e.g. its /tmp)
             result = {
                 "status": "crashed",
                 "error_type": "SandboxError",
-                "error_message": str(e)[:500],
+                "error_message": f"{type(e).__name__}: {e}"[:500],
                 "elapsed_s": 0.0,
             }
+            failed = True
         result["id"] = job["id"]
+        if failed:
+            result["worker_failed"] = True
         try:
             _send(fout, result)
         except OSError:
@@ -799,8 +937,13 @@ def main() -> None:
         finally:
             if reap is not None:
                 os.waitpid(reap, 0)
+        if failed:
+            break  # exit: the parent replaces this worker with a fresh one
         if iso["private_tmp"]:
-            _clean_tmp(cfg, iso)  # off the critical path: the parent already has the result
+            try:
+                _clean_tmp(cfg, iso)  # off the critical path: the parent already has the result
+            except OSError:
+                break  # /tmp cannot be reset: exit, and the parent starts a fresh worker
 
 
 if __name__ == "__main__":

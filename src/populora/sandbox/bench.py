@@ -1,6 +1,7 @@
 """Sandbox benchmark: jobs/s and latency for trivial programs with 2 workers, three ways in one run.
 
-1. `populora.sandbox.Sandbox` (full isolation: namespaces, uid drop, rlimits, fresh process per job);
+1. `populora.sandbox.Sandbox` (full isolation: namespaces, minimal root, syscall filter, uid drop, rlimits, fresh
+   process per job), and the same with `hardened=False` (the layers before issue 13), in alternating rounds;
 2. a fresh `python -I -S` subprocess per job, two at a time (rlimits set by a prelude inside the child, the fastest
    way measured when the project was planned) -- what a user would otherwise write;
 3. an AZR-style long-lived pool of 2 processes doing `exec` with no isolation at all (the anchor's executor).
@@ -90,25 +91,49 @@ def _children_cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def bench_sandbox(n: int, n_lat: int) -> dict:
+def bench_sandbox(n: int, n_lat: int, hardened: bool = True) -> dict:
+    return bench_sandbox_pair(n, n_lat, kinds=(hardened,))["hardened" if hardened else "legacy"]
+
+
+def bench_sandbox_pair(n: int, n_lat: int, kinds: tuple[bool, ...] = (True, False)) -> dict[str, dict]:
+    """The sandbox with all layers ("hardened") and the earlier configuration ("legacy", `hardened=False`:
+    the host's files read-only instead of a minimal root, no IPC namespace, an exec-only syscall filter),
+    measured in alternating rounds of n/4 jobs so that both see the same load on a shared machine."""
     from populora.sandbox import Sandbox
 
-    t = time.perf_counter()
-    sb = Sandbox(workers=2)
-    startup = time.perf_counter() - t
+    boxes, startup = {}, {}
     try:
-        sb.run_many([(PROGRAM, "f(1)")] * 20)  # warm
-        shims = sb.worker_pids
-        cpu0, self0 = _proc_cpu(shims), _self_cpu()
-        t = time.perf_counter()
-        outs = sb.run_many([(PROGRAM, f"f({i})") for i in range(n)])
-        wall = time.perf_counter() - t
-        cpu = _proc_cpu(shims) - cpu0 + _self_cpu() - self0
-        assert all(o.value_repr == str(i * 2 + 1) for i, o in enumerate(outs)), "wrong results"
-        lat = _latencies(lambda i: sb.run(PROGRAM, f"f({i})"), n_lat)
-        return _summary(n, wall, cpu, lat, startup_s=startup, isolation=sb.isolation)
+        for hardened in kinds:
+            t = time.perf_counter()
+            boxes[hardened] = Sandbox(workers=2, hardened=hardened)
+            startup[hardened] = time.perf_counter() - t
+        wall = dict.fromkeys(kinds, 0.0)
+        cpu = dict.fromkeys(kinds, 0.0)
+        rounds = 4
+        for r in range(rounds):
+            for hardened, sb in boxes.items():
+                sb.run_many([(PROGRAM, "f(1)")] * 20)  # warm
+                shims = sb.worker_pids
+                cpu0, self0 = _proc_cpu(shims), _self_cpu()
+                t = time.perf_counter()
+                jobs = [(PROGRAM, f"f({i})") for i in range(r * n // rounds, (r + 1) * n // rounds)]
+                outs = sb.run_many(jobs)
+                wall[hardened] += time.perf_counter() - t
+                cpu[hardened] += _proc_cpu(shims) - cpu0 + _self_cpu() - self0
+                first = r * n // rounds
+                assert all(o.value_repr == str((first + i) * 2 + 1) for i, o in enumerate(outs)), (
+                    "wrong results"
+                )
+        out = {}
+        for hardened, sb in boxes.items():
+            lat = _latencies(lambda i, sb=sb: sb.run(PROGRAM, f"f({i})"), n_lat)
+            out["hardened" if hardened else "legacy"] = _summary(
+                n, wall[hardened], cpu[hardened], lat, startup_s=startup[hardened], isolation=sb.isolation
+            )
+        return out
     finally:
-        sb.close()
+        for sb in boxes.values():
+            sb.close()
 
 
 def _one_subprocess(exe: str, i: int) -> float:
@@ -185,6 +210,7 @@ def _markdown(report: dict) -> str:
     sp = report["results"]["subprocess_per_job"]
     rows = [
         ("populora `Sandbox` (all layers)", report["results"]["sandbox"]),
+        ("`Sandbox(hardened=False)` (layers before issue 13)", report["results"]["sandbox_legacy_layers"]),
         ("fresh `python -I -S` per job", sp),
         ("AZR-style `exec` pool (no isolation)", report["results"]["azr_exec_pool"]),
     ]
@@ -217,8 +243,10 @@ def run(quick: bool = False, out: Path | None = None) -> dict:
 
     n_sb, n_sp, n_ex, n_lat = (300, 60, 2000, 50) if quick else (3000, 300, 20000, 300)
     load_before = os.getloadavg()
+    pair = bench_sandbox_pair(n_sb, n_lat)
     results = {
-        "sandbox": bench_sandbox(n_sb, n_lat),
+        "sandbox": pair["hardened"],
+        "sandbox_legacy_layers": pair["legacy"],
         "subprocess_per_job": bench_subprocess(n_sp, min(n_lat, 60)),
         "azr_exec_pool": bench_exec_pool(n_ex, n_lat),
     }
@@ -236,6 +264,11 @@ def run(quick: bool = False, out: Path | None = None) -> dict:
         },
         "results": results,
         "ratios": {
+            # what issue 13's layers (minimal root, IPC namespaces, full syscall filter) cost, same load
+            "hardened_vs_legacy_jobs_per_s": sb["jobs_per_s"]
+            / results["sandbox_legacy_layers"]["jobs_per_s"],
+            "hardened_vs_legacy_cpu_per_job": sb["cpu_ms_per_job"]
+            / results["sandbox_legacy_layers"]["cpu_ms_per_job"],
             "sandbox_vs_subprocess_jobs_per_s": sb["jobs_per_s"] / sp["jobs_per_s"],
             "sandbox_vs_exec_pool_jobs_per_s": sb["jobs_per_s"] / ex["jobs_per_s"],
             "subprocess_vs_sandbox_cpu_per_job": sp["cpu_ms_per_job"] / sb["cpu_ms_per_job"],
@@ -267,6 +300,7 @@ def run(quick: bool = False, out: Path | None = None) -> dict:
         table.add_column(col, justify="left" if col in ("method", "isolation") else "right")
     rows = [
         ("populora Sandbox", "full", sb),
+        ("populora Sandbox, hardened=False", "before issue 13", results["sandbox_legacy_layers"]),
         ("fresh python -I -S per job", "process + rlimits", sp),
         ("AZR-style exec pool", "none", ex),
     ]

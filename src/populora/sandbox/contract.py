@@ -29,16 +29,39 @@ class Limits:
     """stdout+stderr the job prints are kept up to this many characters; the rest is dropped."""
 
     def __post_init__(self) -> None:
-        if not (self.timeout_s > 0 and math.isfinite(self.timeout_s)):
-            raise ValueError(f"Limits.timeout_s must be a positive number, got {self.timeout_s}")
-        if self.memory_mb < 32:
-            raise ValueError(
-                f"Limits.memory_mb must be >= 32 (the interpreter itself needs it), got {self.memory_mb}"
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise one ValueError naming every field that is not a finite positive number of the right type
+        (NaN, infinities, zero, negatives, bools and strings are all refused: a zero `tmp_mb` or `nofile`
+        would otherwise break the worker that receives it, and NaN compares false with every bound)."""
+        problems = []
+        ints = {"memory_mb", "max_output_chars", "tmp_mb", "nofile", "max_stdout_chars"}
+        for name in (
+            "timeout_s",
+            "memory_mb",
+            "max_output_chars",
+            "cpu_s",
+            "file_mb",
+            "tmp_mb",
+            "nofile",
+            "max_stdout_chars",
+        ):
+            v = getattr(self, name)
+            if v is None and name == "cpu_s":
+                continue
+            kind = "a positive integer" if name in ints else "a positive number"
+            ok_type = isinstance(v, int) if name in ints else isinstance(v, int | float)
+            if isinstance(v, bool) or not ok_type or not math.isfinite(v) or v <= 0:
+                problems.append(f"{name} must be {kind}, got {v!r}")
+        if not problems and self.memory_mb < 32:
+            problems.append(
+                f"memory_mb must be >= 32 (the interpreter itself needs it), got {self.memory_mb}"
             )
-        if self.max_output_chars < 1:
-            raise ValueError(f"Limits.max_output_chars must be >= 1, got {self.max_output_chars}")
-        if self.cpu_s is not None and self.cpu_s <= 0:
-            raise ValueError(f"Limits.cpu_s must be > 0, got {self.cpu_s}")
+        if not problems and self.nofile < 8:
+            problems.append(f"nofile must be >= 8 (the job's own descriptors), got {self.nofile}")
+        if problems:
+            raise ValueError("invalid Limits: " + "; ".join(problems))
 
     def wire(self) -> dict:
         """The limits as the worker reads them."""

@@ -4,8 +4,10 @@ Workers are fresh interpreters (`python -s -S -P -B _worker.py`), never forks of
 has imported torch pays nothing for it and no caller state leaks into jobs. Each worker applies the
 once-per-worker isolation (network and mount namespaces) at start, pre-imports the allowed stdlib modules, then
 forks one child per job (see `_worker.py` for the per-job layers). This module owns the parent side: spawning,
-the ready handshake, dispatching `run_many` over the workers in parallel with order kept, healing (a worker
-that dies or wedges is killed and replaced; its job is reported `crashed`), and a clean `close()`.
+the ready handshake, dispatching `run_many` over the workers in parallel with order kept (with an optional
+overall deadline, and on a second set of workers with another hash seed and address-space layout for
+`variant=1`), healing (a worker that dies, wedges or cannot start a job is killed and replaced; an interrupted
+call replaces the workers it left mid-job), and a clean `close()`.
 """
 
 from __future__ import annotations
@@ -134,6 +136,7 @@ class _Worker:
         self.buf = bytearray()
         self.inflight: deque[tuple[int, int, float]] = deque()  # (job index, job id, sent at)
         self.info: dict = {}
+        self.broken = False  # replaced before the next call (killed by an interrupted call or a deadline)
 
     def frames(self, data: bytes) -> list[dict]:
         self.buf += data
@@ -175,12 +178,14 @@ class _Worker:
                 pass
 
 
-def _shutdown(workers: list[_Worker], owner_pid: int) -> None:
+def _shutdown(pools: dict[int, list[_Worker]], owner_pid: int) -> None:
     """Close every worker: EOF on its request pipe makes it exit; kill the ones that do not within 2 s.
     In a forked copy of the owning process (a DataLoader worker, a plain `os.fork`) this does nothing: the
     workers belong to the parent, which is still using them."""
+    workers = [w for pool in pools.values() for w in pool]
+    for pool in pools.values():
+        pool.clear()
     if os.getpid() != owner_pid:
-        workers.clear()
         return
     for w in workers:
         try:
@@ -205,10 +210,16 @@ class Sandbox:
 
     Options: `preload` (stdlib modules jobs can import; default `DEFAULT_PRELOAD`), `lazy` (modules imported
     only for jobs whose source names them; default `LAZY_MODULES`), `isolate=False` (skip the
-    namespaces and the uid drop; rlimits stay), `uid`/`gid` of jobs when started as root, `pipeline_depth`
+    namespaces and the uid drop; rlimits stay), `hardened=False` (the earlier layers only: the host's file
+    system read-only instead of a minimal root, the host's IPC namespace, a filter for exec only -- kept to
+    measure what the hardening costs), `uid`/`gid` of jobs when started as root, `pipeline_depth`
     (jobs queued per worker while many are pending), `wedge_grace_s` (how long past a job's timeout a silent
     worker is declared wedged and replaced).
     """
+
+    #: `run_many(variant=1)` runs on workers with another hash seed and address-space layout (duck-typed
+    #: callers such as the tasks' determinism check look for this flag).
+    supports_variants = True
 
     def __init__(
         self,
@@ -218,6 +229,7 @@ class Sandbox:
         preload: Sequence[str] = DEFAULT_PRELOAD,
         lazy: Sequence[str] = LAZY_MODULES,
         isolate: bool = True,
+        hardened: bool = True,
         uid: int = NOBODY,
         gid: int = NOBODY,
         startup_timeout_s: float = 30.0,
@@ -232,6 +244,7 @@ class Sandbox:
             "preload": list(preload),
             "lazy": list(lazy),
             "isolate": bool(isolate),
+            "hardened": bool(hardened),
             "uid": uid,
             "gid": gid,
         }
@@ -240,10 +253,11 @@ class Sandbox:
         self._wedge_grace_s = wedge_grace_s
         self._lock = threading.RLock()
         self._workers: list[_Worker] = []
+        self._pools: dict[int, list[_Worker]] = {0: self._workers}
         self._closed = False
         self.restarts = 0
         self._pid = os.getpid()
-        self._finalizer = weakref.finalize(self, _shutdown, self._workers, self._pid)
+        self._finalizer = weakref.finalize(self, _shutdown, self._pools, self._pid)
         procs: list[subprocess.Popen] = []
         try:
             for _ in range(workers):  # start all first: they boot in parallel
@@ -260,7 +274,8 @@ class Sandbox:
         info = self._workers[0].info
         self.isolation: dict[str, bool] = dict(info["isolation"])
         self.preloaded: list[str] = list(info["preloaded"])
-        missing_layers = [k for k, v in self.isolation.items() if not v]
+        off_by_choice = set() if hardened else {"ipc_namespace", "minimal_root", "syscall_filter"}
+        missing_layers = [k for k, v in self.isolation.items() if not v and k not in off_by_choice]
         if missing_layers and isolate:
             key = ",".join(missing_layers)
             if key not in _WARNED:
@@ -276,11 +291,17 @@ class Sandbox:
 
     # ------------------------------------------------------------------------------------------ workers
 
-    def _popen(self) -> subprocess.Popen:
-        env = {"PYTHONHASHSEED": "0", "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
+    def _popen(self, variant: int = 0) -> subprocess.Popen:
+        # Variant 0 workers share hash seed 0, so set/dict-of-str reprs are reproducible across them and
+        # across runs. Variant 1 workers (the determinism check's second pass, `run_many(variant=1)`) get a
+        # random seed, and a randomly shifted heap on top of the kernel's ASLR, so output that depends on
+        # the process (hash order, id(), addresses) differs from pass 1.
+        seed = "0" if variant == 0 else str(int.from_bytes(os.urandom(4), "big") % 4294967294 + 1)
+        env = {"PYTHONHASHSEED": seed, "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
+        cfg = self._cfg if variant == 0 else {**self._cfg, "heap_shift": True}
         # -s -S: no site (nothing from site-packages); -P: no script dir on sys.path; -B: no .pyc writes.
         # Not -I/-E: those would ignore PYTHONHASHSEED, which makes set/dict-of-str reprs reproducible.
-        cmd = [_interpreter(), "-s", "-S", "-P", "-B", str(WORKER_SCRIPT), json.dumps(self._cfg)]
+        cmd = [_interpreter(), "-s", "-S", "-P", "-B", str(WORKER_SCRIPT), json.dumps(cfg)]
         return subprocess.Popen(
             cmd,
             stdin=subprocess.PIPE,
@@ -315,9 +336,25 @@ class Sandbox:
         finally:
             sel.close()
 
-    def _replace(self, slot: int) -> None:
-        self._workers[slot].kill()
-        self._workers[slot] = self._handshake(self._popen())
+    def _pool(self, variant: int) -> list[_Worker]:
+        """The workers of a variant; variant 1 is started on first use (as many as variant 0)."""
+        pool = self._pools.setdefault(variant, [])
+        if not pool:
+            procs = [self._popen(variant) for _ in range(self.n_workers)]
+            try:
+                for p in procs:
+                    pool.append(self._handshake(p))
+            except BaseException:
+                for p in procs:
+                    if p.poll() is None:
+                        p.kill()
+                        p.wait()
+                raise
+        return pool
+
+    def _replace(self, pool: list[_Worker], slot: int, variant: int = 0) -> None:
+        pool[slot].kill()
+        pool[slot] = self._handshake(self._popen(variant))
         self.restarts += 1
 
     @property
@@ -330,16 +367,38 @@ class Sandbox:
         """Run one job: exec `program`, eval `call`, return its outcome."""
         return self.run_many([(program, call)], limits=limits)[0]
 
-    def run_many(self, jobs: Sequence[tuple[str, str]], limits: Limits | None = None) -> list[Outcome]:
-        """Run jobs in parallel over the workers; the outcomes come back in the order of `jobs`."""
+    def run_many(
+        self,
+        jobs: Sequence[tuple[str, str]],
+        limits: Limits | None = None,
+        *,
+        deadline_s: float | None = None,
+        variant: int = 0,
+    ) -> list[Outcome]:
+        """Run jobs in parallel over the workers; the outcomes come back in the order of `jobs`.
+
+        `deadline_s` bounds the whole call: jobs still running then are killed (their workers replaced) and,
+        like jobs not started, reported `timeout` with error_type "Deadline". `variant=1` runs the jobs on a
+        second set of workers with another hash seed and address-space layout (the determinism check).
+        If the call is interrupted (an exception, KeyboardInterrupt), the workers that had jobs in flight
+        are replaced before the next call, so no stale result ever reaches a later call."""
         lim = limits or self.limits
+        if not isinstance(lim, Limits):
+            raise TypeError(f"run_many(limits=) takes a Limits, got {type(lim).__name__}")
+        lim.validate()  # a Limits built around __post_init__ (object.__setattr__) is caught here
         for job in jobs:
             if not (isinstance(job, tuple | list) and len(job) == 2 and all(isinstance(x, str) for x in job)):
                 raise TypeError(f"run_many() takes (program: str, call: str) pairs, got {job!r:.80}")
+        if variant not in (0, 1):
+            raise ValueError(f"run_many(variant=) must be 0 or 1, got {variant!r}")
+        if deadline_s is not None and not (isinstance(deadline_s, int | float) and deadline_s > 0):
+            raise ValueError(
+                f"run_many(deadline_s=) must be a positive number of seconds, got {deadline_s!r}"
+            )
         wire = lim.wire()
         grace = (
             lim.timeout_s + self._wedge_grace_s
-        )  # the worker kills its job at timeout_s; past this it is wedged
+        )  # the worker kills its job at timeout_s; past this: wedged
         results: list[Outcome | None] = [None] * len(jobs)
         with self._lock:
             if self._closed:
@@ -348,20 +407,27 @@ class Sandbox:
                 raise SandboxError(
                     "this Sandbox belongs to the process that created it; create a new one after fork"
                 )
+            t0 = time.monotonic()
+            end = None if deadline_s is None else t0 + deadline_s
+            workers = self._pool(variant)
+            for slot, w in enumerate(workers):  # left mid-job by an interrupted call: replace first
+                if w.inflight or w.buf or w.out or w.broken:
+                    self._replace(workers, slot, variant)
             queue = deque(range(len(jobs)))
             retried: dict[int, int] = {}
             done = 0
             sel = selectors.DefaultSelector()
+            finished = False
             try:
-                for slot, w in enumerate(self._workers):
+                for slot, w in enumerate(workers):
                     sel.register(w.rfd, selectors.EVENT_READ, slot)
                 while done < len(jobs):
-                    for w in self._workers:
+                    for w in workers:
                         # Two jobs in flight per worker while plenty are queued, so a worker never waits for
                         # our round trip; one near the end, so no job waits behind a slow one while a
                         # worker is idle.
-                        depth = self._depth if len(queue) > len(self._workers) * self._depth else 1
-                        while len(w.inflight) < depth and queue:
+                        depth = self._depth if len(queue) > len(workers) * self._depth else 1
+                        while len(w.inflight) < depth and queue and not w.broken:
                             i = queue.popleft()
                             jid = next(_ids)
                             program, call = jobs[i]
@@ -374,16 +440,17 @@ class Sandbox:
                             }
                             w.inflight.append((i, jid, time.monotonic()))
                             w.out += _frame(msg)
-                    for slot, w in enumerate(self._workers):
+                    for slot, w in enumerate(workers):
                         w.flush()
                         registered = w.wfd in sel.get_map()
                         if w.out and not registered:
                             sel.register(w.wfd, selectors.EVENT_WRITE, slot)
                         elif registered and not w.out:
                             sel.unregister(w.wfd)
-                    for key, _ in sel.select(timeout=0.5):
+                    wait = 0.5 if end is None else max(0.0, min(0.5, end - time.monotonic()))
+                    for key, _ in sel.select(timeout=wait):
                         slot = key.data
-                        w = self._workers[slot]
+                        w = workers[slot]
                         if key.fd == w.wfd:
                             w.flush()
                             continue
@@ -394,7 +461,9 @@ class Sandbox:
                         except OSError:
                             data = b""
                         if not data:
-                            done += self._heal(sel, slot, results, queue, "worker died", retried)
+                            done += self._heal(
+                                sel, workers, variant, slot, results, queue, "worker died", retried
+                            )
                             continue
                         for m in w.frames(data):
                             i, jid, _ = w.inflight.popleft()
@@ -402,6 +471,15 @@ class Sandbox:
                                 raise SandboxError(
                                     f"sandbox protocol error: expected job {jid}, got {m.get('id')}"
                                 )
+                            if m.get("worker_failed"):
+                                # The worker could not set up this job (its own state is broken, e.g. its
+                                # /tmp): it exits after this reply and the EOF that follows replaces it. The
+                                # job is not at fault: retry it once on the fresh worker.
+                                w.broken = True
+                                if retried.get(i, 0) < 1:
+                                    retried[i] = retried.get(i, 0) + 1
+                                    queue.appendleft(i)
+                                    continue
                             results[i] = Outcome(
                                 status=m["status"],
                                 value_repr=m.get("value_repr"),
@@ -415,16 +493,52 @@ class Sandbox:
                             if w.inflight:  # the queued job starts now; the wedge clock counts from here
                                 w.inflight[0] = (*w.inflight[0][:2], time.monotonic())
                     now = time.monotonic()
-                    for slot, w in enumerate(self._workers):
+                    for slot, w in enumerate(workers):
                         if w.inflight and now - w.inflight[0][2] > grace:
-                            done += self._heal(sel, slot, results, queue, "worker wedged", retried)
+                            done += self._heal(
+                                sel, workers, variant, slot, results, queue, "worker wedged", retried
+                            )
+                    if end is not None and now >= end and done < len(jobs):
+                        done += self._expire(workers, results, deadline_s)
+                finished = True
             finally:
                 sel.close()
+                if not finished:  # interrupted: whatever is in flight must not reach a later call
+                    for w in workers:
+                        if w.inflight or w.buf or w.out:
+                            w.kill()
+                            w.broken = True
+                            w.inflight.clear()
+                            w.buf.clear()
+                            w.out.clear()
         return results  # type: ignore[return-value]
+
+    def _expire(self, workers: list[_Worker], results: list, deadline_s: float) -> int:
+        """The overall deadline has passed: every job without a result is `timeout`; the workers still busy
+        are killed (and replaced at the next call)."""
+        n = 0
+        for w in workers:
+            if w.inflight:
+                w.kill()
+                w.broken = True
+                w.inflight.clear()
+                w.buf.clear()
+                w.out.clear()
+        for i, r in enumerate(results):
+            if r is None:
+                results[i] = Outcome(
+                    status="timeout",
+                    error_type="Deadline",
+                    error_message=f"run_many deadline of {deadline_s} s passed before this job finished",
+                )
+                n += 1
+        return n
 
     def _heal(
         self,
         sel: selectors.BaseSelector,
+        workers: list[_Worker],
+        variant: int,
         slot: int,
         results: list,
         queue: deque,
@@ -432,7 +546,7 @@ class Sandbox:
         retried: dict[int, int],
     ) -> int:
         """Replace a dead or wedged worker. Its running job is `crashed`; jobs queued behind it are retried."""
-        w = self._workers[slot]
+        w = workers[slot]
         sel.unregister(w.rfd)
         if w.wfd in sel.get_map():
             sel.unregister(w.wfd)
@@ -456,8 +570,8 @@ class Sandbox:
             for i, _, _ in reversed(w.inflight):
                 queue.appendleft(i)
             w.inflight.clear()
-        self._replace(slot)
-        sel.register(self._workers[slot].rfd, selectors.EVENT_READ, slot)
+        self._replace(workers, slot, variant)
+        sel.register(workers[slot].rfd, selectors.EVENT_READ, slot)
         return finished
 
     # ------------------------------------------------------------------------------------------ lifetime
@@ -466,7 +580,7 @@ class Sandbox:
         """Stop every worker (and so every job); idempotent."""
         with self._lock:
             self._closed = True
-            _shutdown(self._workers, self._pid)
+            _shutdown(self._pools, self._pid)
             self._finalizer.detach()
 
     def __enter__(self) -> Sandbox:

@@ -122,9 +122,18 @@ class CodeTask:
         return self.config.policy
 
     def banned_text(self) -> str:
-        """The deny-list as the prompts show it: the best-known names, then a catch-all (the full list of
-        ~130 modules would cost hundreds of prompt tokens)."""
-        shown = [m for m in PROMPT_BANNED if m in self.policy.deny_modules]
+        """The banned modules as the prompts show them: the best-known names, then the allowed modules (the
+        policy is an allow-list: issue 13, item 3), or without an allow-list a catch-all for the rest of the
+        deny-list (its ~130 modules would cost hundreds of prompt tokens)."""
+        allow = self.policy.allow_modules
+        shown = [
+            m
+            for m in PROMPT_BANNED
+            if m in self.policy.deny_modules or (allow is not None and m not in allow)
+        ]
+        if allow is not None:  # the policy is an allow-list: say what is allowed (the deny-list is a subset)
+            tops = sorted({m.split(".")[0] for m in allow})
+            return ", ".join(shown) + "; in fact only these may be imported: " + ", ".join(tops)
         extra = len(self.policy.deny_modules) - len(shown)
         return ", ".join(shown) + (
             f", and {extra} other I/O, process, network or introspection modules" if extra > 0 else ""
@@ -318,8 +327,11 @@ class CodeTask:
         jobs = [(prog, "(" + "".join(f"f({inp}\n), " for inp in inputs) + ")") for prog, inputs in items]
         n = max(len(inputs) for _, inputs in items)
         lim = getattr(sandbox, "limits", None)
+        # The second pass runs in other processes with another hash seed and address-space layout, so output
+        # that depends on the process (id(), hash order of str) differs from pass 1 and is caught.
+        kw = {"variant": 1} if getattr(sandbox, "supports_variants", False) else {}
         if lim is None or n == 1:
-            return list(sandbox.run_many(jobs))
+            return list(sandbox.run_many(jobs, **kw))
         from dataclasses import replace
 
         wider = replace(
@@ -328,7 +340,7 @@ class CodeTask:
             cpu_s=(lim.cpu_s * n if getattr(lim, "cpu_s", None) else None),
             max_output_chars=max(lim.max_output_chars, n * (self.config.max_output_chars + 2) + 2),
         )
-        return list(sandbox.run_many(jobs, limits=wider))
+        return list(sandbox.run_many(jobs, limits=wider, **kw))
 
     def problem_from(
         self,

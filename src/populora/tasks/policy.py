@@ -2,17 +2,25 @@
 reflection escape hatches, no nondeterminism sources), applied before anything reaches the sandbox.
 
 The sandbox (populora.sandbox) is the security boundary; this policy is the *task* rule that keeps proposals
-deterministic and self-contained, and it is stricter than AZR's (its bug B3, README "Tasks"): it checks
-`import x`, `import x.y`, `from x import y` and relative imports by dotted prefix, and it also rejects the
-dynamic routes around an import check (`__import__`, `importlib`, `exec`/`eval`/`compile`, `open`,
-`globals()`/`vars()`, `getattr(obj, "__dunder__")`, and attribute walks such as `__subclasses__`).
-The deny-lists are configurable (`CapabilityPolicy(deny_modules=...)`).
+pure, deterministic and self-contained. It is an **allow-list** (issue 13, item 3): a program may import only
+the modules in `allow_modules`, use from them only public names that are not themselves modules (so
+`collections._sys`, `typing.sys`, `dataclasses.inspect`, `codecs.builtins` are refused) and not listed in
+`DENY_MODULE_ATTRS` (`codecs.open`), and use as free names only the builtins in `allow_names` (any name it
+binds itself is fine). On top of that the older checks stay: the `deny_modules` names give the clearer
+"forbidden import: os" message (and the prompt's banned list), dunder/escape attributes are refused
+everywhere, and `getattr`-like calls (`getattr`, `setattr`, `delattr`, `hasattr`, `operator.attrgetter`,
+`operator.methodcaller`) need a constant, non-dunder name. `allow_modules=None` / `allow_names=None` switch
+the allow-lists off (tests that exercise the sandbox's own checks).
 """
 
 from __future__ import annotations
 
 import ast
+import builtins
+import importlib
+import types
 from dataclasses import dataclass
+from functools import cache
 
 DEFAULT_DENY_MODULES: frozenset[str] = frozenset(
     {
@@ -185,6 +193,109 @@ DEFAULT_DENY_ATTRS: frozenset[str] = frozenset(
 )
 
 _REFLECTION_CALLS = {"getattr", "setattr", "delattr", "hasattr"}
+# Take attribute names as strings (attrgetter: dotted), so they are reflection too.
+_NAME_TAKING_CALLS = {"attrgetter", "methodcaller"}
+
+#: The standard-library modules a task program may import: pure computation, no I/O, no clocks, no randomness,
+#: no interpreter internals. (All are pre-imported by the sandbox, see populora.sandbox.DEFAULT_PRELOAD.)
+DEFAULT_ALLOW_MODULES: frozenset[str] = frozenset(
+    {
+        "abc",
+        "array",
+        "bisect",
+        "cmath",
+        "collections",
+        "collections.abc",
+        "copy",
+        "dataclasses",
+        "decimal",
+        "difflib",
+        "enum",
+        "fractions",
+        "functools",
+        "graphlib",
+        "heapq",
+        "itertools",
+        "json",
+        "keyword",
+        "math",
+        "numbers",
+        "operator",
+        "re",
+        "statistics",
+        "string",
+        "struct",
+        "textwrap",
+        "typing",
+        "unicodedata",
+    }
+)
+
+#: Public names of allowed modules that still reach the outside world or the interpreter.
+DENY_MODULE_ATTRS: dict[str, frozenset[str]] = {
+    "json": frozenset({"load", "dump"}),  # take file objects
+    "typing": frozenset({"get_type_hints", "ForwardRef"}),  # evaluate strings as code (eval)
+    "string": frozenset({"Formatter"}),  # Formatter().get_field() walks attributes named in a string
+}
+
+#: The builtins a task program may name (a name the program binds itself is always fine).
+DEFAULT_ALLOW_NAMES: frozenset[str] = frozenset(
+    {
+        "abs", "all", "any", "ascii", "bin", "bool", "bytearray", "bytes", "callable", "chr", "classmethod",
+        "complex", "dict", "divmod", "enumerate", "filter", "float", "format", "frozenset", "getattr",
+        "hasattr", "hash", "hex", "id", "int", "isinstance", "issubclass", "iter", "len", "list", "map",
+        "max", "min", "next", "object", "oct", "ord", "pow", "print", "property", "range", "repr",
+        "reversed", "round", "set", "setattr", "delattr", "slice", "sorted", "staticmethod", "str", "sum",
+        "super", "tuple", "type", "zip", "aiter", "anext", "memoryview",
+        "True", "False", "None", "Ellipsis", "NotImplemented", "__name__",
+    }
+    | {n for n in dir(builtins) if isinstance(getattr(builtins, n), type) and issubclass(getattr(builtins, n), BaseException)}
+)  # fmt: skip
+
+
+@cache
+def _public_api(module: str) -> frozenset[str] | None:
+    """The names `from module import name` / `module.name` may use: public (no leading underscore), not a
+    module object, not in `DENY_MODULE_ATTRS`. Submodules that are themselves allowed are reached by their
+    own dotted name. None if the module cannot be imported here (then nothing from it is allowed)."""
+    try:
+        mod = importlib.import_module(module)
+    except ImportError:
+        return None
+    deny = DENY_MODULE_ATTRS.get(module, frozenset())
+    return frozenset(
+        n
+        for n in dir(mod)
+        if not n.startswith("_") and n not in deny and not isinstance(getattr(mod, n, None), types.ModuleType)
+    )
+
+
+def _bound_names(tree: ast.AST) -> set[str]:
+    """Every name the program binds anywhere (assignments, parameters, defs, imports, loop and with targets,
+    comprehension and except variables, walrus, match captures, global/nonlocal)."""
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store | ast.Del):
+            out.add(node.id)
+        elif isinstance(node, ast.arg):
+            out.add(node.arg)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            out.add(node.name)
+        elif isinstance(node, ast.alias):
+            out.add((node.asname or node.name).split(".")[0])
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            out.add(node.name)
+        elif isinstance(node, ast.MatchAs | ast.MatchStar) and node.name:
+            out.add(node.name)
+        elif isinstance(node, ast.MatchMapping) and node.rest:
+            out.add(node.rest)
+        elif isinstance(node, ast.Global | ast.Nonlocal):
+            out.update(node.names)
+    return out
+
+
+def _dunder(name: str) -> bool:
+    return name.startswith("__") and name.endswith("__")
 
 
 @dataclass(frozen=True)
@@ -192,6 +303,8 @@ class CapabilityPolicy:
     deny_modules: frozenset[str] = DEFAULT_DENY_MODULES
     deny_names: frozenset[str] = DEFAULT_DENY_NAMES
     deny_attrs: frozenset[str] = DEFAULT_DENY_ATTRS
+    allow_modules: frozenset[str] | None = DEFAULT_ALLOW_MODULES
+    allow_names: frozenset[str] | None = DEFAULT_ALLOW_NAMES
     allow_relative_imports: bool = False
     max_chars: int = 20_000
 
@@ -199,49 +312,147 @@ class CapabilityPolicy:
         parts = dotted.split(".")
         return any(".".join(parts[: i + 1]) in self.deny_modules for i in range(len(parts)))
 
+    def _import_reason(self, dotted: str) -> str | None:
+        if self._module_denied(dotted):
+            return f"forbidden import: {dotted}"
+        if self.allow_modules is not None and dotted not in self.allow_modules:
+            return f"forbidden import: {dotted} (not an allowed module)"
+        return None
+
+    def _member_reason(self, module: str, name: str) -> str | None:
+        """`module.name` or `from module import name`; None when allowed."""
+        if self.allow_modules is None:
+            return None
+        if f"{module}.{name}" in self.allow_modules:
+            return None  # an allowed submodule (collections.abc)
+        api = _public_api(module)
+        if api is None or name not in api:
+            return f"forbidden attribute: {module}.{name} (not in the module's allowed names)"
+        return None
+
+    def _name_arg_reason(self, call: str, node: ast.Call) -> str | None:
+        """getattr-like calls: every attribute name they take must be a constant string that is not a dunder
+        or an escape attribute (attrgetter's dotted names are checked part by part)."""
+        args = (
+            node.args[1:2] if call in _REFLECTION_CALLS else node.args[: None if call == "attrgetter" else 1]
+        )
+        if call in _REFLECTION_CALLS and len(node.args) < 2:
+            return f"forbidden call: {call} with a computed attribute name"
+        if not args or node.keywords and call != "methodcaller":
+            return f"forbidden call: {call} with a computed attribute name"
+        for a in args:
+            if not (isinstance(a, ast.Constant) and isinstance(a.value, str)):
+                return f"forbidden call: {call} with a computed attribute name"
+            for part in a.value.split(".") if call == "attrgetter" else (a.value,):
+                if part in self.deny_attrs or _dunder(part):
+                    return f"forbidden attribute: {part}"
+        return None
+
     def check(self, tree: ast.AST) -> str | None:
         """The first violation in `tree` as a short reason (e.g. `"forbidden import: os"`), or None."""
+        modules: dict[str, str] = {}  # local name -> module it is bound to by an import
+        name_calls: dict[str, str] = {}  # local name -> attrgetter/methodcaller imported from operator
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 for alias in node.names:
-                    if self._module_denied(alias.name):
-                        return f"forbidden import: {alias.name}"
+                    why = self._import_reason(alias.name)
+                    if why:
+                        return why
+                    if alias.asname:
+                        modules[alias.asname] = alias.name
+                    else:
+                        modules[alias.name.split(".")[0]] = alias.name.split(".")[0]
             elif isinstance(node, ast.ImportFrom):
                 if node.level and not self.allow_relative_imports:
                     return "forbidden import: relative import"
                 mod = node.module or ""
-                if self._module_denied(mod):
-                    return f"forbidden import: {mod}"
+                why = self._import_reason(mod)
+                if why:
+                    return why
                 for alias in node.names:
+                    if alias.name == "*":
+                        return f"forbidden import: from {mod} import *"
                     if mod and self._module_denied(f"{mod}.{alias.name}"):
                         return f"forbidden import: {mod}.{alias.name}"
-            elif isinstance(node, ast.Name):
+                    why = self._member_reason(mod, alias.name)
+                    if why:
+                        return why
+                    if f"{mod}.{alias.name}" in (self.allow_modules or ()):
+                        modules[alias.asname or alias.name] = f"{mod}.{alias.name}"
+                    if mod == "operator" and alias.name in _NAME_TAKING_CALLS:
+                        name_calls[alias.asname or alias.name] = alias.name
+        bound = _bound_names(tree) if self.allow_names is not None else set()
+        # Nodes used directly as `X.attr` or `X(...)`: a module, getattr or attrgetter used any other way
+        # (`c = collections; c._sys`, `g = getattr`) would hide what it reaches from the checks below.
+        attr_bases = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+        callees = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name):
                 if node.id in self.deny_names:
                     return f"forbidden name: {node.id}"
+                if isinstance(node.ctx, ast.Load):
+                    if node.id in modules and id(node) not in attr_bases:
+                        return f"forbidden use of module {modules[node.id]} as a value"
+                    if (
+                        node.id in _REFLECTION_CALLS and node.id not in bound or node.id in name_calls
+                    ) and id(node) not in callees:
+                        return f"forbidden use of {node.id} other than in a direct call"
+                if (
+                    self.allow_names is not None
+                    and isinstance(node.ctx, ast.Load)
+                    and node.id not in bound
+                    and node.id not in self.allow_names
+                ):
+                    return f"forbidden name: {node.id} (not an allowed builtin)"
             elif isinstance(node, ast.Attribute):
                 if node.attr in self.deny_attrs:
                     return f"forbidden attribute: {node.attr}"
-            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                if (
+                    node.attr in _NAME_TAKING_CALLS
+                    and isinstance(node.value, ast.Name)
+                    and modules.get(node.value.id) == "operator"
+                    and id(node) not in callees
+                ):
+                    return f"forbidden use of operator.{node.attr} other than in a direct call"
+                if isinstance(node.value, ast.Name) and node.value.id in modules:
+                    why = self._member_reason(modules[node.value.id], node.attr)
+                    if why:
+                        return why
+                elif (
+                    isinstance(node.value, ast.Attribute)
+                    and isinstance(node.value.value, ast.Name)
+                    and node.value.value.id in modules
+                    and f"{modules[node.value.value.id]}.{node.value.attr}" in (self.allow_modules or ())
+                ):  # collections.abc.X
+                    why = self._member_reason(f"{modules[node.value.value.id]}.{node.value.attr}", node.attr)
+                    if why:
+                        return why
+            elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
                 if node.name in self.deny_names:
                     return f"forbidden name: {node.name}"
-            elif (
-                isinstance(node, ast.Call)
-                and isinstance(node.func, ast.Name)
-                and node.func.id in _REFLECTION_CALLS
-            ):
-                # getattr(x, "name") is ordinary code; a computed or dunder name is a way around the checks.
-                if len(node.args) < 2 or not (
-                    isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)
+            elif isinstance(node, ast.Call):
+                call = None
+                if isinstance(node.func, ast.Name) and node.func.id in _REFLECTION_CALLS:
+                    call = node.func.id
+                elif isinstance(node.func, ast.Name) and node.func.id in name_calls:
+                    call = name_calls[node.func.id]
+                elif (
+                    isinstance(node.func, ast.Attribute)
+                    and node.func.attr in _NAME_TAKING_CALLS
+                    and isinstance(node.func.value, ast.Name)
+                    and modules.get(node.func.value.id) == "operator"
                 ):
-                    return f"forbidden call: {node.func.id} with a computed attribute name"
-                name = node.args[1].value
-                if name in self.deny_attrs or (name.startswith("__") and name.endswith("__")):
-                    return f"forbidden attribute: {name}"
+                    call = node.func.attr
+                if call:
+                    why = self._name_arg_reason(call, node)
+                    if why:
+                        return why
             elif isinstance(node, ast.Constant) and isinstance(node.value, str):
-                # Dunder strings naming escape routes are only useful to reflection; reject them outright.
+                # Strings naming escape routes are only useful to reflection (getattr on a computed name,
+                # str.format's "{0.__class__}"): reject them, also inside a longer string.
                 v = node.value
-                if v.startswith("__") and v.endswith("__") and (v in self.deny_attrs or v in self.deny_names):
-                    return f"forbidden attribute: {v}"
+                if "__" in v and any(a in v for a in self.deny_attrs | self.deny_names if _dunder(a)):
+                    return f"forbidden attribute: {v[:40]}"
         return None
 
 

@@ -1,0 +1,40 @@
+"""Issue 13, item 4: the determinism check's two passes run in different processes, with different hash seeds
+and address-space layouts, so output that depends on the process is caught (both passes used to land on
+forks of the same worker, with the same layout and hash seed 0)."""
+
+import pytest
+
+from populora import tasks as T
+from populora.tasks.types import InvalidProblem
+
+
+@pytest.mark.parametrize(
+    "program",
+    [
+        "def f(x):\n    return id(object()) % 1000 + x",  # the issue's example, through allowed builtins only
+        "def f(x):\n    return [id(x) % 1000, x]",
+        "def f(x):\n    return hash(str(x))",  # str hashes follow the hash seed
+        "def f(x):\n    return list({'apple', 'banana', 'cherry', 'date', str(x)})",  # set order of str
+    ],
+)
+def test_process_dependent_output_is_rejected(sandbox, program):
+    t = T.get("code_o")
+    with pytest.raises(InvalidProblem, match="nondeterministic"):
+        t.problem_from(sandbox, program=program, inputs=["1"])
+
+
+def test_urandom_through_a_module_is_rejected(sandbox):
+    # With the allow-list off, a program reaching os.urandom is stopped by the determinism check itself.
+    from populora.tasks.policy import CapabilityPolicy
+
+    t = T.get("code_o", policy=CapabilityPolicy(deny_modules=frozenset(), allow_modules=None))
+    with pytest.raises(InvalidProblem, match="nondeterministic"):
+        t.problem_from(sandbox, program="import os\ndef f(x):\n    return os.urandom(4).hex()", inputs=["1"])
+
+
+def test_deterministic_programs_still_pass(sandbox):
+    t = T.get("code_o")
+    p = t.problem_from(
+        sandbox, program="def f(x):\n    return sorted({'b', 'a', str(x)}), hash(x), {'k': x}", inputs=["3"]
+    )
+    assert p.outputs == ("(['3', 'a', 'b'], 3, {'k': 3})",)
