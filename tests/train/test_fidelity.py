@@ -12,7 +12,6 @@ from populora.engine.testing import random_model
 from populora.rl.loss import row_weights
 from populora.train import trainer as trainer_mod
 from populora.train.records import ProposalTrace
-from populora.train.seed_files import SeedFileError, resolve_seed_file
 from populora.train.trainer import Trainer
 
 
@@ -120,6 +119,7 @@ def test_a_teacher_posing_unsolvable_or_invalid_problems_is_not_rated_up(tmp_pat
     )
     res = {m["teacher"]: m for m in tr.rate([("T0", "S0"), ("T1", "S1"), ("T2", "S2")], traces, step=1)}
     mu = {m: tr.pop[m].mu for m in ("T0", "T1", "T2", "S0", "S1")}
+    assert mu["T0"] > mu["T1"] and mu["T1"] < 25 and mu["T2"] < 25  # the rule's point, checked first
     assert res["T0"]["teacher_outcome"] == "win" and mu["T0"] > 25  # earned 7/8: rated up
     assert res["T1"]["teacher_outcome"] == "loss" and mu["T1"] < 25  # earned 0: no win (it was one before)
     assert res["T2"]["teacher_outcome"] == "loss" and mu["T2"] < 25  # mostly invalid: no win
@@ -198,6 +198,8 @@ def test_paper_presets_seed_from_the_azr_files():
 
 
 def test_seed_names_resolve_under_the_data_root(tmp_path, monkeypatch):
+    from populora.train.seed_files import SeedFileError, resolve_seed_file
+
     root = tmp_path / "data"
     (root / "azr_seed").mkdir(parents=True)
     (root / "azr_seed" / "x_seed_io.jsonl").write_text("{}\n")
