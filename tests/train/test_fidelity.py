@@ -2,7 +2,9 @@
 with the rewards, no evolution after the last step, the applied operator is what the lineage records, and
 paper-7b seeds from AZR's seed files. Real engine (a tiny random model), real sandbox, hand-made traces."""
 
+import json
 import random
+import shutil
 
 import pytest
 
@@ -214,3 +216,52 @@ def test_seed_names_resolve_under_the_data_root(tmp_path, monkeypatch):
     with pytest.raises(SeedFileError) as err:
         resolve_seed_file("azr_seed/nope.jsonl", "tasks.seed_code_f")
     assert "tasks.seed_code_f=azr_seed/nope.jsonl" in str(err.value) and "POPULORA_DATA_DIR" in str(err.value)
+
+
+def _resumable(run, steps: int) -> Trainer:
+    model, tok = random_model(seed=0)
+    cfg = load_config(
+        "tiny",
+        [
+            "sandbox.workers=1",
+            f"train.steps={steps}",
+            "train.checkpoint_every=1",
+            "evolution.every=1",
+            "tasks.prompts=3",
+            "tasks.teacher_max_new_tokens=8",
+            "tasks.student_max_new_tokens=8",
+            "tasks.seed_synthetic=0",
+        ],
+    )
+    engine = build(model=model, tokenizer=tok, n_slots=4, rank=4, alpha=8, lr=1e-3)
+    tr = Trainer(cfg, run, engine=engine, quiet=True)
+    tr.setup()
+    return tr
+
+
+def _read(run) -> list[dict]:
+    return [json.loads(x) for x in (run / "events.jsonl").read_text().splitlines()]
+
+
+def test_a_longer_resume_runs_the_evolution_the_final_step_skipped(tmp_path):
+    run = tmp_path / "run"
+    tr = _resumable(run, steps=1)
+    tr.fit()  # one step, the final one: its evolution is skipped and marked pending
+    tr.close()
+    assert not [e for e in _read(run) if e["type"] == "evolution"]
+    shutil.copytree(run, tmp_path / "killed")
+
+    tr = _resumable(run, steps=2)
+    assert tr.restore() == 1  # trains on to step 2: the skipped evolution runs first, then a checkpoint
+    tr.close()
+    evo = [e for e in _read(run) if e["type"] == "evolution"]
+    assert evo and all(e["step"] == 1 for e in evo)
+
+    # an earlier attempt logged those events and was killed before its checkpoint: not logged twice
+    killed = tmp_path / "killed"
+    (killed / "events.jsonl").write_text((run / "events.jsonl").read_text())
+    tr = _resumable(killed, steps=2)
+    tr.restore()
+    tr.close()
+    again = [e for e in _read(killed) if e["type"] == "evolution"]
+    assert [e["child"] for e in again] == [e["child"] for e in evo]

@@ -121,6 +121,7 @@ class Trainer:
         self.sandbox: Sandbox | None = None
         self.engine: PolicyEngine | None = engine
         self._pending_checkpoint_s = 0.0
+        self._evolution_pending = False  # the final step skipped its evolution; a longer resume runs it
 
     # ---------------------------------------------------------------------------------------------- setup
     def setup(self) -> None:
@@ -244,6 +245,7 @@ class Trainer:
         with self._phase(timings, "evolution"):
             if evolves_at(step, cfg):
                 events += self.evolve(step)
+            self._evolution_pending = evolves_at(step, cfg, final=False) and not evolves_at(step, cfg)
 
         record = metrics_record(
             step,
@@ -486,6 +488,7 @@ class Trainer:
                     "members": self.pop.to_dict()["members"],
                     "population": self.pop.to_dict(),
                     "coverage": self.coverage.state_dict(),
+                    "evolution_pending": self._evolution_pending,
                     "time": time.time(),
                 },
             )
@@ -522,7 +525,24 @@ class Trainer:
             # killed between the checkpoint's rename and its event line: record it now
             self.run.event({"step": step, "type": "checkpoint", "path": rel, "seconds": None})
         self.run.event({"step": step, "type": "resume", "from": rel}, fsync=True)
+        if state.get("evolution_pending") and step < self.cfg.train.steps:
+            self._deferred_evolution(step)
         return step
+
+    def _deferred_evolution(self, step: int) -> None:
+        """A run extended past its old final step runs the evolution that step skipped, so it continues as an
+        uninterrupted run would: the same RNG draws in the same order, the same events. The new population
+        is checkpointed at once; events an earlier, killed attempt already logged are not logged twice (the
+        replay is deterministic, so they are the same)."""
+        events = self.evolve(step)
+        logged = any(
+            e.get("step") == step and str(e.get("type", "")).startswith("evolution")
+            for e in self.run.read("events.jsonl")
+        )
+        if not logged:
+            for ev in events:
+                self.run.event(ev)
+        self.save(step)
 
     # ---------------------------------------------------------------------------------------------- loop
     def fit(self, start: int = 0) -> None:
@@ -545,12 +565,14 @@ class Trainer:
             progress.stop()
 
 
-def evolves_at(step: int, cfg: Config) -> bool:
+def evolves_at(step: int, cfg: Config, final: bool = True) -> bool:
     """Whether phase (5) runs after `step`: every `evolution.every` steps in population mode, but never after
-    the final step, whose children would be saved and evaluated without a single update (the paper's children
-    need 10-20 steps to recover)."""
+    the final step (`final=False` ignores that rule), whose children would be saved and evaluated without a
+    single update (the paper's children need 10-20 steps to recover). A resume that trains past that step
+    runs the skipped evolution first (`Trainer.restore`)."""
     every = cfg.evolution.every
-    return cfg.population.mode != "single" and bool(every) and step % every == 0 and step < cfg.train.steps
+    due = cfg.population.mode != "single" and bool(every) and step % every == 0
+    return due and (not final or step < cfg.train.steps)
 
 
 # -------------------------------------------------------------------------------------------------- seeds
