@@ -147,9 +147,12 @@ class RLConfig:
     """Sampling temperature of every training rollout (teachers, students, learnability samples)."""
     top_p: float = 1.0
     """Nucleus sampling threshold of the rollouts (1.0 = off)."""
-    whiten_scope: Literal["auto", "batch", "role", "member", "task_role"] = "auto"
-    """Whitening set after the per-prompt baseline: 'auto' = 'batch' in population mode (REINFORCE++-baseline)
-    and 'task_role' (TRR++) in single mode."""
+    whiten_scope: Literal["auto", "batch", "role", "member", "task_role"] = "batch"
+    """Whitening set after the per-prompt baseline, the same in both modes: 'batch' (the paper's
+    REINFORCE++-baseline), 'role', 'member', or 'task_role' (AZR's TRR++); 'auto' is a legacy alias of 'batch'."""
+    loss_norm: Literal["role", "member"] = "role"
+    """Loss normalisation: 'role' normalises each member's rows of one role on their own (the single agent's
+    proposer rows weigh as a teacher's); 'member' pools all of a member's rows in one token-mean."""
     token_weighted: bool = True
     """Whitening statistics weight each sequence by its token count (as veRL's masked_whiten); else per sequence."""
     invalid_reward: float = -1.0
@@ -173,9 +176,11 @@ class TasksConfig:
     buffer_size: int = 16384
     """Cap of each task buffer (oldest entries are evicted first)."""
     seed_io: str = ""
-    """AZR seed file (`*_seed_io.jsonl`) that fills the code_i/code_o buffers at start; '' = the identity triplet."""
+    """AZR seed file (`*_seed_io.jsonl`) for the code_i/code_o buffers: a path or a name under the data root
+    (e.g. azr_seed/7b_coder_seed_io.jsonl, what paper-7b uses); '' = the identity triplet."""
     seed_code_f: str = ""
-    """AZR code_f seed file (`*_code_f_seed_io.jsonl`) for the code_f buffer; '' = the identity triplet."""
+    """AZR code_f seed file (`*_code_f_seed_io.jsonl`) for the code_f buffer: a path or a name under the data
+    root (paper-7b: azr_seed/7b_coder_code_f_seed_io.jsonl); '' = the identity triplet."""
     seed_synthetic: int = 0
     """Extra seed problems per task from the built-in program generator (validated in the sandbox); 0 = none."""
 
@@ -238,9 +243,8 @@ class Config:
 
     @property
     def effective_whiten_scope(self) -> str:
-        if self.rl.whiten_scope != "auto":
-            return self.rl.whiten_scope
-        return "task_role" if self.population.mode == "single" else "batch"
+        """The whitening scope, the same in both modes so the baseline differs only in agent count."""
+        return "batch" if self.rl.whiten_scope == "auto" else self.rl.whiten_scope
 
 
 # ---------------------------------------------------------------------------------------------------------

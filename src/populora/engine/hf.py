@@ -406,7 +406,7 @@ class HFEngine:
         rows = self._check_rows(batch)
         if not rows:
             raise EngineError("train_step got no rows with response tokens.")
-        weights = row_weights([len(r.response_ids) for r in rows], [r.slot for r in rows], self.loss_agg)
+        weights = row_weights([len(r.response_ids) for r in rows], [r.loss_key for r in rows], self.loss_agg)
         acc: dict[str, dict[int, float]] = defaultdict(lambda: defaultdict(float))
         for p in self.params:
             p.grad = None

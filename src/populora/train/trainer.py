@@ -9,15 +9,19 @@
     (4) rewards and update  student: +1 right, -0.5 parsed but wrong, -1 unparsable; teacher: 1 - rho on a
                             valid problem (0 when rho = 0), `rl.invalid_reward` (-1) on an invalid one;
                             REINFORCE++-baseline advantages; ONE mixed batch of every member's rows ->
-                            `engine.train_step`; one TrueSkill update per matchup from the solve rate
-    (5) evolution           every `evolution.every` steps the bottom gamma of each role by LCB is replaced by
-                            children of top-ranked parents made by an operator; the slot's optimiser is reset
+                            `engine.train_step`; one TrueSkill update per matchup, each side rated on its
+                            own reward (population/ratings.py)
+    (5) evolution           every `evolution.every` steps (never after the last step) the bottom gamma of each
+                            role by LCB is replaced by children of top-ranked parents made by an operator; the
+                            slot's optimiser is reset
 
 Single mode (`population.mode=single`, the AZR baseline) runs the same code with one member `A0` in both roles
 of a single matchup: it proposes, estimates learnability with n samples of itself at the training temperature
 (reward 1 - s for 0 < s < 1, else 0: the same formula as the teacher's 1 - rho with rho = s), and trains on its
-proposals and those solver samples in one batch, whitened per (task x role) (TRR++). Its per-step work is one
-matchup's: the same prompts, rollouts, tokens and one update, i.e. what each teacher-student pair does.
+proposals and those solver samples in one batch. It differs from the population only in agent count: the same
+whitening scope (`rl.whiten_scope`, batch; TRR++ is `task_role`) and the same loss normalisation per role
+(`rl.loss_norm=role`: its proposer rows weigh in its loss as a teacher's rows in a teacher's). Its per-step
+work is one matchup's: the same prompts, rollouts, tokens and one update, i.e. what each pair does.
 
 Every generation of a phase goes to the engine as one mixed-slot batch (the shared base forward), and every
 random draw derives from `train.seed` and the step, so a run resumed from a checkpoint replays the same steps.
@@ -59,8 +63,16 @@ from populora.tasks.buffers import TaskBuffers
 from populora.tasks.rewards import RewardConfig, learnability_reward, student_reward, teacher_reward
 from populora.train import checkpoint as ckpt
 from populora.train.progress import StepProgress, summary_line
-from populora.train.records import ProposalTrace, StepResult, metrics_record, problem_records, solve_rate
+from populora.train.records import (
+    ProposalTrace,
+    StepResult,
+    matchup_scores,
+    metrics_record,
+    problem_records,
+    solve_rate,
+)
 from populora.train.run_folder import RunFolder
+from populora.train.seed_files import SeedFileError, resolve_seed_file
 
 
 class TrainError(RuntimeError):
@@ -109,6 +121,7 @@ class Trainer:
         self.sandbox: Sandbox | None = None
         self.engine: PolicyEngine | None = engine
         self._pending_checkpoint_s = 0.0
+        self._evolution_pending = False  # the final step skipped its evolution; a longer resume runs it
 
     # ---------------------------------------------------------------------------------------------- setup
     def setup(self) -> None:
@@ -134,10 +147,12 @@ class Trainer:
         try:
             self.buffers = TaskBuffers.seeded(
                 tk.buffer_size,
-                seed_io=tk.seed_io or None,
-                seed_code_f=tk.seed_code_f or None,
+                seed_io=resolve_seed_file(tk.seed_io, "tasks.seed_io") or None,
+                seed_code_f=resolve_seed_file(tk.seed_code_f, "tasks.seed_code_f") or None,
                 sandbox=self.sandbox,
             )
+        except SeedFileError as err:
+            raise TrainError(str(err)) from None
         except OSError as err:
             raise TrainError(
                 f"tasks.seed_io / tasks.seed_code_f: cannot read the seed file ({err})."
@@ -228,8 +243,9 @@ class Trainer:
         # describe the members that played it, so they are taken before any of them is replaced.
         played = self.pop.ordered()
         with self._phase(timings, "evolution"):
-            if not self.single and cfg.evolution.every and step % cfg.evolution.every == 0:
+            if evolves_at(step, cfg):
                 events += self.evolve(step)
+            self._evolution_pending = evolves_at(step, cfg, final=False) and not evolves_at(step, cfg)
 
         record = metrics_record(
             step,
@@ -337,6 +353,7 @@ class Trainer:
     def build_rows(self, traces: list[ProposalTrace]) -> list[TrainRow]:
         """Training rows of every member, each with its REINFORCE++-baseline advantage."""
         scope = self.cfg.effective_whiten_scope
+        by_role = self.cfg.rl.loss_norm == "role"  # the single agent's proposer rows weigh as a teacher's
         rows, rewards, lengths, groups, scopes = [], [], [], [], []
 
         def add(member: str, role: str, task: str, gen, reward: float, group) -> None:
@@ -349,6 +366,7 @@ class Trainer:
                     response_ids=gen.token_ids,
                     advantages=0.0,
                     old_logprobs=gen.logprobs,
+                    loss_group=role if by_role else "",
                 )
             )
             rewards.append(reward)
@@ -376,7 +394,7 @@ class Trainer:
         return rows
 
     def rate(self, pairs: list[tuple[str, str]], traces: list[ProposalTrace], step: int) -> list[dict]:
-        """One TrueSkill update per matchup from the student's solve rate on the teacher's valid problems."""
+        """One TrueSkill update per matchup; each side is rated on its own reward (population/ratings.py)."""
         out = []
         for teacher, student in pairs:
             mine = [tr for tr in traces if tr.teacher == teacher and tr.student == student]
@@ -385,12 +403,18 @@ class Trainer:
             entry = {"teacher": teacher, "student": student, "solve_rate": rho, "n_problems": n_valid}
             if not self.single:
                 t, s = self.pop[teacher], self.pop[student]
-                new_t, new_s, outcome = self.ratings.update(t.rating, s.rating, rho)
-                t.set_rating(new_t)
-                s.set_rating(new_s)
+                t_score, s_score = matchup_scores(mine, self.rewards)
+                res = self.ratings.rate_matchup(t.rating, s.rating, t_score, s_score)
+                t.set_rating(res.teacher)
                 t.games += 1
-                s.games += 1
-                entry["outcome"] = outcome
+                if res.student_outcome is not None:  # a student with no problem to solve is not rated
+                    s.set_rating(res.student)
+                    s.games += 1
+                entry.update(
+                    outcome=res.outcome,
+                    teacher_outcome=res.teacher_outcome,
+                    student_outcome=res.student_outcome,
+                )
             out.append(entry)
         return out
 
@@ -417,16 +441,22 @@ class Trainer:
                     }
                 )
                 continue
+            # THE one place the applied operator is read: an operator may decline its recipe and apply another
+            # (X4 falls back to averaging when its parents disagree); the child's lineage metadata names the
+            # one applied (what `operators.applied_operator(child)` returns), and the population's lineage and
+            # the event record that one, never the planned name; `planned` keeps the draw.
+            applied = (child.metadata.get("lineage") or {}).get("operator") or r.operator
             slot = self.pop[r.replaced].slot
             # A child starts with fresh AdamW moments: its parent's moments describe other weights.
             self.engine.set_adapter(slot, child, reset_optimizer=True)
-            member = self.pop.replace(r.replaced, r.child_rating, list(r.parents), step, r.operator)
+            member = self.pop.replace(r.replaced, r.child_rating, list(r.parents), step, applied)
             events.append(
                 {
                     "step": step,
                     "type": "evolution",
                     "role": r.role,
-                    "operator": r.operator,
+                    "operator": applied,
+                    "planned": r.operator,
                     "parents": list(r.parents),
                     "child": member.id,
                     "replaced": r.replaced,
@@ -458,6 +488,7 @@ class Trainer:
                     "members": self.pop.to_dict()["members"],
                     "population": self.pop.to_dict(),
                     "coverage": self.coverage.state_dict(),
+                    "evolution_pending": self._evolution_pending,
                     "time": time.time(),
                 },
             )
@@ -494,7 +525,24 @@ class Trainer:
             # killed between the checkpoint's rename and its event line: record it now
             self.run.event({"step": step, "type": "checkpoint", "path": rel, "seconds": None})
         self.run.event({"step": step, "type": "resume", "from": rel}, fsync=True)
+        if state.get("evolution_pending") and step < self.cfg.train.steps:
+            self._deferred_evolution(step)
         return step
+
+    def _deferred_evolution(self, step: int) -> None:
+        """A run extended past its old final step runs the evolution that step skipped, so it continues as an
+        uninterrupted run would: the same RNG draws in the same order, the same events. The new population
+        is checkpointed at once; events an earlier, killed attempt already logged are not logged twice (the
+        replay is deterministic, so they are the same)."""
+        events = self.evolve(step)
+        logged = any(
+            e.get("step") == step and str(e.get("type", "")).startswith("evolution")
+            for e in self.run.read("events.jsonl")
+        )
+        if not logged:
+            for ev in events:
+                self.run.event(ev)
+        self.save(step)
 
     # ---------------------------------------------------------------------------------------------- loop
     def fit(self, start: int = 0) -> None:
@@ -515,6 +563,16 @@ class Trainer:
                 progress.advance(summary_line(res.record, res.events, cfg.train.steps))
         finally:
             progress.stop()
+
+
+def evolves_at(step: int, cfg: Config, final: bool = True) -> bool:
+    """Whether phase (5) runs after `step`: every `evolution.every` steps in population mode, but never after
+    the final step (`final=False` ignores that rule), whose children would be saved and evaluated without a
+    single update (the paper's children need 10-20 steps to recover). A resume that trains past that step
+    runs the skipped evolution first (`Trainer.restore`)."""
+    every = cfg.evolution.every
+    due = cfg.population.mode != "single" and bool(every) and step % every == 0
+    return due and (not final or step < cfg.train.steps)
 
 
 # -------------------------------------------------------------------------------------------------- seeds
@@ -633,4 +691,13 @@ def train(
     return run_path
 
 
-__all__ = ["TrainError", "Trainer", "build_engine", "preflight", "synthetic_seeds", "task_schedule", "train"]
+__all__ = [
+    "TrainError",
+    "Trainer",
+    "build_engine",
+    "evolves_at",
+    "preflight",
+    "synthetic_seeds",
+    "task_schedule",
+    "train",
+]
