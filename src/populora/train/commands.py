@@ -31,6 +31,7 @@ def run_training(
 ) -> Path:
     """Shared by `train` and `demo`: resolve the config, run, and turn user errors into one line."""
     from populora.config import ConfigError
+    from populora.engine.types import EngineError
 
     try:
         from populora.train.trainer import TrainError, train
@@ -39,6 +40,8 @@ def run_training(
     except ConfigError as err:
         _fail(str(err))
     except TrainError as err:
+        _fail(str(err))
+    except EngineError as err:  # e.g. a dist worker died mid-run: the message says how to resume
         _fail(str(err))
     except KeyboardInterrupt:
         typer.echo(

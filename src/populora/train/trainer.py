@@ -49,7 +49,14 @@ from populora.train.run_folder import RunFolder
 
 PHASES = ("matchmaking", "teacher", "validate", "student", "score", "update", "evolution", "checkpoint")
 # Keys that may change when resuming (everything else would change the run's meaning mid-way).
-RESUMABLE_OVERRIDES = ("train.steps", "train.checkpoint_every", "train.keep_checkpoints", "train.threads")
+RESUMABLE_OVERRIDES = (
+    "train.steps",
+    "train.checkpoint_every",
+    "train.keep_checkpoints",
+    "train.threads",
+    "dist.workers",  # e.g. resume on the workers left after losing a node: same maths, other layout
+    "dist.address",
+)
 
 
 class TrainError(RuntimeError):
@@ -560,6 +567,8 @@ class Trainer:
             "coverage_cells": self.coverage.cells_filled,
             "members": out,
             "matchups": [{k: v for k, v in m.items() if k != "outcome"} for m in matchups],
+            # rows and seconds per worker with dist.workers > 1 (populora.engine.dist); null in one process
+            "dist": self.engine.last_dist_stats() if hasattr(self.engine, "last_dist_stats") else None,
         }
 
     def problem_records(self, step: int, items: list[Item]) -> list[dict]:
@@ -739,6 +748,8 @@ def build_engine(cfg: Config):
             seed=cfg.train.seed,
             train_threads=cfg.train.threads,
             dtype=getattr(torch, name),
+            workers=cfg.dist.workers,
+            address=cfg.dist.address or None,
         )
     except EngineError as err:
         raise TrainError(f"model: {err}") from None
