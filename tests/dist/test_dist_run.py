@@ -81,7 +81,7 @@ def test_a_killed_worker_stops_the_run_with_one_line_and_resume_continues(tmp_pa
     assert "Traceback" not in err
     lines = [ln for ln in err.splitlines() if ln.startswith("error:")]
     assert len(lines) == 1, err[-2000:]
-    assert "dist worker 1 of 2 died" in lines[0] and "--resume" in lines[0]
+    assert "dist worker 1 of 2 died" in lines[0] and f"--resume {run}" in lines[0]
     done = [m["step"] for m in read_jsonl(run / "metrics.jsonl")]
     assert done and done[-1] < 4
 

@@ -42,7 +42,8 @@ def run_training(
     except TrainError as err:
         _fail(str(err))
     except EngineError as err:  # e.g. a dist worker died mid-run: the message says how to resume
-        _fail(str(err))
+        where = resume or run_dir
+        _fail(str(err) if where is None else str(err).replace("RUN_DIR", str(where)))
     except KeyboardInterrupt:
         typer.echo(
             "interrupted; resume with `populora train --resume RUN_DIR` (the newest checkpoint is kept)",
