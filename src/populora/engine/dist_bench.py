@@ -3,9 +3,10 @@
 Both engines hold the bundled tiny model (a random tiny Qwen2 when it is absent) with 4 slots of rank 4 (the
 tiny preset's 2T+2S) and get identical work each round: one mixed generation batch (every slot, sampled, the
 same seed) and one train_step on the same rows. Rounds alternate between the two engines so the load of a
-shared machine hits both alike; the first round of each is a warm-up. The 1-process engine uses
-`train.threads` threads, the 2 workers one half each (what `dist.workers=2` does on one machine), so both
-use the same cores.
+shared machine hits both alike; the first round of each is a warm-up. For training the 1-process engine uses
+`threads` torch threads and each of the 2 workers half of them (what `dist.workers=2` does on one
+machine), so both use the same cores; generation uses one thread per process (the engine's default), so
+there 2 workers use two threads against one.
 
 Reported per engine: median wall seconds of generate and of train_step; for the workers also the median of
 the slowest worker's own seconds, so `wall - slowest worker` is the cost of distribution (Ray calls,
@@ -201,7 +202,7 @@ def run(quick: bool = False, out: Path | None = None, workers: int = 2, threads:
     console.print(table)
     console.print(
         f"adapters after {rounds + 1} identical steps: max |workers - 1 process| = {drift:.2e} "
-        "(float summation order only)"
+        "(float summation order, amplified by AdamW's sign-like early steps on near-zero gradients)"
     )
     out = Path(out or DEFAULT_OUT)
     out.parent.mkdir(parents=True, exist_ok=True)
