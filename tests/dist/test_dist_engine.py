@@ -154,3 +154,18 @@ def test_adapter_files_are_written_and_read_by_the_driver(same_start, tmp_path):
     ref = two.get_adapter(0)
     for ad in two.per_worker("get_adapter", 2):
         assert _max_diff(ad, ref) == 0.0
+
+
+def test_a_batch_smaller_than_the_workers_leaves_one_idle_and_keeps_them_equal(same_start):
+    two, one = same_start
+    two.last_dist_stats()  # reset
+    rows = _rows(2, n=1)  # one row: worker 1 has nothing and all-reduces zeros
+    m2, m1 = two.train_step(TrainBatch(rows)), one.train_step(TrainBatch(rows))
+    assert m2["grad_norm/0"] == pytest.approx(m1["grad_norm/0"], rel=1e-5)
+    assert two.last_dist_stats()["train"]["rows"] == [1, 0]
+    first, second = two.per_worker("get_adapter", 0)
+    assert all(
+        torch.equal(x, y)
+        for k in first.modules
+        for x, y in zip(first.modules[k], second.modules[k], strict=True)
+    )

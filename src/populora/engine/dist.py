@@ -261,7 +261,13 @@ class DistributedEngine:
             threads = int(build_kwargs.get("train_threads") or 1)
             build_kwargs["train_threads"] = max(1, threads // self.workers)
         build_kwargs["seed"] = self.seed  # same seed everywhere: identical initial adapters
-        model_ref = ray.put(model) if not isinstance(model, str | os.PathLike) else str(model)
+        if isinstance(model, str | os.PathLike):
+            # a local folder travels as an absolute path (workers do not share the driver's cwd); names
+            # ("tiny", hub ids) are resolved on each worker's node
+            local = Path(model).expanduser()
+            model_ref = str(local.resolve()) if local.exists() else str(model)
+        else:
+            model_ref = ray.put(model)  # an in-memory model: one copy in the object store for all workers
         tok_ref = ray.put(tokenizer) if tokenizer is not None else None
         actor_cls = ray.remote(DistWorker)
         self.names = actor_names(self.workers)
