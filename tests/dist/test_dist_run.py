@@ -8,6 +8,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from populora.diagnostics.sinks import read_jsonl
 from populora.train.checkpoint import list_checkpoints
 from populora.train.trainer import train
@@ -23,6 +25,24 @@ def _check_dist(metrics: list[dict]) -> None:
         assert d["workers"] == 2
         assert all(r > 0 for r in d["generate"]["rows"]) and all(r > 0 for r in d["train"]["rows"])
         assert all(s > 0 for s in d["train"]["s"]) and d["train"]["wall_s"] > 0
+
+
+def test_start_up_errors_name_the_fix_and_free_the_cluster(tmp_path, ray_address):
+    import ray
+
+    from populora.engine import EngineError, build
+
+    free = ray.available_resources().get("CPU")
+    with pytest.raises(EngineError, match=r"needs 3 x \{'CPU': 1\} but the Ray cluster has 2 CPU"):
+        build("tiny", n_slots=2, rank=4, workers=3)
+    missing = tmp_path / "no-model"
+    missing.mkdir()
+    with pytest.raises(EngineError, match="not a Hugging Face model folder"):  # raised in a worker
+        build(str(missing), n_slots=2, rank=4, workers=2)
+    deadline = time.time() + 30  # the failed engine's actors and placement group are gone
+    while ray.available_resources().get("CPU") != free and time.time() < deadline:
+        time.sleep(0.2)
+    assert ray.available_resources().get("CPU") == free
 
 
 def test_two_worker_run_completes_checkpoints_and_resumes(tmp_path, fast, ray_address):

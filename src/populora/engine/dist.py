@@ -220,6 +220,7 @@ class DistributedEngine:
         self._rng = random.Random(self.seed)  # seeds for unseeded generate calls
         self._dead: str | None = None
         self._closed = False
+        self._started = False  # until the workers are up, a failure is a start-up error, not a lost run
         self._actors: list = []
         self.pg = None
         self._owns_ray = not ray.is_initialized()
@@ -299,6 +300,7 @@ class DistributedEngine:
         self.model_name = self.info["model_name"]
         self.targets = self.info["targets"]
         self._reset_stats()
+        self._started = True
 
     # ------------------------------------------------------------------ calls and failures
     def _get(self, refs: list, what: str) -> list:
@@ -337,11 +339,14 @@ class DistributedEngine:
 
     def _stop(self, why: str) -> None:
         """Mark the engine dead and stop every worker (some may be stuck in a collective)."""
-        self._dead = (
-            f"dist {why}; the run stopped. Continue from the last checkpoint with "
-            "`populora train --resume RUN_DIR` (set dist.workers to the workers still available if a "
-            "node is gone)."
-        )
+        if not self._started:
+            self._dead = f"dist.workers={self.workers}: could not start the workers: {why}."
+        else:
+            self._dead = (
+                f"dist {why}; the run stopped. Continue from the last checkpoint with "
+                "`populora train --resume RUN_DIR` (set dist.workers to the workers still available if a "
+                "node is gone)."
+            )
         self._kill_all()
 
     def _check_alive(self) -> None:
