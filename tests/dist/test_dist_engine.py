@@ -8,7 +8,7 @@ import random
 import pytest
 import torch
 
-from populora.engine import EngineError, GenRequest, TrainBatch, TrainRow, build
+from populora.engine import EngineError, GenRequest, PolicyEngine, TrainBatch, TrainRow, build
 from populora.engine.testing import random_model
 
 SLOTS = 3
@@ -119,6 +119,7 @@ def test_after_several_steps_every_worker_holds_the_same_adapters_bitwise(same_s
 
 def test_generate_returns_results_in_request_order_with_every_slot_spread(same_start):
     two, one = same_start
+    assert isinstance(two, PolicyEngine)
     two.last_dist_stats()
     reqs = [
         GenRequest(slot=s, prompt=[3 + i, 11, 4 + s], max_new_tokens=5, temperature=0.0)

@@ -143,6 +143,7 @@ def run(quick: bool = False, out: Path | None = None, workers: int = 2, threads:
             "platform": platform.platform(),
             "cpus": os.cpu_count(),
             "python": platform.python_version(),
+            "load_average_1m": os.getloadavg()[0],  # a shared box: other jobs skew the wall times
         },
         "model": model_desc,
         "config": {
