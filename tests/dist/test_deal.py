@@ -1,5 +1,6 @@
 """How rows and requests are split over workers: every slot spread evenly, totals balanced, seeds distinct."""
 
+import random
 from collections import Counter
 
 import pytest
@@ -19,6 +20,19 @@ def test_every_slot_and_the_total_are_spread_within_one(workers):
     for slot in set(slots):
         per = [Counter(slots[i] for i in s)[slot] for s in shares]
         assert max(per) - min(per) <= 1, (slot, per)
+
+
+def test_the_spread_holds_on_random_batches():
+    rng = random.Random(0)
+    for _ in range(500):
+        workers, n, n_slots = rng.randint(2, 8), rng.randint(0, 40), rng.randint(1, 6)
+        slots = [rng.randrange(n_slots) for _ in range(n)]
+        shares = deal([rng.randint(1, 100) for _ in range(n)], slots, workers)
+        totals = [len(s) for s in shares]
+        assert max(totals) - min(totals) <= 1
+        for slot in set(slots):
+            per = [Counter(slots[i] for i in s)[slot] for s in shares]
+            assert max(per) - min(per) <= 1
 
 
 def test_sizes_are_balanced_within_a_slot():
