@@ -36,6 +36,8 @@ RESUMABLE_KEYS: tuple[str, ...] = (
     "train.checkpoint_every",
     "train.keep_checkpoints",
     "train.threads",
+    "dist.workers",  # e.g. resume on the workers left after losing a node: same maths, other layout
+    "dist.address",
 )
 
 
@@ -206,6 +208,16 @@ class LogConfig:
 
 
 @dataclass
+class DistConfig:
+    workers: int = 1
+    """Data-parallel workers (Ray actors, one GPU each on CUDA), each holding the base and every adapter;
+    1 = one process, no Ray."""
+    address: str = ""
+    """Ray cluster to join when dist.workers > 1: 'auto' or HOST:PORT (after `ray start`); empty starts Ray
+    locally."""
+
+
+@dataclass
 class Config:
     train: TrainConfig = field(default_factory=TrainConfig)
     """Length, checkpoints, seed and threads."""
@@ -227,6 +239,8 @@ class Config:
     """The verifier's worker pool and limits."""
     log: LogConfig = field(default_factory=LogConfig)
     """Metric sinks beyond metrics.jsonl (always written)."""
+    dist: DistConfig = field(default_factory=DistConfig)
+    """Multi-GPU / multi-node data parallelism on Ray."""
 
     @property
     def n_teachers(self) -> int:
@@ -623,6 +637,10 @@ def validate(cfg: Config) -> Config:
     )
     _require(
         bool(cfg.model.name.strip()), "model.name: is empty; use 'tiny', 'smol', a model folder or a hub id."
+    )
+    _require(
+        cfg.dist.workers >= 1,
+        f"dist.workers: must be >= 1 (1 = one process, no Ray), got {cfg.dist.workers}; use one per GPU.",
     )
     check_model_path(cfg.model.name)
     return cfg

@@ -74,5 +74,5 @@ def test_resume_refuses_to_change_the_run(tmp_path):
     assert res.exit_code == 2
     assert res.output.strip() == (
         "error: --set lora.rank: cannot change on --resume (only train.steps, train.checkpoint_every, "
-        "train.keep_checkpoints, train.threads); start a new run to change it."
+        "train.keep_checkpoints, train.threads, dist.workers, dist.address); start a new run to change it."
     )

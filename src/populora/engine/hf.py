@@ -363,20 +363,7 @@ class HFEngine:
         return self._head(h).float(), torch.tensor(targets, device=self.device), n_resp
 
     def _check_rows(self, batch: TrainBatch) -> list[TrainRow]:
-        if not isinstance(batch, TrainBatch):
-            raise EngineError(f"train_step expects a TrainBatch, got {type(batch).__name__}")
-        for r in batch.rows:
-            self._check_slot(r.slot)
-            if len(r.prompt_ids) < 1:
-                raise EngineError(
-                    f"row of slot {r.slot} has an empty prompt; give at least one prompt token."
-                )
-            if r.old_logprobs is not None and len(r.old_logprobs) != len(r.response_ids):
-                raise EngineError(
-                    f"row of slot {r.slot}: {len(r.old_logprobs)} old_logprobs for "
-                    f"{len(r.response_ids)} response tokens."
-                )
-        return [r for r in batch.rows if len(r.response_ids) > 0]
+        return check_rows(batch, self.n_slots)
 
     @torch.no_grad()
     def logprobs(self, batch: TrainBatch) -> list[list[float]]:
@@ -407,6 +394,22 @@ class HFEngine:
         if not rows:
             raise EngineError("train_step got no rows with response tokens.")
         weights = row_weights([len(r.response_ids) for r in rows], [r.loss_key for r in rows], self.loss_agg)
+        sums = self.accumulate_gradients(rows, weights)
+        norms = self.apply_gradients(sorted(sums["tokens"]))
+        return train_metrics(sums, norms, len(rows), self.entropy_coef, self.clip_eps is not None, t0)
+
+    # The two halves of `train_step`, also used by the distributed engine (`populora.engine.dist`): each
+    # worker accumulates the gradients of its share of the rows with the weights of the whole batch, the
+    # LoRA gradients are summed across workers, then every worker applies the same step.
+    def accumulate_gradients(
+        self, rows: list[TrainRow], weights: Sequence[float]
+    ) -> dict[str, dict[int, float]]:
+        """Set `.grad` of the LoRA parameters to the gradient of `sum_rows weights[i] * row loss` (no step).
+
+        `rows` must have response tokens (`check_rows`); `weights[i]` is row i's aggregation weight
+        (`populora.rl.loss.row_weights` over the whole batch). Returns per-slot sums for `train_metrics`:
+        {name: {slot: value}} for pg_loss, entropy_sum, ent_w, clip_sum, adv_sum, kl_sum, tokens, rows.
+        """
         acc: dict[str, dict[int, float]] = defaultdict(lambda: defaultdict(float))
         for p in self.params:
             p.grad = None
@@ -434,7 +437,7 @@ class HFEngine:
                     ent = entropy_from_logprobs(logp_all)
                 w = torch.cat(
                     [
-                        torch.full((n,), weights[i], device=logp.device)
+                        torch.full((n,), float(weights[i]), device=logp.device)
                         for i, n in zip(group, n_resp, strict=True)
                     ]
                 )
@@ -459,34 +462,77 @@ class HFEngine:
                         acc["tokens"][s] += n
                         acc["rows"][s] += 1
                         k += n
-        slots = sorted(acc["tokens"])
+        return {name: dict(per_slot) for name, per_slot in acc.items()}
+
+    def apply_gradients(self, slots: Sequence[int]) -> torch.Tensor:
+        """Clip each slot's `.grad` to `max_grad_norm`, take one AdamW step for `slots`, clear the grads.
+
+        Returns every slot's gradient norm before clipping (`[n_slots]`).
+        """
         norms = clip_slot_grads(self.params, self.n_slots, self.max_grad_norm)
         self.optimizer.step(slots)
         for p in self.params:
             p.grad = None
-        m: dict[str, float] = {}
-        total = 0.0
-        for s in slots:
-            tok = acc["tokens"][s]
-            slot_loss = acc["pg_loss"][s] - self.entropy_coef * acc["ent_w"][s]
-            total += slot_loss
-            m[f"loss/{s}"] = slot_loss
-            m[f"pg_loss/{s}"] = acc["pg_loss"][s]
-            m[f"entropy/{s}"] = acc["entropy_sum"][s] / tok
-            m[f"grad_norm/{s}"] = float(norms[s])
-            m[f"tokens/{s}"] = float(tok)
-            m[f"rows/{s}"] = float(acc["rows"][s])
-            m[f"adv_mean/{s}"] = acc["adv_sum"][s] / tok
-            if self.clip_eps is not None:
-                m[f"clip_frac/{s}"] = acc["clip_sum"][s] / tok
-                m[f"approx_kl/{s}"] = acc["kl_sum"][s] / tok
-        m.update(
-            {
-                "loss": total,
-                "tokens": float(sum(acc["tokens"].values())),
-                "rows": float(len(rows)),
-                "slots": float(len(slots)),
-                "time_s": time.perf_counter() - t0,
-            }
-        )
-        return m
+        return norms
+
+
+def check_rows(batch: TrainBatch, n_slots: int) -> list[TrainRow]:
+    """Validate a TrainBatch (slots, prompts, log-prob and advantage counts); return its rows that have
+    response tokens. Raises `EngineError` naming the bad row."""
+    if not isinstance(batch, TrainBatch):
+        raise EngineError(f"train_step expects a TrainBatch, got {type(batch).__name__}")
+    for r in batch.rows:
+        if not isinstance(r.slot, int | torch.Tensor) or not 0 <= int(r.slot) < n_slots:
+            raise EngineError(f"slot {r.slot!r} out of range; this engine has slots 0..{n_slots - 1}.")
+        if len(r.prompt_ids) < 1:
+            raise EngineError(f"row of slot {r.slot} has an empty prompt; give at least one prompt token.")
+        if r.old_logprobs is not None and len(r.old_logprobs) != len(r.response_ids):
+            raise EngineError(
+                f"row of slot {r.slot}: {len(r.old_logprobs)} old_logprobs for "
+                f"{len(r.response_ids)} response tokens."
+            )
+        r.advantage_list()  # raises on a wrong number of advantages
+    return [r for r in batch.rows if len(r.response_ids) > 0]
+
+
+def train_metrics(
+    sums: dict[str, dict[int, float]],
+    norms: torch.Tensor,
+    n_rows: int,
+    entropy_coef: float,
+    ppo: bool,
+    t0: float,
+) -> dict[str, float]:
+    """`train_step`'s metrics from the per-slot sums of `accumulate_gradients` (summed over workers when
+    distributed), the pre-clipping norms and the start time `t0` (`time.perf_counter()`)."""
+
+    def get(name: str, s: int) -> float:
+        return sums.get(name, {}).get(s, 0.0)
+
+    slots = sorted(sums["tokens"])
+    m: dict[str, float] = {}
+    total = 0.0
+    for s in slots:
+        tok = get("tokens", s)
+        slot_loss = get("pg_loss", s) - entropy_coef * get("ent_w", s)
+        total += slot_loss
+        m[f"loss/{s}"] = slot_loss
+        m[f"pg_loss/{s}"] = get("pg_loss", s)
+        m[f"entropy/{s}"] = get("entropy_sum", s) / tok
+        m[f"grad_norm/{s}"] = float(norms[s])
+        m[f"tokens/{s}"] = float(tok)
+        m[f"rows/{s}"] = float(get("rows", s))
+        m[f"adv_mean/{s}"] = get("adv_sum", s) / tok
+        if ppo:
+            m[f"clip_frac/{s}"] = get("clip_sum", s) / tok
+            m[f"approx_kl/{s}"] = get("kl_sum", s) / tok
+    m.update(
+        {
+            "loss": total,
+            "tokens": float(sum(sums["tokens"].values())),
+            "rows": float(n_rows),
+            "slots": float(len(slots)),
+            "time_s": time.perf_counter() - t0,
+        }
+    )
+    return m

@@ -110,6 +110,7 @@ def metrics_record(
     members: list,
     mode: str,
     coverage: Any,
+    dist: dict | None = None,
 ) -> dict:
     """The metrics.jsonl line of a step (docs/run-folder.md) for `members` (the ones that played it)."""
     tm = train_metrics
@@ -162,6 +163,8 @@ def metrics_record(
         "coverage_cells": coverage.cells_filled,
         "members": out,
         "matchups": [{k: v for k, v in m.items() if k not in _EVENT_ONLY} for m in matchups],
+        # rows and seconds per worker with dist.workers > 1 (populora.engine.dist); null in one process
+        "dist": dist,
     }
 
 

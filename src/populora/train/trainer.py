@@ -257,6 +257,7 @@ class Trainer:
             members=played,
             mode=cfg.population.mode,
             coverage=self.coverage,
+            dist=self.engine.last_dist_stats() if hasattr(self.engine, "last_dist_stats") else None,
         )
         return StepResult(step, record, traces, events)
 
@@ -634,6 +635,8 @@ def build_engine(cfg: Config) -> PolicyEngine:
             seed=cfg.train.seed,
             train_threads=cfg.train.threads,
             dtype=getattr(torch, name),
+            workers=cfg.dist.workers,
+            address=cfg.dist.address or None,
         )
     except EngineError as err:
         raise TrainError(f"model: {err}") from None
