@@ -1,4 +1,4 @@
-"""DistributedEngine: the PolicyEngine on N Ray actors, data parallel (reference/rl_frameworks.md §6.2, layout A).
+"""DistributedEngine: the PolicyEngine on N Ray actors, data parallel (docs/architecture.md).
 
 Each worker is a Ray actor in its own bundle of one placement group (one GPU per bundle on CUDA, one CPU
 otherwise) and holds the frozen base and every slot: an `HFEngine`, or with backend="vllm" a `VLLMEngine`
