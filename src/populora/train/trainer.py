@@ -712,6 +712,15 @@ def preflight(cfg: Config) -> str:
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
     base_bytes, slot_bytes = estimate_memory(folder, cfg.lora.rank, cfg.lora.targets)
+    if cfg.model.backend == "vllm":  # vLLM holds its own copy of the base and a KV cache
+        from populora.engine.vllm import held_bytes
+
+        base_bytes += held_bytes(
+            folder,
+            device,
+            gpu_memory_utilization=cfg.model.vllm_gpu_memory_utilization,
+            kv_cache_gb=cfg.model.vllm_kv_cache_gb,
+        )
     check_memory(cfg, base_bytes, slot_bytes, available_bytes(device))
     return device
 
@@ -724,6 +733,16 @@ def build_engine(cfg: Config):
     import torch
 
     name = cfg.model.dtype if cfg.model.dtype != "auto" else ("bfloat16" if device == "cuda" else "float32")
+    m = cfg.model
+    vllm_opts = (
+        dict(
+            vllm_dtype=None if m.vllm_dtype == "model" else m.vllm_dtype,
+            gpu_memory_utilization=m.vllm_gpu_memory_utilization,
+            kv_cache_gb=m.vllm_kv_cache_gb,
+        )
+        if m.backend == "vllm"
+        else {}
+    )
     try:
         return build(
             model=cfg.model.name,
@@ -739,6 +758,7 @@ def build_engine(cfg: Config):
             seed=cfg.train.seed,
             train_threads=cfg.train.threads,
             dtype=getattr(torch, name),
+            **vllm_opts,
         )
     except EngineError as err:
         raise TrainError(f"model: {err}") from None
