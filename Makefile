@@ -58,7 +58,7 @@ test: install system-deps
 # The vLLM backend's tests in their own environment; one line (not a failure) when it cannot be built.
 test-vllm:
 	@if $(MAKE) --no-print-directory -s install-vllm >$(VENV_VLLM).log 2>&1; then \
-		$(VENV_VLLM)/bin/python -m pytest -q -p no:cacheprovider tests/vllm; \
+		$(VENV_VLLM)/bin/python -m pytest -q -p no:cacheprovider tests/vllm_backend; \
 	else echo "note: the vLLM test environment ($(VENV_VLLM)) could not be built, vLLM tests skipped (see $(VENV_VLLM).log)"; fi
 
 lint: install

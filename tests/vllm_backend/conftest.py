@@ -3,7 +3,9 @@ made by `make install-vllm`; `make test` runs them there). In the main environme
 skip; the pure helpers (rank rounding, memory preflight, config keys) run everywhere.
 
 vLLM starts its engine-core process with `spawn` and on CPU every start costs tens of seconds, so each module
-starts at most one engine (module-scoped fixtures) on the bundled tiny model with short generations."""
+starts at most one engine (module-scoped fixtures) on the bundled tiny model with short generations.
+The folder is not called `tests/vllm`: on the test path that name would shadow the real package (an empty
+namespace package `vllm` would import where vLLM is not installed)."""
 
 import os
 
