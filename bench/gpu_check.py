@@ -108,8 +108,7 @@ def measure(cfg: dict, n_slots: int, args, device: str, dtype) -> dict:
         targets=["q_proj", "k_proj", "v_proj", "o_proj"],
         device=device,
         dtype=dtype,
-        gen_batch_size=args.rows,
-        micro_batch_tokens=args.rows * (args.prompt_len + args.new_tokens),
+        gen_batch_size=args.rows,  # one generation batch; training keeps the default 4096-token micro-batches
         gen_threads=None,
         train_threads=None,
     )
@@ -228,13 +227,17 @@ def main(argv: list[str] | None = None) -> dict:
     dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
     cfg = load_config(args.shrink)
     t0 = time.perf_counter()
-    one = measure(cfg, 1, args, device, dtype)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    partial = {"shrunk": args.shrink, "complete": False}  # written after each part, in case of the time limit
+    one = partial["one_slot"] = measure(cfg, 1, args, device, dtype)
+    args.out.write_text(json.dumps(partial, indent=2) + "\n")
     gc.collect()
     eight = measure(cfg, 8, args, device, dtype)
     n_gpu = torch.cuda.device_count() if torch.cuda.is_available() else 0
     res = {
         "what": "engine at Qwen2.5-Coder-7B shape (random weights), 8 slots rank 32 q/k/v/o vs 1 slot, same rows",
         "shrunk": args.shrink,
+        "complete": False,
         "device": torch.cuda.get_device_name(0)
         if device.startswith("cuda")
         else platform.processor() or "cpu",
@@ -251,9 +254,10 @@ def main(argv: list[str] | None = None) -> dict:
             (eight["train_peak_bytes"] - one["train_peak_bytes"]) // 7 if one["train_peak_bytes"] else None
         ),
     }
+    args.out.write_text(json.dumps(res, indent=2) + "\n")
     res["dist"] = dist_check(n_gpu, args.dist_timeout)
     res["wall_s"] = round(time.perf_counter() - t0, 1)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
+    res["complete"] = True
     args.out.write_text(json.dumps(res, indent=2) + "\n")
     print_table(res)
     print(f"wrote {args.out}")

@@ -23,7 +23,12 @@ def test_gpu_check_runs_shrunk_on_cpu(tmp_path):
     )
     assert res.returncode == 0, res.stderr[-3000:]
     r = json.loads(out.read_text())
-    assert r["shrunk"] is True and r["one_slot"]["slots"] == 1 and r["eight_slots"]["slots"] == 8
+    assert (
+        r["shrunk"] is True
+        and r["complete"] is True
+        and r["one_slot"]["slots"] == 1
+        and r["eight_slots"]["slots"] == 8
+    )
     assert r["one_slot"]["train_tokens"] == r["eight_slots"]["train_tokens"] == 8 * 6
     assert r["gen_throughput_ratio_8_vs_1"] > 0 and r["train_throughput_ratio_8_vs_1"] > 0
     assert "skipped" in r["dist"]  # no GPUs here
