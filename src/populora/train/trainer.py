@@ -612,6 +612,15 @@ def preflight(cfg: Config) -> str:
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     base_bytes, slot_bytes = estimate_memory(folder, cfg.lora.rank, cfg.lora.targets)
+    if cfg.model.backend == "vllm":  # vLLM holds its own copy of the base and a KV cache
+        from populora.engine.vllm import held_bytes
+
+        base_bytes += held_bytes(
+            folder,
+            device,
+            gpu_memory_utilization=cfg.model.vllm_gpu_memory_utilization,
+            kv_cache_gb=cfg.model.vllm_kv_cache_gb,
+        )
     check_memory(cfg, base_bytes, slot_bytes, available_bytes(device))
     return device
 
@@ -620,6 +629,16 @@ def build_engine(cfg: Config) -> PolicyEngine:
     """The engine for a config: its model, slots, LoRA shape and optimiser settings."""
     device = preflight(cfg)
     name = cfg.model.dtype if cfg.model.dtype != "auto" else ("bfloat16" if device == "cuda" else "float32")
+    m = cfg.model
+    vllm_opts = (
+        dict(
+            vllm_dtype=None if m.vllm_dtype == "model" else m.vllm_dtype,
+            gpu_memory_utilization=m.vllm_gpu_memory_utilization,
+            kv_cache_gb=m.vllm_kv_cache_gb,
+        )
+        if m.backend == "vllm"
+        else {}
+    )
     try:
         return build(
             model=cfg.model.name,
@@ -637,6 +656,7 @@ def build_engine(cfg: Config) -> PolicyEngine:
             dtype=getattr(torch, name),
             workers=cfg.dist.workers,
             address=cfg.dist.address or None,
+            **vllm_opts,
         )
     except EngineError as err:
         raise TrainError(f"model: {err}") from None
