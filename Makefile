@@ -5,8 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 export OMP_WAIT_POLICY ?= PASSIVE
 export PYTHONUNBUFFERED := 1
-# Benchmark and seed data (layout of shared/data); tests and `populora eval` read it from here.
-export POPULORA_DATA_DIR ?= $(abspath ../shared/data)
+# Benchmark and seed data ship inside the package (src/populora/data); set POPULORA_DATA_DIR to override.
 
 .PHONY: demo test install system-deps lint format bench clean
 

@@ -59,7 +59,7 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         data_dir: Path = typer.Option(
             None,
             "--data-dir",
-            help="Benchmark data root (default: $POPULORA_DATA_DIR), laid out like shared/data.",
+            help="Benchmark data root (default: $POPULORA_DATA_DIR, else the copy shipped with populora).",
         ),
         lcb_path: Path = typer.Option(
             None,
@@ -164,7 +164,9 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         quick: bool = typer.Option(False, "--quick", help="First 20 problems per benchmark."),
         out: Path = typer.Option(None, "--out", help="JSON path (default bench/results/eval_oracle.json)."),
         data_dir: Path = typer.Option(
-            None, "--data-dir", help="Benchmark data root (default $POPULORA_DATA_DIR or ../shared/data)."
+            None,
+            "--data-dir",
+            help="Benchmark data root (default $POPULORA_DATA_DIR, else the bundled copy).",
         ),
         workers: int = typer.Option(2, "--workers"),
     ) -> None:
