@@ -42,6 +42,18 @@ EVAL_PRELOAD_EXTRA: tuple[str, ...] = (
     "ipaddress",
     "locale",
     "shutil",
+    # numpy's own standard-library imports, so `import numpy` works in a job (its folder goes on the path).
+    "contextvars",
+    "ctypes",
+    "inspect",
+    "pickle",
+    "platform",
+    "dis",
+    "linecache",
+    "tokenize",
+    "traceback",
+    "reprlib",
+    "warnings",
 )
 EVAL_LAZY_EXTRA: tuple[str, ...] = ("tempfile", "concurrent.futures", "multiprocessing", "subprocess")
 

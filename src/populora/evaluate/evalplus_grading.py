@@ -41,9 +41,10 @@ def _run_phase(sb, batch, phase, gts, limits, workers, progress):
             per, budget = _phase_limits(gt, limits)
             jobs.append(gtm.job(item, code, gtm.phase_inputs(item, phase), per, budget, False))
             lims.append(budget)
-        # One sandbox deadline for the chunk: the longest phase budget plus start-up slack.
-        wall = max(lims) + 5.0
-        lim = Limits(timeout_s=wall, memory_mb=limits.memory_mb, max_output_chars=64_000_000, cpu_s=wall)
+        # One sandbox deadline for the chunk: the longest phase budget, plus the same again for encoding the
+        # outputs (the harness's budget counts only the program's own time), plus start-up slack.
+        wall = 2 * max(lims) + 10.0
+        lim = Limits(timeout_s=wall, memory_mb=limits.memory_mb, max_output_chars=80_000_000, cpu_s=wall)
         for (i, item, _code, gt), out in zip(part, sb.run_many(jobs, limits=lim), strict=True):
             run = gtm.parse_run(out.value_repr) if out.status == "ok" else None
             if run is None:
@@ -78,7 +79,9 @@ def grade_evalplus(
     phases = ["base", "plus"] if limits.plus else ["base"]
     items = {item.id: item for item, _c in pairs}
     gts = gtm.expected_outputs(sb, [(it, ph) for it in items.values() for ph in phases], limits.gt_cache)
-    base = _run_phase(sb, [(i, it, c) for i, (it, c) in enumerate(pairs)], "base", gts, limits, workers, progress)
+    base = _run_phase(
+        sb, [(i, it, c) for i, (it, c) in enumerate(pairs)], "base", gts, limits, workers, progress
+    )
     plus: dict[int, tuple[str, str]] = {}
     if limits.plus:
         todo = [(i, it, c) for i, (it, c) in enumerate(pairs) if base[i][0] == "pass"]

@@ -116,7 +116,9 @@ def _from_run(item: Item, run: dict | None, why: str) -> GroundTruth:
     return GroundTruth(outs, [float(t) for t in run["times"]])
 
 
-def expected_outputs(sandbox, needs: list[tuple[Item, str]], use_disk: bool = True) -> dict[tuple, GroundTruth]:
+def expected_outputs(
+    sandbox, needs: list[tuple[Item, str]], use_disk: bool = True
+) -> dict[tuple, GroundTruth]:
     """{(item.id, phase): GroundTruth} for every (item, phase) in ``needs``; runs only what is not cached."""
     global computed
     from populora.sandbox import Limits
@@ -142,7 +144,7 @@ def expected_outputs(sandbox, needs: list[tuple[Item, str]], use_disk: bool = Tr
         todo.append((item, phase, key))
     if not todo:
         return out
-    lim = Limits(timeout_s=GT_TIMEOUT_S, memory_mb=4096, max_output_chars=64_000_000, cpu_s=GT_TIMEOUT_S)
+    lim = Limits(timeout_s=GT_TIMEOUT_S, memory_mb=8192, max_output_chars=80_000_000, cpu_s=GT_TIMEOUT_S)
     jobs = [job(it, it.gold, phase_inputs(it, ph), None, GT_TIMEOUT_S - 5, True) for it, ph, _k in todo]
     for (item, phase, key), res in zip(todo, sandbox.run_many(jobs, limits=lim), strict=True):
         computed += 1
