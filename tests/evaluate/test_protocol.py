@@ -15,8 +15,10 @@ def test_budgets_default_to_azr_and_come_from_the_run_config(tmp_path):
     assert eval_budgets(None, 300) == (300, 300)
     (tmp_path / "config.yaml").write_text("model:\n  name: tiny\neval:\n  max_new_tokens_code: 512\n")
     assert eval_budgets(tmp_path, None) == (512, 16000)
-    cfg = load_config("tiny", ["eval.max_new_tokens_math=2048"])
-    assert (cfg.eval.max_new_tokens_code, cfg.eval.max_new_tokens_math) == (8096, 2048)
+    paper = load_config("paper-7b", check=False).eval
+    assert (paper.max_new_tokens_code, paper.max_new_tokens_math) == (8096, 16000)  # AZR's
+    cfg = load_config("tiny", ["eval.max_new_tokens_math=300"])
+    assert (cfg.eval.max_new_tokens_code, cfg.eval.max_new_tokens_math) == (512, 300)
 
 
 def test_each_kind_gets_its_budget():
