@@ -1,7 +1,8 @@
 """Source text of the LiveCodeBench test harness that runs *inside* the sandbox (one job per candidate).
 
-They are plain module source (standard library only: the sandbox job cannot import third-party packages)
-that `code_grader.py` prefixes to a JSON payload. Each defines one entry call returning a small dict.
+Plain module source (standard library only), run after `_harness.py`'s source (for `encode`) and followed by a
+JSON payload (`code_grader.lcb_job`) that holds the candidate and the test *inputs* only; the job returns the
+candidate's outputs and the grading process compares them with the expected ones (`code_grader._lcb_result`).
 
 EvalPlus (HumanEval+/MBPP+) grading lives in `_harness.py` (the candidate side, which returns outputs only)
 and `evalplus_compare.py` (the verdict, computed in the grading process).
@@ -11,7 +12,8 @@ LiveCodeBench semantics (`lcb_runner/evaluation/testing_util.py`), re-implemente
 ``list(result) if tuple`` with the JSON output; stdin tests run the program as ``__main__`` with the input on
 stdin (``input()``, ``sys.stdin``, ``sys.stdin.buffer`` and ``open(0)``), then compare stripped lines, or the
 lines as `Decimal` numbers; a per-test timeout (6 s by default), ``SystemExit`` counts as a normal end, and
-grading stops at the first failing test.
+grading stops at the first failing test (the job stops at the first error or timeout; the comparison stops
+at the first wrong output).
 """
 
 LCB_CHECKER = r"""
@@ -20,7 +22,6 @@ import json as _json
 import signal as _signal
 import sys as _sys
 import time as _time
-from decimal import Decimal as _Decimal
 
 _HEADER = (
     "from string import *\nfrom re import *\nfrom datetime import *\nfrom collections import *\n"
@@ -45,31 +46,6 @@ def _alarm(seconds):
     _signal.setitimer(_signal.ITIMER_REAL, seconds)
 
 
-def _lines(s):
-    return [line.strip() for line in s.strip().split("\n")]
-
-
-def _decimals(line):
-    try:
-        return True, [_Decimal(x) for x in line.split()]
-    except Exception:
-        return False, []
-
-
-def _same_stdout(pred, gold):
-    a, b = _lines(pred), _lines(gold)
-    if len(a) != len(b):
-        return False
-    for x, y in zip(a, b):
-        if x == y:
-            continue
-        okx, dx = _decimals(x)
-        oky, dy = _decimals(y)
-        if not (okx and oky and dx == dy):
-            return False
-    return True
-
-
 def _run_stdin(code, data, timeout):
     stdin = _io.TextIOWrapper(_io.BytesIO(data.encode()), encoding="utf-8")
     out = _io.StringIO()
@@ -90,9 +66,12 @@ def _run_stdin(code, data, timeout):
 
 
 def _populora_lcb():
+    # Returns the candidate's outputs (functional: its return values, encoded by `_harness.encode`; stdin: its
+    # stdout), stopping at the first error or timeout. The expected outputs are not in this job: the grading
+    # process compares (code_grader._lcb_result).
     P = _json.loads(_PAYLOAD)
-    tests, timeout = P["tests"], P["timeout"]
-    res = {"passed": 0, "n": len(tests), "status": "pass", "detail": ""}
+    inputs, timeout = P["inputs"], P["timeout"]
+    res = {"status": "pass", "detail": "", "outputs": []}
     code = P["code"]
     if P["fn_name"]:
         src = _HEADER + "\n\n" + code
@@ -113,12 +92,11 @@ def _populora_lcb():
             method = getattr(holder, P["fn_name"]) if holder is not None else g[P["fn_name"]]
         except BaseException as e:
             res.update(status="error", detail="compile: %s: %s" % (type(e).__name__, str(e)[:200]))
-            return res
-    for i, t in enumerate(tests):
+            return _json.dumps(res)
+    for i, inp in enumerate(inputs):
         try:
             if P["fn_name"]:
-                args = [_json.loads(line) for line in t["input"].split("\n")]
-                gold = _json.loads(t["output"])
+                args = [_json.loads(line) for line in inp.split("\n")]
                 old = _sys.stdout
                 _sys.stdout = _io.StringIO()
                 try:
@@ -131,18 +109,14 @@ def _populora_lcb():
                     _sys.stdout = old
                 if isinstance(pred, tuple):
                     pred = list(pred)
-                ok = pred == gold
+                res["outputs"].append(encode(pred))
             else:
-                ok = _same_stdout(_run_stdin(code, t["input"], timeout), t["output"])
+                res["outputs"].append(_run_stdin(code, inp, timeout))
         except _PopuloraTimeout:
             res.update(status="timeout", detail="test %d: time limit %ss" % (i, timeout))
-            return res
+            break
         except BaseException as e:
             res.update(status="error", detail="test %d: %s: %s" % (i, type(e).__name__, str(e)[:200]))
-            return res
-        if not ok:
-            res.update(status="fail", detail="test %d: wrong answer" % i)
-            return res
-        res["passed"] += 1
-    return res
+            break
+    return _json.dumps(res)
 """

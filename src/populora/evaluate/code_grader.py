@@ -81,36 +81,72 @@ class CodeLimits:
 
 def lcb_job(item: Item, code: str, limits: CodeLimits) -> tuple[str, str]:
     """(program, call) for one LiveCodeBench candidate."""
+    from populora.evaluate.ground_truth import HARNESS_SOURCE
+
     payload = {
         "code": code,
-        "tests": item.meta["tests"],
+        "inputs": [t["input"] for t in item.meta["tests"]],  # never the expected outputs
         "fn_name": item.meta.get("fn_name"),
         "timeout": limits.lcb_timeout_s,
     }
-    return LCB_CHECKER + f"\n_PAYLOAD = {json.dumps(json.dumps(payload))}\n", "_populora_lcb()"
+    program = HARNESS_SOURCE + "\n" + LCB_CHECKER
+    return program + f"\n_PAYLOAD = {json.dumps(json.dumps(payload))}\n", "_populora_lcb()"
 
 
 def _job_timeout(limits: CodeLimits, item: Item) -> float:
     return limits.lcb_timeout_s * (len(item.meta["tests"]) + 1) + 10
 
 
-def _parse(outcome) -> dict | None:
-    import ast
+def _lines(s: str) -> list[str]:
+    return [line.strip() for line in s.strip().split("\n")]
 
-    if outcome.status != "ok" or outcome.value_repr is None:
-        return None
+
+def _decimals(line: str):
+    from decimal import Decimal
+
     try:
-        value = ast.literal_eval(outcome.value_repr)
-    except (ValueError, SyntaxError):
-        return None
-    return value if isinstance(value, dict) else None
+        return True, [Decimal(x) for x in line.split()]
+    except Exception:  # noqa: BLE001 - not numbers
+        return False, []
 
 
-def _lcb_result(outcome) -> CodeResult:
-    v = _parse(outcome)
-    if v is None:
+def lcb_same_stdout(pred: str, gold: str) -> bool:
+    """lcb_runner's stdin comparison: stripped lines equal, or equal as `Decimal` numbers."""
+    a, b = _lines(pred), _lines(gold)
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b, strict=True):
+        if x == y:
+            continue
+        okx, dx = _decimals(x)
+        oky, dy = _decimals(y)
+        if not (okx and oky and dx == dy):
+            return False
+    return True
+
+
+def _lcb_result(item: Item, outcome) -> CodeResult:
+    from populora.evaluate.ground_truth import parse_run
+
+    run = parse_run(outcome.value_repr) if outcome.status == "ok" else None
+    if run is None:
         return CodeResult(False, outcome.status, f"sandbox: {outcome.error_type or ''}".strip())
-    return CodeResult(v["status"] == "pass" and v["passed"] == v["n"], v["status"], v.get("detail", ""))
+    tests = item.meta["tests"]
+    fn = item.meta.get("fn_name")
+    for i, out in enumerate(run["outputs"][: len(tests)]):
+        try:
+            ok = (
+                out == json.loads(tests[i]["output"]) if fn else lcb_same_stdout(str(out), tests[i]["output"])
+            )
+        except Exception:  # noqa: BLE001 - an unreadable expected output fails the test, never the grader
+            ok = False
+        if not ok:
+            return CodeResult(False, "fail", f"test {i}: wrong answer")
+    if run["status"] != "pass":
+        return CodeResult(False, run["status"], run.get("detail", ""))
+    if len(run["outputs"]) != len(tests):
+        return CodeResult(False, "fail", f"{len(run['outputs'])} outputs for {len(tests)} tests")
+    return CodeResult(True, "pass", "")
 
 
 class CodeGrader:
@@ -155,6 +191,6 @@ class CodeGrader:
             part = idxs[s : s + chunk]
             jobs = [lcb_job(pairs[i][0], pairs[i][1], self.limits) for i in part]
             for i, out in zip(part, sb.run_many(jobs, limits=lim), strict=True):
-                results[i] = _lcb_result(out)
+                results[i] = _lcb_result(pairs[i][0], out)
             if progress:
                 progress(len(part))
