@@ -57,3 +57,12 @@ def test_seed_command_reads_the_bundled_seeds(monkeypatch):
     monkeypatch.delenv("POPULORA_DATA_DIR", raising=False)
     rows = read_azr_seed(resolve_data_dir() / "azr_seed" / "7b_coder_seed_io.jsonl", "code_o")
     assert len(rows) > 100
+
+
+def test_seed_command_names_a_missing_data_dir(tmp_path):
+    from typer.testing import CliRunner
+
+    from populora.cli import app
+
+    r = CliRunner().invoke(app, ["tasks", "seeds", "--data-dir", str(tmp_path / "gone")])
+    assert r.exit_code == 2 and "gone" in r.output and "POPULORA_DATA_DIR" in r.output
