@@ -84,29 +84,35 @@ def _dense_merge(parents, rng: Rng, merge):
 
 
 @operator("X1", 2, "crossover", dense=True)
-def x1_dare(parents, rng: Rng, *, p: float = 0.5, space: str = "delta"):
-    """D = 1/2 (M1 * D1 + M2 * D2) / (1 - p), M_k ~ Bernoulli(1 - p) independent per entry, then truncated SVD to rank r."""
+def x1_dare(parents, rng: Rng, *, p: float = 0.5, combine: str = "sum", space: str = "delta"):
+    """D = w (M1 * D1 + M2 * D2) / (1 - p), M_k ~ Bernoulli(1 - p) per entry, w = 1 (combine='sum', the paper's main text) or 1/2 ('mean'), then truncated SVD to rank r."""
     p = check_fraction("X1", "p", p, hi_open=True)
     if space not in ("delta", "factor"):
         raise OperatorError(
             f"operator X1: space={space!r} must be 'delta' (default, gauge-invariant) or 'factor'."
         )
+    if combine not in ("sum", "mean"):
+        raise OperatorError(
+            f"operator X1: combine={combine!r} must be 'sum' (paper main text: drop, rescale, then sum) "
+            "or 'mean' (paper appendix: then averaged)."
+        )
+    w = 1.0 if combine == "sum" else 0.5
     if space == "factor":
-        return _dare_factor(parents, rng, p)
-    if p == 0:  # no drop: exactly task arithmetic (X5), same code path
-        return _linear(parents, rng, lambda *_: (0.5, 0.5))
+        return _dare_factor(parents, rng, p, w)
+    if p == 0:  # no drop: exactly task arithmetic (X5 for 'mean'), same code path
+        return _linear(parents, rng, lambda *_: (w, w))
 
     def merge(name, d1, d2, g):
         for d in (d1, d2):  # in place on our own temporaries: the masks are the dominant cost at 7B shapes
             d.masked_fill_(torch.rand(d.shape, generator=g, dtype=d.dtype).to(d.device) < p, 0)
         d1 += d2
-        return d1.mul_(0.5 / (1 - p))
+        return d1.mul_(w / (1 - p))
 
     return _dense_merge(parents, rng, merge)
 
 
-def _dare_factor(parents, rng: Rng, p: float):
-    """DARE on the factors (A_c = mean of masked A_k / (1 - p), B_c likewise): valid only for same-gauge parents."""
+def _dare_factor(parents, rng: Rng, p: float, w: float = 0.5):
+    """DARE on the factors (A_c = w * sum of masked A_k / (1 - p), B_c likewise): valid only for same-gauge parents."""
     p1, p2 = parents
     out = {}
     for name in p1.modules:
@@ -114,7 +120,7 @@ def _dare_factor(parents, rng: Rng, p: float):
         g = rng.gen(name)
 
         a1, a2, b1, b2 = (_drop(t, p, g) for t in (a1, a2, b1, b2))
-        out[name] = _cast(0.5 * (a1 + a2), 0.5 * (b1 + b2), la, lb)
+        out[name] = _cast(w * (a1 + a2), w * (b1 + b2), la, lb)
     return out, {}
 
 
@@ -187,30 +193,29 @@ def x3_subspace(parents, rng: Rng, *, k: int | str = "half"):
 def x4_extrapolate(
     parents, rng: Rng, *, t: float = 1.5, norm_cap: float | None = 1.5, cos_gate: float | None = 0.5
 ):
-    """D = t D1 + (1 - t) D2 with t > 1, extrapolating past parent 1 (the better one) away from parent 2; X5 where cos(D1, D2) < cos_gate."""
+    """D = t D1 + (1 - t) D2 with t > 1, extrapolating past parent 1 (the better one) away from parent 2; declines (applies X5, reported) if cos(D1, D2) < cos_gate."""
     t = float(t)
     if norm_cap is not None:
         check_nonneg("X4", "norm_cap", norm_cap)
-    fallback: list[str] = []
-
-    def coeffs(name, a1, b1, a2, b2):
-        if cos_gate is None:
-            return t, 1 - t
-        n1, n2, ip = gram3(b1, a1, b2, a2)
-        cos = ip / math.sqrt(n1 * n2) if n1 > 0 and n2 > 0 else 0.0
-        if cos < cos_gate:  # extrapolating between unrelated parents is destructive (measured cos -0.27)
-            fallback.append(name)
-            return 0.5, 0.5
-        return t, 1 - t
-
     p1, p2 = parents
+    cos = _adapter_cos(p1, p2)
+    if cos_gate is not None and cos < float(cos_gate):
+        # Extrapolating between unrelated parents is destructive (measured cos -0.27 with parent 1). X4 then
+        # declines and applies X5 with its own seed stream, so the lineage names what was done and
+        # apply("X5", parents, seed, weight=0.5) rebuilds this very child.
+        out, info = x5_linear.__wrapped__(parents, Rng("X5", rng.seed), weight=0.5)
+        reason = f"cos(D1, D2) = {cos:.3f} < cos_gate = {float(cos_gate):g}: averaged (X5) instead"
+        return out, {
+            **info,
+            "cos": cos,
+            "applied": {"operator": "X5", "params": {"weight": 0.5}, "reason": reason},
+        }
     r = p1.rank
     out, loss = {}, _Loss()
     capped = 0
     for name in p1.modules:
         a1, b1, a2, b2, la, lb = _pair(p1, p2, name)
-        c1, c2 = coeffs(name, a1, b1, a2, b2)
-        u, s, v, kept, total = lincomb([(c1, b1, a1), (c2, b2, a2)], r)
+        u, s, v, kept, total = lincomb([(t, b1, a1), (1 - t, b2, a2)], r)
         if norm_cap is not None and total > 0:
             limit = norm_cap * math.sqrt(max(sq_norm(b1, a1), sq_norm(b2, a2)))
             if math.sqrt(total) > limit:
@@ -218,7 +223,17 @@ def x4_extrapolate(
                 capped += 1
         out[name] = _cast(*refactor(u, s, v, r, rng.gen(name)), la, lb)
         loss.add(kept, total)
-    return out, {**loss.info(), "gated_to_X5": fallback, "norm_capped_slots": capped}
+    return out, {**loss.info(), "cos": cos, "norm_capped_slots": capped}
+
+
+def _adapter_cos(p1: LoRAAdapter, p2: LoRAAdapter) -> float:
+    """cos(D1, D2) over the whole adapter (all slots' deltas concatenated), in fp64 via r x r Gram matrices."""
+    n1 = n2 = ip = 0.0
+    for name in p1.modules:
+        a1, b1, a2, b2, _, _ = _pair(p1, p2, name)
+        s1, s2, x = gram3(b1, a1, b2, a2)
+        n1, n2, ip = n1 + s1, n2 + s2, ip + x
+    return ip / math.sqrt(n1 * n2) if n1 > 0 and n2 > 0 else 0.0
 
 
 @operator("X5", 2, "crossover")
