@@ -16,8 +16,18 @@ import re
 import torch
 
 from populora.lora.adapter import LoRAAdapter
-from populora.operators.elementwise import della_sample, disjoint_mean, trim_topk
-from populora.operators.linalg import compute_dtype, fsvd, gram3, lincomb, refactor, sq_norm, threads, tsvd
+from populora.operators.elementwise import TopK, bernoulli, della_sample, disjoint_mean
+from populora.operators.linalg import (
+    compute_dtype,
+    exact_svd_wanted,
+    fsvd,
+    gram3,
+    lincomb,
+    refactor,
+    sq_norm,
+    threads,
+    tsvd,
+)
 from populora.operators.registry import OperatorError, Rng, check_fraction, check_nonneg, operator
 
 
@@ -66,21 +76,57 @@ def _linear(parents, rng: Rng, coeffs_of, extra: dict | None = None):
     return out, {**loss.info(), **(extra or {})}
 
 
-def _dense_merge(parents, rng: Rng, merge):
-    """child = rank-r truncated SVD of `merge(name, D0, D1, gen)` (a dense d x n matrix) per slot."""
+# Entries per row block of the element-wise merges: the block's temporaries (masks, ranks, products) stay
+# in cache, and one block's allocations are reused by the allocator for the next.
+BLOCK_ENTRIES = 1 << 20
+
+
+def _dense_merge(parents, rng: Rng, merge, prepare=None, oversample: int = 8):
+    """child = rank-r truncated SVD of the element-wise merge of D1 and D2, per slot.
+
+    Per slot: both deltas are formed once, into two buffers reused across slots (a fresh 51 MB tensor per
+    step costs more in page faults than the arithmetic); `ctx = prepare(D1, D2)` computes whole-slot
+    statistics (TIES thresholds, X9's eps); `merge(d1, d2, gen, ctx)` then runs on row blocks in place into
+    D1, each block with its own generator `(slot, first row)` (deterministic, order-free). The truncated SVD
+    of big slots starts from the top right singular vectors of D1 + D2 (2 passes over the merge, see tsvd).
+    """
     p1, p2 = parents
     r = p1.rank
     out, loss = {}, _Loss()
+    first = next(iter(p1.modules.values()))
+    cd = compute_dtype(first[0])
+    numel = max(b.shape[0] * a.shape[1] for a, b in p1.modules.values())
+    buf1 = torch.empty(numel, dtype=cd, device=first[0].device)
+    buf2 = torch.empty_like(buf1)
     for name in p1.modules:
         a1, b1, a2, b2, la, lb = _pair(p1, p2, name)
+        d, n = b1.shape[0], a1.shape[1]
+        d1 = torch.matmul(b1, a1, out=buf1[: d * n].view(d, n))
+        d2 = torch.matmul(b2, a2, out=buf2[: d * n].view(d, n))
+        ctx = prepare(d1, d2) if prepare is not None else None
+        rows = max(1, BLOCK_ENTRIES // n)
+        for i in range(0, d, rows):
+            merge(d1[i : i + rows], d2[i : i + rows], rng.gen(name, i), ctx)
         g = rng.gen(name)
-        dc = merge(name, b1 @ a1, b2 @ a2, g)
-        u, s, v = tsvd(dc, r, g)
-        loss.add(float((s.double() ** 2).sum()), float(torch.linalg.vector_norm(dc)) ** 2)
-        del dc
+        start = None
+        if not exact_svd_wanted(d, n, r, oversample):
+            start = _signal_start(b1, a1, b2, a2, r + oversample, g)
+        u, s, v = tsvd(d1, r, g, oversample=oversample, start=start)
+        loss.add(float((s.double() ** 2).sum()), float(torch.linalg.vector_norm(d1)) ** 2)
         with threads(1):
             out[name] = _cast(*refactor(u, s, v, r, g), la, lb)
     return out, loss.info()
+
+
+def _signal_start(b1, a1, b2, a2, k: int, g: torch.Generator) -> torch.Tensor:
+    """[n, k] orthonormal start for the range finder: top right singular vectors of D1 + D2 (factored, exact),
+    padded with Gaussian columns when D1 + D2 has fewer than k of them (rank < k)."""
+    with threads(1):
+        _, _, v, _, _ = lincomb([(1.0, b1, a1), (1.0, b2, a2)], k)
+    if v.shape[1] < k:
+        extra = torch.randn(v.shape[0], k - v.shape[1], generator=g, dtype=torch.float64)
+        v = torch.cat([v, extra.to(dtype=v.dtype, device=v.device)], dim=1)
+    return v
 
 
 @operator("X1", 2, "crossover", dense=True)
@@ -102,11 +148,10 @@ def x1_dare(parents, rng: Rng, *, p: float = 0.5, combine: str = "sum", space: s
     if p == 0:  # no drop: exactly task arithmetic (X5 for 'mean'), same code path
         return _linear(parents, rng, lambda *_: (w, w))
 
-    def merge(name, d1, d2, g):
-        for d in (d1, d2):  # in place on our own temporaries: the masks are the dominant cost at 7B shapes
-            d.masked_fill_(torch.rand(d.shape, generator=g, dtype=d.dtype).to(d.device) < p, 0)
-        d1 += d2
-        return d1.mul_(w / (1 - p))
+    def merge(d1, d2, g, ctx):  # in place on our own buffers; masks from 16 random bits per entry
+        d1.mul_(bernoulli(1 - p, g, tuple(d1.shape), d1.dtype).to(d1.device))
+        d2.mul_(bernoulli(1 - p, g, tuple(d2.shape), d2.dtype).to(d2.device))
+        d1.add_(d2).mul_(w / (1 - p))
 
     return _dense_merge(parents, rng, merge)
 
@@ -248,10 +293,14 @@ def x6_ties(parents, rng: Rng, *, density: float = 0.2, lam: float = 1.0):
     """D = lam * disjoint_mean(trim_density(D1), trim_density(D2)) with signs elected by sgn(sum), then truncated SVD."""
     density = check_fraction("X6", "density", density, lo_open=True)
 
-    def merge(name, d1, d2, g):
-        return disjoint_mean([trim_topk(d1, density), trim_topk(d2, density)]).mul_(lam)
+    def prepare(d1, d2):
+        return [TopK(d1, density), TopK(d2, density)]
 
-    return _dense_merge(parents, rng, merge)
+    def merge(d1, d2, g, ctx):
+        t1, t2 = ctx[0].trim(d1), ctx[1].trim(d2)
+        d1.copy_(disjoint_mean([t1, t2])).mul_(lam)
+
+    return _dense_merge(parents, rng, merge, prepare)
 
 
 @operator("X7", 2, "crossover", dense=True)
@@ -264,10 +313,9 @@ def x7_della(parents, rng: Rng, *, density: float = 0.7, window: float = 0.14, l
             f"(got density={density}, window={window})."
         )
 
-    def merge(name, d1, d2, g):
-        return disjoint_mean(
-            [della_sample(d1, density, window, g), della_sample(d2, density, window, g)]
-        ).mul_(lam)
+    def merge(d1, d2, g, ctx):
+        t1, t2 = della_sample(d1, density, window, g), della_sample(d2, density, window, g)
+        d1.copy_(disjoint_mean([t1, t2])).mul_(lam)
 
     return _dense_merge(parents, rng, merge)
 
@@ -300,17 +348,24 @@ def x9_fisher(parents, rng: Rng, *, eps_rel: float = 1e-6, normalize: bool = Fal
     """D = (F1 D1 + F2 D2) / (F1 + F2 + eps), F_k = D_k^2 (squared-weight Fisher proxy), eps = eps_rel * mean(F1 + F2)."""
     eps_rel = check_nonneg("X9", "eps_rel", eps_rel)
 
-    def merge(name, d1, d2, g):
+    def prepare(d1, d2):
+        # whole-slot means of F_k = D_k^2 (for eps and the optional normalisation)
+        m1 = float(torch.linalg.vector_norm(d1)) ** 2 / d1.numel()
+        m2 = float(torch.linalg.vector_norm(d2)) ** 2 / d2.numel()
+        c1, c2 = (1 / max(m1, 1e-30), 1 / max(m2, 1e-30)) if normalize else (1.0, 1.0)
+        eps = eps_rel * (c1 * m1 + c2 * m2)
+        return c1, c2, eps if eps > 0 else 1e-30
+
+    def merge(d1, d2, g, ctx):
+        c1, c2, eps = ctx
         f1, f2 = d1 * d1, d2 * d2
         if normalize:  # invariance to the parents' overall scales
-            f1 = f1 / f1.mean().clamp_min(1e-30)
-            f2 = f2 / f2.mean().clamp_min(1e-30)
-        den = f1 + f2
-        eps = eps_rel * float(den.mean())
-        num = f1.mul_(d1).add_(f2.mul_(d2))
-        return num.div_(den.add_(eps if eps > 0 else 1e-30))
+            f1.mul_(c1)
+            f2.mul_(c2)
+        den = (f1 + f2).add_(eps)
+        d1.copy_(f1.mul_(d1).add_(f2.mul_(d2)).div_(den))
 
-    return _dense_merge(parents, rng, merge)
+    return _dense_merge(parents, rng, merge, prepare)
 
 
 @operator("I1", 1, "identity")
