@@ -101,17 +101,26 @@ def _dense_merge(parents, rng: Rng, merge, prepare=None, oversample: int = 8):
     for name in p1.modules:
         a1, b1, a2, b2, la, lb = _pair(p1, p2, name)
         d, n = b1.shape[0], a1.shape[1]
-        d1 = torch.matmul(b1, a1, out=buf1[: d * n].view(d, n))
-        d2 = torch.matmul(b2, a2, out=buf2[: d * n].view(d, n))
-        ctx = prepare(d1, d2) if prepare is not None else None
+        d1, d2 = buf1[: d * n].view(d, n), buf2[: d * n].view(d, n)
+        g = rng.gen(name)
+        exact = exact_svd_wanted(d, n, r, oversample)
+        start = None if exact else _signal_start(b1, a1, b2, a2, r + oversample, g)
+        y = None if exact else d1.new_empty(d, start.shape[1])
+        ctx = None
+        if prepare is not None:  # whole-slot statistics need both deltas first
+            torch.matmul(b1, a1, out=d1)
+            torch.matmul(b2, a2, out=d2)
+            ctx = prepare(d1, d2)
         rows = max(1, BLOCK_ENTRIES // n)
         for i in range(0, d, rows):
-            merge(d1[i : i + rows], d2[i : i + rows], rng.gen(name, i), ctx)
-        g = rng.gen(name)
-        start = None
-        if not exact_svd_wanted(d, n, r, oversample):
-            start = _signal_start(b1, a1, b2, a2, r + oversample, g)
-        u, s, v = tsvd(d1, r, g, oversample=oversample, start=start)
+            blk1, blk2 = d1[i : i + rows], d2[i : i + rows]
+            if prepare is None:  # form the block where it is merged: it stays in cache for the merge
+                torch.matmul(b1[i : i + rows], a1, out=blk1)
+                torch.matmul(b2[i : i + rows], a2, out=blk2)
+            merge(blk1, blk2, rng.gen(name, i), ctx)
+            if y is not None:  # the range finder's first pass, on the block while it is in cache
+                torch.matmul(blk1, start, out=y[i : i + rows])
+        u, s, v = tsvd(d1, r, g, oversample=oversample, start=start, sketch=y)
         loss.add(float((s.double() ** 2).sum()), float(torch.linalg.vector_norm(d1)) ** 2)
         with threads(1):
             out[name] = _cast(*refactor(u, s, v, r, g), la, lb)

@@ -142,6 +142,7 @@ def tsvd(
     oversample: int = 8,
     power_iters: int = 2,
     start: torch.Tensor | None = None,
+    sketch: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Top-r SVD (U, S, V) of a dense matrix: exact when small, else Halko-Martinsson-Tropp with `gen`.
 
@@ -149,6 +150,7 @@ def tsvd(
     top right singular vectors of D1 + D2, which already span the merged delta's signal, so no power iteration
     is needed (2 passes over the matrix instead of 6; measured captured energy vs the exact SVD within 3e-4 of
     the Gaussian start with 2 power iterations, better in most cases; README "Operators and speed").
+    `sketch` = `dense @ start` when the caller already computed it (block by block, while in cache).
     """
     d, n = dense.shape
     if exact_svd_wanted(d, n, r, oversample):
@@ -162,7 +164,7 @@ def tsvd(
         omega = torch.randn(n, k, generator=gen, dtype=torch.float64).to(
             dtype=dense.dtype, device=dense.device
         )
-    q = _qr_q(dense @ omega)
+    q = _qr_q(sketch if sketch is not None and start is not None else dense @ omega)
     for _ in range(power_iters):
         z = _qr_q(dense.T @ q)
         q = _qr_q(dense @ z)
