@@ -114,3 +114,10 @@ def test_evolve_refuses_to_overwrite_without_force_and_never_a_parent(folders):
     assert res.exit_code == 0 and (kid / "adapter_model.safetensors").read_bytes() != first
     (tmp / "empty").mkdir()
     assert runner.invoke(app, ["evolve", "M1", "-p", str(fa), "-o", str(tmp / "empty")]).exit_code == 0
+
+
+def test_evolve_says_when_x4_declined(folders):
+    fa, fb, tmp = folders  # unrelated random parents: cos ~ 0 < 0.5
+    res = runner.invoke(app, ["evolve", "X4", "-p", str(fa), "-p", str(fb), "-o", str(tmp / "x4")])
+    assert res.exit_code == 0, res.output
+    assert "X4 declined" in res.output and "applied X5" in res.output

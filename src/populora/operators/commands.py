@@ -149,6 +149,9 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
             _fail(str(e))
             return
         console.print(f"[bold]{operator.name}[/] ({operator.summary})")
+        lineage = child.metadata.get("lineage", {})
+        if lineage.get("operator", operator.name) != operator.name:  # e.g. X4 below its cosine gate
+            console.print(f"{operator.name} declined ({lineage['declined']}); applied {lineage['operator']}.")
         console.print(
             f"wrote {out}: {len(child.modules)} modules, rank {child.rank}, alpha {child.alpha:g}, seed {seed}"
         )
