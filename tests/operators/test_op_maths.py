@@ -65,6 +65,11 @@ def test_kth_largest_bracketed_path_is_exact():
     v = torch.randn(300_000, generator=g).abs()
     for k in (1, 17, 60_000, 299_999):
         assert kth_largest(v, k) == v.kthvalue(v.numel() - k + 1).values
+    from populora.operators.elementwise import kth_largest_and_count
+
+    w = v.round(decimals=2)  # many ties: the count of entries strictly above the threshold must be exact
+    t, greater = kth_largest_and_count(w, 60_000)
+    assert t == w.kthvalue(w.numel() - 60_000 + 1).values and greater == int((w > t).sum())
 
 
 # ---- TIES / DELLA element-wise maths ----------------------------------------------------------------------
