@@ -538,6 +538,7 @@ def validate(cfg: Config) -> Config:
     """Check value ranges and cross-field constraints; raise ConfigError with a one-line fix."""
     t, p, e, r, lo, tk = cfg.train, cfg.population, cfg.evolution, cfg.rl, cfg.lora, cfg.tasks
     _require(t.steps >= 1, f"train.steps: must be >= 1, got {t.steps}; set e.g. --set train.steps=10.")
+    _require(t.seed >= 0, f"train.seed: must be >= 0 (numpy and torch seeds are unsigned), got {t.seed}.")
     _require(
         t.checkpoint_every >= 1,
         f"train.checkpoint_every: must be >= 1, got {t.checkpoint_every}; set e.g. --set train.checkpoint_every=5.",
