@@ -9,7 +9,7 @@ Layout (the same as the ``shared/data`` folder of the project's own machines, so
 `resolve_data_dir` picks the root: an explicit ``--data-dir``, else ``POPULORA_DATA_DIR``, else this bundled
 copy, so an installed wheel or a clone anywhere evaluates and seeds with nothing else. Readers accept a
 file either plain or gzip-compressed (``name`` or ``name.gz``), so an override folder may hold either.
-Sources and licences of each file: ``NOTICE.md`` next to this module.
+Sources and licences of each file: ``src/populora/data/NOTICE.md``.
 """
 
 from __future__ import annotations
