@@ -3,7 +3,7 @@
 The same samples (canonical, wrong, base-only-right and pathological kinds, over 41 tasks) are graded by
 evalplus's own ``trusted_exec``/``untrusted_check`` and by `CodeGrader`; each verdict is the pair (base
 passes, base and plus pass). The only differences allowed are `agreement.KNOWN_DIFFERENCES` (evalplus is
-wrong or gamed) and, while the sandbox refuses threads, the thread samples (reported, see the README).
+wrong or gamed). numpy and thread samples run in the sandbox's evaluation profile and must agree.
 evalplus is a dev dependency installed without its heavy dependencies (``pip install --no-deps``).
 """
 
@@ -48,3 +48,16 @@ def test_documented_differences_are_the_ones_we_expect(result):
         if d["kind"] == "always_eq":  # evalplus is gamed; we are not
             assert d["evalplus"] == [True, True] and d["populora"] == [False, False]
     assert any(d["task"] == "HumanEval/32" for d in result["expected_differences"])
+
+
+def test_numpy_and_thread_samples_agree(result):
+    import os
+
+    if os.geteuid() == 0:  # where every layer is in force, the evaluation profile grants threads
+        assert result["threads_allowed"]
+    kinds = {r["kind"] for r in result["rows"]}
+    assert {"numpy", "numpy_scalar", "thread"} <= kinds
+    if result["threads_allowed"]:
+        assert not [
+            d for d in result["expected_differences"] if d["kind"] in ("numpy", "numpy_scalar", "thread")
+        ]

@@ -322,15 +322,12 @@ def reliability_guard(code):
 
 
 def _prepare(P):
-    # numpy is allowed as in evalplus: its folder is put on the path (the worker starts without site-packages)
-    # and its BLAS kept to one thread (evalplus sets OMP_NUM_THREADS=1 too).
+    # numpy is allowed as in evalplus: the sandbox's evaluation profile makes it importable (and preloads it)
+    # and its BLAS is kept to one thread (evalplus sets OMP_NUM_THREADS=1 too).
     import os
 
     for key in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[key] = "1"
-    for path in P.get("extra_path") or ():
-        if path not in _sys.path:
-            _sys.path.append(path)
     if "numpy" in P["code"]:
         # Loaded before the guard (its import reads files and the working directory), as in evalplus's
         # process, where numpy is already imported when the candidate runs.

@@ -46,7 +46,8 @@ KNOWN_DIFFERENCES = {
     "True passes there; our comparison runs outside on plain data and fails it",
     "find_zero": "evalplus 0.3.1 never marks a passing find_zero input as passed (HumanEval/32 always fails)",
 }
-#: Kinds that need a capability the sandbox may not grant yet (reported by `sandbox_allows_threads`).
+#: Kinds that need threads, which the sandbox's evaluation profile grants where seccomp works (reported by
+#: `sandbox_allows_threads`; elsewhere these samples are expected to differ).
 NEEDS_THREADS = ("thread",)
 
 
@@ -250,7 +251,7 @@ def expected_difference(s: Sample, threads_ok: bool) -> str | None:
     if _entry(s.item) == "find_zero" and s.item.meta["dataset"] == "humaneval":
         return KNOWN_DIFFERENCES["find_zero"]
     if s.kind in NEEDS_THREADS and not threads_ok:
-        return "the sandbox does not let a job start a thread yet (RLIMIT_NPROC=0)"
+        return "the sandbox's evaluation profile cannot grant threads on this machine (no seccomp filter)"
     return None
 
 
@@ -258,7 +259,7 @@ def sandbox_allows_threads() -> bool:
     from populora.sandbox import LAZY_MODULES, Sandbox
 
     prog = "import threading\ndef f():\n    t = threading.Thread(target=lambda: None)\n    t.start()\n    t.join()\n"
-    with Sandbox(workers=1, lazy=LAZY_MODULES) as sb:
+    with Sandbox(workers=1, lazy=LAZY_MODULES, profile="eval") as sb:
         return sb.run(prog + "    return 1\n", "f()").status == "ok"
 
 

@@ -29,7 +29,8 @@ from populora.evaluate.data import Item
 
 #: Standard-library modules evalplus lets a solution import, loaded in the evaluation sandbox's workers so a
 #: job can use them even where it cannot read the interpreter's files. Modules that register at-fork hooks
-#: (threads, the pseudo-random generator, and what imports them) are loaded per job instead (`EVAL_LAZY`).
+#: are loaded per job instead (`EVAL_LAZY_EXTRA`). numpy (with the standard-library modules it imports) and
+#: threads come with the sandbox's evaluation profile (`Sandbox(profile="eval")`).
 EVAL_PRELOAD_EXTRA: tuple[str, ...] = (
     "signal",
     "csv",
@@ -42,18 +43,6 @@ EVAL_PRELOAD_EXTRA: tuple[str, ...] = (
     "ipaddress",
     "locale",
     "shutil",
-    # numpy's own standard-library imports, so `import numpy` works in a job (its folder goes on the path).
-    "contextvars",
-    "ctypes",
-    "inspect",
-    "pickle",
-    "platform",
-    "dis",
-    "linecache",
-    "tokenize",
-    "traceback",
-    "reprlib",
-    "warnings",
 )
 EVAL_LAZY_EXTRA: tuple[str, ...] = ("tempfile", "concurrent.futures", "multiprocessing", "subprocess")
 
@@ -161,7 +150,7 @@ class CodeGrader:
 
         preload = tuple(dict.fromkeys((*DEFAULT_PRELOAD, *EVAL_PRELOAD_EXTRA)))
         lazy = tuple(dict.fromkeys((*LAZY_MODULES, *EVAL_LAZY_EXTRA)))
-        return Sandbox(workers=self.workers, preload=preload, lazy=lazy)
+        return Sandbox(workers=self.workers, preload=preload, lazy=lazy, profile="eval")
 
     def grade(
         self, pairs: Sequence[tuple[Item, str]], progress: Callable[[int], None] | None = None

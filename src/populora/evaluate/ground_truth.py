@@ -57,21 +57,8 @@ def job(item: Item, code: str, inputs: list, limits: list[float] | None, budget:
         "limits": limits,
         "budget": budget,
         "trusted": trusted,
-        "extra_path": numpy_path(code),
     }
     return HARNESS_SOURCE + f"\n_PAYLOAD = {json.dumps(json.dumps(payload))}\n", "populora_run(_PAYLOAD)"
-
-
-def numpy_path(code: str) -> list[str]:
-    """The folder holding numpy, for a program that names it (the sandbox worker runs without site-packages)."""
-    if "numpy" not in code:
-        return []
-    import importlib.util
-
-    spec = importlib.util.find_spec("numpy")
-    if spec is None or not spec.origin:
-        return []
-    return [str(Path(spec.origin).resolve().parent.parent)]
 
 
 def _key(item: Item, phase: str) -> str:

@@ -251,7 +251,11 @@ def evaluate_target(target, members, opts: EvalOptions, generator=None) -> EvalR
         task = prog.add_task(
             f"generate ({len(adapters)} members × {len(flat)} prompts)", total=len(adapters) * len(flat)
         )
-        texts = _generate_by_kind(gen, adapters, flat, prompts, opts, lambda n: prog.advance(task, n))
+        try:
+            texts = _generate_by_kind(gen, adapters, flat, prompts, opts, lambda n: prog.advance(task, n))
+        finally:
+            if generator is None and hasattr(gen, "close"):
+                gen.close()  # ours: stop vLLM's engine-core process before grading (a caller's stays open)
         gtask = prog.add_task("grade", total=len(adapters) * len(flat))
         for m in adapters:
             graded = grade(flat, texts[m], prompts, opts, lambda n: prog.advance(gtask, n))
