@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 from populora.evaluate._checkers import LCB_CHECKER
 from populora.evaluate.data import Item
+from populora.evaluate.items import CodeLimits, CodeResult  # noqa: F401  (re-exported: the grader's API)
 
 #: Standard-library modules evalplus lets a solution import, loaded in the evaluation sandbox's workers so a
 #: job can use them even where it cannot read the interpreter's files. Modules that register at-fork hooks
@@ -45,27 +45,6 @@ EVAL_PRELOAD_EXTRA: tuple[str, ...] = (
     "shutil",
 )
 EVAL_LAZY_EXTRA: tuple[str, ...] = ("tempfile", "concurrent.futures", "multiprocessing", "subprocess")
-
-
-@dataclass(frozen=True)
-class CodeResult:
-    """How one candidate fared. ``passed`` is the pass@1 bit (EvalPlus: base AND plus tests pass)."""
-
-    passed: bool
-    status: str  # "pass" | "fail" | "timeout" | "error" | "gt_error" | sandbox status
-    detail: str = ""
-    base_passed: bool | None = None
-
-
-@dataclass(frozen=True)
-class CodeLimits:
-    min_time_limit: float = 10.0
-    gt_time_limit_factor: float = 8.0
-    task_timeout: float = 60.0  # EVALPLUS_TIMEOUT_PER_TASK
-    lcb_timeout_s: float = 6.0  # lcb_runner's default per-test timeout
-    memory_mb: int = 4096  # EvalPlus's EVALPLUS_MAX_MEMORY_BYTES default (4 GiB)
-    plus: bool = True  # run the plus tests (False: base tests only, "HumanEval" rather than "HumanEval+")
-    gt_cache: bool = True  # keep expected outputs on disk ($XDG_CACHE_HOME/populora/evalplus-gt)
 
 
 def lcb_job(item: Item, code: str, limits: CodeLimits) -> tuple[str, str]:

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from populora.evaluate import ground_truth as gtm
-from populora.evaluate.code_grader import CodeLimits, CodeResult
 from populora.evaluate.data import Item
 from populora.evaluate.evalplus_compare import judge_phase
+from populora.evaluate.items import CodeLimits, CodeResult
 
 
 def _phase_limits(gt: gtm.GroundTruth, limits: CodeLimits) -> tuple[list[float], float]:
