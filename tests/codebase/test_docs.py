@@ -1,4 +1,4 @@
-"""The docs match the tree: the README's Layout section lists what src/populora holds (and nothing else), and
+"""The docs match the tree: the Layout section of docs/architecture.md lists what src/populora holds (and nothing else), and
 every path docs/architecture.md names exists."""
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ SRC = Path(populora.__file__).parent
 
 
 def _layout_block() -> str:
-    text = (ROOT / "README.md").read_text()
+    text = (ROOT / "docs" / "architecture.md").read_text()
     section = text.split("## Layout\n", 1)[1]
     return section.split("```\n", 2)[1]
 
 
-def test_readme_layout_lists_the_package_tree():
+def test_layout_lists_the_package_tree():
     block = _layout_block()
     listed = set(re.findall(r"^  ([\w.-]+/?)\s", block, flags=re.M))
     actual = {p.name + "/" for p in SRC.iterdir() if p.is_dir() and p.name != "__pycache__"}
@@ -28,7 +28,7 @@ def test_readme_layout_lists_the_package_tree():
         assert (ROOT / top).is_dir(), top
 
 
-def test_readme_layout_names_the_train_modules():
+def test_layout_names_the_train_modules():
     block = _layout_block()
     for name in (
         p.name for p in (SRC / "train").glob("*.py") if p.stem not in ("__init__", "commands", "bench")
