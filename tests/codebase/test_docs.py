@@ -3,10 +3,12 @@ every path docs/architecture.md names exists."""
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from pathlib import Path
 
 import populora
+import populora.config
 
 ROOT = Path(__file__).resolve().parents[2]
 SRC = Path(populora.__file__).parent
@@ -57,3 +59,20 @@ def test_source_points_only_at_documents_in_the_repository():
                 if not (ROOT / ref).exists():
                     bad.append(f"{path.relative_to(SRC)}:{n}: {ref}")
     assert not bad, "source refers to documents that are not in the repository:\n" + "\n".join(bad)
+
+
+def _gen_config():
+    spec = importlib.util.spec_from_file_location("gen_config", ROOT / "docs" / "gen_config.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_config_key_page_is_generated_and_current():
+    gen = _gen_config()
+    page = gen.PAGE.read_text()
+    assert gen.render(page) == page, "docs/config.md is out of date: run `python docs/gen_config.py`"
+    for key in populora.config.all_keys():  # every key has a row, and every row its field docstring
+        row = next((line for line in page.splitlines() if line.startswith(f"| `{key}` |")), None)
+        assert row is not None, key
+        assert populora.config.field_docs()[key].replace("|", "\\|") in row, key
