@@ -3,7 +3,7 @@
 The same samples (canonical, wrong, base-only-right and pathological kinds, over 41 tasks) are graded by
 evalplus's own ``trusted_exec``/``untrusted_check`` and by `CodeGrader`; each verdict is the pair (base
 passes, base and plus pass). The only differences allowed are `agreement.KNOWN_DIFFERENCES` (evalplus is
-wrong or gamed) and, while the sandbox refuses threads, the thread samples (reported, see the README).
+wrong or gamed) and, while the sandbox refuses threads, the thread samples (reported, see docs/evaluation.md).
 evalplus is a dev dependency installed without its heavy dependencies (``pip install --no-deps``).
 """
 
