@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import re
+import unicodedata
 from pathlib import Path
 
 import populora
@@ -76,3 +77,34 @@ def test_config_key_page_is_generated_and_current():
         row = next((line for line in page.splitlines() if line.startswith(f"| `{key}` |")), None)
         assert row is not None, key
         assert populora.config.field_docs()[key].replace("|", "\\|") in row, key
+
+
+def _anchors(page: Path) -> set[str]:
+    """The heading anchors MkDocs gives a page (Python-Markdown's toc `slugify` of the heading text)."""
+
+    def slugify(value: str, sep: str) -> str:
+        value = unicodedata.normalize("NFKD", value).encode("ascii", "ignore").decode("ascii")
+        return re.sub(r"[-\s]+", sep, re.sub(r"[^\w\s-]", "", value).strip().lower())
+
+    out, fence = set(), False
+    for line in page.read_text().splitlines():
+        if line.lstrip().startswith("```"):
+            fence = not fence
+        elif not fence and re.match(r"#{1,6} ", line):
+            out.add(slugify(line.lstrip("#").strip().replace("`", ""), "-"))
+    return out
+
+
+def test_readme_is_a_front_page_whose_links_resolve():
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= 200, (
+        "the README is the front page: keep it to 200 lines, move detail to docs/"
+    )
+    links = re.findall(r"\]\(([^)#\s]+)(?:#([^)\s]+))?\)", text)
+    assert links, "the README links into docs/"
+    for target, anchor in links:
+        if "://" in target:
+            continue
+        assert (ROOT / target).exists(), f"README links to {target}, which does not exist"
+        if anchor:
+            assert anchor in _anchors(ROOT / target), f"README links to {target}#{anchor}: no such heading"
