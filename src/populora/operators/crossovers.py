@@ -1,4 +1,4 @@
-"""Crossovers X1-X9 and identity controls I1, I2 (README, "LoRA weight-space evolution operators").
+"""Crossovers X1-X9 and identity controls I1, I2 (docs/operators.md).
 
 Merges happen on effective deltas `D_k = B_k A_k`, never on factors separately (factor averages create cross
 terms). Linear merges (X4, X5, X8) use the exact factored SVD of the stacked factors; element-wise ones (X1,

@@ -149,7 +149,7 @@ def tsvd(
     `start` ([n, k], k >= r + oversample) replaces the Gaussian test matrix: the element-wise merges pass the
     top right singular vectors of D1 + D2, which already span the merged delta's signal, so no power iteration
     is needed (2 passes over the matrix instead of 6; measured captured energy vs the exact SVD within 3e-4 of
-    the Gaussian start with 2 power iterations, better in most cases; README "Operators and speed").
+    the Gaussian start with 2 power iterations, better in most cases; docs/operators.md "How they work").
     `sketch` = `dense @ start` when the caller already computed it (block by block, while in cache).
     """
     d, n = dense.shape
