@@ -219,6 +219,17 @@ def test_max_statements_is_the_generator_difficulty_and_bench_reads_it_from_the_
     assert generator_settings(tmp_path / "none")["max_statements"] == MAX_STATEMENTS
 
 
+def test_the_samplers_defaults_are_the_committed_assets_generator_settings():
+    """Trainer seeds and probe sets call the samplers with their defaults: those must be what the bundled
+    model was pretrained with, or its students are probed off-distribution."""
+    from populora.pretrain.bench import generator_settings
+    from populora.pretrain.programs import DEFAULT_NAMES, MAX_STATEMENTS
+
+    assert generator_settings(ASSET_DIR) == {"names": DEFAULT_NAMES, "max_statements": MAX_STATEMENTS}
+    info = json.loads((ASSET_DIR / "pretrain_info.json").read_text())
+    assert info["history"] == []  # one run from random weights: `--seed` and `--steps` rebuild it
+
+
 def test_pretrain_tiny_cli_rejects_bad_arguments():
     from typer.testing import CliRunner
 
@@ -245,7 +256,7 @@ def test_committed_asset_loads_fits_and_greedy_generates_for_a_compact_prompt():
         "tokenizer_config.json",
         "model.safetensors",
     } <= files
-    assert sum(p.stat().st_size for p in ASSET_DIR.iterdir()) <= 25 * 2**20
+    assert sum(p.stat().st_size for p in ASSET_DIR.iterdir()) <= 20 * 2**20
     torch.set_num_threads(1)
     model = AutoModelForCausalLM.from_pretrained(ASSET_DIR).eval()
     tok = AutoTokenizer.from_pretrained(ASSET_DIR)
