@@ -219,17 +219,6 @@ def test_max_statements_is_the_generator_difficulty_and_bench_reads_it_from_the_
     assert generator_settings(tmp_path / "none")["max_statements"] == MAX_STATEMENTS
 
 
-def test_the_samplers_defaults_are_the_committed_assets_generator_settings():
-    """Trainer seeds and probe sets call the samplers with their defaults: those must be what the bundled
-    model was pretrained with, or its students are probed off-distribution."""
-    from populora.pretrain.bench import generator_settings
-    from populora.pretrain.programs import DEFAULT_NAMES, MAX_STATEMENTS
-
-    assert generator_settings(ASSET_DIR) == {"names": DEFAULT_NAMES, "max_statements": MAX_STATEMENTS}
-    info = json.loads((ASSET_DIR / "pretrain_info.json").read_text())
-    assert info["history"] == []  # one run from random weights: `--seed` and `--steps` rebuild it
-
-
 def test_pretrain_tiny_cli_rejects_bad_arguments():
     from typer.testing import CliRunner
 
