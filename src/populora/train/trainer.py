@@ -60,7 +60,7 @@ from populora.sandbox import Limits, Sandbox
 from populora.tasks.buffers import TaskBuffers
 from populora.tasks.rewards import RewardConfig, learnability_reward, student_reward, teacher_reward
 from populora.train import checkpoint as ckpt
-from populora.train.progress import StepProgress, summary_line
+from populora.train.progress import StepProgress, accepts_progress, note, summary_line
 from populora.train.records import ProposalTrace, StepResult, metrics_record, problem_records, solve_rate
 from populora.train.run_folder import PRIVATE_UMASK, RunFolder, RunFolderError, prepare_run_dir
 
@@ -111,6 +111,7 @@ class Trainer:
         self.sandbox: Sandbox | None = None
         self.engine: PolicyEngine | None = engine
         self._pending_checkpoint_s = 0.0
+        self.live: StepProgress | None = None  # the console while `fit` runs (the live phase line)
 
     # ---------------------------------------------------------------------------------------------- setup
     def setup(self) -> None:
@@ -119,6 +120,7 @@ class Trainer:
         if self.engine is None:
             preflight(self.cfg)  # fail on a missing model or too many slots before starting anything
         sb = self.cfg.sandbox
+        note(f"starting the sandbox ({sb.workers} workers)", self.quiet)
         self.sandbox = Sandbox(
             workers=sb.workers, limits=Limits(timeout_s=sb.timeout_s, memory_mb=sb.memory_mb)
         )
@@ -127,6 +129,7 @@ class Trainer:
         self.tasks = {name: tasks.get(name) for name in self.cfg.tasks.types}
         self.coverage = CoverageArchive()
         if self.engine is None:
+            note(f"loading the model {self.cfg.model.name!r} ({self.cfg.model.backend})", self.quiet)
             self.engine = build_engine(self.cfg)
         if self.engine.n_slots < self.cfg.n_slots:
             raise TrainError(
@@ -145,6 +148,10 @@ class Trainer:
                 f"tasks.seed_io / tasks.seed_code_f: cannot read the seed file ({err})."
             ) from None
         if tk.seed_synthetic:
+            note(
+                f"seeding the buffers ({tk.seed_synthetic} problems per task, checked in the sandbox)",
+                self.quiet,
+            )
             for p in synthetic_seeds(tk.seed_synthetic, self.sandbox, self.cfg.train.seed):
                 self.buffers.add(p)
 
@@ -160,15 +167,25 @@ class Trainer:
     @contextmanager
     def _phase(self, timings: dict, name: str) -> Iterator[None]:
         t0 = time.perf_counter()
+        if self.live is not None:
+            self.live.show(name)
         try:
             yield
         finally:
             timings[name] = timings.get(name, 0.0) + time.perf_counter() - t0
+            if self.live is not None:
+                self.live.end_phase()
+
+    def _progress(self, method, phase: str) -> dict:
+        """`progress=` for an engine call when the live line is on and the engine takes it, else nothing."""
+        cb = self.live.callback(phase) if self.live is not None else None
+        return {"progress": cb} if cb is not None and accepts_progress(method) else {}
 
     def _generate(self, requests: list[GenRequest], step: int, phase: str) -> list:
         if not requests:
             return []
-        return self.engine.generate(requests, seed=_derive_seed(self.cfg.train.seed, step, phase))
+        seed = _derive_seed(self.cfg.train.seed, step, phase)
+        return self.engine.generate(requests, seed=seed, **self._progress(self.engine.generate, phase))
 
     def _request(self, slot: int, prompt: str, max_new_tokens: int) -> GenRequest:
         return GenRequest(
@@ -334,7 +351,9 @@ class Trainer:
     def update(self, traces: list[ProposalTrace]) -> dict[str, float]:
         """REINFORCE++-baseline advantages over every row of every member, then ONE `engine.train_step`."""
         rows = self.build_rows(traces)
-        return self.engine.train_step(TrainBatch(rows)) if rows else {}
+        if not rows:
+            return {}
+        return self.engine.train_step(TrainBatch(rows), **self._progress(self.engine.train_step, "update"))
 
     def build_rows(self, traces: list[ProposalTrace]) -> list[TrainRow]:
         """Training rows of every member, each with its REINFORCE++-baseline advantage."""
@@ -535,7 +554,7 @@ class Trainer:
     # ---------------------------------------------------------------------------------------------- loop
     def fit(self, start: int = 0) -> None:
         cfg = self.cfg
-        progress = StepProgress(cfg.train.steps, start, self.console, self.quiet)
+        progress = self.live = StepProgress(cfg.train.steps, start, self.console, self.quiet)
         try:
             for step in range(start + 1, cfg.train.steps + 1):
                 res = self.step(step)
@@ -551,6 +570,7 @@ class Trainer:
                 progress.advance(summary_line(res.record, res.events, cfg.train.steps))
         finally:
             progress.stop()
+            self.live = None
 
 
 def checkpoint_write_error(err: BaseException, run_dir: Path, step: int) -> BaseException:
