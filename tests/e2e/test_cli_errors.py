@@ -230,3 +230,15 @@ def test_eval_on_a_file(tmp_path):
     assert res.returncode == 2
     assert res.stderr.strip().startswith(f"error: TARGET {f} is a file; give a run folder")
     assert "Traceback" not in res.stderr and len(res.stderr.strip().splitlines()) == 1
+
+
+def test_checkpoint_write_error_types(tmp_path):
+    from populora.train.trainer import TrainError, checkpoint_write_error
+
+    torch_full = RuntimeError("[enforce fail at inline_container.cc:626] . unexpected pos 1024 vs 960")
+    st_full = Exception("Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: ... })")
+    for err in (torch_full, st_full, OSError(28, "No space left on device")):
+        out = checkpoint_write_error(err, tmp_path, 4)
+        assert isinstance(out, TrainError) and "the disk is full" in str(out) and "step_000004" in str(out)
+    bug = ValueError("a bug, not the disk")
+    assert checkpoint_write_error(bug, tmp_path, 4) is bug  # real bugs keep their traceback

@@ -485,7 +485,7 @@ class Trainer:
 
         try:
             path = ckpt.save_checkpoint(self.run.path, step, write, keep=self.cfg.train.keep_checkpoints)
-        except (OSError, RuntimeError) as err:
+        except Exception as err:  # noqa: BLE001 - torch and safetensors report a full disk in their own types
             raise checkpoint_write_error(err, self.run.path, step) from None
         rel = path.relative_to(self.run.path).as_posix()
         seconds = time.perf_counter() - t0
@@ -523,7 +523,7 @@ class Trainer:
                 "start a new run with another --run-dir (this folder is left as it is)."
             )
         step, path = chosen
-        kept = [ckpt.set_aside(p) for s_, p in found if s_ > step]
+        kept = [ckpt.set_aside(p) for s_, p in reversed(found) if s_ > step]  # newest first, as `damaged`
         for line, moved in zip(damaged, kept, strict=True):
             print(
                 f"warning: checkpoint {line}; resuming from {path.name} instead "
@@ -578,7 +578,15 @@ def checkpoint_write_error(err: BaseException, run_dir: Path, step: int) -> Base
     when it is not a write failure. torch reports a full disk as a RuntimeError ("unexpected pos")."""
     text = str(err)
     write_failure = isinstance(err, OSError) or any(
-        s in text for s in ("unexpected pos", "PytorchStreamWriter", "file write failed")
+        s in text
+        for s in (
+            "unexpected pos",
+            "PytorchStreamWriter",
+            "file write failed",
+            "No space left",
+            "StorageFull",
+            "os error 28",
+        )
     )
     if not write_failure:
         return err
