@@ -641,8 +641,8 @@ def validate(cfg: Config) -> Config:
         "tasks.teacher_max_new_tokens and tasks.student_max_new_tokens: must be >= 8.",
     )
     _require(
-        tk.template in ("azr", "compact") or Path(tk.template).expanduser().is_dir(),
-        f"tasks.template: {tk.template!r} is not 'azr', 'compact' or an existing template folder.",
+        tk.template in ("azr", "compact", "azr-short") or Path(tk.template).expanduser().is_dir(),
+        f"tasks.template: {tk.template!r} is not 'azr', 'compact', 'azr-short' or an existing template folder.",
     )
     _require(tk.seed_synthetic >= 0, f"tasks.seed_synthetic: must be >= 0, got {tk.seed_synthetic}.")
     _require(tk.buffer_size >= 1, f"tasks.buffer_size: must be >= 1, got {tk.buffer_size}.")

@@ -6,6 +6,8 @@
   policy-gradient loss (`populora.rl.loss`), per-slot normalisation, per-slot gradient clipping and AdamW.
   The lm_head runs only on response positions (the vocabulary projection dominates small models).
 - Threads: generation and training set their own torch thread counts (docs/engine.md, How it works).
+- Progress: `generate` and `train_step` take an optional `progress(done, total, info)` callable (the trainer's
+  live console line): requests finished / micro-batches done so far, non-decreasing, ending at total.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 import inspect
 import time
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -26,6 +28,11 @@ from populora.engine.types import EngineError, Generation, GenRequest, TrainBatc
 from populora.lora.adapter import LoRAAdapter
 from populora.lora.layers import get_slot_adapter, init_slots, inject_multi_lora, set_slot_adapter
 from populora.rl.loss import LOSS_AGG_MODES, entropy_from_logprobs, policy_loss, row_weights
+
+# progress(done, total, info): `info` holds "tokens" (generated so far) for generate, "rows" for train_step.
+ProgressFn = Callable[[int, int, dict], None]
+# Report decoding progress every this many decode steps (and whenever rows finish): cheap, yet live.
+PROGRESS_EVERY = 16
 
 
 @contextmanager
@@ -187,8 +194,12 @@ class HFEngine:
         return ids
 
     @torch.no_grad()
-    def generate(self, requests: list[GenRequest], seed: int | None = None) -> list[Generation]:
-        """Sample every request (any mix of slots) in KV-cached batches; results in request order."""
+    def generate(
+        self, requests: list[GenRequest], seed: int | None = None, progress: ProgressFn | None = None
+    ) -> list[Generation]:
+        """Sample every request (any mix of slots) in KV-cached batches; results in request order.
+
+        `progress(done, total, {"tokens": n})` is called as requests finish (see the module docstring)."""
         if not requests:
             return []
         gen = self.generator if seed is None else torch.Generator().manual_seed(seed)
@@ -203,16 +214,34 @@ class HFEngine:
         for i in [i for i in order if requests[i].max_new_tokens == 0]:
             results[i] = Generation([], "", [], "length", prompt_ids=prompts[i], slot=requests[i].slot)
         order = [i for i in order if requests[i].max_new_tokens > 0]
+        total, finished = len(requests), len(requests) - len(order)
+        report = None
+        if progress is not None:
+            progress(finished, total, {"tokens": 0})
+            tokens_before = 0
+
+            def report(done: int, tokens: int) -> None:
+                progress(finished + done, total, {"tokens": tokens_before + tokens})
+
         with torch_threads(self.gen_threads):
             for c in range(0, len(order), self.gen_batch_size):
                 chunk = sorted(order[c : c + self.gen_batch_size], key=lambda i: (requests[i].slot, i))
-                outs = self._generate_batch([requests[i] for i in chunk], [prompts[i] for i in chunk], gen)
+                outs = self._generate_batch(
+                    [requests[i] for i in chunk], [prompts[i] for i in chunk], gen, report
+                )
                 for i, out in zip(chunk, outs, strict=True):
                     results[i] = out
+                finished += len(chunk)
+                if progress is not None:
+                    tokens_before += sum(len(o.token_ids) for o in outs)
         return results  # type: ignore[return-value]
 
     def _generate_batch(
-        self, reqs: list[GenRequest], prompts: list[list[int]], gen: torch.Generator
+        self,
+        reqs: list[GenRequest],
+        prompts: list[list[int]],
+        gen: torch.Generator,
+        report: Callable[[int, int], None] | None = None,
     ) -> list[Generation]:
         from transformers import DynamicCache
 
@@ -264,6 +293,9 @@ class HFEngine:
                     done[j] = True
                 elif len(tokens[row]) >= int(max_new[row]):
                     done[j] = True
+            if report is not None and (bool(done.any()) or step % PROGRESS_EVERY == 0):
+                n_done = b - len(alive) + int(done.sum())
+                report(n_done, sum(len(t) for t in tokens))
             if bool(done.all()):
                 break
             keep = (~done).nonzero().squeeze(-1)
@@ -382,8 +414,10 @@ class HFEngine:
                     k += n
         return [out.get(i, []) for i in range(len(batch.rows))]
 
-    def train_step(self, batch: TrainBatch) -> dict[str, float]:
+    def train_step(self, batch: TrainBatch, progress: ProgressFn | None = None) -> dict[str, float]:
         """One optimiser step for every slot that has rows in `batch`; returns metrics.
+
+        `progress(done, total, {"rows": n})` is called before the first and after every micro-batch.
 
         Per slot s (keys `<name>/<s>`): loss, pg_loss, entropy (token mean), grad_norm (before clipping),
         tokens, rows, adv_mean, and with PPO clip: clip_frac, approx_kl. Totals: loss (sum over slots),
@@ -394,7 +428,7 @@ class HFEngine:
         if not rows:
             raise EngineError("train_step got no rows with response tokens.")
         weights = row_weights([len(r.response_ids) for r in rows], [r.loss_key for r in rows], self.loss_agg)
-        sums = self.accumulate_gradients(rows, weights)
+        sums = self.accumulate_gradients(rows, weights, progress)
         norms = self.apply_gradients(sorted(sums["tokens"]))
         return train_metrics(sums, norms, len(rows), self.entropy_coef, self.clip_eps is not None, t0)
 
@@ -402,7 +436,7 @@ class HFEngine:
     # worker accumulates the gradients of its share of the rows with the weights of the whole batch, the
     # LoRA gradients are summed across workers, then every worker applies the same step.
     def accumulate_gradients(
-        self, rows: list[TrainRow], weights: Sequence[float]
+        self, rows: list[TrainRow], weights: Sequence[float], progress: ProgressFn | None = None
     ) -> dict[str, dict[int, float]]:
         """Set `.grad` of the LoRA parameters to the gradient of `sum_rows weights[i] * row loss` (no step).
 
@@ -413,8 +447,11 @@ class HFEngine:
         acc: dict[str, dict[int, float]] = defaultdict(lambda: defaultdict(float))
         for p in self.params:
             p.grad = None
+        groups = self._micro_batches(rows)
+        if progress is not None:
+            progress(0, len(groups), {"rows": 0})
         with torch_threads(self.train_threads), torch.enable_grad():
-            for group in self._micro_batches(rows):
+            for n_group, group in enumerate(groups, 1):
                 sub = [rows[i] for i in group]
                 logits, targets, n_resp = self._response_logits(sub)
                 logp_all = torch.log_softmax(logits, -1)
@@ -462,6 +499,8 @@ class HFEngine:
                         acc["tokens"][s] += n
                         acc["rows"][s] += 1
                         k += n
+                if progress is not None:
+                    progress(n_group, len(groups), {"rows": sum(len(g) for g in groups[:n_group])})
         return {name: dict(per_slot) for name, per_slot in acc.items()}
 
     def apply_gradients(self, slots: Sequence[int]) -> torch.Tensor:

@@ -10,6 +10,11 @@
 A checkpoint is first written under `checkpoints/.tmp-step_NNNNNN-<pid>/`, every file flushed to disk, and then
 renamed to `step_NNNNNN` in one `os.rename`: a folder with that name is complete by construction, and a kill at
 any moment leaves either the previous checkpoints or the new one (plus a temp folder the next save removes).
+
+Resume reads a checkpoint whole into memory (`read_checkpoint`) before anything is applied; a checkpoint whose
+files cannot be read back (a truncated state.json, optimizer.pt or adapter, an empty rng.pt) raises
+`CheckpointDamaged` naming the file, and the trainer falls back to the next older one. A damaged checkpoint is
+renamed `damaged-step_NNNNNN`, never deleted: it stays for inspection and no longer shadows the re-run step.
 """
 
 from __future__ import annotations
@@ -26,6 +31,10 @@ import numpy as np
 import torch
 
 CKPT_RE = re.compile(r"^step_(\d{6,})$")
+
+
+class CheckpointDamaged(Exception):
+    """A checkpoint folder that cannot be read back; the message names the file and what is wrong with it."""
 
 
 def step_dir_name(step: int) -> str:
@@ -119,6 +128,56 @@ def latest_checkpoint(run_dir: str | os.PathLike) -> tuple[int, Path] | None:
 
 def read_state(ckpt: Path) -> dict:
     return json.loads((Path(ckpt) / "state.json").read_text())
+
+
+def _short(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    msg = text[0] if text else ""
+    return f"{type(err).__name__}: {msg[:160]}" if msg else type(err).__name__
+
+
+def read_checkpoint(
+    ckpt: Path, load_adapter: Callable[[Path], Any], load_buffers: Callable[[Path], Any]
+) -> dict[str, Any]:
+    """Every file of checkpoint `ckpt`, read into memory: state, adapters (by member id), optimizer, rng,
+    buffers. Raises `CheckpointDamaged` naming the first file that cannot be read (nothing is applied here,
+    so a damaged checkpoint leaves the trainer untouched)."""
+    ckpt = Path(ckpt)
+
+    def read(name: str, fn: Callable[[Path], Any]) -> Any:
+        path = ckpt / name
+        if path.is_file() and path.stat().st_size == 0:
+            raise CheckpointDamaged(f"{name} is empty")
+        try:
+            return fn(path)
+        except Exception as err:  # noqa: BLE001 - any failure to read back a file means the checkpoint is damaged
+            raise CheckpointDamaged(f"{name} cannot be read ({_short(err)})") from None
+
+    state = read("state.json", lambda p: json.loads(p.read_text()))
+    try:
+        members = [m["id"] for m in state["population"]["members"]]
+    except (KeyError, TypeError) as err:
+        raise CheckpointDamaged(f"state.json lacks the population ({_short(err)})") from None
+    adapters = {mid: read(f"adapters/{mid}", load_adapter) for mid in members}
+    return {
+        "state": state,
+        "adapters": adapters,
+        "optimizer": read("optimizer.pt", lambda p: torch.load(p, weights_only=False)),
+        "rng": read("rng.pt", lambda p: torch.load(p, weights_only=False)),
+        "buffers": read("buffers.jsonl", load_buffers),
+    }
+
+
+def set_aside(ckpt: Path) -> Path:
+    """Rename a damaged checkpoint to `damaged-step_NNNNNN[-k]` (kept for inspection, ignored by resume)."""
+    ckpt = Path(ckpt)
+    target = ckpt.with_name(f"damaged-{ckpt.name}")
+    k = 1
+    while target.exists():
+        target = ckpt.with_name(f"damaged-{ckpt.name}-{k}")
+        k += 1
+    os.rename(ckpt, target)
+    return target
 
 
 def rng_state(py_rng) -> dict:

@@ -31,7 +31,9 @@ Each phase fills its fields of the step's `ProposalTrace`s (train/records.py); r
 
 from __future__ import annotations
 
+import errno
 import hashlib
+import os
 import random
 import sys
 import time
@@ -62,7 +64,7 @@ from populora.sandbox import Limits, Sandbox
 from populora.tasks.buffers import TaskBuffers
 from populora.tasks.rewards import RewardConfig, learnability_reward, student_reward, teacher_reward
 from populora.train import checkpoint as ckpt
-from populora.train.progress import StepProgress, summary_line
+from populora.train.progress import StepProgress, accepts_progress, note, summary_line
 from populora.train.records import (
     ProposalTrace,
     StepResult,
@@ -71,7 +73,7 @@ from populora.train.records import (
     problem_records,
     solve_rate,
 )
-from populora.train.run_folder import RunFolder
+from populora.train.run_folder import PRIVATE_UMASK, RunFolder, RunFolderError, prepare_run_dir
 from populora.train.seed_files import SeedFileError, resolve_seed_file
 
 
@@ -122,6 +124,7 @@ class Trainer:
         self.engine: PolicyEngine | None = engine
         self._pending_checkpoint_s = 0.0
         self._evolution_pending = False  # the final step skipped its evolution; a longer resume runs it
+        self.live: StepProgress | None = None  # the console while `fit` runs (the live phase line)
 
     # ---------------------------------------------------------------------------------------------- setup
     def setup(self) -> None:
@@ -130,6 +133,7 @@ class Trainer:
         if self.engine is None:
             preflight(self.cfg)  # fail on a missing model or too many slots before starting anything
         sb = self.cfg.sandbox
+        note(f"starting the sandbox ({sb.workers} workers)", self.quiet)
         self.sandbox = Sandbox(
             workers=sb.workers, limits=Limits(timeout_s=sb.timeout_s, memory_mb=sb.memory_mb)
         )
@@ -138,6 +142,7 @@ class Trainer:
         self.tasks = {name: tasks.get(name) for name in self.cfg.tasks.types}
         self.coverage = CoverageArchive()
         if self.engine is None:
+            note(f"loading the model {self.cfg.model.name!r} ({self.cfg.model.backend})", self.quiet)
             self.engine = build_engine(self.cfg)
         if self.engine.n_slots < self.cfg.n_slots:
             raise TrainError(
@@ -158,6 +163,10 @@ class Trainer:
                 f"tasks.seed_io / tasks.seed_code_f: cannot read the seed file ({err})."
             ) from None
         if tk.seed_synthetic:
+            note(
+                f"seeding the buffers ({tk.seed_synthetic} problems per task, checked in the sandbox)",
+                self.quiet,
+            )
             for p in synthetic_seeds(tk.seed_synthetic, self.sandbox, self.cfg.train.seed):
                 self.buffers.add(p)
 
@@ -173,15 +182,25 @@ class Trainer:
     @contextmanager
     def _phase(self, timings: dict, name: str) -> Iterator[None]:
         t0 = time.perf_counter()
+        if self.live is not None:
+            self.live.show(name)
         try:
             yield
         finally:
             timings[name] = timings.get(name, 0.0) + time.perf_counter() - t0
+            if self.live is not None:
+                self.live.end_phase()
+
+    def _progress(self, method, phase: str) -> dict:
+        """`progress=` for an engine call when the live line is on and the engine takes it, else nothing."""
+        cb = self.live.callback(phase) if self.live is not None else None
+        return {"progress": cb} if cb is not None and accepts_progress(method) else {}
 
     def _generate(self, requests: list[GenRequest], step: int, phase: str) -> list:
         if not requests:
             return []
-        return self.engine.generate(requests, seed=_derive_seed(self.cfg.train.seed, step, phase))
+        seed = _derive_seed(self.cfg.train.seed, step, phase)
+        return self.engine.generate(requests, seed=seed, **self._progress(self.engine.generate, phase))
 
     def _request(self, slot: int, prompt: str, max_new_tokens: int) -> GenRequest:
         return GenRequest(
@@ -349,7 +368,9 @@ class Trainer:
     def update(self, traces: list[ProposalTrace]) -> dict[str, float]:
         """REINFORCE++-baseline advantages over every row of every member, then ONE `engine.train_step`."""
         rows = self.build_rows(traces)
-        return self.engine.train_step(TrainBatch(rows)) if rows else {}
+        if not rows:
+            return {}
+        return self.engine.train_step(TrainBatch(rows), **self._progress(self.engine.train_step, "update"))
 
     def build_rows(self, traces: list[ProposalTrace]) -> list[TrainRow]:
         """Training rows of every member, each with its REINFORCE++-baseline advantage."""
@@ -494,7 +515,10 @@ class Trainer:
                 },
             )
 
-        path = ckpt.save_checkpoint(self.run.path, step, write, keep=self.cfg.train.keep_checkpoints)
+        try:
+            path = ckpt.save_checkpoint(self.run.path, step, write, keep=self.cfg.train.keep_checkpoints)
+        except Exception as err:  # noqa: BLE001 - torch and safetensors report a full disk in their own types
+            raise checkpoint_write_error(err, self.run.path, step) from None
         rel = path.relative_to(self.run.path).as_posix()
         seconds = time.perf_counter() - t0
         self.run.event(
@@ -504,19 +528,48 @@ class Trainer:
         return path
 
     def restore(self) -> int:
-        """Load the newest complete checkpoint; repair the logs to it; return its step."""
-        found = ckpt.latest_checkpoint(self.run.path)
-        if found is None:  # killed before the first checkpoint: start over, dropping the partial logs
+        """Load the newest intact checkpoint; repair the logs to it; return its step.
+
+        A damaged newer checkpoint (a file that cannot be read back) is reported, renamed `damaged-step_N`
+        (kept, never deleted) and the next older one is tried; when none is intact, a TrainError says so."""
+        found = ckpt.list_checkpoints(self.run.path)
+        if not found:  # killed before the first checkpoint: start over, dropping the partial logs
             self.run.repair(0)
             return 0
-        step, path = found
-        state = ckpt.read_state(path)
-        self.pop = Population.from_dict(state["population"])
+        from populora.lora.peft_io import load_peft
+
+        damaged: list[str] = []
+        chosen = None
+        for candidate in reversed(found):
+            try:
+                data = ckpt.read_checkpoint(candidate[1], load_peft, TaskBuffers.load)
+                pop = Population.from_dict(data["state"]["population"])
+            except (ckpt.CheckpointDamaged, KeyError, TypeError, ValueError) as err:
+                damaged.append(f"{candidate[1].name}: {err}")
+                continue
+            chosen = candidate
+            break
+        if chosen is None:
+            raise TrainError(
+                f"--resume {self.run.path}: every checkpoint is damaged ({'; '.join(damaged)}); "
+                "start a new run with another --run-dir (this folder is left as it is)."
+            )
+        step, path = chosen
+        kept = [ckpt.set_aside(p) for s_, p in reversed(found) if s_ > step]  # newest first, as `damaged`
+        for line, moved in zip(damaged, kept, strict=True):
+            print(
+                f"warning: checkpoint {line}; resuming from {path.name} instead "
+                f"(the damaged one is kept as checkpoints/{moved.name}).",
+                file=sys.stderr,
+                flush=True,
+            )
+        state = data["state"]
+        self.pop = pop
         for m in self.pop.ordered():
-            self.engine.load_adapter(m.slot, path / "adapters" / m.id)
-        self.engine.load_optimizer_state(torch.load(path / "optimizer.pt", weights_only=False))
-        ckpt.restore_rng(torch.load(path / "rng.pt", weights_only=False), self.rng)
-        self.buffers = TaskBuffers.load(path / "buffers.jsonl")
+            self.engine.set_adapter(m.slot, data["adapters"][m.id], reset_optimizer=True)
+        self.engine.load_optimizer_state(data["optimizer"])
+        ckpt.restore_rng(data["rng"], self.rng)
+        self.buffers = data["buffers"]
         self.coverage.load_state_dict(state["coverage"])
         self.run.repair(step)
         rel = path.relative_to(self.run.path).as_posix()
@@ -525,6 +578,8 @@ class Trainer:
         ):
             # killed between the checkpoint's rename and its event line: record it now
             self.run.event({"step": step, "type": "checkpoint", "path": rel, "seconds": None})
+        for line in damaged:
+            self.run.event({"step": step, "type": "damaged_checkpoint", "reason": line})
         self.run.event({"step": step, "type": "resume", "from": rel}, fsync=True)
         if state.get("evolution_pending") and step < self.cfg.train.steps:
             self._deferred_evolution(step)
@@ -548,7 +603,7 @@ class Trainer:
     # ---------------------------------------------------------------------------------------------- loop
     def fit(self, start: int = 0) -> None:
         cfg = self.cfg
-        progress = StepProgress(cfg.train.steps, start, self.console, self.quiet)
+        progress = self.live = StepProgress(cfg.train.steps, start, self.console, self.quiet)
         try:
             for step in range(start + 1, cfg.train.steps + 1):
                 res = self.step(step)
@@ -564,6 +619,35 @@ class Trainer:
                 progress.advance(summary_line(res.record, res.events, cfg.train.steps))
         finally:
             progress.stop()
+            self.live = None
+
+
+def checkpoint_write_error(err: BaseException, run_dir: Path, step: int) -> BaseException:
+    """A TrainError naming why checkpoint `step` could not be written (disk full, read-only), or `err` itself
+    when it is not a write failure. torch reports a full disk as a RuntimeError ("unexpected pos")."""
+    text = str(err)
+    write_failure = isinstance(err, OSError) or any(
+        s in text
+        for s in (
+            "unexpected pos",
+            "PytorchStreamWriter",
+            "file write failed",
+            "No space left",
+            "StorageFull",
+            "os error 28",
+        )
+    )
+    if not write_failure:
+        return err
+    if isinstance(err, OSError) and err.errno not in (errno.ENOSPC, errno.EDQUOT):
+        why = err.strerror or type(err).__name__
+    else:
+        why = "the disk is full"
+    return TrainError(
+        f"cannot write checkpoint {ckpt.step_dir_name(step)} in {run_dir}/checkpoints ({why}); free some space "
+        f"(or fix the folder), then continue with `populora train --resume {run_dir}` (the earlier "
+        "checkpoints are intact)."
+    )
 
 
 def evolves_at(step: int, cfg: Config, final: bool = True) -> bool:
@@ -684,7 +768,16 @@ def train(
             raise TrainError(
                 f"--resume {run_path}: no config.yaml there; pass a run folder written by `populora train`."
             )
-        cfg = resume_config(yaml.safe_load(cfg_file.read_text()), overrides)
+        try:
+            saved = yaml.safe_load(cfg_file.read_text())
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
+            raise TrainError(
+                f"--resume {run_path}: config.yaml cannot be read ({type(err).__name__}); restore it from "
+                "the run's first lines or start a new run."
+            ) from None
+        if not isinstance(saved, dict):
+            raise TrainError(f"--resume {run_path}: config.yaml is not a config; start a new run.")
+        cfg = resume_config(saved, overrides)
     else:
         cfg = load_config(preset, overrides)
         run_path = (
@@ -697,20 +790,36 @@ def train(
                 f"--run-dir {run_path}: already holds a run; continue it with "
                 f"`populora train --resume {run_path}` or choose another --run-dir."
             )
-    trainer = Trainer(cfg, run_path, engine=engine, quiet=quiet)
+    # Owner-only run folder (0700) and files (umask 077): the buffers hold the run's gold programs.
+    old_umask = os.umask(PRIVATE_UMASK)
     try:
-        trainer.setup()
-        start = trainer.restore() if resume is not None else 0
-        trainer.run.write_config(to_yaml(cfg))  # on resume: records a changed train.steps
-        if start >= cfg.train.steps:
-            print(
-                f"nothing to do: {run_path} finished all {cfg.train.steps} steps "
-                "(raise train.steps with --set to continue).",
-                file=sys.stderr,
-            )
-        trainer.fit(start)
+        try:
+            prepare_run_dir(run_path, "--resume" if resume is not None else "--run-dir")
+        except RunFolderError as err:
+            raise TrainError(str(err)) from None
+        trainer = Trainer(cfg, run_path, engine=engine, quiet=quiet)
+        try:
+            trainer.setup()
+            start = trainer.restore() if resume is not None else 0
+            trainer.run.write_config(to_yaml(cfg))  # on resume: records a changed train.steps
+            if start >= cfg.train.steps:
+                print(
+                    f"nothing to do: {run_path} finished all {cfg.train.steps} steps "
+                    "(raise train.steps with --set to continue).",
+                    file=sys.stderr,
+                )
+            trainer.fit(start)
+        except OSError as err:
+            if err.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
+                raise TrainError(
+                    f"cannot write to {run_path} ({err.strerror}); free some space or fix the folder, then "
+                    f"continue with `populora train --resume {run_path}` (the newest checkpoint is intact)."
+                ) from None
+            raise
+        finally:
+            trainer.close()
     finally:
-        trainer.close()
+        os.umask(old_umask)
     return run_path
 
 
