@@ -12,7 +12,7 @@ import pytest
 
 from populora.diagnostics.sinks import read_jsonl
 from populora.train.checkpoint import list_checkpoints
-from populora.train.trainer import train
+from populora.train.launch import train
 
 
 def _sets(values: list[str]) -> list[str]:

@@ -233,7 +233,8 @@ def test_eval_on_a_file(tmp_path):
 
 
 def test_checkpoint_write_error_types(tmp_path):
-    from populora.train.trainer import TrainError, checkpoint_write_error
+    from populora.train.checkpoint import checkpoint_write_error
+    from populora.train.errors import TrainError
 
     torch_full = RuntimeError("[enforce fail at inline_container.cc:626] . unexpected pos 1024 vs 960")
     st_full = Exception("Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: ... })")

@@ -82,7 +82,7 @@ def test_training_sources_never_draw_a_probe_program(probes):
 
 
 def test_trainer_synthetic_seeds_hold_no_probe_program(probes, sandbox):
-    from populora.train.trainer import synthetic_seeds
+    from populora.train.setup import synthetic_seeds
 
     probe_programs = {p.program for ps in probes.values() for p in ps}
     for seed in (0, 1):

@@ -15,7 +15,8 @@ from populora.engine.vllm import (
     vllm_lora_rank,
     weight_bytes,
 )
-from populora.train.trainer import TrainError, preflight
+from populora.train.errors import TrainError
+from populora.train.setup import preflight
 
 
 def test_lora_rank_rounds_up_to_a_value_vllm_accepts():

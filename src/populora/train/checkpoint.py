@@ -19,6 +19,7 @@ renamed `damaged-step_NNNNNN`, never deleted: it stays for inspection and no lon
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -29,6 +30,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from populora.train.errors import TrainError
 
 CKPT_RE = re.compile(r"^step_(\d{6,})$")
 
@@ -189,3 +192,31 @@ def restore_rng(state: dict, py_rng) -> None:
     py_rng.setstate(state["python"])
     np.random.set_state(state["numpy"])
     torch.set_rng_state(state["torch"])
+
+
+def checkpoint_write_error(err: BaseException, run_dir: Path, step: int) -> BaseException:
+    """A TrainError naming why checkpoint `step` could not be written (disk full, read-only), or `err` itself
+    when it is not a write failure. torch reports a full disk as a RuntimeError ("unexpected pos")."""
+    text = str(err)
+    write_failure = isinstance(err, OSError) or any(
+        s in text
+        for s in (
+            "unexpected pos",
+            "PytorchStreamWriter",
+            "file write failed",
+            "No space left",
+            "StorageFull",
+            "os error 28",
+        )
+    )
+    if not write_failure:
+        return err
+    if isinstance(err, OSError) and err.errno not in (errno.ENOSPC, errno.EDQUOT):
+        why = err.strerror or type(err).__name__
+    else:
+        why = "the disk is full"
+    return TrainError(
+        f"cannot write checkpoint {step_dir_name(step)} in {run_dir}/checkpoints ({why}); free some space "
+        f"(or fix the folder), then continue with `populora train --resume {run_dir}` (the earlier "
+        "checkpoints are intact)."
+    )

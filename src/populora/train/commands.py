@@ -34,7 +34,8 @@ def run_training(
     from populora.engine.types import EngineError
 
     try:
-        from populora.train.trainer import TrainError, train
+        from populora.train.errors import TrainError
+        from populora.train.launch import train
 
         return train(preset=preset, run_dir=run_dir, overrides=overrides, resume=resume, quiet=quiet)
     except ConfigError as err:

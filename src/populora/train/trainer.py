@@ -31,9 +31,6 @@ Each phase fills its fields of the step's `ProposalTrace`s (train/records.py); r
 
 from __future__ import annotations
 
-import errno
-import hashlib
-import os
 import random
 import sys
 import time
@@ -44,26 +41,24 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
 
 from populora import tasks
-from populora.config import Config, load_config, resume_config, to_dict, to_yaml
+from populora.config import Config, to_dict
 from populora.diagnostics.coverage import CoverageArchive
 from populora.diagnostics.features import program_features
-from populora.engine import EngineError, GenRequest, PolicyEngine, TrainBatch, TrainRow, build, resolve_model
-from populora.engine.memory import available_bytes, check_memory, estimate_memory
-from populora.names import PHASES, TASKS
+from populora.engine import GenRequest, PolicyEngine, TrainBatch, TrainRow
+from populora.names import PHASES
 from populora.operators import REGISTRY, apply
 from populora.population.evolution import plan_evolution
 from populora.population.matchmaking import match
 from populora.population.members import Population
 from populora.population.ratings import RatingSystem
-from populora.pretrain.programs import sample_code_f, sample_triplet
 from populora.rl.advantages import reinforce_pp_baseline, scope_key
 from populora.sandbox import Limits, Sandbox
 from populora.tasks.buffers import TaskBuffers
 from populora.tasks.rewards import RewardConfig, learnability_reward, student_reward, teacher_reward
 from populora.train import checkpoint as ckpt
+from populora.train.errors import TrainError
 from populora.train.progress import StepProgress, accepts_progress, note, summary_line
 from populora.train.records import (
     ProposalTrace,
@@ -73,17 +68,9 @@ from populora.train.records import (
     problem_records,
     solve_rate,
 )
-from populora.train.run_folder import PRIVATE_UMASK, RunFolder, RunFolderError, prepare_run_dir
+from populora.train.run_folder import RunFolder
 from populora.train.seed_files import SeedFileError, resolve_seed_file
-
-
-class TrainError(RuntimeError):
-    """A user-fixable problem starting or resuming a run; the message is one line with the fix."""
-
-
-def _derive_seed(*parts: Any) -> int:
-    h = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()
-    return int.from_bytes(h, "little") & 0x7FFFFFFF
+from populora.train.setup import build_engine, derive_seed, preflight, synthetic_seeds
 
 
 def task_schedule(types: list[str], prompts: int) -> list[str]:
@@ -199,7 +186,7 @@ class Trainer:
     def _generate(self, requests: list[GenRequest], step: int, phase: str) -> list:
         if not requests:
             return []
-        seed = _derive_seed(self.cfg.train.seed, step, phase)
+        seed = derive_seed(self.cfg.train.seed, step, phase)
         return self.engine.generate(requests, seed=seed, **self._progress(self.engine.generate, phase))
 
     def _request(self, slot: int, prompt: str, max_new_tokens: int) -> GenRequest:
@@ -518,7 +505,7 @@ class Trainer:
         try:
             path = ckpt.save_checkpoint(self.run.path, step, write, keep=self.cfg.train.keep_checkpoints)
         except Exception as err:  # noqa: BLE001 - torch and safetensors report a full disk in their own types
-            raise checkpoint_write_error(err, self.run.path, step) from None
+            raise ckpt.checkpoint_write_error(err, self.run.path, step) from None
         rel = path.relative_to(self.run.path).as_posix()
         seconds = time.perf_counter() - t0
         self.run.event(
@@ -622,34 +609,6 @@ class Trainer:
             self.live = None
 
 
-def checkpoint_write_error(err: BaseException, run_dir: Path, step: int) -> BaseException:
-    """A TrainError naming why checkpoint `step` could not be written (disk full, read-only), or `err` itself
-    when it is not a write failure. torch reports a full disk as a RuntimeError ("unexpected pos")."""
-    text = str(err)
-    write_failure = isinstance(err, OSError) or any(
-        s in text
-        for s in (
-            "unexpected pos",
-            "PytorchStreamWriter",
-            "file write failed",
-            "No space left",
-            "StorageFull",
-            "os error 28",
-        )
-    )
-    if not write_failure:
-        return err
-    if isinstance(err, OSError) and err.errno not in (errno.ENOSPC, errno.EDQUOT):
-        why = err.strerror or type(err).__name__
-    else:
-        why = "the disk is full"
-    return TrainError(
-        f"cannot write checkpoint {ckpt.step_dir_name(step)} in {run_dir}/checkpoints ({why}); free some space "
-        f"(or fix the folder), then continue with `populora train --resume {run_dir}` (the earlier "
-        "checkpoints are intact)."
-    )
-
-
 def evolves_at(step: int, cfg: Config, final: bool = True) -> bool:
     """Whether phase (5) runs after `step`: every `evolution.every` steps in population mode, but never after
     the final step (`final=False` ignores that rule), whose children would be saved and evaluated without a
@@ -660,176 +619,4 @@ def evolves_at(step: int, cfg: Config, final: bool = True) -> bool:
     return due and (not final or step < cfg.train.steps)
 
 
-# -------------------------------------------------------------------------------------------------- seeds
-def synthetic_seeds(n: int, sandbox: Sandbox, seed: int) -> list:
-    """`n` seed problems per task type from the pretraining program generator, validated in the sandbox.
-
-    AZR seeds its buffers with 256 programs its base model proposed before training; a tiny model proposes
-    too few valid ones, so the tiny preset seeds from the generator its base model was pretrained on instead.
-    """
-    rng = random.Random(_derive_seed("seeds", seed))
-    out = []
-    for name in TASKS:
-        task = tasks.get(name)
-        for _ in range(n):
-            try:
-                if name == "code_f":
-                    prog, pairs = sample_code_f(rng, task.config.n_inputs)
-                    p = task.problem_from(sandbox, prog.code, [i for i, _ in pairs], prog.message, "seed", 0)
-                else:
-                    tr = sample_triplet(rng)
-                    p = task.problem_from(sandbox, tr.program, [tr.input], "", "seed", 0)
-            except tasks.InvalidProblem:
-                continue  # the generator and the task policy disagree on a rare program: skip it
-            out.append(p)
-    return out
-
-
-# -------------------------------------------------------------------------------------------------- engine
-def preflight(cfg: Config) -> str:
-    """Check the model exists and base + slots fit in memory (one clear line if not); return the device."""
-    try:
-        folder = resolve_model(cfg.model.name)
-    except EngineError as err:
-        raise TrainError(f"model.name: {err}") from None
-    device = cfg.model.device
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    base_bytes, slot_bytes = estimate_memory(folder, cfg.lora.rank, cfg.lora.targets)
-    if cfg.model.backend == "vllm":  # vLLM holds its own copy of the base and a KV cache
-        from populora.engine.vllm import held_bytes
-
-        base_bytes += held_bytes(
-            folder,
-            device,
-            gpu_memory_utilization=cfg.model.vllm_gpu_memory_utilization,
-            kv_cache_gb=cfg.model.vllm_kv_cache_gb,
-        )
-    check_memory(cfg, base_bytes, slot_bytes, available_bytes(device))
-    return device
-
-
-def build_engine(cfg: Config) -> PolicyEngine:
-    """The engine for a config: its model, slots, LoRA shape and optimiser settings."""
-    device = preflight(cfg)
-    name = cfg.model.dtype if cfg.model.dtype != "auto" else ("bfloat16" if device == "cuda" else "float32")
-    m = cfg.model
-    vllm_opts = (
-        dict(
-            vllm_dtype=None if m.vllm_dtype == "model" else m.vllm_dtype,
-            gpu_memory_utilization=m.vllm_gpu_memory_utilization,
-            kv_cache_gb=m.vllm_kv_cache_gb,
-        )
-        if m.backend == "vllm"
-        else {}
-    )
-    try:
-        return build(
-            model=cfg.model.name,
-            n_slots=cfg.n_slots,
-            rank=cfg.lora.rank,
-            alpha=cfg.lora.alpha,
-            targets=cfg.lora.targets,
-            backend=cfg.model.backend,
-            device=device,
-            lr=cfg.rl.lr,
-            weight_decay=cfg.rl.weight_decay,
-            max_grad_norm=cfg.rl.grad_clip or None,
-            seed=cfg.train.seed,
-            train_threads=cfg.train.threads,
-            dtype=getattr(torch, name),
-            workers=cfg.dist.workers,
-            address=cfg.dist.address or None,
-            **vllm_opts,
-        )
-    except EngineError as err:
-        raise TrainError(f"model: {err}") from None
-    except ImportError as err:  # e.g. the vllm backend without vllm installed
-        raise TrainError(
-            f"model.backend={cfg.model.backend}: cannot load it ({err}); install the `gpu` extra or use "
-            "--set model.backend=hf."
-        ) from None
-
-
-# -------------------------------------------------------------------------------------------------- entry point
-def train(
-    preset: str = "tiny",
-    run_dir: str | Path | None = None,
-    overrides: list[str] | tuple = (),
-    resume: str | Path | None = None,
-    quiet: bool = False,
-    engine: PolicyEngine | None = None,
-) -> Path:
-    """Run (or resume) training; returns the run folder. Raises ConfigError / TrainError on user errors."""
-    if resume is not None:
-        run_path = Path(resume)
-        cfg_file = run_path / "config.yaml"
-        if not cfg_file.is_file():
-            raise TrainError(
-                f"--resume {run_path}: no config.yaml there; pass a run folder written by `populora train`."
-            )
-        try:
-            saved = yaml.safe_load(cfg_file.read_text())
-        except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
-            raise TrainError(
-                f"--resume {run_path}: config.yaml cannot be read ({type(err).__name__}); restore it from "
-                "the run's first lines or start a new run."
-            ) from None
-        if not isinstance(saved, dict):
-            raise TrainError(f"--resume {run_path}: config.yaml is not a config; start a new run.")
-        cfg = resume_config(saved, overrides)
-    else:
-        cfg = load_config(preset, overrides)
-        run_path = (
-            Path(run_dir)
-            if run_dir
-            else Path("runs") / f"{Path(preset).stem}-{time.strftime('%Y%m%d-%H%M%S')}"
-        )
-        if (run_path / "metrics.jsonl").exists() or ckpt.list_checkpoints(run_path):
-            raise TrainError(
-                f"--run-dir {run_path}: already holds a run; continue it with "
-                f"`populora train --resume {run_path}` or choose another --run-dir."
-            )
-    # Owner-only run folder (0700) and files (umask 077): the buffers hold the run's gold programs.
-    old_umask = os.umask(PRIVATE_UMASK)
-    try:
-        try:
-            prepare_run_dir(run_path, "--resume" if resume is not None else "--run-dir")
-        except RunFolderError as err:
-            raise TrainError(str(err)) from None
-        trainer = Trainer(cfg, run_path, engine=engine, quiet=quiet)
-        try:
-            trainer.setup()
-            start = trainer.restore() if resume is not None else 0
-            trainer.run.write_config(to_yaml(cfg))  # on resume: records a changed train.steps
-            if start >= cfg.train.steps:
-                print(
-                    f"nothing to do: {run_path} finished all {cfg.train.steps} steps "
-                    "(raise train.steps with --set to continue).",
-                    file=sys.stderr,
-                )
-            trainer.fit(start)
-        except OSError as err:
-            if err.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
-                raise TrainError(
-                    f"cannot write to {run_path} ({err.strerror}); free some space or fix the folder, then "
-                    f"continue with `populora train --resume {run_path}` (the newest checkpoint is intact)."
-                ) from None
-            raise
-        finally:
-            trainer.close()
-    finally:
-        os.umask(old_umask)
-    return run_path
-
-
-__all__ = [
-    "TrainError",
-    "Trainer",
-    "build_engine",
-    "evolves_at",
-    "preflight",
-    "synthetic_seeds",
-    "task_schedule",
-    "train",
-]
+__all__ = ["TrainError", "Trainer", "evolves_at", "task_schedule"]
