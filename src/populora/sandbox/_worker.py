@@ -247,6 +247,20 @@ def _root_sources(cfg: dict) -> list:
     return out
 
 
+# Where the new root is assembled: a directory the worker's private mount namespace may cover with a tmpfs.
+# It must not hold any bind source (a checkout or virtual environment under /tmp, say), or covering it would
+# hide that source before it is bound.
+_STAGING_CANDIDATES = ("/mnt", "/media", "/srv", "/tmp", "/var/tmp", "/opt", "/home", "/run")
+
+
+def _staging_dir(sources: list) -> str:
+    for cand in _STAGING_CANDIDATES:
+        if os.path.isdir(cand) and not os.path.islink(cand):
+            if not any(src == cand or src.startswith(cand + "/") for src in sources):
+                return cand
+    raise OSError(errno.ENOENT, "no directory to build the minimal root on (all hold bind sources)")
+
+
 def _minimal_root(cfg: dict, iso: dict) -> None:
     """Build the job's whole file system on a tmpfs and pivot into it, once per worker (as nsjail and
     bubblewrap do): read-only binds of `_root_sources()` at their usual paths, an empty read-only tmpfs over
@@ -255,7 +269,7 @@ def _minimal_root(cfg: dict, iso: dict) -> None:
     `import_roots` package folders at their host paths, the only host files a job can read. Everything else
     of the host -- /etc, /home, the project's source, run folders, benchmark data, /dev/shm -- does not exist
     for a job."""
-    new = "/tmp"  # a mount point we may cover: this mount namespace is private
+    new = _staging_dir(_root_sources(cfg))
     _mount("tmpfs", new, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,nr_inodes=4096,mode=0755")
 
     def mkdirs(path: str) -> None:
