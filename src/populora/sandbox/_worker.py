@@ -253,6 +253,34 @@ def _root_sources(cfg: dict) -> list:
 _STAGING_CANDIDATES = ("/mnt", "/media", "/srv", "/tmp", "/var/tmp", "/opt", "/home", "/run")
 
 
+# A host path under /tmp cannot keep its place in the minimal root: the job's private /tmp is mounted there
+# and would cover it (a checkout or virtual environment under /tmp, whose numpy the evaluation profile binds).
+# Such paths are bound under this prefix instead, and the worker's import paths are rewritten to match.
+_JOB_TMP = "/tmp"
+_ALIAS = "/.populora-host"
+
+
+def _in_root(path: str) -> str:
+    """Where a host path is bound inside the minimal root."""
+    return _ALIAS + path if path == _JOB_TMP or path.startswith(_JOB_TMP + "/") else path
+
+
+def _alias_import_paths() -> None:
+    """After the pivot: point sys.path and every loaded package's search path at the aliased binds, so
+    lazily imported submodules of a preloaded package (numpy.polynomial, say) are found."""
+    prefix = _JOB_TMP + "/"
+    sys.path[:] = [_in_root(p) if p.startswith(prefix) else p for p in sys.path]
+    for mod in list(sys.modules.values()):
+        paths = getattr(mod, "__path__", None)
+        if isinstance(paths, list) and any(p.startswith(prefix) for p in paths):
+            paths[:] = [_in_root(p) for p in paths]
+            spec = getattr(mod, "__spec__", None)
+            locs = getattr(spec, "submodule_search_locations", None)
+            if isinstance(locs, list):
+                locs[:] = [_in_root(p) for p in locs]
+    importlib.invalidate_caches()
+
+
 def _staging_dir(sources: list) -> str:
     for cand in _STAGING_CANDIDATES:
         if os.path.isdir(cand) and not os.path.islink(cand):
@@ -283,11 +311,11 @@ def _minimal_root(cfg: dict, iso: dict) -> None:
                 os.chmod(d, 0o700)
 
     def bind(src: str, flags: int) -> None:
-        dst = new + src
+        dst = new + _in_root(src)
         if os.path.isdir(src):
-            mkdirs(src)
+            mkdirs(_in_root(src))
         else:
-            mkdirs(os.path.dirname(src))
+            mkdirs(os.path.dirname(_in_root(src)))
             open(dst, "a").close()
         _mount(src, dst, None, MS_BIND, None)
         _mount(None, dst, None, MS_REMOUNT | MS_BIND | flags | (os.statvfs(src).f_flag & 0xF), None)
@@ -297,7 +325,7 @@ def _minimal_root(cfg: dict, iso: dict) -> None:
     for src in cfg.get("import_roots", ()):
         # The package folders are the one part of the host a job may read (to import what the worker did
         # not preload): their parents, which hold nothing else here, become traversable (not listable).
-        parent = os.path.dirname(src)
+        parent = os.path.dirname(_in_root(src))
         while parent != "/":
             try:
                 os.chmod(new + parent, 0o711)
@@ -906,6 +934,8 @@ def main() -> None:
         _HEAP_SHIFT = [bytearray(16 * (1 + b)) for b in os.urandom(64)]
     _warm_up()
     iso, warns = setup_isolation(cfg)
+    if iso.get("minimal_root"):
+        _alias_import_paths()
     # What every job inherits, set once here rather than in each child: a clean environment (the hash seed
     # has done its work at interpreter start), no core dumps.
     os.environ.clear()
