@@ -179,6 +179,57 @@ def test_pretrain_tiny_run_writes_a_loadable_and_reproducible_model_folder(tmp_p
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
+def test_a_wall_clock_wsd_run_is_reproduced_by_its_recorded_steps_and_decay_start(tmp_path):
+    """On a time budget the step count is only fixed when the decay starts; the recorded `steps` and
+    `decay_start` reproduce the run bit for bit."""
+    import torch
+    from safetensors.torch import load_file
+
+    from populora.pretrain.train import PretrainConfig, pretrain
+
+    base = {**MINI, "steps": None}
+    info = pretrain(PretrainConfig(seed=2, minutes=0.04, **base), tmp_path / "a", progress=False)
+    steps, decay_start = info["config"]["steps"], info["config"]["decay_start"]
+    assert 0 < decay_start < steps and info["config"]["schedule"] == "wsd"
+    again = {**MINI, "steps": steps}
+    pretrain(PretrainConfig(seed=2, decay_start=decay_start, **again), tmp_path / "b", progress=False)
+    a, b = load_file(tmp_path / "a" / "model.safetensors"), load_file(tmp_path / "b" / "model.safetensors")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_max_statements_is_the_generator_difficulty_and_bench_reads_it_from_the_model(tmp_path):
+    from populora.pretrain.bench import generator_settings
+    from populora.pretrain.programs import MAX_STATEMENTS
+
+    rng = random.Random(0)
+
+    def mean_lines(k: int) -> float:
+        return sum(sample_program(rng, max_statements=k).code.count("\n") for _ in range(300)) / 300
+
+    assert mean_lines(1) < mean_lines(2) < mean_lines(4)
+    with pytest.raises(ValueError, match="max_statements"):
+        sample_program(rng, max_statements=0)
+    (tmp_path / "pretrain_info.json").write_text(
+        json.dumps({"config": {"names": "simple", "max_statements": 3}})
+    )
+    assert generator_settings(tmp_path) == {"names": "simple", "max_statements": 3}
+    # Folders written before the knob existed were trained with up to 4 statements.
+    (tmp_path / "pretrain_info.json").write_text(json.dumps({"config": {"names": "varied"}}))
+    assert generator_settings(tmp_path) == {"names": "varied", "max_statements": 4}
+    assert generator_settings(tmp_path / "none")["max_statements"] == MAX_STATEMENTS
+
+
+def test_the_samplers_defaults_are_the_committed_assets_generator_settings():
+    """Trainer seeds and probe sets call the samplers with their defaults: those must be what the bundled
+    model was pretrained with, or its students are probed off-distribution."""
+    from populora.pretrain.bench import generator_settings
+    from populora.pretrain.programs import DEFAULT_NAMES, MAX_STATEMENTS
+
+    assert generator_settings(ASSET_DIR) == {"names": DEFAULT_NAMES, "max_statements": MAX_STATEMENTS}
+    info = json.loads((ASSET_DIR / "pretrain_info.json").read_text())
+    assert info["history"] == []  # one run from random weights: `--seed` and `--steps` rebuild it
+
+
 def test_pretrain_tiny_cli_rejects_bad_arguments():
     from typer.testing import CliRunner
 
@@ -186,6 +237,10 @@ def test_pretrain_tiny_cli_rejects_bad_arguments():
 
     res = CliRunner().invoke(app, ["pretrain-tiny", "--steps", "0"])
     assert res.exit_code == 2 and "--steps" in res.output
+    res = CliRunner().invoke(app, ["pretrain-tiny", "--max-statements", "0"])
+    assert res.exit_code == 2 and "--max-statements" in res.output
+    res = CliRunner().invoke(app, ["pretrain-tiny", "--schedule", "linear"])
+    assert res.exit_code == 2 and "--schedule" in res.output
 
 
 def test_committed_asset_loads_fits_and_greedy_generates_for_a_compact_prompt():
@@ -201,7 +256,7 @@ def test_committed_asset_loads_fits_and_greedy_generates_for_a_compact_prompt():
         "tokenizer_config.json",
         "model.safetensors",
     } <= files
-    assert sum(p.stat().st_size for p in ASSET_DIR.iterdir()) <= 25 * 2**20
+    assert sum(p.stat().st_size for p in ASSET_DIR.iterdir()) <= 20 * 2**20
     torch.set_num_threads(1)
     model = AutoModelForCausalLM.from_pretrained(ASSET_DIR).eval()
     tok = AutoTokenizer.from_pretrained(ASSET_DIR)

@@ -1,4 +1,5 @@
 """The bundled tiny base model: a synthetic corpus of small Python programs in the task formats
 (`programs`, `corpus`), its BPE tokenizer (`tokenizer`), model training (`train`), ability measurement
-(`abilities`) and the `populora pretrain-tiny` command. Imports torch/transformers only inside functions.
+(`bench`), the fixed held-out probe sets and their scoring (`probe`) and the `populora pretrain-tiny`
+command. Imports torch/transformers only inside functions.
 """

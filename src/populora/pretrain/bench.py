@@ -1,6 +1,7 @@
 """`populora bench tiny-model`: what the bundled tiny model can do as teacher and student.
 
-On held-out generated problems (a seed stream the corpus never uses), in the compact templates:
+On held-out generated problems (the generator's "heldout" program split, which no corpus or seed set
+draws from, with the generator settings the model was pretrained with), in the compact templates:
 - teacher: valid-proposal rate (`task.parse_proposal` then `task.validate` in the real sandbox) and the
   number of distinct valid programs / input sets;
 - student: format rate (`task.parse_answer`) and accuracy (`task.score` in the real sandbox);
@@ -20,7 +21,7 @@ from pathlib import Path
 
 from populora.names import TASKS
 from populora.paths import TINY_MODEL_DIR as ASSET_DIR
-from populora.pretrain.programs import sample_code_f, sample_triplet
+from populora.pretrain.programs import DEFAULT_NAMES, MAX_STATEMENTS, sample_code_f, sample_triplet
 from populora.pretrain.tasks_render import TEMPLATE, TasksRenderer
 
 DEFAULT_OUT = Path("bench/results/tiny_model.json")
@@ -67,31 +68,48 @@ def generate(
     return texts
 
 
-def _problems(n: int, k_refs: int, seed: int, names: str = "simple"):
+def generator_settings(model_dir: Path) -> dict:
+    """The program-generator settings a model folder was pretrained with (`pretrain_info.json`), so it is
+    measured on problems from its own generator; the generator's defaults when the file says nothing."""
+    cfg = {}
+    info = Path(model_dir) / "pretrain_info.json"
+    if info.exists():
+        cfg = json.loads(info.read_text()).get("config", {})
+    return {
+        "names": cfg.get("names", DEFAULT_NAMES),
+        # Folders written before the knob existed were trained with up to 4 statements.
+        "max_statements": cfg.get("max_statements", 4 if cfg else MAX_STATEMENTS),
+    }
+
+
+def _problems(
+    n: int, k_refs: int, seed: int, names: str = DEFAULT_NAMES, max_statements: int = MAX_STATEMENTS
+):
     """Held-out student problems and teacher prompts' material per task."""
     from populora.tasks import get
 
     r = TasksRenderer()
     rng = random.Random(seed)
+    gen = dict(names=names, max_statements=max_statements, split="heldout")
     out = {}
     for name in TASKS:
         task = get(name)
         if name == "code_f":
             problems = [
                 r.problem_f(p.code, pairs, p.message)
-                for p, pairs in (sample_code_f(rng, names=names) for _ in range(n))
+                for p, pairs in (sample_code_f(rng, **gen) for _ in range(n))
             ]
             teacher = [
-                (task.teacher_prompt(sample_triplet(rng, names).program, template=TEMPLATE), None)
+                (task.teacher_prompt(sample_triplet(rng, **gen).program, template=TEMPLATE), None)
                 for _ in range(n)
             ]
             teacher = [(p, p.split("```python\n", 1)[1].split("\n```", 1)[0]) for p, _ in teacher]
         else:
-            problems = [r.problem_io(name, sample_triplet(rng, names)) for _ in range(n)]
+            problems = [r.problem_io(name, sample_triplet(rng, **gen)) for _ in range(n)]
             teacher = [
                 (
                     task.teacher_prompt(
-                        [r.problem_io(name, sample_triplet(rng, names)) for _ in range(k_refs)],
+                        [r.problem_io(name, sample_triplet(rng, **gen)) for _ in range(k_refs)],
                         template=TEMPLATE,
                     ),
                     None,
@@ -117,16 +135,21 @@ def run(
     n: int | None = None,
     k_refs: int = 2,
     seed: int = EVAL_SEED,
-    names: str = "simple",
+    names: str | None = None,
+    max_statements: int | None = None,
 ) -> dict:
+    """Measure a model folder; generator settings default to the ones it was pretrained with."""
     from populora.sandbox import Sandbox
 
+    gen = generator_settings(Path(model or ASSET_DIR))
+    names = names or gen["names"]
+    max_statements = max_statements or gen["max_statements"]
     # Sandbox workers start before torch is imported (docs/architecture.md).
     with Sandbox(workers=2) as sb:
-        return _run(sb, quick, out, model, n, k_refs, seed, names)
+        return _run(sb, quick, out, model, n, k_refs, seed, names, max_statements)
 
 
-def _run(sb, quick, out, model_dir, n, k_refs, seed, names) -> dict:
+def _run(sb, quick, out, model_dir, n, k_refs, seed, names, max_statements) -> dict:
     import torch
     from rich.console import Console
     from rich.table import Table
@@ -140,7 +163,7 @@ def _run(sb, quick, out, model_dir, n, k_refs, seed, names) -> dict:
     n = n or (8 if quick else 48)
     model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
     tok = AutoTokenizer.from_pretrained(model_dir)
-    data = _problems(n, k_refs, seed, names)
+    data = _problems(n, k_refs, seed, names, max_statements)
     results: dict = {
         "model": str(model_dir),
         "n_per_cell": n,
@@ -148,6 +171,8 @@ def _run(sb, quick, out, model_dir, n, k_refs, seed, names) -> dict:
         "template": TEMPLATE,
         "seed": seed,
         "names": names,
+        "max_statements": max_statements,
+        "split": "heldout",
         "tasks": {},
     }
     t0 = time.time()

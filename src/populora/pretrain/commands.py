@@ -17,17 +17,17 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         ),
         seed: int = typer.Option(0, "--seed", help="Seed for the corpus, the data order and the init."),
         minutes: float = typer.Option(
-            18.0, "--minutes", help="Wall-clock training budget (ignored with --steps)."
+            48.0, "--minutes", help="Wall-clock training budget (ignored with --steps)."
         ),
         steps: int | None = typer.Option(None, "--steps", help="Exact number of steps (reproducible runs)."),
-        examples: int = typer.Option(12000, "--examples", help="Corpus size in examples."),
+        examples: int = typer.Option(30000, "--examples", help="Corpus size in examples."),
         hidden: int = typer.Option(256, "--hidden", help="Hidden size."),
         layers: int = typer.Option(4, "--layers", help="Number of transformer layers."),
         intermediate: int = typer.Option(688, "--intermediate", help="MLP size."),
         heads: int = typer.Option(4, "--heads", help="Attention heads."),
         vocab: int = typer.Option(4096, "--vocab", help="BPE vocabulary size."),
         seq_len: int = typer.Option(512, "--seq-len", help="Training row length in tokens."),
-        batch_size: int = typer.Option(4, "--batch-size", help="Rows per step."),
+        batch_size: int = typer.Option(8, "--batch-size", help="Rows per step."),
         lr: float = typer.Option(2e-3, "--lr", help="Peak learning rate."),
         threads: int = typer.Option(
             2, "--threads", help="torch threads (2 is best for training on 2 cores)."
@@ -38,9 +38,19 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
             "--init-from",
             help="Continue training this model folder (its tokenizer and weights); use a new --seed.",
         ),
-        warmup: int = typer.Option(20, "--warmup", help="Warm-up steps."),
+        warmup: int = typer.Option(30, "--warmup", help="Warm-up steps."),
         names: str = typer.Option(
             "simple", "--names", help="Variable names in the generated programs: simple | varied."
+        ),
+        max_statements: int = typer.Option(
+            2, "--max-statements", help="Generator difficulty: at most this many statements per program."
+        ),
+        schedule: str = typer.Option("wsd", "--schedule", help="LR schedule: wsd | cosine."),
+        decay_start: int | None = typer.Option(
+            None, "--decay-start", help="wsd: step where the decay begins (from pretrain_info.json)."
+        ),
+        bf16: bool = typer.Option(
+            True, "--bf16/--fp32", help="bf16 autocast for the matmuls (weights stay float32)."
         ),
     ) -> None:
         """Generate the synthetic corpus, train tokenizer and model, and write the tiny model folder."""
@@ -59,6 +69,12 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
             raise typer.Exit(2)
         if names not in ("simple", "varied"):
             typer.echo(f"error: --names must be simple or varied, got {names!r}", err=True)
+            raise typer.Exit(2)
+        if schedule not in ("wsd", "cosine"):
+            typer.echo(f"error: --schedule must be wsd or cosine, got {schedule!r}", err=True)
+            raise typer.Exit(2)
+        if max_statements < 1:
+            typer.echo("error: --max-statements must be >= 1", err=True)
             raise typer.Exit(2)
         if init_from is not None and not (init_from / "config.json").is_file():
             typer.echo(f"error: --init-from {init_from} is not a model folder (no config.json)", err=True)
@@ -84,6 +100,10 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
             warmup_steps=warmup,
             init_from=str(init_from) if init_from else None,
             names=names,
+            max_statements=max_statements,
+            bf16=bf16,
+            schedule=schedule,
+            decay_start=decay_start,
         )
         info = pretrain(cfg, out, progress=not quiet)
         Console().print(
@@ -98,6 +118,12 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
             None, "--out", help="JSON path (default bench/results/tiny_model.json)."
         ),
         model: Path = typer.Option(ASSET_DIR, "--model", help="Model folder to measure."),
+        max_statements: int | None = typer.Option(
+            None,
+            "--max-statements",
+            help="Generator difficulty of the problems (default: what the model was pretrained with).",
+        ),
+        n: int | None = typer.Option(None, "--n", help="Problems per cell (default 48, 8 with --quick)."),
     ) -> None:
         """Valid-proposal rate and student accuracy of the tiny model per task type."""
         from populora.pretrain.bench import run
@@ -107,4 +133,4 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
                 f"error: no model at {model}; run `populora pretrain-tiny --out {model}` first", err=True
             )
             raise typer.Exit(2)
-        run(quick=quick, out=out, model=model)
+        run(quick=quick, out=out, model=model, max_statements=max_statements, n=n)

@@ -14,7 +14,13 @@ import random
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from populora.pretrain.programs import Triplet, sample_code_f, sample_triplet
+from populora.pretrain.programs import (
+    DEFAULT_NAMES,
+    MAX_STATEMENTS,
+    Triplet,
+    sample_code_f,
+    sample_triplet,
+)
 
 # Mixture of example kinds (weights per drawn example).
 MIX = {
@@ -46,29 +52,32 @@ def iter_examples(
     k_refs: tuple[int, int] = (2, 6),
     n_inputs: int = 10,
     mix: dict[str, float] | None = None,
-    names: str = "varied",
+    names: str = DEFAULT_NAMES,
+    max_statements: int = MAX_STATEMENTS,
 ) -> Iterator[Example]:
-    """An endless, seeded stream of examples. Same seed and renderer -> same stream."""
+    """An endless, seeded stream of examples. Same seed and renderer -> same stream. Programs come from
+    the generator's "train" split only (never a held-out probe program)."""
     rng = random.Random(seed)
     mix = mix or MIX
     kinds, weights = list(mix), list(mix.values())
+    gen = dict(names=names, max_statements=max_statements)
     while True:
         kind = rng.choices(kinds, weights=weights)[0]
         if kind == "program":
-            tr = sample_triplet(rng, names)
+            tr = sample_triplet(rng, **gen)
             yield Example(kind, "", program_text(tr))
             continue
         role, task = kind.split(":")
         if task == "code_f":
-            prog, pairs = sample_code_f(rng, n_inputs, names)
+            prog, pairs = sample_code_f(rng, n_inputs, **gen)
             if role == "teacher":
                 prompt, completion = renderer.teacher_f(prog.code, pairs, prog.message)
             else:
                 prompt, completion = renderer.student_f(prog.code, pairs, prog.message)
         else:
-            tr = sample_triplet(rng, names)
+            tr = sample_triplet(rng, **gen)
             if role == "teacher":
-                refs = [sample_triplet(rng, names) for _ in range(rng.randint(*k_refs))]
+                refs = [sample_triplet(rng, **gen) for _ in range(rng.randint(*k_refs))]
                 prompt, completion = renderer.teacher_io(task, refs, tr)
             else:
                 prompt, completion = renderer.student_io(task, tr)

@@ -12,6 +12,7 @@ kind of hint a code_f teacher gives its student.
 
 from __future__ import annotations
 
+import hashlib
 import random
 from dataclasses import dataclass, field
 
@@ -639,13 +640,41 @@ class GeneratedProgram:
 
 
 NAMES = ("varied", "simple")
+# The generator settings the bundled model was pretrained with; every sampler defaults to them, so seeds and
+# probes drawn without arguments come from the model's own distribution.
+DEFAULT_NAMES = "simple"
+MAX_STATEMENTS = 2
+
+# Held-out program space. A stable hash of the program text puts one program in HELDOUT_MOD into the
+# "heldout" split (probe sets, the tiny-model bench); pretraining corpora and trainer seeds draw from
+# "train" only, so no held-out program can ever appear in them, whatever the seeds.
+SPLITS = ("train", "heldout", "any")
+HELDOUT_MOD = 10
 
 
-def sample_program(rng: random.Random, max_statements: int = 4, names: str = "varied") -> GeneratedProgram:
+def program_split(code: str) -> str:
+    """ "heldout" or "train": which disjoint part of the program space `code` belongs to."""
+    h = int.from_bytes(hashlib.sha256(code.encode()).digest()[:8], "big")
+    return "heldout" if h % HELDOUT_MOD == 0 else "train"
+
+
+def _in_split(code: str, split: str) -> bool:
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+    return split == "any" or program_split(code) == split
+
+
+def sample_program(
+    rng: random.Random, max_statements: int = MAX_STATEMENTS, names: str = DEFAULT_NAMES
+) -> GeneratedProgram:
     """Draw one program. It may still raise on some inputs; `sample_io` filters those out.
-    `names`: "varied" (random names from larger pools) or "simple" (see SIMPLE_PARAM_NAMES)."""
+    `names`: "varied" (random names from larger pools) or "simple" (see SIMPLE_PARAM_NAMES).
+    `max_statements`: the number of statements is 1..max_statements, each one half as likely as the one
+    before (the difficulty knob: a 4 M model can trace one statement, rarely three)."""
     if names not in NAMES:
         raise ValueError(f"names must be one of {NAMES}, got {names!r}")
+    if max_statements < 1:
+        raise ValueError(f"max_statements must be >= 1, got {max_statements}")
     n_params = rng.choices([1, 2, 3], weights=[6, 4, 1])[0]
     types = [rng.choices(TYPES, weights=[3, 3, 3, 1, 1])[0] for _ in range(n_params)]
     b = _Builder(rng, simple=names == "simple")
@@ -659,7 +688,9 @@ def sample_program(rng: random.Random, max_statements: int = 4, names: str = "va
         params.append(name)
         b.bind(name, typ)
     # Short programs dominate (a small model can learn to trace them); longer ones keep the shapes varied.
-    n_statements = rng.choices(range(1, max_statements + 1), weights=range(max_statements, 0, -1))[0]
+    n_statements = rng.choices(range(1, max_statements + 1), weights=[0.5**k for k in range(max_statements)])[
+        0
+    ]
     makers, weights = zip(*STATEMENTS, strict=True)
     # (lines, names it binds, op words) per statement, so dead statements can be pruned below.
     stmts: list[tuple[list[str], set[str], list[str]]] = []
@@ -761,21 +792,31 @@ class Triplet:
     message: str
 
 
-def sample_triplet(rng: random.Random, names: str = "varied") -> Triplet:
-    """A program with one working input and its output (resamples until one works)."""
+def sample_triplet(
+    rng: random.Random, names: str = DEFAULT_NAMES, max_statements: int = MAX_STATEMENTS, split: str = "train"
+) -> Triplet:
+    """A program with one working input and its output (resamples until one works), from `split`."""
     while True:
-        prog = sample_program(rng, names=names)
+        prog = sample_program(rng, max_statements, names)
+        if not _in_split(prog.code, split):
+            continue
         pairs = sample_io(rng, prog, 1)
         if pairs:
             return Triplet(prog.code, pairs[0][0], pairs[0][1], prog.message)
 
 
 def sample_code_f(
-    rng: random.Random, n_inputs: int = 10, names: str = "varied"
+    rng: random.Random,
+    n_inputs: int = 10,
+    names: str = DEFAULT_NAMES,
+    max_statements: int = MAX_STATEMENTS,
+    split: str = "train",
 ) -> tuple[GeneratedProgram, list[tuple[str, str]]]:
-    """A program with `n_inputs` distinct working inputs, for code_f examples."""
+    """A program with `n_inputs` distinct working inputs, for code_f examples, from `split`."""
     while True:
-        prog = sample_program(rng, names=names)
+        prog = sample_program(rng, max_statements, names)
+        if not _in_split(prog.code, split):
+            continue
         pairs = sample_io(rng, prog, n_inputs)
         # Outputs that are all the same teach nothing about the function; require some variety.
         if len(pairs) == n_inputs and len({o for _, o in pairs}) >= min(3, n_inputs):
