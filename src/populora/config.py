@@ -201,6 +201,15 @@ class LogConfig:
 
 
 @dataclass
+class DiagnosticsConfig:
+    probe_every: int = 0
+    """Score every member greedy on the fixed probe sets every this many steps and at step 0 (metrics.jsonl
+    `probe`); 0 disables the probe."""
+    probe_size: int = 64
+    """Probe problems per task type (the first ones of each fixed set, the same every time); at most 256."""
+
+
+@dataclass
 class Config:
     train: TrainConfig = field(default_factory=TrainConfig)
     """Length, checkpoints, seed and threads."""
@@ -222,6 +231,8 @@ class Config:
     """The verifier's worker pool and limits."""
     log: LogConfig = field(default_factory=LogConfig)
     """Metric sinks beyond metrics.jsonl (always written)."""
+    diagnostics: DiagnosticsConfig = field(default_factory=DiagnosticsConfig)
+    """Measurements taken during training that do not change it (the fixed probe)."""
 
     @property
     def n_teachers(self) -> int:
@@ -620,6 +631,15 @@ def validate(cfg: Config) -> Config:
     _require(
         bool(cfg.model.name.strip()), "model.name: is empty; use 'tiny', 'smol', a model folder or a hub id."
     )
+    dg = cfg.diagnostics
+    _require(
+        dg.probe_every >= 0, f"diagnostics.probe_every: must be >= 0 (0 disables), got {dg.probe_every}."
+    )
+    _require(
+        1 <= dg.probe_size <= 256,
+        f"diagnostics.probe_size: must be in [1, 256] (the probe sets hold 256 problems each), "
+        f"got {dg.probe_size}.",
+    )
     check_model_path(cfg.model.name)
     return cfg
 
@@ -648,6 +668,7 @@ def check_model_path(name: str) -> None:
 __all__ = [
     "Config",
     "ConfigError",
+    "DiagnosticsConfig",
     "EvolutionConfig",
     "LoRAConfig",
     "ModelConfig",

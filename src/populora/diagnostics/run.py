@@ -47,6 +47,8 @@ class Run:
     problems: list[dict[str, Any]]
     events: list[dict[str, Any]]
     label: str = ""
+    probes: list[dict[str, Any]] = field(default_factory=list)
+    """`{"step", "probe"}` of every metrics record that holds a `probe` (step 0 included), by step."""
     _roles: dict[str, str] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -138,6 +140,14 @@ class Run:
             warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns are expected (missing data)
             return np.nanmean(stack, axis=0)
 
+    @property
+    def probe_steps(self) -> np.ndarray:
+        return np.array([int(p["step"]) for p in self.probes], dtype=np.int64)
+
+    def probe_series(self, member: str, task: str) -> np.ndarray:
+        """One member's probe accuracy on `task` at each of `probe_steps` (NaN where it was not probed)."""
+        return np.array([_num((p["probe"].get(member) or {}).get(task)) for p in self.probes])
+
     def events_of(self, kind: str) -> list[dict[str, Any]]:
         return [e for e in self.events if e.get("type") == kind]
 
@@ -178,8 +188,23 @@ def load_run(path: str | Path, label: str | None = None) -> Run:
         warnings.simplefilter(
             "ignore", UserWarning
         )  # corrupt middle lines: the report shows what is readable
-        metrics = _dedupe_by_step(read_jsonl(metrics_p, missing_ok=True))
+        records = _dedupe_by_step(read_jsonl(metrics_p, missing_ok=True))
+    # The step-0 probe record (no `members`: nothing was trained yet) is a probe, not a step.
+    metrics = [r for r in records if "members" in r or "probe" not in r]
+    probes = [
+        {"step": int(r["step"]), "probe": r["probe"]} for r in records if isinstance(r.get("probe"), dict)
+    ]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
         problems = [p for p in read_jsonl(path / "problems.jsonl", missing_ok=True) if "step" in p]
         events = [e for e in read_jsonl(path / "events.jsonl", missing_ok=True) if "step" in e]
     events.sort(key=lambda e: e["step"])
-    return Run(path=path, config=config, metrics=metrics, problems=problems, events=events, label=label or "")
+    return Run(
+        path=path,
+        config=config,
+        metrics=metrics,
+        problems=problems,
+        events=events,
+        label=label or "",
+        probes=probes,
+    )
