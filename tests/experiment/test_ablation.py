@@ -47,7 +47,7 @@ def test_quick_ablation_runs_every_arm_writes_json_and_html_and_resumes(tmp_path
             start = run["probe"][role]["all"]["mean"]["start"]
             assert 0.0 <= start <= 1.0
         assert run["step_s"] > 0
-        assert "probe.%s.all.mean.change" % sorted(roles)[0] in entry["summary"]
+        assert f"probe.{sorted(roles)[0]}.all.mean.change" in entry["summary"]
     # 4T+4S has four members per role: its rating spread is measured, the single agent has none.
     assert data["results"]["4T+4S"]["runs"][0]["rating_spread"]["teacher"] is not None
     assert data["results"]["single"]["runs"][0]["rating_spread"]["teacher"] is None
