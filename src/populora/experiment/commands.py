@@ -51,6 +51,40 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         head, rows = ablation_rows(result)
         _print_table(head, rows)
 
+    @exp.command("learning")
+    def learning(
+        out: Path = typer.Option(..., "--out", help="Experiment folder (runs/seed<S>/, learning.json/.png)."),
+        preset: str = typer.Option("tiny-learn", "--preset", help="The preset to test."),
+        seeds: int = typer.Option(3, "--seeds", help="Seeds 0..S-1."),
+        json_out: Path = typer.Option(None, "--json", help="Also write the JSON here (bench/results/...)."),
+        figure: Path = typer.Option(None, "--figure", help="Where the PNG goes (default OUT/learning.png)."),
+        overrides: list[str] = typer.Option([], "--set", help="key=value for every seed (repeatable)."),
+    ) -> None:
+        """Does a preset learn? Students' probe change and teachers' valid-rate change, 95% CI over seeds."""
+        from populora.config import ConfigError
+        from populora.experiment.learning import run_learning
+
+        if seeds < 1:
+            _fail("--seeds must be >= 1")
+        try:
+            r = run_learning(out, preset, seeds, overrides, json_out, figure, log=typer.echo)
+        except ConfigError as exc:
+            _fail(str(exc))
+
+        def ci(s: dict, k: float = 100.0) -> str:
+            if s["mean"] is None:
+                return "-"
+            if s["lo"] is None:
+                return f"{k * s['mean']:+.2f}"
+            return f"{k * s['mean']:+.2f} [{k * s['lo']:+.2f}, {k * s['hi']:+.2f}]"
+
+        typer.echo(
+            f"students' mean probe accuracy: {ci(r['student_probe_start'])} -> {ci(r['student_probe_end'])} %, "
+            f"change {ci(r['student_probe_change'])} points (95% CI over {len(r['seeds'])} seeds; "
+            f"excludes zero: {r['excludes_zero']})"
+        )
+        typer.echo(f"teachers' valid-proposal rate change: {ci(r['teacher_valid_rate_change'])} points")
+
     @exp.command("retention")
     def retention(
         out: Path = typer.Option(..., "--out", help="Experiment folder."),

@@ -25,7 +25,7 @@ from populora.diagnostics.probe import PROBE_KEYS, probe_by_role
 from populora.diagnostics.run import Run
 from populora.names import TASKS
 
-__all__ = ["mean_ci", "run_curves", "run_measures", "slope"]
+__all__ = ["as_list", "edge_means", "mean_ci", "run_curves", "run_measures", "slope"]
 
 
 def mean_ci(values: Sequence[float | None], level: float = 0.95) -> dict:
@@ -51,7 +51,7 @@ def slope(x: np.ndarray, y: np.ndarray) -> float | None:
     return float(np.polyfit(np.asarray(x, float)[ok], np.asarray(y, float)[ok], 1)[0])
 
 
-def _edge_means(y: np.ndarray, frac: float = 0.25) -> tuple[float | None, float | None]:
+def edge_means(y: np.ndarray, frac: float = 0.25) -> tuple[float | None, float | None]:
     """Mean of the first and of the last `frac` of the finite values (a trend robust to one noisy step)."""
     y = y[np.isfinite(y)]
     if y.size == 0:
@@ -85,7 +85,7 @@ def run_measures(run: Run) -> dict:
     out["probe_steps"] = [int(s) for s in run.probe_steps]
     # Proposers: valid-proposal rate at the start and end (first / last quarter of the steps).
     vr = run.role_series(proposer_roles(run), "valid_rate")
-    first, last = _edge_means(vr)
+    first, last = edge_means(vr)
     out["valid_rate"] = {"start": first, "end": last, "slope": slope(run.steps, vr)}
     # Complexity of valid proposer programs: slope per step and start/end means per feature.
     cx = complexity_curves(run)
@@ -93,7 +93,7 @@ def run_measures(run: Run) -> dict:
     for f in FEATURES:
         if f in cx:
             st, mean, _ = cx[f]
-            a, b = _edge_means(mean)
+            a, b = edge_means(mean)
             out["complexity"][f] = {"slope": slope(st, mean), "start": a, "end": b}
     # Coverage: cells filled at the middle and end of the run (growth in the second half).
     steps, cov, cells = coverage_curve(run)
@@ -112,7 +112,7 @@ def run_measures(run: Run) -> dict:
     osc = oscillation_by_type(run)
     out["oscillation"] = {t: osc[t].direction_changes for t in (*TASKS, "all")}
     sr = run.role_series(solver_roles(run), ["solve_rate", "all"])
-    a, b = _edge_means(sr)
+    a, b = edge_means(sr)
     out["solve_rate"] = {"start": a, "end": b}
     # Rating spread: standard deviation of mu over the living members of each role at the last step.
     hist = rating_history(run)
@@ -129,7 +129,7 @@ def run_measures(run: Run) -> dict:
     return out
 
 
-def _list(y: np.ndarray) -> list[float | None]:
+def as_list(y: np.ndarray) -> list[float | None]:
     return [float(v) if np.isfinite(v) else None for v in np.asarray(y, dtype=float)]
 
 
@@ -139,29 +139,29 @@ def run_curves(run: Run) -> dict:
         role: {
             key: {
                 "steps": [int(s) for s in c.steps],
-                "best": _list(c.best),
-                "mean": _list(c.mean),
-                "worst": _list(c.worst),
+                "best": as_list(c.best),
+                "mean": as_list(c.mean),
+                "worst": as_list(c.worst),
             }
             for key, c in curves.items()
         }
         for role, curves in probe_by_role(run).items()
     }
     cx = {
-        f: {"steps": [int(s) for s in st], "mean": _list(m)}
+        f: {"steps": [int(s) for s in st], "mean": as_list(m)}
         for f, (st, m, _) in complexity_curves(run).items()
     }
     steps, cov, cells = coverage_curve(run)
     return {
         "probe": probe,
         "complexity": cx,
-        "coverage": {"steps": [int(s) for s in steps], "cells": _list(cells)},
+        "coverage": {"steps": [int(s) for s in steps], "cells": as_list(cells)},
         "solve_rate": {
             "steps": [int(s) for s in run.steps],
-            "all": _list(run.role_series(solver_roles(run), ["solve_rate", "all"])),
+            "all": as_list(run.role_series(solver_roles(run), ["solve_rate", "all"])),
         },
         "valid_rate": {
             "steps": [int(s) for s in run.steps],
-            "all": _list(run.role_series(proposer_roles(run), "valid_rate")),
+            "all": as_list(run.role_series(proposer_roles(run), "valid_rate")),
         },
     }
