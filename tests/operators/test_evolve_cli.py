@@ -92,3 +92,32 @@ def test_evolve_user_errors_exit_2(folders, args, message):
     res = runner.invoke(app, ["evolve", *args])
     assert res.exit_code == 2
     assert message in res.output and "Traceback" not in res.output
+
+
+def test_evolve_refuses_to_overwrite_without_force_and_never_a_parent(folders):
+    """Issue 13 item 12: -o on an existing folder needs --force; a parent (or a folder holding one) never."""
+    fa, fb, tmp = folders
+    before = {p: (p / "adapter_model.safetensors").read_bytes() for p in (fa, fb)}
+    for out, force in ((fa, False), (fa, True), (fb, True), (tmp, True)):
+        args = ["evolve", "X5", "-p", str(fa), "-p", str(fb), "-o", str(out)] + (["--force"] if force else [])
+        res = runner.invoke(app, args)
+        assert res.exit_code == 2 and "would overwrite the parent" in res.output, res.output
+    assert all((p / "adapter_model.safetensors").read_bytes() == b for p, b in before.items())
+
+    kid = tmp / "kid"
+    assert runner.invoke(app, ["evolve", "M1", "-p", str(fa), "-o", str(kid), "--seed", "1"]).exit_code == 0
+    first = (kid / "adapter_model.safetensors").read_bytes()
+    res = runner.invoke(app, ["evolve", "M1", "-p", str(fa), "-o", str(kid), "--seed", "2"])
+    assert res.exit_code == 2 and "already exists" in res.output and "--force" in res.output
+    assert (kid / "adapter_model.safetensors").read_bytes() == first
+    res = runner.invoke(app, ["evolve", "M1", "-p", str(fa), "-o", str(kid), "--seed", "2", "--force"])
+    assert res.exit_code == 0 and (kid / "adapter_model.safetensors").read_bytes() != first
+    (tmp / "empty").mkdir()
+    assert runner.invoke(app, ["evolve", "M1", "-p", str(fa), "-o", str(tmp / "empty")]).exit_code == 0
+
+
+def test_evolve_says_when_x4_declined(folders):
+    fa, fb, tmp = folders  # unrelated random parents: cos ~ 0 < 0.5
+    res = runner.invoke(app, ["evolve", "X4", "-p", str(fa), "-p", str(fb), "-o", str(tmp / "x4")])
+    assert res.exit_code == 0, res.output
+    assert "X4 declined" in res.output and "applied X5" in res.output

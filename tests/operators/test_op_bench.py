@@ -26,5 +26,9 @@ def test_bench_tiny_shape_writes_report(tmp_path):
     assert (
         peft["peft_linear_factor_space_rel_error"] > 0.1
     )  # the factor-space pitfall is real on these parents
+    for name in ("X1", "X6", "X7", "X9"):  # the old implementation is timed next to the new, same run
+        r = saved["operators"][name]
+        assert r["seconds_per_child_old"] > 0 and r["speedup_vs_old"] > 0, name
+    assert saved["operators"]["M1"]["seconds_per_child_old"] is None
     ops_md, ret_md = markdown(rep)
     assert ops_md.count("\n| ") >= 17 and "| X9 |" in ret_md

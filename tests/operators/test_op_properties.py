@@ -48,7 +48,10 @@ def test_shape_rank_alpha_purity_determinism(op, p1, p2):
         assert all(torch.equal(p.modules[k][i], q.modules[k][i]) for k in p.modules for i in (0, 1))
     again = apply(op, parents, seed=3)
     assert all(torch.equal(child.modules[k][i], again.modules[k][i]) for k in child.modules for i in (0, 1))
-    assert child.metadata["lineage"]["operator"] == op and child.metadata["lineage"]["seed"] == 3
+    lineage = child.metadata["lineage"]
+    assert lineage["requested"] == op and lineage["seed"] == 3
+    # the operator actually applied: the requested one, unless it declined (X4 on these unrelated parents)
+    assert lineage["operator"] == ("X5" if op == "X4" else op) and ("declined" in lineage) == (op == "X4")
 
 
 @pytest.mark.parametrize("op", STOCHASTIC)

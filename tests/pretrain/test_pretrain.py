@@ -47,8 +47,8 @@ def test_programs_are_deterministic_for_a_seed_and_their_outputs_reproduce():
     assert len({t.program for t in triplets}) > 40  # varied, not one template
     for t in triplets:
         assert run(compile_program(t.program), t.input) == t.output
-    # Shapes vary: loops, comprehensions, conditionals all appear in a modest sample.
-    text = "\n".join(sample_program(rng).code for _ in range(200))
+    # Shapes vary at level full: loops, comprehensions, conditionals all appear in a modest sample.
+    text = "\n".join(sample_program(rng, level="full").code for _ in range(200))
     for needle in ("for ", "while ", "if ", " for ", "{", "[", "def g("):
         assert needle in text
 
@@ -212,22 +212,77 @@ def test_max_statements_is_the_generator_difficulty_and_bench_reads_it_from_the_
     (tmp_path / "pretrain_info.json").write_text(
         json.dumps({"config": {"names": "simple", "max_statements": 3}})
     )
-    assert generator_settings(tmp_path) == {"names": "simple", "max_statements": 3}
+    assert generator_settings(tmp_path) == {"names": "simple", "max_statements": 3, "level": "full"}
     # Folders written before the knob existed were trained with up to 4 statements.
     (tmp_path / "pretrain_info.json").write_text(json.dumps({"config": {"names": "varied"}}))
-    assert generator_settings(tmp_path) == {"names": "varied", "max_statements": 4}
+    assert generator_settings(tmp_path) == {"names": "varied", "max_statements": 4, "level": "full"}
     assert generator_settings(tmp_path / "none")["max_statements"] == MAX_STATEMENTS
+    (tmp_path / "pretrain_info.json").write_text(
+        json.dumps({"config": {"names": "simple", "max_statements": 1, "level": "easy"}})
+    )
+    assert generator_settings(tmp_path)["level"] == "easy"
 
 
-def test_the_samplers_defaults_are_the_committed_assets_generator_settings():
-    """Trainer seeds and probe sets call the samplers with their defaults: those must be what the bundled
-    model was pretrained with, or its students are probed off-distribution."""
+def test_level_easy_restricts_statement_kinds_depth_and_values():
+    import ast
+
+    from populora.pretrain.programs import sample_io
+
+    rng = random.Random(3)
+    loops = (ast.For, ast.While, ast.If, ast.IfExp, ast.ListComp, ast.DictComp, ast.GeneratorExp, ast.Lambda)
+    easy_lines, full_lines, full_loops = 0, 0, 0
+    for _ in range(300):
+        prog = sample_program(rng, max_statements=1, level="easy")
+        tree = ast.parse(prog.code)
+        assert not any(isinstance(node, loops) for node in ast.walk(tree)), prog.code
+        fn = tree.body[0]
+        assert len(fn.body) == 2 and isinstance(fn.body[-1].value, ast.Name), prog.code  # x = expr; return x
+        assert len(fn.args.args) <= 2 and set(prog.param_types) <= {"int", "str", "list"}
+        for text, _ in sample_io(rng, prog, 3):
+            for value in eval(f"({text},)"):
+                assert not isinstance(value, int) or 0 <= value <= 9
+                assert not isinstance(value, str | list) or len(value) <= 6
+        easy_lines += prog.code.count("\n")
+        full = sample_program(rng, max_statements=1, level="full")
+        full_lines += full.code.count("\n")
+        full_loops += any(isinstance(node, loops) for node in ast.walk(ast.parse(full.code)))
+    assert easy_lines < full_lines and full_loops > 30  # the full grammar is unchanged
+    with pytest.raises(ValueError, match="level"):
+        sample_program(rng, level="hard")
+
+
+def test_level_reaches_the_corpus_and_the_model_record(tmp_path):
+    from populora.pretrain.train import PretrainConfig, pretrain
+
+    info = pretrain(PretrainConfig(seed=0, level="easy", max_statements=1, **MINI), tmp_path, progress=False)
+    assert info["config"]["level"] == "easy"
     from populora.pretrain.bench import generator_settings
-    from populora.pretrain.programs import DEFAULT_NAMES, MAX_STATEMENTS
 
-    assert generator_settings(ASSET_DIR) == {"names": DEFAULT_NAMES, "max_statements": MAX_STATEMENTS}
-    info = json.loads((ASSET_DIR / "pretrain_info.json").read_text())
-    assert info["history"] == []  # one run from random weights: `--seed` and `--steps` rebuild it
+    assert generator_settings(tmp_path) == {"names": "simple", "max_statements": 1, "level": "easy"}
+    ex = build_corpus(0, 60, TasksRenderer(), level="easy", max_statements=1)
+    progs = [e.completion for e in ex if e.kind == "program"]
+    assert progs and not any("for " in p or "while " in p for p in progs)
+
+
+def test_parse_mix():
+    from populora.pretrain.corpus import parse_mix
+
+    assert parse_mix("student:code_o=3, program=0.5") == {"student:code_o": 3.0, "program": 0.5}
+    for bad in ("student:code_x=1", "program", "program=x", "program=-1", "program=0"):
+        with pytest.raises(ValueError):
+            parse_mix(bad)
+
+
+def test_generator_defaults_are_the_bundled_models_settings():
+    """Trainer seeds and probes are drawn with the generator defaults; they must be the asset's own."""
+    from populora.pretrain.bench import generator_settings
+    from populora.pretrain.programs import DEFAULT_LEVEL, DEFAULT_NAMES, MAX_STATEMENTS
+
+    assert generator_settings(ASSET_DIR) == {
+        "names": DEFAULT_NAMES,
+        "max_statements": MAX_STATEMENTS,
+        "level": DEFAULT_LEVEL,
+    }
 
 
 def test_pretrain_tiny_cli_rejects_bad_arguments():
@@ -241,6 +296,10 @@ def test_pretrain_tiny_cli_rejects_bad_arguments():
     assert res.exit_code == 2 and "--max-statements" in res.output
     res = CliRunner().invoke(app, ["pretrain-tiny", "--schedule", "linear"])
     assert res.exit_code == 2 and "--schedule" in res.output
+    res = CliRunner().invoke(app, ["pretrain-tiny", "--level", "hard"])
+    assert res.exit_code == 2 and "--level" in res.output
+    res = CliRunner().invoke(app, ["pretrain-tiny", "--mix", "student:code_x=1"])
+    assert res.exit_code == 2 and "--mix" in res.output
 
 
 def test_committed_asset_loads_fits_and_greedy_generates_for_a_compact_prompt():

@@ -82,12 +82,11 @@ def test_training_sources_never_draw_a_probe_program(probes):
 
 
 def test_trainer_synthetic_seeds_hold_no_probe_program(probes, sandbox):
-    from populora.train.trainer import synthetic_seeds
+    from populora.train.setup import synthetic_seeds
 
     probe_programs = {p.program for ps in probes.values() for p in ps}
-    all_tasks = {t: get(t) for t in TASKS}
     for seed in (0, 1):
-        seeds = synthetic_seeds(all_tasks, 40, sandbox, seed)
+        seeds = synthetic_seeds(40, sandbox, seed)
         assert len(seeds) > 100
         assert not {p.program for p in seeds} & probe_programs
 

@@ -52,3 +52,11 @@ def attack_sandbox():
 @pytest.fixture
 def is_root() -> bool:
     return os.geteuid() == 0
+
+
+@pytest.fixture(scope="module")
+def eval_sandbox():
+    """The evaluation profile, where a hostile job also gets the attack pool's modules for free."""
+    limits = Limits(timeout_s=10, memory_mb=1024, max_output_chars=4000)  # numpy needs more address space
+    with Sandbox(workers=2, limits=limits, preload=ATTACK_PRELOAD, profile="eval") as sb:
+        yield sb

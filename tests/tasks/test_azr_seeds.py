@@ -1,5 +1,5 @@
 """Every row of the two AZR seed files loads and is validated; the numbers are reported in
-the README's Tasks section (the sandbox re-runs each input twice: ~5,600 jobs)."""
+docs/tasks.md (the sandbox re-runs each input twice: ~5,600 jobs)."""
 
 import pytest
 

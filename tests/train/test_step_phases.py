@@ -105,10 +105,21 @@ def test_validate_solve_score_update_rate_metrics(trainer):
     assert any(not torch.equal(before[k][1], after[k][1]) for k in before)  # the student's B moved
 
     matchups = tr.rate([("T0", "S0")], items, step=1)
+    # each side on its own reward: the teacher's mean reward (0.5 - 1) / 2 < 0.4 is a loss (its invalid
+    # proposal is no win); the student's answers (1 - 0.5) / 2 rescale to 0.5, a draw
     assert matchups == [
-        {"teacher": "T0", "student": "S0", "solve_rate": 0.5, "n_problems": 1, "outcome": "draw"}
+        {
+            "teacher": "T0",
+            "student": "S0",
+            "solve_rate": 0.5,
+            "n_problems": 1,
+            "outcome": "neither",
+            "teacher_outcome": "loss",
+            "student_outcome": "draw",
+        }
     ]
-    assert tr.pop["T0"].mu == pytest.approx(25.0) and tr.pop["T0"].sigma < 25 / 3 and tr.pop["S0"].games == 1
+    assert tr.pop["T0"].mu < 25.0 and tr.pop["T0"].sigma < 25 / 3 and tr.pop["T0"].games == 1
+    assert tr.pop["S0"].mu == pytest.approx(25.0) and tr.pop["S0"].games == 1  # a draw from equal ratings
 
     timings = dict.fromkeys(PHASES, 0.1)
     rec = metrics_record(

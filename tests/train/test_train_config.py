@@ -90,7 +90,8 @@ def test_overrides_are_typed():
     assert c.rl.lr == 5e-5 and isinstance(c.rl.lr, float)
     assert c.evolution.operators == ["M1", "X2"] and c.population.teachers == 3
     assert c.population.balanced is False and c.lora.alpha == 8.0 and c.lora.targets == ["q_proj", "v_proj"]
-    assert c.n_slots == 1 and c.effective_whiten_scope == "task_role"
+    assert c.n_slots == 1 and c.effective_whiten_scope == "batch"  # the same scope as the population
+    assert c.rl.loss_norm == "role"
 
 
 @pytest.mark.parametrize(

@@ -49,6 +49,8 @@ class Run:
     label: str = ""
     probes: list[dict[str, Any]] = field(default_factory=list)
     """`{"step", "probe"}` of every metrics record that holds a `probe` (step 0 included), by step."""
+    # What could not be read (corrupt metrics lines, steps missing from metrics.jsonl): the report shows these.
+    warnings: list[str] = field(default_factory=list)
     _roles: dict[str, str] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -184,20 +186,19 @@ def load_run(path: str | Path, label: str | None = None) -> Run:
         except yaml.YAMLError as exc:
             raise NotARunError(f"{config_p} is not valid YAML: {exc}") from exc
         config = loaded if isinstance(loaded, dict) else {}
-    with warnings.catch_warnings():
-        warnings.simplefilter(
-            "ignore", UserWarning
-        )  # corrupt middle lines: the report shows what is readable
+    with warnings.catch_warnings(record=True) as caught:
+        # corrupt middle lines: the report shows what is readable and says what it skipped (Run.warnings)
+        warnings.simplefilter("always", UserWarning)
         records = _dedupe_by_step(read_jsonl(metrics_p, missing_ok=True))
+        problems = [p for p in read_jsonl(path / "problems.jsonl", missing_ok=True) if "step" in p]
+        events = [e for e in read_jsonl(path / "events.jsonl", missing_ok=True) if "step" in e]
     # The step-0 probe record (no `members`: nothing was trained yet) is a probe, not a step.
     metrics = [r for r in records if "members" in r or "probe" not in r]
     probes = [
         {"step": int(r["step"]), "probe": r["probe"]} for r in records if isinstance(r.get("probe"), dict)
     ]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        problems = [p for p in read_jsonl(path / "problems.jsonl", missing_ok=True) if "step" in p]
-        events = [e for e in read_jsonl(path / "events.jsonl", missing_ok=True) if "step" in e]
+    notes = [str(w.message) for w in caught if issubclass(w.category, UserWarning)]
+    notes += _missing_steps(metrics_p, metrics)
     events.sort(key=lambda e: e["step"])
     return Run(
         path=path,
@@ -207,4 +208,22 @@ def load_run(path: str | Path, label: str | None = None) -> Run:
         events=events,
         label=label or "",
         probes=probes,
+        warnings=notes,
     )
+
+
+def _missing_steps(metrics_p: Path, metrics: list[dict[str, Any]]) -> list[str]:
+    """A warning if steps are missing from the middle of metrics.jsonl (a deleted or lost line).
+
+    The trainer writes one line per step, so any gap between the first and the last logged step is a line
+    that was deleted or lost; the curves would silently join across it.
+    """
+    steps = [int(r["step"]) for r in metrics]
+    if len(steps) < 2:
+        return []
+    have = set(steps)
+    gaps = [s for s in range(steps[0], steps[-1] + 1) if s not in have]
+    if not gaps:
+        return []
+    shown = ", ".join(map(str, gaps[:10])) + (f" and {len(gaps) - 10} more" if len(gaps) > 10 else "")
+    return [f"{metrics_p}: no line for step(s) {shown} (deleted or lost); curves skip them"]

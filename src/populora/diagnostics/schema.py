@@ -89,6 +89,7 @@ EVENT_KEYS = {
     ),
     "checkpoint": ("step", "type", "path"),
     "resume": ("step", "type", "from"),
+    "damaged_checkpoint": ("step", "type", "reason"),
 }
 
 

@@ -2,6 +2,7 @@
 
 `build(...)` makes an engine; `resolve_model(name)` finds a model folder. The hf backend (`hf.py`, default)
 generates and trains; the vllm backend (`vllm.py`) only generates, with one `LoRARequest` per slot.
+`build(..., workers=N)` with N > 1 spreads either backend over N Ray actors, data parallel (`dist.py`).
 Imports `populora.lora` and `populora.rl.loss`; nothing here imports the trainer.
 """
 
@@ -38,6 +39,8 @@ def build(
     *,
     tokenizer: Any = None,
     dtype: Any = None,
+    workers: int = 1,
+    address: str | None = None,
     **options: Any,
 ):
     """Build a PolicyEngine with `n_slots` LoRA slots (rank `rank`, scale `alpha/rank`) on `model`.
@@ -52,11 +55,32 @@ def build(
     [(0.9, 0.999)], eps [1e-8], max_grad_norm [1.0], clip_eps [None = REINFORCE], clip_eps_high [clip_eps],
     entropy_coef [0], loss_agg ["token-mean"], micro_batch_tokens [4096], gen_batch_size [64],
     gen_threads [1], train_threads [2], seed [0].
+    `workers` > 1: a `DistributedEngine` of that many Ray actors (one GPU each on CUDA), each holding the base
+    and every slot; `address` joins an existing Ray cluster ("auto", "host:port"), else Ray starts locally.
     """
     rank = LoRAConfig.rank if rank is None else rank
     alpha = LoRAConfig.alpha if alpha is None else alpha
     if backend not in BACKENDS:
         raise EngineError(f"unknown engine backend {backend!r}; choose one of {BACKENDS}.")
+    if not isinstance(workers, int) or workers < 1:
+        raise EngineError(f"workers must be an integer >= 1, got {workers!r}.")
+    if workers > 1:
+        from populora.engine.dist import DistributedEngine
+
+        return DistributedEngine(
+            model,
+            tokenizer,
+            workers=workers,
+            address=address,
+            device=device,
+            n_slots=n_slots,
+            rank=rank,
+            alpha=alpha,
+            targets=targets,
+            backend=backend,
+            dtype=dtype,
+            **options,
+        )
     if backend == "vllm":  # fail before loading anything
         from populora.engine.vllm import require_vllm
 

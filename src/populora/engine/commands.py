@@ -1,4 +1,4 @@
-"""CLI of the engine: `populora bench engine [--quick]`."""
+"""CLI of the engine: `populora bench engine [--quick]`, `populora bench dist [--quick]`."""
 
 from __future__ import annotations
 
@@ -17,3 +17,14 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         from populora.engine.bench import run
 
         run(quick=quick, out=out)
+
+    @bench.command("dist")
+    def bench_dist(
+        quick: bool = typer.Option(False, "--quick", help="Fewer, shorter rounds (about a minute)."),
+        out: Path = typer.Option(None, "--out", help="JSON output (default bench/results/dist.json)."),
+        workers: int = typer.Option(2, "--workers", help="Ray workers to compare with one process."),
+    ) -> None:
+        """The same generate + train_step work on N Ray workers (dist.workers) vs 1 process: time and overhead."""
+        from populora.engine.dist_bench import run
+
+        run(quick=quick, out=out, workers=workers)

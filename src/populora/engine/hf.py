@@ -5,7 +5,9 @@
 - `train_step`: one mixed batch of rows from any slots, micro-batched by a padded-token budget, token-level
   policy-gradient loss (`populora.rl.loss`), per-slot normalisation, per-slot gradient clipping and AdamW.
   The lm_head runs only on response positions (the vocabulary projection dominates small models).
-- Threads: generation and training set their own torch thread counts (README, Performance).
+- Threads: generation and training set their own torch thread counts (docs/engine.md, How it works).
+- Progress: `generate` and `train_step` take an optional `progress(done, total, info)` callable (the trainer's
+  live console line): requests finished / micro-batches done so far, non-decreasing, ending at total.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 import inspect
 import time
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -26,6 +28,11 @@ from populora.engine.types import EngineError, Generation, GenRequest, TrainBatc
 from populora.lora.adapter import LoRAAdapter
 from populora.lora.layers import get_slot_adapter, init_slots, inject_multi_lora, set_slot_adapter
 from populora.rl.loss import LOSS_AGG_MODES, entropy_from_logprobs, policy_loss, row_weights
+
+# progress(done, total, info): `info` holds "tokens" (generated so far) for generate, "rows" for train_step.
+ProgressFn = Callable[[int, int, dict], None]
+# Report decoding progress every this many decode steps (and whenever rows finish): cheap, yet live.
+PROGRESS_EVERY = 16
 
 
 @contextmanager
@@ -187,8 +194,12 @@ class HFEngine:
         return ids
 
     @torch.no_grad()
-    def generate(self, requests: list[GenRequest], seed: int | None = None) -> list[Generation]:
-        """Sample every request (any mix of slots) in KV-cached batches; results in request order."""
+    def generate(
+        self, requests: list[GenRequest], seed: int | None = None, progress: ProgressFn | None = None
+    ) -> list[Generation]:
+        """Sample every request (any mix of slots) in KV-cached batches; results in request order.
+
+        `progress(done, total, {"tokens": n})` is called as requests finish (see the module docstring)."""
         if not requests:
             return []
         gen = self.generator if seed is None else torch.Generator().manual_seed(seed)
@@ -203,16 +214,34 @@ class HFEngine:
         for i in [i for i in order if requests[i].max_new_tokens == 0]:
             results[i] = Generation([], "", [], "length", prompt_ids=prompts[i], slot=requests[i].slot)
         order = [i for i in order if requests[i].max_new_tokens > 0]
+        total, finished = len(requests), len(requests) - len(order)
+        report = None
+        if progress is not None:
+            progress(finished, total, {"tokens": 0})
+            tokens_before = 0
+
+            def report(done: int, tokens: int) -> None:
+                progress(finished + done, total, {"tokens": tokens_before + tokens})
+
         with torch_threads(self.gen_threads):
             for c in range(0, len(order), self.gen_batch_size):
                 chunk = sorted(order[c : c + self.gen_batch_size], key=lambda i: (requests[i].slot, i))
-                outs = self._generate_batch([requests[i] for i in chunk], [prompts[i] for i in chunk], gen)
+                outs = self._generate_batch(
+                    [requests[i] for i in chunk], [prompts[i] for i in chunk], gen, report
+                )
                 for i, out in zip(chunk, outs, strict=True):
                     results[i] = out
+                finished += len(chunk)
+                if progress is not None:
+                    tokens_before += sum(len(o.token_ids) for o in outs)
         return results  # type: ignore[return-value]
 
     def _generate_batch(
-        self, reqs: list[GenRequest], prompts: list[list[int]], gen: torch.Generator
+        self,
+        reqs: list[GenRequest],
+        prompts: list[list[int]],
+        gen: torch.Generator,
+        report: Callable[[int, int], None] | None = None,
     ) -> list[Generation]:
         from transformers import DynamicCache
 
@@ -264,6 +293,9 @@ class HFEngine:
                     done[j] = True
                 elif len(tokens[row]) >= int(max_new[row]):
                     done[j] = True
+            if report is not None and (bool(done.any()) or step % PROGRESS_EVERY == 0):
+                n_done = b - len(alive) + int(done.sum())
+                report(n_done, sum(len(t) for t in tokens))
             if bool(done.all()):
                 break
             keep = (~done).nonzero().squeeze(-1)
@@ -363,20 +395,7 @@ class HFEngine:
         return self._head(h).float(), torch.tensor(targets, device=self.device), n_resp
 
     def _check_rows(self, batch: TrainBatch) -> list[TrainRow]:
-        if not isinstance(batch, TrainBatch):
-            raise EngineError(f"train_step expects a TrainBatch, got {type(batch).__name__}")
-        for r in batch.rows:
-            self._check_slot(r.slot)
-            if len(r.prompt_ids) < 1:
-                raise EngineError(
-                    f"row of slot {r.slot} has an empty prompt; give at least one prompt token."
-                )
-            if r.old_logprobs is not None and len(r.old_logprobs) != len(r.response_ids):
-                raise EngineError(
-                    f"row of slot {r.slot}: {len(r.old_logprobs)} old_logprobs for "
-                    f"{len(r.response_ids)} response tokens."
-                )
-        return [r for r in batch.rows if len(r.response_ids) > 0]
+        return check_rows(batch, self.n_slots)
 
     @torch.no_grad()
     def logprobs(self, batch: TrainBatch) -> list[list[float]]:
@@ -395,8 +414,10 @@ class HFEngine:
                     k += n
         return [out.get(i, []) for i in range(len(batch.rows))]
 
-    def train_step(self, batch: TrainBatch) -> dict[str, float]:
+    def train_step(self, batch: TrainBatch, progress: ProgressFn | None = None) -> dict[str, float]:
         """One optimiser step for every slot that has rows in `batch`; returns metrics.
+
+        `progress(done, total, {"rows": n})` is called before the first and after every micro-batch.
 
         Per slot s (keys `<name>/<s>`): loss, pg_loss, entropy (token mean), grad_norm (before clipping),
         tokens, rows, adv_mean, and with PPO clip: clip_frac, approx_kl. Totals: loss (sum over slots),
@@ -406,12 +427,31 @@ class HFEngine:
         rows = self._check_rows(batch)
         if not rows:
             raise EngineError("train_step got no rows with response tokens.")
-        weights = row_weights([len(r.response_ids) for r in rows], [r.slot for r in rows], self.loss_agg)
+        weights = row_weights([len(r.response_ids) for r in rows], [r.loss_key for r in rows], self.loss_agg)
+        sums = self.accumulate_gradients(rows, weights, progress)
+        norms = self.apply_gradients(sorted(sums["tokens"]))
+        return train_metrics(sums, norms, len(rows), self.entropy_coef, self.clip_eps is not None, t0)
+
+    # The two halves of `train_step`, also used by the distributed engine (`populora.engine.dist`): each
+    # worker accumulates the gradients of its share of the rows with the weights of the whole batch, the
+    # LoRA gradients are summed across workers, then every worker applies the same step.
+    def accumulate_gradients(
+        self, rows: list[TrainRow], weights: Sequence[float], progress: ProgressFn | None = None
+    ) -> dict[str, dict[int, float]]:
+        """Set `.grad` of the LoRA parameters to the gradient of `sum_rows weights[i] * row loss` (no step).
+
+        `rows` must have response tokens (`check_rows`); `weights[i]` is row i's aggregation weight
+        (`populora.rl.loss.row_weights` over the whole batch). Returns per-slot sums for `train_metrics`:
+        {name: {slot: value}} for pg_loss, entropy_sum, ent_w, clip_sum, adv_sum, kl_sum, tokens, rows.
+        """
         acc: dict[str, dict[int, float]] = defaultdict(lambda: defaultdict(float))
         for p in self.params:
             p.grad = None
+        groups = self._micro_batches(rows)
+        if progress is not None:
+            progress(0, len(groups), {"rows": 0})
         with torch_threads(self.train_threads), torch.enable_grad():
-            for group in self._micro_batches(rows):
+            for n_group, group in enumerate(groups, 1):
                 sub = [rows[i] for i in group]
                 logits, targets, n_resp = self._response_logits(sub)
                 logp_all = torch.log_softmax(logits, -1)
@@ -434,7 +474,7 @@ class HFEngine:
                     ent = entropy_from_logprobs(logp_all)
                 w = torch.cat(
                     [
-                        torch.full((n,), weights[i], device=logp.device)
+                        torch.full((n,), float(weights[i]), device=logp.device)
                         for i, n in zip(group, n_resp, strict=True)
                     ]
                 )
@@ -459,34 +499,79 @@ class HFEngine:
                         acc["tokens"][s] += n
                         acc["rows"][s] += 1
                         k += n
-        slots = sorted(acc["tokens"])
+                if progress is not None:
+                    progress(n_group, len(groups), {"rows": sum(len(g) for g in groups[:n_group])})
+        return {name: dict(per_slot) for name, per_slot in acc.items()}
+
+    def apply_gradients(self, slots: Sequence[int]) -> torch.Tensor:
+        """Clip each slot's `.grad` to `max_grad_norm`, take one AdamW step for `slots`, clear the grads.
+
+        Returns every slot's gradient norm before clipping (`[n_slots]`).
+        """
         norms = clip_slot_grads(self.params, self.n_slots, self.max_grad_norm)
         self.optimizer.step(slots)
         for p in self.params:
             p.grad = None
-        m: dict[str, float] = {}
-        total = 0.0
-        for s in slots:
-            tok = acc["tokens"][s]
-            slot_loss = acc["pg_loss"][s] - self.entropy_coef * acc["ent_w"][s]
-            total += slot_loss
-            m[f"loss/{s}"] = slot_loss
-            m[f"pg_loss/{s}"] = acc["pg_loss"][s]
-            m[f"entropy/{s}"] = acc["entropy_sum"][s] / tok
-            m[f"grad_norm/{s}"] = float(norms[s])
-            m[f"tokens/{s}"] = float(tok)
-            m[f"rows/{s}"] = float(acc["rows"][s])
-            m[f"adv_mean/{s}"] = acc["adv_sum"][s] / tok
-            if self.clip_eps is not None:
-                m[f"clip_frac/{s}"] = acc["clip_sum"][s] / tok
-                m[f"approx_kl/{s}"] = acc["kl_sum"][s] / tok
-        m.update(
-            {
-                "loss": total,
-                "tokens": float(sum(acc["tokens"].values())),
-                "rows": float(len(rows)),
-                "slots": float(len(slots)),
-                "time_s": time.perf_counter() - t0,
-            }
-        )
-        return m
+        return norms
+
+
+def check_rows(batch: TrainBatch, n_slots: int) -> list[TrainRow]:
+    """Validate a TrainBatch (slots, prompts, log-prob and advantage counts); return its rows that have
+    response tokens. Raises `EngineError` naming the bad row."""
+    if not isinstance(batch, TrainBatch):
+        raise EngineError(f"train_step expects a TrainBatch, got {type(batch).__name__}")
+    for r in batch.rows:
+        if not isinstance(r.slot, int | torch.Tensor) or not 0 <= int(r.slot) < n_slots:
+            raise EngineError(f"slot {r.slot!r} out of range; this engine has slots 0..{n_slots - 1}.")
+        if len(r.prompt_ids) < 1:
+            raise EngineError(f"row of slot {r.slot} has an empty prompt; give at least one prompt token.")
+        if r.old_logprobs is not None and len(r.old_logprobs) != len(r.response_ids):
+            raise EngineError(
+                f"row of slot {r.slot}: {len(r.old_logprobs)} old_logprobs for "
+                f"{len(r.response_ids)} response tokens."
+            )
+        r.advantage_list()  # raises on a wrong number of advantages
+    return [r for r in batch.rows if len(r.response_ids) > 0]
+
+
+def train_metrics(
+    sums: dict[str, dict[int, float]],
+    norms: torch.Tensor,
+    n_rows: int,
+    entropy_coef: float,
+    ppo: bool,
+    t0: float,
+) -> dict[str, float]:
+    """`train_step`'s metrics from the per-slot sums of `accumulate_gradients` (summed over workers when
+    distributed), the pre-clipping norms and the start time `t0` (`time.perf_counter()`)."""
+
+    def get(name: str, s: int) -> float:
+        return sums.get(name, {}).get(s, 0.0)
+
+    slots = sorted(sums["tokens"])
+    m: dict[str, float] = {}
+    total = 0.0
+    for s in slots:
+        tok = get("tokens", s)
+        slot_loss = get("pg_loss", s) - entropy_coef * get("ent_w", s)
+        total += slot_loss
+        m[f"loss/{s}"] = slot_loss
+        m[f"pg_loss/{s}"] = get("pg_loss", s)
+        m[f"entropy/{s}"] = get("entropy_sum", s) / tok
+        m[f"grad_norm/{s}"] = float(norms[s])
+        m[f"tokens/{s}"] = float(tok)
+        m[f"rows/{s}"] = float(get("rows", s))
+        m[f"adv_mean/{s}"] = get("adv_sum", s) / tok
+        if ppo:
+            m[f"clip_frac/{s}"] = get("clip_sum", s) / tok
+            m[f"approx_kl/{s}"] = get("kl_sum", s) / tok
+    m.update(
+        {
+            "loss": total,
+            "tokens": float(sum(sums["tokens"].values())),
+            "rows": float(n_rows),
+            "slots": float(len(slots)),
+            "time_s": time.perf_counter() - t0,
+        }
+    )
+    return m

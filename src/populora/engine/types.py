@@ -53,6 +53,9 @@ class TrainRow:
 
     `advantages` is one float per response token, or one scalar broadcast over the row's tokens.
     `old_logprobs` (one per response token) are the sampler's log-probs, used by the PPO clip.
+    `loss_group` splits a slot's rows into separately normalised parts of its loss (`loss_key`): the trainer
+    sets the role, so a single agent's proposer rows weigh in its loss as a teacher's rows weigh in a
+    teacher's, however many solver rows share the slot. '' (the default) normalises the slot as one group.
     """
 
     slot: int
@@ -60,6 +63,12 @@ class TrainRow:
     response_ids: Sequence[int]
     advantages: float | Sequence[float]
     old_logprobs: Sequence[float] | None = None
+    loss_group: str = ""
+
+    @property
+    def loss_key(self) -> tuple[int, str]:
+        """The loss-normalisation group of this row: (slot, loss_group); see `rl.loss.row_weights`."""
+        return (self.slot, self.loss_group)
 
     def advantage_list(self) -> list[float]:
         n = len(self.response_ids)

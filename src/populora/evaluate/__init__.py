@@ -2,11 +2,16 @@
 
 Owns `populora eval` (see `commands.py`). Layout:
 
-- `data.py`      benchmark registry and loaders (EvalPlus jsonl.gz, AZR-format math jsonl, LiveCodeBench jsonl)
+- `data.py`      benchmark registry and loaders (EvalPlus jsonl.gz, AZR-format math jsonl, LiveCodeBench jsonl);
+                 the data root defaults to the copy shipped in `populora.data`
 - `prompts.py`   the AZR evaluation prompts and a plain chat prompt
 - `extract.py`   answer extraction: AZR `<answer>` / last `\\boxed{}`, code blocks, EvalPlus-style sanitising
 - `math_grader.py`  math-verify grading with timeouts in worker processes
-- `code_grader.py`  EvalPlus and LiveCodeBench test semantics, executed in `populora.sandbox.Sandbox`
+- `code_grader.py`  EvalPlus and LiveCodeBench grading in `populora.sandbox.Sandbox` (the evaluation profile)
+- `ground_truth.py` EvalPlus expected outputs: the canonical program alone in its job, cached
+- `_harness.py`  the candidate-side EvalPlus code (runs inside the job; returns outputs, never compares)
+- `evalplus_grading.py`, `evalplus_compare.py`  phases and evalplus's comparison rules, in this process
+- `agreement.py`, `bench_speed.py`  the check against the official evalplus 0.3.1 (`populora bench eval`)
 - `generate.py`  greedy batched generation: PEFT-merged HF model, engine slot, or vLLM
 - `targets.py`   TARGET resolution (run folder or PEFT folder) and member selection
 - `oracle.py`    gold / deliberately wrong answers for grader self-checks

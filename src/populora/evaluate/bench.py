@@ -8,19 +8,11 @@ one; the "alternative" a user would run is ``evalplus.evaluate`` (not installed:
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 from populora.evaluate.data import BENCHMARKS, DISPLAY
 
 REPO = Path(__file__).resolve().parents[3]
-
-
-def _default_data_dir() -> Path | None:
-    if os.environ.get("POPULORA_DATA_DIR"):
-        return Path(os.environ["POPULORA_DATA_DIR"])
-    cand = REPO.parent / "shared" / "data"
-    return cand if cand.is_dir() else None
 
 
 def run(quick: bool = False, out: Path | None = None, data_dir: Path | None = None, workers: int = 2) -> dict:
@@ -29,7 +21,6 @@ def run(quick: bool = False, out: Path | None = None, data_dir: Path | None = No
 
     from populora.evaluate.runner import EvalOptions, run_oracle
 
-    data_dir = data_dir or _default_data_dir()
     reports = {}
     for mode in ("gold", "wrong"):
         opts = EvalOptions(

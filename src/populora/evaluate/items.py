@@ -1,6 +1,7 @@
-"""A benchmark problem (`Item`) and the error a benchmark file raises (`DataError`).
+"""The evaluation's plain records: a benchmark problem (`Item`), the error a benchmark file raises
+(`DataError`), and a graded candidate (`CodeResult`) with its limits (`CodeLimits`).
 
-Their own module so that every loader (`data.py`, `lcb.py`) can use them without importing another loader.
+Their own module so that every loader and grader can use them without importing another loader or grader.
 """
 
 from __future__ import annotations
@@ -27,3 +28,24 @@ class Item:
     question: str
     gold: str
     meta: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+
+@dataclass(frozen=True)
+class CodeResult:
+    """How one candidate fared. ``passed`` is the pass@1 bit (EvalPlus: base AND plus tests pass)."""
+
+    passed: bool
+    status: str  # "pass" | "fail" | "timeout" | "error" | "gt_error" | sandbox status
+    detail: str = ""
+    base_passed: bool | None = None
+
+
+@dataclass(frozen=True)
+class CodeLimits:
+    min_time_limit: float = 10.0
+    gt_time_limit_factor: float = 8.0
+    task_timeout: float = 60.0  # EVALPLUS_TIMEOUT_PER_TASK
+    lcb_timeout_s: float = 6.0  # lcb_runner's default per-test timeout
+    memory_mb: int = 4096  # EvalPlus's EVALPLUS_MAX_MEMORY_BYTES default (4 GiB)
+    plus: bool = True  # run the plus tests (False: base tests only, "HumanEval" rather than "HumanEval+")
+    gt_cache: bool = True  # keep expected outputs on disk ($XDG_CACHE_HOME/populora/evalplus-gt)

@@ -1,4 +1,4 @@
-"""Math grading with math-verify (gold first) after AZR answer extraction.
+r"""Math grading with math-verify (gold first) after AZR answer extraction.
 
 ``math_verify`` enforces its timeouts with ``SIGALRM``, which only works on a process's main thread. Grading
 therefore runs either inline on the main thread (small batches, tests) or in a pool of *spawned* worker
@@ -10,6 +10,11 @@ empty extraction scores False under the AZR prompt. Under the plain chat prompt,
 ``<answer>``/``\\boxed`` falls back to math-verify's own extraction over the whole text. Gold and prediction
 are wrapped as LaTeX math (``$...$``) and compared with ``verify(gold, pred)`` (float rounding 6, strict);
 an exact match of the whitespace-normalised strings also counts (AZR's ``math_equal`` starts the same way).
+
+Numbers are rewritten to plain decimals before math-verify sees them (`numbers_as_decimals`): inside
+``$...$`` math-verify reads the ``e`` of ``4.5e33`` as Euler's number, ``-1./3`` as -1 and ``62.5%`` as text,
+so e-notation, ``a\times10^{b}`` / ``a\cdot10^{b}``, trailing-dot decimals and percentages are turned into
+the numbers they spell (``62.5\%`` -> ``62.5``, as AZR's grader also accepts the bare number).
 """
 
 from __future__ import annotations
@@ -32,9 +37,41 @@ def _norm(s: str) -> str:
     return re.sub(r"\s+", "", s).rstrip(".")
 
 
+_NUM = r"(?:\d+(?:\.\d*)?|\.\d+)"
+# A number not glued to a name or a command before it (`x2e3`, `\frac2e`), nor to more digits/dots after it.
+_LEFT = r"(?<![A-Za-z_\\\d.])"
+_E_NOTATION = re.compile(_LEFT + r"(" + _NUM + r")[eE]([+-]?\d+)(?![\d.])")
+_TIMES_TEN = re.compile(
+    _LEFT + r"(" + _NUM + r")\s*(?:\\times|\\cdot|\*|×)\s*10\s*\^\s*(?:\{\s*([+-]?\d+)\s*\}|([+-]?\d+))"
+)
+_TRAILING_DOT = re.compile(_LEFT + r"(\d+)\.(?![\d.])(?=\s*[^\s]|\s*$)")
+_PERCENT = re.compile(_LEFT + r"(" + _NUM + r")\s*\\?%")
+
+
+def _decimal(mantissa: str, exponent: str) -> str:
+    from decimal import Decimal, InvalidOperation
+
+    try:
+        exp = int(exponent)
+        if abs(exp) > 400:  # keep absurd exponents symbolic rather than writing 400 digits
+            return f"{mantissa}\\times10^{{{exp}}}"
+        text = format(Decimal(mantissa) * Decimal(10) ** exp, "f")
+    except (InvalidOperation, ValueError):
+        return f"{mantissa}e{exponent}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def numbers_as_decimals(s: str) -> str:
+    """Write e-notation, ``a\\times10^{b}``, trailing-dot decimals and percentages as plain decimals."""
+    s = _TIMES_TEN.sub(lambda m: _decimal(m.group(1), m.group(2) or m.group(3)), s)
+    s = _E_NOTATION.sub(lambda m: _decimal(m.group(1), m.group(2)), s)
+    s = _PERCENT.sub(lambda m: m.group(1), s)
+    return _TRAILING_DOT.sub(lambda m: m.group(1), s)
+
+
 def _wrap(s: str) -> str:
     """An extracted answer as LaTeX math for `parse`: currency ``\\$`` and stray inner ``$`` removed."""
-    s = s.strip().replace("\\$", "")
+    s = numbers_as_decimals(s.strip().replace("\\$", ""))
     if s.startswith("$") or "\\[" in s or "\\(" in s:
         return s
     # Inner dollars in a bare answer are data glitches (e.g. Minerva's `a+$ $b`): drop them.
@@ -53,6 +90,24 @@ def _parse(text: str, timeout: int | None, expr_first: bool = False) -> list:
         return []
 
 
+_PLAIN_NUMBER = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)")
+
+
+def _numeric_equal(gold: str, pred: str) -> bool | None:
+    """AZR's ``numeric_equal`` (``isclose``, rel_tol 1e-4) when both sides are plain numbers, else None."""
+    import math
+
+    a = numbers_as_decimals(gold.strip().strip("$").replace(",", "").strip())
+    b = numbers_as_decimals(pred.strip().strip("$").replace(",", "").strip())
+    if not (_PLAIN_NUMBER.fullmatch(a) and _PLAIN_NUMBER.fullmatch(b)):
+        return None
+    if "." not in a or "." not in b:  # an integer gold/answer is an exact count: 11001 is not 11000
+        from decimal import Decimal
+
+        return Decimal(a) == Decimal(b)
+    return math.isclose(float(a), float(b), rel_tol=1e-4)
+
+
 def verify_answer(gold: str, pred: str, timeout: int | None = DEFAULT_TIMEOUT_S, exact: bool = True) -> bool:
     """True when ``pred`` (an extracted answer string) equals ``gold``. Main thread only if timeout is set.
 
@@ -62,6 +117,9 @@ def verify_answer(gold: str, pred: str, timeout: int | None = DEFAULT_TIMEOUT_S,
         return False
     if exact and _norm(gold) == _norm(pred):
         return True
+    numeric = _numeric_equal(gold, pred)
+    if numeric is not None:
+        return numeric
     from math_verify import verify
 
     gold_parsed = _parse(_wrap(gold), timeout)

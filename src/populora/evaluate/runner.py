@@ -32,7 +32,8 @@ class EvalOptions:
     data_dir: str | Path | None = None
     lcb_path: str | Path | None = None
     prompt_style: str = "azr"
-    max_new_tokens: int = 1024
+    max_new_tokens_code: int = 8096  # AZR's budgets (config eval.max_new_tokens_code / _math)
+    max_new_tokens_math: int = 16000
     batch_size: int = 8
     workers: int = 2
     code_limits: CodeLimits = field(default_factory=CodeLimits)
@@ -62,7 +63,9 @@ class EvalReport:
         return out
 
     def markdown(self) -> str:
-        return to_markdown(self.rows, self.roles, self.unavailable, self.exceptions)
+        return to_markdown(
+            self.rows, self.roles, self.unavailable, self.exceptions, self.meta.get("max_new_tokens")
+        )
 
     def write(self, out_dir: Path | None = None, json_path: Path | None = None) -> list[Path]:
         """Write results.json / results.md / samples.jsonl into ``out_dir`` and/or the JSON to ``json_path``."""
@@ -212,6 +215,25 @@ def run_oracle(mode: str, opts: EvalOptions) -> EvalReport:
     return EvalReport(rows, {"oracle": "oracle"}, unavailable, exceptions, [], meta)
 
 
+def token_budget(item, opts: EvalOptions) -> int:
+    """The generation budget of one problem: code (HumanEval+, MBPP+, LCB) or math."""
+    return opts.max_new_tokens_math if item.kind == "math" else opts.max_new_tokens_code
+
+
+def _generate_by_kind(gen, adapters, flat, prompts, opts: EvalOptions, tick) -> dict[str, list[str]]:
+    """One generation call per distinct budget (code and math differ), answers put back in item order."""
+    texts: dict[str, list[str]] = {m: [""] * len(flat) for m in adapters}
+    groups: dict[int, list[int]] = {}
+    for i, it in enumerate(flat):
+        groups.setdefault(token_budget(it, opts), []).append(i)
+    for budget, idxs in groups.items():
+        got = gen.generate(adapters, [prompts[i] for i in idxs], budget, tick)
+        for m in adapters:
+            for i, t in zip(idxs, got[m], strict=True):
+                texts[m][i] = t
+    return texts
+
+
 def evaluate_target(target, members, opts: EvalOptions, generator=None) -> EvalReport:
     """Generate with every member (base included) and grade; ``generator`` defaults to `make_generator`."""
     from populora.evaluate.generate import make_generator
@@ -229,7 +251,11 @@ def evaluate_target(target, members, opts: EvalOptions, generator=None) -> EvalR
         task = prog.add_task(
             f"generate ({len(adapters)} members × {len(flat)} prompts)", total=len(adapters) * len(flat)
         )
-        texts = gen.generate(adapters, prompts, opts.max_new_tokens, lambda n: prog.advance(task, n))
+        try:
+            texts = _generate_by_kind(gen, adapters, flat, prompts, opts, lambda n: prog.advance(task, n))
+        finally:
+            if generator is None and hasattr(gen, "close"):
+                gen.close()  # ours: stop vLLM's engine-core process before grading (a caller's stays open)
         gtask = prog.add_task("grade", total=len(adapters) * len(flat))
         for m in adapters:
             graded = grade(flat, texts[m], prompts, opts, lambda n: prog.advance(gtask, n))
@@ -251,7 +277,7 @@ def evaluate_target(target, members, opts: EvalOptions, generator=None) -> EvalR
         "backend": opts.backend,
         "apply": opts.apply,
         "prompt_style": opts.prompt_style,
-        "max_new_tokens": opts.max_new_tokens,
+        "max_new_tokens": {"code": opts.max_new_tokens_code, "math": opts.max_new_tokens_math},
         "limit": opts.limit,
         "decoding": "greedy",
         "seconds": round(time.time() - t0, 1),

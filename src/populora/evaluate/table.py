@@ -2,7 +2,8 @@
 
 Rows are ``{"benchmark", "member", "n", "pass@1", ...}`` with ``pass@1`` a fraction in [0, 1]. Columns: the
 base model, every single-agent / stand-alone adapter, and for teachers and students the population mean and
-the best member on each benchmark (the paper's "per-benchmark best and population mean for each role").
+the best and worst member on each benchmark (the paper's per-role best, mean and worst). Above the table,
+the generation protocol: greedy pass@1 and the token budget per kind (code / math).
 Summary rows: code average (HumanEval+, MBPP+, LiveCodeBench), math average (the math benchmarks evaluated)
 and overall = (code avg + math avg) / 2 (AZR's CAvg/MAvg/overall), each over the benchmarks
 measured in that column.
@@ -37,6 +38,7 @@ def columns(rows: list[dict], roles: dict[str, str]) -> dict[str, dict[str, floa
         name = role.capitalize()
         cols[f"{name} mean"] = {b: mean(by_member[m][b] for m in group if b in by_member[m]) for b in benches}
         cols[f"{name} best"] = {b: max(by_member[m][b] for m in group if b in by_member[m]) for b in benches}
+        cols[f"{name} worst"] = {b: min(by_member[m][b] for m in group if b in by_member[m]) for b in benches}
     return cols
 
 
@@ -63,6 +65,7 @@ def to_markdown(
     roles: dict[str, str],
     unavailable: dict[str, str] | None = None,
     exceptions: dict[str, list[dict]] | None = None,
+    max_new_tokens: dict | int | None = None,
 ) -> str:
     """Markdown: the paper-style table, then one line per member with n and the counts."""
     unavailable = unavailable or {}
@@ -85,6 +88,14 @@ def to_markdown(
         return "\n".join(out) + "\n"
     cols = columns(rows, roles)
     names = list(cols)
+    if max_new_tokens is not None:
+        budget = (
+            f"code {max_new_tokens.get('code')}, math {max_new_tokens.get('math')}"
+            if isinstance(max_new_tokens, dict)
+            else str(max_new_tokens)
+        )
+        out.append(f"Greedy pass@1 (%); generation budget (max new tokens): {budget}.")
+        out.append("")
     out.append("| benchmark | " + " | ".join(names) + " |")
     out.append("|---|" + "---:|" * len(names))
     for b in benches:

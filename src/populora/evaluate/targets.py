@@ -120,6 +120,11 @@ def load_target(path: str | Path, model: str | None = None) -> Target:
     p = Path(path).expanduser()
     if not p.exists():
         raise TargetError(f"TARGET {p} does not exist; give a run folder or a PEFT adapter folder")
+    if not p.is_dir():
+        raise TargetError(
+            f"TARGET {p} is a file; give a run folder, a PEFT adapter folder (holding adapter_config.json) "
+            "or a folder of them"
+        )
     members: list[Member] = []
     run_dir = ckpt = None
     if (p / "checkpoints").is_dir() or (p / "config.yaml").is_file():

@@ -9,6 +9,8 @@ What is measured (one run, same process, `torch.set_num_threads(threads)`):
   vocab of 64 and an MLP width of 64 (so no 7B weights are needed; base weights are allocated uninitialised).
   PEFT merges layer by layer, so its 28-layer time is the timed layers x 28 / layers_peft. Our X5 is timed on
   the very same parents and layers, giving the like-for-like ratio; the merged deltas are compared too.
+- the dense-delta operators (X1, X6, X7, X9) once more with their pre-issue-12 implementation
+  (`bench_legacy.apply_legacy`) on the same parents and layers, for the old / new ratio in the same run.
 - retention of every child vs its parents (rel. Frobenius distance, cosine, effective rank, overlap, tau), for
   the sibling pair at full shape and for an unrelated pair (2 layers of the same shape).
 """
@@ -184,6 +186,7 @@ def run(
     ops: list[str] | None = None,
     peft_layers: int | None = None,
     dense_layers: int | None = 4,
+    legacy: bool = True,
 ) -> dict:
     """Time and score all operators; print a table; write JSON to `out` (None: don't write).
 
@@ -194,7 +197,7 @@ def run(
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        return _run(quick, out, shape_name, threads, ops, peft_layers, dense_layers)
+        return _run(quick, out, shape_name, threads, ops, peft_layers, dense_layers, legacy)
     finally:  # the thread count is process-wide: leave it as we found it (tests share the process)
         torch.set_num_threads(before)
 
@@ -207,11 +210,14 @@ def _run(
     ops: list[str] | None,
     peft_layers: int | None,
     dense_layers: int | None,
+    legacy: bool = True,
 ) -> dict:
     from rich.console import Console
     from rich.table import Table
 
     from populora.operators import REGISTRY, apply, retention
+    from populora.operators.bench_legacy import MERGES as LEGACY
+    from populora.operators.bench_legacy import apply_legacy
 
     load_start = os.getloadavg()[0]  # the box is shared: record how busy it was
     console = Console(width=150)
@@ -239,6 +245,9 @@ def _run(
         scale_to_full = shape["layers"] / timed_layers
         parents = ([p1] if op.arity == 1 else [p1, p2]) if not op.dense else [d1, d2]
         child, secs = _timed(lambda op=op, parents=parents: apply(op.name, parents, seed=0))
+        old_secs = None
+        if legacy and name in LEGACY:  # the old implementation, same parents, same layers, same process
+            _, old_secs = _timed(lambda name=name, parents=parents: apply_legacy(name, parents, seed=0))
         ret = retention.retention(child, parents)
         unrel = (
             retention.distances(
@@ -258,6 +267,8 @@ def _run(
             "layers_timed": timed_layers,
             "seconds_timed": secs,
             "seconds_per_child": full_secs,
+            "seconds_per_child_old": old_secs * scale_to_full if old_secs is not None else None,
+            "speedup_vs_old": old_secs / secs if old_secs is not None and secs > 0 else None,
             "goal_s": goal,
             "meets_goal": full_secs < goal,
             "retention": {
@@ -274,7 +285,8 @@ def _run(
                 "unrelated_cos_p1": unrel["cos"] if unrel else None,
             },
         }
-        console.print(f"  {name}: {full_secs:.2f} s{' (extrapolated)' if scale_to_full != 1 else ''}")
+        was = f" (old implementation {old_secs * scale_to_full:.2f} s)" if old_secs is not None else ""
+        console.print(f"  {name}: {full_secs:.2f} s{' (extrapolated)' if scale_to_full != 1 else ''}{was}")
 
     # PEFT's svd merge vs our X5 on the same layers (like-for-like), then scaled to the full depth
     q1, q2 = _subset(p1, peft_layers), _subset(p2, peft_layers)
@@ -305,6 +317,8 @@ def _run(
     for col in (
         "op",
         "s/child",
+        "old s/child",
+        "old ÷ new",
         "goal",
         "PEFT svd ×",
         "ρF p1",
@@ -320,6 +334,8 @@ def _run(
         table.add_row(
             name,
             _fmt(r["seconds_per_child"]),
+            _fmt(r["seconds_per_child_old"]),
+            _fmt(r["speedup_vs_old"], ".1f"),
             ("<10 ΔW" if r["dense"] else "<2") + (" ✓" if r["meets_goal"] else " ✗"),
             _fmt(r["peft_svd_over_this"], ".1f"),
             _fmt(rt["rel_fro_p1"]),
@@ -350,6 +366,7 @@ def _run(
         "torch": torch.__version__,
         "cpu_count": os.cpu_count(),
         "loadavg_1min_start_end": [load_start, os.getloadavg()[0]],
+        "legacy_compared": bool(legacy),
         "machine": platform.machine(),
         "goal_s": GOAL_S,
         "goal_dense_s": GOAL_DENSE_S,
@@ -366,13 +383,14 @@ def _run(
 
 
 def markdown(report: dict) -> tuple[str, str]:
-    """(operator table, retention table) in Markdown from a bench report (for the README's operator section)."""
+    """(operator table, retention table) in Markdown from a bench report (for docs/operators.md)."""
     from populora.operators import LIVE_OPERATORS
 
     peft = report["peft_svd"]
     ops = report["operators"]
     head = (
-        "| op | kind | maths (one line) | s / child | goal | PEFT svd ÷ this |\n|---|---|---|---|---|---|\n"
+        "| op | kind | maths (one line) | s / child | old impl. s / child | old ÷ new | goal | PEFT svd ÷ this |\n"
+        "|---|---|---|---|---|---|---|---|\n"
     )
     rows = []
     for name, r in ops.items():
@@ -381,7 +399,8 @@ def markdown(report: dict) -> tuple[str, str]:
         ratio = r.get("peft_svd_over_this")
         rows.append(
             f"| {name}{live} | {r['kind']} | {r['summary'].replace('|', '∣')} | "
-            f"{r['seconds_per_child']:.2f} | {goal} | {_fmt(ratio, '.0f')}× |"
+            f"{r['seconds_per_child']:.2f} | {_fmt(r.get('seconds_per_child_old'))} | "
+            f"{_fmt(r.get('speedup_vs_old'), '.1f')} | {goal} | {_fmt(ratio, '.0f')}× |"
         )
     op_table = head + "\n".join(rows)
     ret_head = (

@@ -74,6 +74,25 @@ def _retention_table(child, parents, seconds: float):
     return table
 
 
+def _check_out(out: Path, parents: list[Path], force: bool) -> None:
+    """Refuse to replace a parent (or a folder holding one) always, and any other existing folder without --force.
+
+    `save_peft` replaces the whole --out folder, so writing over a parent's folder, or over a folder that
+    contains a parent, would delete that parent.
+    """
+    dest = out.expanduser().resolve()
+    for p in parents:
+        src = p.expanduser().resolve()
+        if dest == src or dest in src.parents:
+            _fail(f"--out {out} would overwrite the parent {p}; write the child to a new folder.")
+    if dest.exists() and not dest.is_dir():
+        _fail(f"--out {out} is a file; pass a folder path for the child.")
+    if dest.is_dir() and any(dest.iterdir()) and not force:
+        _fail(
+            f"--out {out} already exists and is not empty; choose a new folder or pass --force to replace it."
+        )
+
+
 def register(app: typer.Typer, bench: typer.Typer) -> None:
     @app.command("evolve")
     def evolve(
@@ -90,6 +109,11 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
             None, "--set", help="Operator parameter key=value (repeatable), e.g. --set sigma=0.2."
         ),
         list_ops: bool = typer.Option(False, "--list", help="List operators, parents, defaults and maths."),
+        force: bool = typer.Option(
+            False,
+            "--force",
+            help="Replace an existing --out folder (never a parent, nor a folder holding one).",
+        ),
     ) -> None:
         """Breed a child LoRA adapter from PEFT folders with one of the 17 weight-space operators."""
         from rich.console import Console
@@ -104,6 +128,7 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
             _fail("give the parent adapter folder(s) with --parent DIR.")
         if out is None:
             _fail("give the child's folder with --out DIR.")
+        _check_out(out, parent, force)
         import time
 
         from populora.lora.adapter import AdapterError
@@ -124,6 +149,9 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
             _fail(str(e))
             return
         console.print(f"[bold]{operator.name}[/] ({operator.summary})")
+        lineage = child.metadata.get("lineage", {})
+        if lineage.get("operator", operator.name) != operator.name:  # e.g. X4 below its cosine gate
+            console.print(f"{operator.name} declined ({lineage['declined']}); applied {lineage['operator']}.")
         console.print(
             f"wrote {out}: {len(child.modules)} modules, rank {child.rank}, alpha {child.alpha:g}, seed {seed}"
         )

@@ -1,4 +1,4 @@
-"""Crossovers X1-X9 and identity controls I1, I2 (README, "LoRA weight-space evolution operators").
+"""Crossovers X1-X9 and identity controls I1, I2 (docs/operators.md).
 
 Merges happen on effective deltas `D_k = B_k A_k`, never on factors separately (factor averages create cross
 terms). Linear merges (X4, X5, X8) use the exact factored SVD of the stacked factors; element-wise ones (X1,
@@ -16,8 +16,18 @@ import re
 import torch
 
 from populora.lora.adapter import LoRAAdapter
-from populora.operators.elementwise import della_sample, disjoint_mean, trim_topk
-from populora.operators.linalg import compute_dtype, fsvd, gram3, lincomb, refactor, sq_norm, threads, tsvd
+from populora.operators.elementwise import TopK, bernoulli, della_sample, disjoint_mean
+from populora.operators.linalg import (
+    compute_dtype,
+    exact_svd_wanted,
+    fsvd,
+    gram3,
+    lincomb,
+    refactor,
+    sq_norm,
+    threads,
+    tsvd,
+)
 from populora.operators.registry import OperatorError, Rng, check_fraction, check_nonneg, operator
 
 
@@ -66,47 +76,97 @@ def _linear(parents, rng: Rng, coeffs_of, extra: dict | None = None):
     return out, {**loss.info(), **(extra or {})}
 
 
-def _dense_merge(parents, rng: Rng, merge):
-    """child = rank-r truncated SVD of `merge(name, D0, D1, gen)` (a dense d x n matrix) per slot."""
+# Entries per row block of the element-wise merges: the block's temporaries (masks, ranks, products) stay
+# in cache, and one block's allocations are reused by the allocator for the next.
+BLOCK_ENTRIES = 1 << 20
+
+
+def _dense_merge(parents, rng: Rng, merge, prepare=None, oversample: int = 8):
+    """child = rank-r truncated SVD of the element-wise merge of D1 and D2, per slot.
+
+    Per slot: both deltas are formed once, into two buffers reused across slots (a fresh 51 MB tensor per
+    step costs more in page faults than the arithmetic); `ctx = prepare(D1, D2)` computes whole-slot
+    statistics (TIES thresholds, X9's eps); `merge(d1, d2, gen, ctx)` then runs on row blocks in place into
+    D1, each block with its own generator `(slot, first row)` (deterministic, order-free). The truncated SVD
+    of big slots starts from the top right singular vectors of D1 + D2 (2 passes over the merge, see tsvd).
+    """
     p1, p2 = parents
     r = p1.rank
     out, loss = {}, _Loss()
+    first = next(iter(p1.modules.values()))
+    cd = compute_dtype(first[0])
+    numel = max(b.shape[0] * a.shape[1] for a, b in p1.modules.values())
+    buf1 = torch.empty(numel, dtype=cd, device=first[0].device)
+    buf2 = torch.empty_like(buf1)
     for name in p1.modules:
         a1, b1, a2, b2, la, lb = _pair(p1, p2, name)
+        d, n = b1.shape[0], a1.shape[1]
+        d1, d2 = buf1[: d * n].view(d, n), buf2[: d * n].view(d, n)
         g = rng.gen(name)
-        dc = merge(name, b1 @ a1, b2 @ a2, g)
-        u, s, v = tsvd(dc, r, g)
-        loss.add(float((s.double() ** 2).sum()), float(torch.linalg.vector_norm(dc)) ** 2)
-        del dc
+        exact = exact_svd_wanted(d, n, r, oversample)
+        start = None if exact else _signal_start(b1, a1, b2, a2, r + oversample, g)
+        y = None if exact else d1.new_empty(d, start.shape[1])
+        ctx = None
+        if prepare is not None:  # whole-slot statistics need both deltas first
+            torch.matmul(b1, a1, out=d1)
+            torch.matmul(b2, a2, out=d2)
+            ctx = prepare(d1, d2)
+        rows = max(1, BLOCK_ENTRIES // n)
+        for i in range(0, d, rows):
+            blk1, blk2 = d1[i : i + rows], d2[i : i + rows]
+            if prepare is None:  # form the block where it is merged: it stays in cache for the merge
+                torch.matmul(b1[i : i + rows], a1, out=blk1)
+                torch.matmul(b2[i : i + rows], a2, out=blk2)
+            merge(blk1, blk2, rng.gen(name, i), ctx)
+            if y is not None:  # the range finder's first pass, on the block while it is in cache
+                torch.matmul(blk1, start, out=y[i : i + rows])
+        u, s, v = tsvd(d1, r, g, oversample=oversample, start=start, sketch=y)
+        loss.add(float((s.double() ** 2).sum()), float(torch.linalg.vector_norm(d1)) ** 2)
         with threads(1):
             out[name] = _cast(*refactor(u, s, v, r, g), la, lb)
     return out, loss.info()
 
 
+def _signal_start(b1, a1, b2, a2, k: int, g: torch.Generator) -> torch.Tensor:
+    """[n, k] orthonormal start for the range finder: top right singular vectors of D1 + D2 (factored, exact),
+    padded with Gaussian columns when D1 + D2 has fewer than k of them (rank < k)."""
+    with threads(1):
+        _, _, v, _, _ = lincomb([(1.0, b1, a1), (1.0, b2, a2)], k)
+    if v.shape[1] < k:
+        extra = torch.randn(v.shape[0], k - v.shape[1], generator=g, dtype=torch.float64)
+        v = torch.cat([v, extra.to(dtype=v.dtype, device=v.device)], dim=1)
+    return v
+
+
 @operator("X1", 2, "crossover", dense=True)
-def x1_dare(parents, rng: Rng, *, p: float = 0.5, space: str = "delta"):
-    """D = 1/2 (M1 * D1 + M2 * D2) / (1 - p), M_k ~ Bernoulli(1 - p) independent per entry, then truncated SVD to rank r."""
+def x1_dare(parents, rng: Rng, *, p: float = 0.5, combine: str = "sum", space: str = "delta"):
+    """D = w (M1 * D1 + M2 * D2) / (1 - p), M_k ~ Bernoulli(1 - p) per entry, w = 1 (combine='sum', the paper's main text) or 1/2 ('mean'), then truncated SVD to rank r."""
     p = check_fraction("X1", "p", p, hi_open=True)
     if space not in ("delta", "factor"):
         raise OperatorError(
             f"operator X1: space={space!r} must be 'delta' (default, gauge-invariant) or 'factor'."
         )
+    if combine not in ("sum", "mean"):
+        raise OperatorError(
+            f"operator X1: combine={combine!r} must be 'sum' (paper main text: drop, rescale, then sum) "
+            "or 'mean' (paper appendix: then averaged)."
+        )
+    w = 1.0 if combine == "sum" else 0.5
     if space == "factor":
-        return _dare_factor(parents, rng, p)
-    if p == 0:  # no drop: exactly task arithmetic (X5), same code path
-        return _linear(parents, rng, lambda *_: (0.5, 0.5))
+        return _dare_factor(parents, rng, p, w)
+    if p == 0:  # no drop: exactly task arithmetic (X5 for 'mean'), same code path
+        return _linear(parents, rng, lambda *_: (w, w))
 
-    def merge(name, d1, d2, g):
-        for d in (d1, d2):  # in place on our own temporaries: the masks are the dominant cost at 7B shapes
-            d.masked_fill_(torch.rand(d.shape, generator=g, dtype=d.dtype).to(d.device) < p, 0)
-        d1 += d2
-        return d1.mul_(0.5 / (1 - p))
+    def merge(d1, d2, g, ctx):  # in place on our own buffers; masks from 16 random bits per entry
+        d1.mul_(bernoulli(1 - p, g, tuple(d1.shape), d1.dtype).to(d1.device))
+        d2.mul_(bernoulli(1 - p, g, tuple(d2.shape), d2.dtype).to(d2.device))
+        d1.add_(d2).mul_(w / (1 - p))
 
     return _dense_merge(parents, rng, merge)
 
 
-def _dare_factor(parents, rng: Rng, p: float):
-    """DARE on the factors (A_c = mean of masked A_k / (1 - p), B_c likewise): valid only for same-gauge parents."""
+def _dare_factor(parents, rng: Rng, p: float, w: float = 0.5):
+    """DARE on the factors (A_c = w * sum of masked A_k / (1 - p), B_c likewise): valid only for same-gauge parents."""
     p1, p2 = parents
     out = {}
     for name in p1.modules:
@@ -114,7 +174,7 @@ def _dare_factor(parents, rng: Rng, p: float):
         g = rng.gen(name)
 
         a1, a2, b1, b2 = (_drop(t, p, g) for t in (a1, a2, b1, b2))
-        out[name] = _cast(0.5 * (a1 + a2), 0.5 * (b1 + b2), la, lb)
+        out[name] = _cast(w * (a1 + a2), w * (b1 + b2), la, lb)
     return out, {}
 
 
@@ -187,30 +247,29 @@ def x3_subspace(parents, rng: Rng, *, k: int | str = "half"):
 def x4_extrapolate(
     parents, rng: Rng, *, t: float = 1.5, norm_cap: float | None = 1.5, cos_gate: float | None = 0.5
 ):
-    """D = t D1 + (1 - t) D2 with t > 1, extrapolating past parent 1 (the better one) away from parent 2; X5 where cos(D1, D2) < cos_gate."""
+    """D = t D1 + (1 - t) D2 with t > 1, extrapolating past parent 1 (the better one) away from parent 2; declines (applies X5, reported) if cos(D1, D2) < cos_gate."""
     t = float(t)
     if norm_cap is not None:
         check_nonneg("X4", "norm_cap", norm_cap)
-    fallback: list[str] = []
-
-    def coeffs(name, a1, b1, a2, b2):
-        if cos_gate is None:
-            return t, 1 - t
-        n1, n2, ip = gram3(b1, a1, b2, a2)
-        cos = ip / math.sqrt(n1 * n2) if n1 > 0 and n2 > 0 else 0.0
-        if cos < cos_gate:  # extrapolating between unrelated parents is destructive (measured cos -0.27)
-            fallback.append(name)
-            return 0.5, 0.5
-        return t, 1 - t
-
     p1, p2 = parents
+    cos = _adapter_cos(p1, p2)
+    if cos_gate is not None and cos < float(cos_gate):
+        # Extrapolating between unrelated parents is destructive (measured cos -0.27 with parent 1). X4 then
+        # declines and applies X5 with its own seed stream, so the lineage names what was done and
+        # apply("X5", parents, seed, weight=0.5) rebuilds this very child.
+        out, info = x5_linear.__wrapped__(parents, Rng("X5", rng.seed), weight=0.5)
+        reason = f"cos(D1, D2) = {cos:.3f} < cos_gate = {float(cos_gate):g}: averaged (X5) instead"
+        return out, {
+            **info,
+            "cos": cos,
+            "applied": {"operator": "X5", "params": {"weight": 0.5}, "reason": reason},
+        }
     r = p1.rank
     out, loss = {}, _Loss()
     capped = 0
     for name in p1.modules:
         a1, b1, a2, b2, la, lb = _pair(p1, p2, name)
-        c1, c2 = coeffs(name, a1, b1, a2, b2)
-        u, s, v, kept, total = lincomb([(c1, b1, a1), (c2, b2, a2)], r)
+        u, s, v, kept, total = lincomb([(t, b1, a1), (1 - t, b2, a2)], r)
         if norm_cap is not None and total > 0:
             limit = norm_cap * math.sqrt(max(sq_norm(b1, a1), sq_norm(b2, a2)))
             if math.sqrt(total) > limit:
@@ -218,7 +277,17 @@ def x4_extrapolate(
                 capped += 1
         out[name] = _cast(*refactor(u, s, v, r, rng.gen(name)), la, lb)
         loss.add(kept, total)
-    return out, {**loss.info(), "gated_to_X5": fallback, "norm_capped_slots": capped}
+    return out, {**loss.info(), "cos": cos, "norm_capped_slots": capped}
+
+
+def _adapter_cos(p1: LoRAAdapter, p2: LoRAAdapter) -> float:
+    """cos(D1, D2) over the whole adapter (all slots' deltas concatenated), in fp64 via r x r Gram matrices."""
+    n1 = n2 = ip = 0.0
+    for name in p1.modules:
+        a1, b1, a2, b2, _, _ = _pair(p1, p2, name)
+        s1, s2, x = gram3(b1, a1, b2, a2)
+        n1, n2, ip = n1 + s1, n2 + s2, ip + x
+    return ip / math.sqrt(n1 * n2) if n1 > 0 and n2 > 0 else 0.0
 
 
 @operator("X5", 2, "crossover")
@@ -233,10 +302,14 @@ def x6_ties(parents, rng: Rng, *, density: float = 0.2, lam: float = 1.0):
     """D = lam * disjoint_mean(trim_density(D1), trim_density(D2)) with signs elected by sgn(sum), then truncated SVD."""
     density = check_fraction("X6", "density", density, lo_open=True)
 
-    def merge(name, d1, d2, g):
-        return disjoint_mean([trim_topk(d1, density), trim_topk(d2, density)]).mul_(lam)
+    def prepare(d1, d2):
+        return [TopK(d1, density), TopK(d2, density)]
 
-    return _dense_merge(parents, rng, merge)
+    def merge(d1, d2, g, ctx):
+        t1, t2 = ctx[0].trim(d1), ctx[1].trim(d2)
+        d1.copy_(disjoint_mean([t1, t2])).mul_(lam)
+
+    return _dense_merge(parents, rng, merge, prepare)
 
 
 @operator("X7", 2, "crossover", dense=True)
@@ -249,10 +322,9 @@ def x7_della(parents, rng: Rng, *, density: float = 0.7, window: float = 0.14, l
             f"(got density={density}, window={window})."
         )
 
-    def merge(name, d1, d2, g):
-        return disjoint_mean(
-            [della_sample(d1, density, window, g), della_sample(d2, density, window, g)]
-        ).mul_(lam)
+    def merge(d1, d2, g, ctx):
+        t1, t2 = della_sample(d1, density, window, g), della_sample(d2, density, window, g)
+        d1.copy_(disjoint_mean([t1, t2])).mul_(lam)
 
     return _dense_merge(parents, rng, merge)
 
@@ -285,17 +357,24 @@ def x9_fisher(parents, rng: Rng, *, eps_rel: float = 1e-6, normalize: bool = Fal
     """D = (F1 D1 + F2 D2) / (F1 + F2 + eps), F_k = D_k^2 (squared-weight Fisher proxy), eps = eps_rel * mean(F1 + F2)."""
     eps_rel = check_nonneg("X9", "eps_rel", eps_rel)
 
-    def merge(name, d1, d2, g):
+    def prepare(d1, d2):
+        # whole-slot means of F_k = D_k^2 (for eps and the optional normalisation)
+        m1 = float(torch.linalg.vector_norm(d1)) ** 2 / d1.numel()
+        m2 = float(torch.linalg.vector_norm(d2)) ** 2 / d2.numel()
+        c1, c2 = (1 / max(m1, 1e-30), 1 / max(m2, 1e-30)) if normalize else (1.0, 1.0)
+        eps = eps_rel * (c1 * m1 + c2 * m2)
+        return c1, c2, eps if eps > 0 else 1e-30
+
+    def merge(d1, d2, g, ctx):
+        c1, c2, eps = ctx
         f1, f2 = d1 * d1, d2 * d2
         if normalize:  # invariance to the parents' overall scales
-            f1 = f1 / f1.mean().clamp_min(1e-30)
-            f2 = f2 / f2.mean().clamp_min(1e-30)
-        den = f1 + f2
-        eps = eps_rel * float(den.mean())
-        num = f1.mul_(d1).add_(f2.mul_(d2))
-        return num.div_(den.add_(eps if eps > 0 else 1e-30))
+            f1.mul_(c1)
+            f2.mul_(c2)
+        den = (f1 + f2).add_(eps)
+        d1.copy_(f1.mul_(d1).add_(f2.mul_(d2)).div_(den))
 
-    return _dense_merge(parents, rng, merge)
+    return _dense_merge(parents, rng, merge, prepare)
 
 
 @operator("I1", 1, "identity")

@@ -1,4 +1,4 @@
-"""Mutations M1-M6: one parent in, one same-rank child out (README, "LoRA weight-space evolution operators").
+"""Mutations M1-M6: one parent in, one same-rank child out (docs/operators.md).
 
 All work per module slot on `D = B @ A` (the scale alpha/r is shared and cancels); SVD-based ones use the
 factored SVD, so no d x n matrix is formed. Computation is in fp32 (fp64 stays fp64), results are cast back to

@@ -83,18 +83,42 @@ def _check_parents(name: str, arity: int, parents: Sequence[LoRAAdapter]) -> lis
 
 
 def _child_metadata(name: str, seed: int, params: dict, parents: list[LoRAAdapter], info: dict) -> dict:
+    """The child's metadata; `lineage["operator"]` is the operator actually applied (see `applied_operator`).
+
+    An operator that declines its own maths (X4 below its cosine gate) returns `info["applied"] =
+    {"operator": ..., "params": ..., "reason": ...}`; the lineage then names that operator and its params (so
+    `apply(lineage["operator"], parents, seed=lineage["seed"], **lineage["params"])` rebuilds the child), and
+    keeps the asked-for one in `lineage["requested"]` with the reason in `lineage["declined"]`.
+    """
     meta: dict = {}
     for key in ("peft_config", "extra_tensors"):  # so save_peft writes a folder like the first parent's
         if key in parents[0].metadata:
             meta[key] = parents[0].metadata[key]
+    applied = info.pop("applied", None)
     meta["lineage"] = {
-        "operator": name,
+        "operator": applied["operator"] if applied else name,
+        "requested": name,
         "seed": seed,
-        "params": dict(params),
+        "params": dict(applied["params"] if applied else params),
         "parents": [p.metadata.get("source") for p in parents],
     }
+    if applied:
+        meta["lineage"]["declined"] = applied["reason"]
+        meta["lineage"]["requested_params"] = dict(params)
     meta["info"] = info
     return meta
+
+
+def applied_operator(child: LoRAAdapter) -> str:
+    """The operator that actually produced `child` (e.g. "X5" when X4 declined to extrapolate).
+
+    Equal to the requested name except when an operator declines; `child.metadata["lineage"]` has the
+    details (`requested`, `declined`, `params`). Trainers should log this name in events and lineage.
+    """
+    lineage = child.metadata.get("lineage") or {}
+    if "operator" not in lineage:
+        raise OperatorError("this adapter was not made by populora.operators.apply (no lineage metadata).")
+    return lineage["operator"]
 
 
 def operator(name: str, arity: int, kind: str, dense: bool = False):

@@ -1,4 +1,4 @@
-"""Retention metrics: how far a child's effective deltas moved from its parents (README, "Retention").
+"""Retention metrics: how far a child's effective deltas moved from its parents (docs/operators.md, "Retention").
 
 All metrics are on the scaled deltas `alpha/r * B A` (gauge-invariant), globally over all slots (sums of
 numerators and denominators, i.e. the concatenated flattened deltas), in fp64 through r x r Gram matrices and

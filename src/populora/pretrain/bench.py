@@ -21,7 +21,13 @@ from pathlib import Path
 
 from populora.names import TASKS
 from populora.paths import TINY_MODEL_DIR as ASSET_DIR
-from populora.pretrain.programs import DEFAULT_NAMES, MAX_STATEMENTS, sample_code_f, sample_triplet
+from populora.pretrain.programs import (
+    DEFAULT_LEVEL,
+    DEFAULT_NAMES,
+    MAX_STATEMENTS,
+    sample_code_f,
+    sample_triplet,
+)
 from populora.pretrain.tasks_render import TEMPLATE, TasksRenderer
 
 DEFAULT_OUT = Path("bench/results/tiny_model.json")
@@ -79,18 +85,25 @@ def generator_settings(model_dir: Path) -> dict:
         "names": cfg.get("names", DEFAULT_NAMES),
         # Folders written before the knob existed were trained with up to 4 statements.
         "max_statements": cfg.get("max_statements", 4 if cfg else MAX_STATEMENTS),
+        # Folders written before the level existed used the whole grammar.
+        "level": cfg.get("level", "full" if cfg else DEFAULT_LEVEL),
     }
 
 
 def _problems(
-    n: int, k_refs: int, seed: int, names: str = DEFAULT_NAMES, max_statements: int = MAX_STATEMENTS
+    n: int,
+    k_refs: int,
+    seed: int,
+    names: str = DEFAULT_NAMES,
+    max_statements: int = MAX_STATEMENTS,
+    level: str = DEFAULT_LEVEL,
 ):
     """Held-out student problems and teacher prompts' material per task."""
     from populora.tasks import get
 
     r = TasksRenderer()
     rng = random.Random(seed)
-    gen = dict(names=names, max_statements=max_statements, split="heldout")
+    gen = dict(names=names, max_statements=max_statements, split="heldout", level=level)
     out = {}
     for name in TASKS:
         task = get(name)
@@ -137,6 +150,7 @@ def run(
     seed: int = EVAL_SEED,
     names: str | None = None,
     max_statements: int | None = None,
+    level: str | None = None,
 ) -> dict:
     """Measure a model folder; generator settings default to the ones it was pretrained with."""
     from populora.sandbox import Sandbox
@@ -144,12 +158,13 @@ def run(
     gen = generator_settings(Path(model or ASSET_DIR))
     names = names or gen["names"]
     max_statements = max_statements or gen["max_statements"]
+    level = level or gen["level"]
     # Sandbox workers start before torch is imported (docs/architecture.md).
     with Sandbox(workers=2) as sb:
-        return _run(sb, quick, out, model, n, k_refs, seed, names, max_statements)
+        return _run(sb, quick, out, model, n, k_refs, seed, names, max_statements, level)
 
 
-def _run(sb, quick, out, model_dir, n, k_refs, seed, names, max_statements) -> dict:
+def _run(sb, quick, out, model_dir, n, k_refs, seed, names, max_statements, level) -> dict:
     import torch
     from rich.console import Console
     from rich.table import Table
@@ -163,7 +178,7 @@ def _run(sb, quick, out, model_dir, n, k_refs, seed, names, max_statements) -> d
     n = n or (8 if quick else 48)
     model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
     tok = AutoTokenizer.from_pretrained(model_dir)
-    data = _problems(n, k_refs, seed, names, max_statements)
+    data = _problems(n, k_refs, seed, names, max_statements, level)
     results: dict = {
         "model": str(model_dir),
         "n_per_cell": n,
@@ -172,6 +187,7 @@ def _run(sb, quick, out, model_dir, n, k_refs, seed, names, max_statements) -> d
         "seed": seed,
         "names": names,
         "max_statements": max_statements,
+        "level": level,
         "split": "heldout",
         "tasks": {},
     }

@@ -45,6 +45,17 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         max_statements: int = typer.Option(
             2, "--max-statements", help="Generator difficulty: at most this many statements per program."
         ),
+        level: str = typer.Option(
+            "full",
+            "--level",
+            help="Generator statement kinds: full (loops, comprehensions, ...) | easy (one-line expressions).",
+        ),
+        mix: str | None = typer.Option(
+            None,
+            "--mix",
+            help="Example mixture as KIND=WEIGHT,... (kinds: student:code_o, teacher:code_f, program, ...); "
+            "default corpus.MIX.",
+        ),
         schedule: str = typer.Option("wsd", "--schedule", help="LR schedule: wsd | cosine."),
         decay_start: int | None = typer.Option(
             None, "--decay-start", help="wsd: step where the decay begins (from pretrain_info.json)."
@@ -56,6 +67,7 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         """Generate the synthetic corpus, train tokenizer and model, and write the tiny model folder."""
         from rich.console import Console
 
+        from populora.pretrain.corpus import parse_mix
         from populora.pretrain.train import PretrainConfig, pretrain
 
         if steps is not None and steps < 1:
@@ -73,9 +85,17 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         if schedule not in ("wsd", "cosine"):
             typer.echo(f"error: --schedule must be wsd or cosine, got {schedule!r}", err=True)
             raise typer.Exit(2)
+        if level not in ("easy", "full"):
+            typer.echo(f"error: --level must be easy or full, got {level!r}", err=True)
+            raise typer.Exit(2)
         if max_statements < 1:
             typer.echo("error: --max-statements must be >= 1", err=True)
             raise typer.Exit(2)
+        try:
+            mix_weights = parse_mix(mix) if mix else None
+        except ValueError as e:
+            typer.echo(f"error: --mix: {e}", err=True)
+            raise typer.Exit(2) from None
         if init_from is not None and not (init_from / "config.json").is_file():
             typer.echo(f"error: --init-from {init_from} is not a model folder (no config.json)", err=True)
             raise typer.Exit(2)
@@ -101,7 +121,9 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
             init_from=str(init_from) if init_from else None,
             names=names,
             max_statements=max_statements,
+            level=level,
             bf16=bf16,
+            **({"mix": mix_weights} if mix_weights else {}),
             schedule=schedule,
             decay_start=decay_start,
         )
@@ -124,6 +146,11 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
             help="Generator difficulty of the problems (default: what the model was pretrained with).",
         ),
         n: int | None = typer.Option(None, "--n", help="Problems per cell (default 48, 8 with --quick)."),
+        level: str | None = typer.Option(
+            None,
+            "--level",
+            help="Generator level of the problems (default: what the model was pretrained with).",
+        ),
     ) -> None:
         """Valid-proposal rate and student accuracy of the tiny model per task type."""
         from populora.pretrain.bench import run
@@ -133,4 +160,7 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
                 f"error: no model at {model}; run `populora pretrain-tiny --out {model}` first", err=True
             )
             raise typer.Exit(2)
-        run(quick=quick, out=out, model=model, max_statements=max_statements, n=n)
+        if level is not None and level not in ("easy", "full"):
+            typer.echo(f"error: --level must be easy or full, got {level!r}", err=True)
+            raise typer.Exit(2)
+        run(quick=quick, out=out, model=model, max_statements=max_statements, n=n, level=level)

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from populora.pretrain.programs import (
+    DEFAULT_LEVEL,
     DEFAULT_NAMES,
     MAX_STATEMENTS,
     Triplet,
@@ -41,6 +42,24 @@ class Example:
     completion: str
 
 
+def parse_mix(text: str) -> dict[str, float]:
+    """`"student:code_o=3,program=0.5"` -> {kind: weight}; kinds must be keys of MIX, weights >= 0."""
+    out: dict[str, float] = {}
+    for part in text.split(","):
+        kind, sep, weight = part.strip().partition("=")
+        if not sep or kind not in MIX:
+            raise ValueError(f"bad entry {part!r}: expected KIND=WEIGHT with KIND one of {sorted(MIX)}")
+        try:
+            out[kind] = float(weight)
+        except ValueError:
+            raise ValueError(f"bad weight in {part!r}: not a number") from None
+        if out[kind] < 0:
+            raise ValueError(f"negative weight in {part!r}")
+    if not any(out.values()):
+        raise ValueError("all weights are zero")
+    return out
+
+
 def program_text(tr: Triplet, pairs: list[tuple[str, str]] | None = None) -> str:
     pairs = pairs or [(tr.input, tr.output)]
     return tr.program + "\n" + "".join(f"# f({i}) == {o}\n" for i, o in pairs)
@@ -54,13 +73,14 @@ def iter_examples(
     mix: dict[str, float] | None = None,
     names: str = DEFAULT_NAMES,
     max_statements: int = MAX_STATEMENTS,
+    level: str = DEFAULT_LEVEL,
 ) -> Iterator[Example]:
     """An endless, seeded stream of examples. Same seed and renderer -> same stream. Programs come from
     the generator's "train" split only (never a held-out probe program)."""
     rng = random.Random(seed)
     mix = mix or MIX
     kinds, weights = list(mix), list(mix.values())
-    gen = dict(names=names, max_statements=max_statements)
+    gen = dict(names=names, max_statements=max_statements, level=level)
     while True:
         kind = rng.choices(kinds, weights=weights)[0]
         if kind == "program":

@@ -22,7 +22,13 @@ import random
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from populora.pretrain.programs import DEFAULT_NAMES, MAX_STATEMENTS, sample_code_f, sample_triplet
+from populora.pretrain.programs import (
+    DEFAULT_LEVEL,
+    DEFAULT_NAMES,
+    MAX_STATEMENTS,
+    sample_code_f,
+    sample_triplet,
+)
 
 TASKS = ("code_i", "code_o", "code_f")
 PROBE_DIR = Path(__file__).resolve().parents[1] / "assets" / "probe"
@@ -72,6 +78,7 @@ def build_probe(
     seed: int = PROBE_SEED,
     names: str = DEFAULT_NAMES,
     max_statements: int = MAX_STATEMENTS,
+    level: str = DEFAULT_LEVEL,
 ) -> list:
     """`n` distinct held-out problems of `task`, each validated by the task in `sandbox`.
 
@@ -82,7 +89,7 @@ def build_probe(
     t = get(task)
     # One stream per task type, so the sets do not depend on each other's sizes.
     rng = random.Random(f"{seed}:{task}")
-    gen = dict(names=names, max_statements=max_statements, split="heldout")
+    gen = dict(names=names, max_statements=max_statements, split="heldout", level=level)
     out: list = []
     seen: set[str] = set()
     tries = 0

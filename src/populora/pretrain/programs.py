@@ -89,9 +89,21 @@ WORDS = [
 LETTERS = "abcdexyz"
 
 
-def random_value(rng: random.Random, typ: str) -> object:
+def random_value(rng: random.Random, typ: str, small: bool = False) -> object:
     # Small values keep inputs and outputs short (digits are single tokens), so answers fit the engine's
-    # max_new_tokens and a small model can trace them.
+    # max_new_tokens and a small model can trace them. `small` (level "easy"): ints 0-9, short strings
+    # and lists, so every answer is a few tokens a 4 M model can compute.
+    if small:
+        if typ == "int":
+            return rng.randint(0, 9)
+        if typ == "str":
+            return (
+                rng.choice(WORDS)
+                if rng.random() < 0.5
+                else "".join(rng.choice(LETTERS) for _ in range(rng.randint(1, 4)))
+            )
+        if typ == "list":
+            return [rng.randint(0, 9) for _ in range(rng.randint(1, 4))]
     if typ == "int":
         return rng.choice([rng.randint(0, 9), rng.randint(0, 9), rng.randint(0, 20), rng.randint(-5, 30)])
     if typ == "str":
@@ -122,6 +134,7 @@ class _Builder:
     helpers: list[str] = field(default_factory=list)
     used: set[str] = field(default_factory=set)
     simple: bool = False
+    easy: bool = False  # level "easy": single expressions of depth <= 2, no loops (see LEVELS)
 
     def of(self, typ: str) -> list[str]:
         return [n for n, t in self.env if t == typ]
@@ -219,7 +232,7 @@ def _cond_on_char(b: _Builder, var: str) -> str:
 
 def _st_int_expr(b: _Builder) -> bool:
     name = b.fresh("int")
-    b.lines.append(f"{name} = {_int_expr(b, b.rng.randint(1, 3))}")
+    b.lines.append(f"{name} = {_int_expr(b, b.rng.randint(1, 2 if b.easy else 3))}")
     b.bind(name, "int")
     return True
 
@@ -260,6 +273,8 @@ def _st_str_expr(b: _Builder) -> bool:
             (f"''.join(w[0] for w in {strs} if w)", "join"),
             (f"max({strs}, key=len) if {strs} else ''", "max"),
         ]
+    if b.easy:
+        options = [(e, o) for e, o in options if o in EASY_OPS]
     if not options:
         return False
     expr, op = rng.choice(options)
@@ -304,6 +319,8 @@ def _st_list_expr(b: _Builder) -> bool:
     if n:
         options.append((f"list(range({n} % 6 + 1))", "range"))
         options.append((f"[i * i for i in range({n} % 5 + 2)]", "squares"))
+    if b.easy:
+        options = [(e, o) for e, o in options if o in EASY_OPS]
     if not options:
         return False
     expr, op = rng.choice(options)
@@ -604,12 +621,32 @@ STATEMENTS = [
     (_st_helper, 1),
 ]
 
+# Level "easy": one-line expressions only (no loops, comprehensions, helpers or if/else blocks), ints of
+# depth <= 2, and of the string and list expressions only these operations, each traceable in one step.
+EASY_OPS = {
+    "reverse",
+    "upper",
+    "replace",
+    "slicing",
+    "sorting",
+    "concatenation",
+    "capitalize",
+    "repetition",
+    "str conversion",
+    "append",
+    "range",
+    "rotation",
+}
+EASY_STATEMENTS = [(_st_int_expr, 3), (_st_str_expr, 3), (_st_list_expr, 2)]
+
 RETURN_TYPES = {"int", "str", "list", "strs", "dict", "bool"}
 
 
 def _final_return(b: _Builder) -> str:
     rng = b.rng
     last_name, last_type = b.env[-1]
+    if b.easy:
+        return last_name  # no extra operation in the return
     r = rng.random()
     if r < 0.65:
         return last_name
@@ -637,6 +674,7 @@ class GeneratedProgram:
     code: str
     param_types: tuple[str, ...]
     message: str
+    level: str = "full"
 
 
 NAMES = ("varied", "simple")
@@ -644,6 +682,11 @@ NAMES = ("varied", "simple")
 # probes drawn without arguments come from the model's own distribution.
 DEFAULT_NAMES = "simple"
 MAX_STATEMENTS = 2
+# Difficulty levels (statement kinds): "full" is the whole grammar (loops, comprehensions, while, if/else,
+# helpers, depth-3 expressions); "easy" is one-line arithmetic / string / list expressions of depth <= 2
+# over small ints and short literals. `max_statements` applies at both levels.
+LEVELS = ("easy", "full")
+DEFAULT_LEVEL = "easy"
 
 # Held-out program space. A stable hash of the program text puts one program in HELDOUT_MOD into the
 # "heldout" split (probe sets, the tiny-model bench); pretraining corpora and trainer seeds draw from
@@ -665,19 +708,30 @@ def _in_split(code: str, split: str) -> bool:
 
 
 def sample_program(
-    rng: random.Random, max_statements: int = MAX_STATEMENTS, names: str = DEFAULT_NAMES
+    rng: random.Random,
+    max_statements: int = MAX_STATEMENTS,
+    names: str = DEFAULT_NAMES,
+    level: str = DEFAULT_LEVEL,
 ) -> GeneratedProgram:
     """Draw one program. It may still raise on some inputs; `sample_io` filters those out.
     `names`: "varied" (random names from larger pools) or "simple" (see SIMPLE_PARAM_NAMES).
     `max_statements`: the number of statements is 1..max_statements, each one half as likely as the one
-    before (the difficulty knob: a 4 M model can trace one statement, rarely three)."""
+    before (the difficulty knob: a 4 M model can trace one statement, rarely three).
+    `level`: which statement kinds may appear (LEVELS)."""
     if names not in NAMES:
         raise ValueError(f"names must be one of {NAMES}, got {names!r}")
+    if level not in LEVELS:
+        raise ValueError(f"level must be one of {LEVELS}, got {level!r}")
+    easy = level == "easy"
     if max_statements < 1:
         raise ValueError(f"max_statements must be >= 1, got {max_statements}")
-    n_params = rng.choices([1, 2, 3], weights=[6, 4, 1])[0]
-    types = [rng.choices(TYPES, weights=[3, 3, 3, 1, 1])[0] for _ in range(n_params)]
-    b = _Builder(rng, simple=names == "simple")
+    if easy:
+        n_params = rng.choices([1, 2], weights=[3, 1])[0]
+        types = [rng.choice(["int", "str", "list"]) for _ in range(n_params)]
+    else:
+        n_params = rng.choices([1, 2, 3], weights=[6, 4, 1])[0]
+        types = [rng.choices(TYPES, weights=[3, 3, 3, 1, 1])[0] for _ in range(n_params)]
+    b = _Builder(rng, simple=names == "simple", easy=easy)
     params: list[str] = []
     for typ in types:
         if b.simple:
@@ -691,7 +745,7 @@ def sample_program(
     n_statements = rng.choices(range(1, max_statements + 1), weights=[0.5**k for k in range(max_statements)])[
         0
     ]
-    makers, weights = zip(*STATEMENTS, strict=True)
+    makers, weights = zip(*(EASY_STATEMENTS if easy else STATEMENTS), strict=True)
     # (lines, names it binds, op words) per statement, so dead statements can be pruned below.
     stmts: list[tuple[list[str], set[str], list[str]]] = []
     tries = 0
@@ -719,7 +773,7 @@ def sample_program(
     words = list(dict.fromkeys(op for _, _, ops in kept for op in ops))[:4]
     arg_words = " and ".join(TYPE_WORDS[t] for t in types)
     message = f"Takes {arg_words}." + (f" Uses {', '.join(words)}." if words else "")
-    return GeneratedProgram(code=code, param_types=tuple(types), message=message)
+    return GeneratedProgram(code=code, param_types=tuple(types), message=message, level=level)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -772,7 +826,7 @@ def sample_io(
     pairs: list[tuple[str, str]] = []
     seen: set[str] = set()
     for _ in range(max_tries or 4 * n):
-        text = input_text([random_value(rng, t) for t in prog.param_types])
+        text = input_text([random_value(rng, t, small=prog.level == "easy") for t in prog.param_types])
         if text in seen or len(text) > 80:
             continue
         seen.add(text)
@@ -793,11 +847,15 @@ class Triplet:
 
 
 def sample_triplet(
-    rng: random.Random, names: str = DEFAULT_NAMES, max_statements: int = MAX_STATEMENTS, split: str = "train"
+    rng: random.Random,
+    names: str = DEFAULT_NAMES,
+    max_statements: int = MAX_STATEMENTS,
+    split: str = "train",
+    level: str = DEFAULT_LEVEL,
 ) -> Triplet:
     """A program with one working input and its output (resamples until one works), from `split`."""
     while True:
-        prog = sample_program(rng, max_statements, names)
+        prog = sample_program(rng, max_statements, names, level)
         if not _in_split(prog.code, split):
             continue
         pairs = sample_io(rng, prog, 1)
@@ -811,10 +869,11 @@ def sample_code_f(
     names: str = DEFAULT_NAMES,
     max_statements: int = MAX_STATEMENTS,
     split: str = "train",
+    level: str = DEFAULT_LEVEL,
 ) -> tuple[GeneratedProgram, list[tuple[str, str]]]:
     """A program with `n_inputs` distinct working inputs, for code_f examples, from `split`."""
     while True:
-        prog = sample_program(rng, max_statements, names)
+        prog = sample_program(rng, max_statements, names, level)
         if not _in_split(prog.code, split):
             continue
         pairs = sample_io(rng, prog, n_inputs)

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from populora.pretrain.corpus import MIX, Example, build_corpus
-from populora.pretrain.programs import DEFAULT_NAMES, MAX_STATEMENTS
+from populora.pretrain.programs import DEFAULT_LEVEL, DEFAULT_NAMES, MAX_STATEMENTS
 
 
 @dataclass
@@ -43,6 +43,7 @@ class PretrainConfig:
     mix: dict[str, float] = field(default_factory=lambda: dict(MIX))
     names: str = DEFAULT_NAMES  # variable naming of the generated programs (programs.NAMES)
     max_statements: int = MAX_STATEMENTS  # the generator's difficulty knob (programs.sample_program)
+    level: str = DEFAULT_LEVEL  # which statement kinds the generator uses (programs.LEVELS)
     # Optimisation.
     seq_len: int = 512
     batch_size: int = 8
@@ -162,6 +163,7 @@ def pretrain(cfg: PretrainConfig, out: Path, progress: bool = True, renderer=Non
         mix=cfg.mix,
         names=cfg.names,
         max_statements=cfg.max_statements,
+        level=cfg.level,
     )
     train_ex = build_corpus(cfg.seed, cfg.n_examples, renderer, **kw)
     # A different stream for validation; a few collisions with training programs are possible and harmless.

@@ -25,10 +25,12 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         shot_height: int = typer.Option(2400, "--screenshot-height", help="Screenshot height in CSS pixels."),
     ) -> None:
         """Write RUN_DIR/report.html: one self-contained page with the run's diagnostic plots."""
-        from populora.diagnostics.run import NotARunError
+        from populora.diagnostics.run import NotARunError, load_run
         from populora.report.html import write_report
 
         try:
+            for w in load_run(run_dir).warnings:  # never skip run data silently
+                typer.echo(f"warning: {w}", err=True)
             path = write_report(run_dir, out)
         except NotARunError as exc:
             _fail(str(exc))

@@ -333,6 +333,7 @@ def _notes(run: Run) -> list[str]:
             "metrics.jsonl ends with a cut line (the run was killed mid-write, or is still running); "
             "it was skipped."
         )
+    notes += [f"{w}." for w in run.warnings]  # corrupt or missing metrics lines (diagnostics.run.load_run)
     if not (run.path / "config.yaml").exists():
         notes.append("config.yaml is missing; the configuration summary is incomplete.")
     if run.n_steps == 0:

@@ -1,4 +1,4 @@
-"""Screenshots of a report page with headless Chromium (for the README and for eyeballing a run).
+"""Screenshots of a report page with headless Chromium (for the docs and for eyeballing a run).
 
     populora report RUN_DIR --screenshot docs/img/report.png [--screenshot-height 2400]
 

@@ -2,15 +2,17 @@
 
 Pure torch functions (no model, no engine). The engine computes, for every response token,
 `loss_t = policy_loss(logp_t, A_t, old_logp_t)` and then `sum_rows w_row * sum_t loss_t`, where the row
-weights from `row_weights` normalise *within each group* (one group = one adapter slot). Because each
-group is normalised by its own counts, a slot's gradient in a mixed batch equals the gradient it would get
-from the same rows alone.
+weights from `row_weights` normalise *within each group*. A group is one adapter slot and one role (the
+row's `loss_key`, (slot, role) as the trainer sets it by default): a teacher's or a student's slot holds one
+group, the single agent's slot two (proposer and solver), so a proposer's rows weigh in the single agent's
+loss exactly as a teacher's rows weigh in a teacher's. Because each group is normalised by its own counts, a
+group's gradient in a mixed batch equals the gradient it would get from the same rows alone.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 
 import torch
 
@@ -58,7 +60,7 @@ def policy_loss(
     return torch.maximum(unclipped, clipped), (clipped > unclipped).to(logp.dtype)
 
 
-def row_weights(lengths: Sequence[int], groups: Sequence[int], mode: str = "token-mean") -> list[float]:
+def row_weights(lengths: Sequence[int], groups: Sequence[Hashable], mode: str = "token-mean") -> list[float]:
     """Weight `w_row` such that `sum_rows w_row * sum_t x_t` aggregates per group as `mode` says.
 
     - "token-mean": mean over all tokens of the group (`1 / tokens in group`).

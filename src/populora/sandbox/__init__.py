@@ -4,6 +4,7 @@
     with Sandbox(workers=2, limits=Limits(timeout_s=5, memory_mb=512, max_output_chars=4000)) as sb:
         out = sb.run("def f(x):\n    return x * 2", "f(21)")      # Outcome(status='ok', value_repr='42', ...)
         outs = sb.run_many([(program, call), ...])                  # parallel, order kept
+    Sandbox(profile="eval")  # benchmarks: also numpy and threads (evalplus's rules), every OS layer kept
 
 Modules: `contract` (Limits, Outcome), `pool` (Sandbox, the parent side), `_worker` (the worker script and the
 per-job isolation), `_seccomp` (its syscall filters), `values` (parsing and comparing `value_repr`s outside the
@@ -11,10 +12,22 @@ sandbox), `private` (owner-only run folders), `commands`/`bench`.
 """
 
 from populora.sandbox.contract import STATUSES, Limits, Outcome
-from populora.sandbox.pool import DEFAULT_PRELOAD, LAZY_MODULES, Sandbox, SandboxError, shared_sandbox
+from populora.sandbox.pool import (
+    DEFAULT_PRELOAD,
+    EVAL_IMPORT_PACKAGES,
+    EVAL_PACKAGE_PRELOAD,
+    EVAL_THREADS,
+    LAZY_MODULES,
+    Sandbox,
+    SandboxError,
+    shared_sandbox,
+)
 
 __all__ = [
     "DEFAULT_PRELOAD",
+    "EVAL_IMPORT_PACKAGES",
+    "EVAL_PACKAGE_PRELOAD",
+    "EVAL_THREADS",
     "LAZY_MODULES",
     "STATUSES",
     "Limits",

@@ -12,7 +12,11 @@ catch, and its outcome stays a normal result):
   job's view (IPC, keyrings, io_uring, namespaces, mounts, tracing, BPF, perf, memfds, modules, clocks, ...),
   clone() with a namespace flag, unshare() with anything but CLONE_NEWIPC alone, ENOSYS for clone3 (so libc
   falls back to clone, whose flags the filter can see), and ENOSYS for any other ABI (32-bit or x32 entry
-  points would otherwise bypass the numbers below).
+  points would otherwise bypass the numbers below);
+- the no-fork one (`build_no_fork_filter`), stacked per job on top of the full one in the evaluation profile,
+  where threads are allowed and RLIMIT_NPROC therefore no longer stops new processes: clone() without
+  CLONE_THREAD, fork and vfork fail with EAGAIN (what the process limit gives). Threads pass: glibc's
+  pthread_create tries clone3 first, gets ENOSYS from the full filter, and falls back to clone.
 """
 
 import ctypes
@@ -20,6 +24,7 @@ import errno
 import os
 
 CLONE_NEWIPC = 0x08000000
+CLONE_THREAD = 0x00010000
 # prctl with a pointer as its third argument (PR_SET_SECCOMP takes the filter's address)
 _prctl_ptr = ctypes.CFUNCTYPE(
     ctypes.c_int,
@@ -35,6 +40,7 @@ PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
 _ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
 _EXEC_SYSCALLS = {"x86_64": (59, 322), "aarch64": (221, 281)}  # execve, execveat
 _CLONE = {"x86_64": (56, 435), "aarch64": (220, 435)}  # clone, clone3
+_FORK = {"x86_64": (57, 58), "aarch64": ()}  # fork, vfork (aarch64 has only clone)
 #: Denied with EPERM. Names for readers; the numbers are per architecture.
 _DENIED_SYSCALLS = {
     "x86_64": {
@@ -196,6 +202,40 @@ def build_filter(full: bool):
                 jt, jf = (0 if j == "next" else labels[j] - idx - 1 for j in jumps)
             prog.append(_SockFilter(code, jt, jf, k))
     arr = (_SockFilter * len(prog))(*prog)
+    fprog = _SockFprog(len(prog), ctypes.cast(arr, ctypes.POINTER(_SockFilter)))
+    fprog._keep = arr
+    return fprog
+
+
+def build_no_fork_filter():
+    """The per-job filter of the evaluation profile (a `_SockFprog`), or None on an unknown architecture:
+    EAGAIN for fork, vfork and clone() without CLONE_THREAD; everything else is left to the full filter."""
+    machine = os.uname().machine
+    if machine not in _ARCH:
+        return None
+    ld_abs, jeq, jset, ret = 0x20, 0x15, 0x45, 0x06
+    allow, eagain = 0x7FFF0000, 0x00050000 | errno.EAGAIN
+    clone = _CLONE[machine][0]
+    forks = _FORK[machine]
+    n = len(forks)
+    # 0 A=arch, 1 our arch?, 2 A=nr, 3 clone?, 4..3+n fork/vfork?, 4+n allow, 5+n A=flags, 6+n CLONE_THREAD?,
+    # 7+n allow, 8+n EAGAIN. Jump offsets count from the next instruction.
+    prog = [
+        (ld_abs, 0, 0, 4),
+        (jeq, 0, 2 + n, _ARCH[machine]),  # another ABI: the full filter already answers ENOSYS
+        (ld_abs, 0, 0, 0),
+        (jeq, 1 + n, 0, clone),
+    ]
+    for i, nr in enumerate(forks):
+        prog.append((jeq, 3 + n - i, 0, nr))  # to the last instruction (EAGAIN)
+    prog += [
+        (ret, 0, 0, allow),
+        (ld_abs, 0, 0, 16),  # low 32 bits of args[0]: clone's flags
+        (jset, 0, 1, CLONE_THREAD),
+        (ret, 0, 0, allow),
+        (ret, 0, 0, eagain),
+    ]
+    arr = (_SockFilter * len(prog))(*(_SockFilter(c, jt, jf, k) for c, jt, jf, k in prog))
     fprog = _SockFprog(len(prog), ctypes.cast(arr, ctypes.POINTER(_SockFilter)))
     fprog._keep = arr
     return fprog

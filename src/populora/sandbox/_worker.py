@@ -38,7 +38,7 @@ import types
 
 # The sibling modules of this script (the worker runs with -P: its own directory is not on sys.path).
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _seccomp import build_filter, install_filter, install_no_exec_filter  # noqa: E402
+from _seccomp import build_filter, build_no_fork_filter, install_filter, install_no_exec_filter  # noqa: E402
 
 del sys.path[0]
 
@@ -82,6 +82,7 @@ _MOUNT_OPT_FLAGS = {"ro": MS_RDONLY, "nosuid": MS_NOSUID, "nodev": MS_NODEV, "no
 _libc = None
 _HEAP_SHIFT = None
 _HELPER = None  # (request fd, reply fd) to the shim that mounts for the filtered worker (see `_serve_mounts`)
+_NO_FORK = None  # the evaluation profile's per-job filter (`build_no_fork_filter`), when threads are granted
 
 
 def _c():
@@ -227,11 +228,13 @@ def _mount_proc(iso: dict, warns: list, target: str) -> None:
         warns.append(f"no private /proc ({e.strerror})")
 
 
-def _root_sources() -> list:
+def _root_sources(cfg: dict) -> list:
     """What the minimal root shows of the host, read-only: the interpreter binary, its standard library,
-    and the directories of the shared libraries it has loaded (so a lazily imported extension module finds
-    its dependencies). Nested paths are covered by their parent."""
+    the directories of the shared libraries it has loaded (so a lazily imported extension module finds
+    its dependencies), and the evaluation profile's package folders (`import_roots`). Nested paths are
+    covered by their parent."""
     paths = {os.path.realpath(sys.executable), os.path.dirname(os.path.realpath(os.__file__))}
+    paths.update(cfg.get("import_roots", ()))
     with open("/proc/self/maps") as fh:
         for line in fh:
             parts = line.split(None, 5)
@@ -248,8 +251,10 @@ def _minimal_root(cfg: dict, iso: dict) -> None:
     """Build the job's whole file system on a tmpfs and pivot into it, once per worker (as nsjail and
     bubblewrap do): read-only binds of `_root_sources()` at their usual paths, an empty read-only tmpfs over
     the interpreter's site-packages, /dev with only null, zero and urandom, a private /proc (this PID
-    namespace) and an empty /tmp (the per-job tmpfs goes there). Everything else of the host -- /etc, /home,
-    /work, the project's source, run folders, benchmark data, /dev/shm -- does not exist for a job."""
+    namespace) and an empty /tmp (the per-job tmpfs goes there). In the evaluation profile, also the
+    `import_roots` package folders at their host paths, the only host files a job can read. Everything else
+    of the host -- /etc, /home, the project's source, run folders, benchmark data, /dev/shm -- does not exist
+    for a job."""
     new = "/tmp"  # a mount point we may cover: this mount namespace is private
     _mount("tmpfs", new, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,nr_inodes=4096,mode=0755")
 
@@ -273,8 +278,18 @@ def _minimal_root(cfg: dict, iso: dict) -> None:
         _mount(src, dst, None, MS_BIND, None)
         _mount(None, dst, None, MS_REMOUNT | MS_BIND | flags | (os.statvfs(src).f_flag & 0xF), None)
 
-    for src in _root_sources():
+    for src in _root_sources(cfg):
         bind(src, MS_RDONLY | MS_NOSUID | MS_NODEV)
+    for src in cfg.get("import_roots", ()):
+        # The package folders are the one part of the host a job may read (to import what the worker did
+        # not preload): their parents, which hold nothing else here, become traversable (not listable).
+        parent = os.path.dirname(src)
+        while parent != "/":
+            try:
+                os.chmod(new + parent, 0o711)
+            except OSError:  # a bound host folder (read-only): its own mode applies
+                pass
+            parent = os.path.dirname(parent)
     for host_link in ("/lib", "/lib64", "/bin"):  # merged-/usr symlinks, so library search paths resolve
         if os.path.islink(host_link):
             os.symlink(os.readlink(host_link), new + host_link)
@@ -460,8 +475,11 @@ def _child(job: dict, wfd: int, cfg: dict, iso: dict) -> None:
             os.setgroups([])
             os.setresgid(gid, gid, gid)
             os.setresuid(uid, uid, uid)
-        elif iso["no_new_processes"]:
+        elif iso["no_new_processes"] and _NO_FORK is None:
             _limit(resource.RLIMIT_NPROC, 0)
+        if _NO_FORK is not None and not install_filter(_NO_FORK):
+            # Threads are granted, so RLIMIT_NPROC is above 0: without this filter a job could fork.
+            raise OSError(errno.EPERM, "cannot install the no-fork syscall filter")
         if not iso[
             "pidns"
         ]:  # with a PID namespace the kernel kills every job when the worker (its init) dies
@@ -864,6 +882,8 @@ def main() -> None:
     os.dup2(devnull, 1)
     cfg["fin"], cfg["fout"], cfg["devnull"] = fin, fout, devnull  # jobs dup devnull onto 0-2
     cfg.setdefault("lazy", [])
+    for folder in dict.fromkeys(os.path.dirname(r) for r in cfg.get("import_roots", ())):
+        sys.path.append(folder)  # in the minimal root this folder holds only the bound package folders
     ok, missing = preload(cfg.get("preload", []))
     if cfg.get("heap_shift"):
         # The determinism check's second-pass workers: on top of the kernel's ASLR (which may be off), move
@@ -892,9 +912,20 @@ def main() -> None:
             iso["syscall_filter"] = False
         if not iso["syscall_filter"]:
             warns.append("no seccomp syscall filter (execve is then blocked only by RLIMIT_NPROC)")
+    threads = 0
+    if cfg.get("threads") and cfg.get("isolate", True) and iso["no_exec"]:
+        # The evaluation profile: threads, but still no new process. Stacked per job (the worker itself must
+        # fork), so it costs each job of this profile one filter attach.
+        global _NO_FORK
+        _NO_FORK = build_no_fork_filter()
+        threads = int(cfg["threads"]) if _NO_FORK is not None else 0
+    if cfg.get("threads") and not threads:
+        warns.append("threads not granted: the no-fork syscall filter is unavailable (RLIMIT_NPROC stays 0)")
     if iso["uid_drop"]:
-        resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))  # inherited by jobs; root's own forks are exempt
-    if "threading" in sys.modules or "random" in sys.modules:
+        # Inherited by jobs; root's own forks are exempt. The count is per uid: with threads granted it caps
+        # the threads of all jobs running at once, while the no-fork filter refuses new processes.
+        resource.setrlimit(resource.RLIMIT_NPROC, (threads, threads))
+    if ("threading" in sys.modules or "random" in sys.modules) and not cfg.get("import_roots"):
         warns.append("threading/random are preloaded: their at-fork hooks make every job slower")
     _send(
         fout,
@@ -905,6 +936,7 @@ def main() -> None:
             "warnings": warns,
             "preloaded": ok,
             "missing": missing,
+            "grants": {"threads": threads, "import_roots": list(cfg.get("import_roots", ()))},
         },
     )
     while True:

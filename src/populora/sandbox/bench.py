@@ -206,7 +206,7 @@ def _torch_caller(n: int) -> dict:
 
 
 def _markdown(report: dict) -> str:
-    """The results as the Markdown table the README shows."""
+    """The results as the Markdown table docs/sandbox.md shows."""
     sp = report["results"]["subprocess_per_job"]
     rows = [
         ("populora `Sandbox` (all layers)", report["results"]["sandbox"]),

@@ -45,16 +45,33 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         typer.echo(json.dumps(out.to_dict(), indent=indent or None))
 
     @sandbox.command("isolation")
-    def isolation_cmd() -> None:
-        """Print which isolation layers are in force on this machine, as JSON."""
+    def isolation_cmd(
+        profile: str = typer.Option(
+            "train",
+            "--profile",
+            help="train (the default: standard library only, no threads) or eval (benchmarks: numpy and "
+            "threads too, as evalplus allows; the same OS layers).",
+        ),
+    ) -> None:
+        """Print which isolation layers are in force on this machine, and what the profile grants, as JSON."""
         import warnings
 
         from populora.sandbox import Sandbox
 
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            with Sandbox(workers=1) as sb:
-                info = {"isolation": sb.isolation, "preloaded": sb.preloaded}
+            try:
+                sb = Sandbox(workers=1, profile=profile)
+            except ValueError as e:
+                typer.echo(f"error: {e}", err=True)
+                raise typer.Exit(2) from None
+            with sb:
+                info = {
+                    "profile": profile,
+                    "isolation": sb.isolation,
+                    "grants": sb.grants,
+                    "preloaded": sb.preloaded,
+                }
         info["warnings"] = [str(w.message) for w in caught]
         typer.echo(json.dumps(info, indent=2))
 

@@ -93,6 +93,15 @@ DEFAULT_PRELOAD: tuple[str, ...] = (
 #: page faults per job); `statistics` and `secrets` import `random`, `queue` imports `threading`.
 LAZY_MODULES: tuple[str, ...] = ("random", "statistics", "secrets", "queue", "threading")
 
+#: The evaluation profile (`Sandbox(profile="eval")`): what the official evalplus lets a solution do, on top of
+#: every OS layer of the default ("train") profile. Packages outside the standard library a job may import
+#: (bound read-only into the minimal root; `EVAL_PACKAGE_PRELOAD` of them imported in the worker already, so a
+#: job pays nothing for them), and how many threads the job uid may run at once (fork and exec stay refused).
+EVAL_IMPORT_PACKAGES: tuple[str, ...] = ("numpy",)
+EVAL_PACKAGE_PRELOAD: tuple[str, ...] = ("numpy", "numpy.random", "numpy.linalg", "numpy.fft")
+EVAL_THREADS = 64
+PROFILES = ("train", "eval")
+
 NOBODY = 65534
 _WARNED: set[str] = set()
 _ids = itertools.count()
@@ -111,6 +120,30 @@ def _interpreter() -> str:
         except OSError:
             continue
     return os.path.realpath(sys.executable)
+
+
+def package_roots(names: Sequence[str]) -> list[str]:
+    """The host folders that make packages `names` importable: each package's folder and, for a wheel that
+    vendors shared libraries (``numpy.libs``), that folder beside it. Resolved here in the caller, which has
+    site-packages (the worker starts without it)."""
+    import importlib.util
+
+    roots = []
+    for name in names:
+        if not name or "." in name:
+            raise ValueError(f"import_packages: {name!r} is not a top-level package name (e.g. 'numpy')")
+        spec = importlib.util.find_spec(name)
+        if spec is None or not spec.submodule_search_locations:
+            raise ValueError(
+                f"import_packages: package {name!r} is not installed for {sys.executable}; install it or "
+                "leave it out of import_packages"
+            )
+        folder = os.path.realpath(list(spec.submodule_search_locations)[0])
+        roots.append(folder)
+        libs = folder + ".libs"
+        if os.path.isdir(libs):
+            roots.append(libs)
+    return roots
 
 
 def _frame(msg: dict) -> bytes:
@@ -210,11 +243,20 @@ class Sandbox:
 
     Options: `preload` (stdlib modules jobs can import; default `DEFAULT_PRELOAD`), `lazy` (modules imported
     only for jobs whose source names them; default `LAZY_MODULES`), `isolate=False` (skip the
-    namespaces and the uid drop; rlimits stay), `hardened=False` (the earlier layers only: the host's file
+    namespaces and the uid drop; rlimits stay), `profile` ("train", the default: standard library only, no
+    threads; "eval": what evalplus allows, see below), `hardened=False` (the earlier layers only: the host's file
     system read-only instead of a minimal root, the host's IPC namespace, a filter for exec only -- kept to
     measure what the hardening costs), `uid`/`gid` of jobs when started as root, `pipeline_depth`
     (jobs queued per worker while many are pending), `wedge_grace_s` (how long past a job's timeout a silent
     worker is declared wedged and replaced).
+
+    The evaluation profile (`profile="eval"`) keeps every OS layer (minimal root, namespaces, uid drop,
+    syscall filter, no exec, no new processes) and adds what an evalplus-allowed solution needs:
+    `import_packages` (default `EVAL_IMPORT_PACKAGES`, numpy) are bound read-only into the minimal root at
+    their host paths and put on the job's path (`EVAL_PACKAGE_PRELOAD` of them is imported in the worker), and
+    `threads` (default `EVAL_THREADS`) threads may run: the syscall filter then refuses fork, vfork and clone
+    without CLONE_THREAD per job (EAGAIN, as the process limit does), and RLIMIT_NPROC becomes `threads` for
+    the job uid (shared by the jobs running at once) instead of 0. Both knobs can also be given explicitly.
     """
 
     #: `run_many(variant=1)` runs on workers with another hash seed and address-space layout (duck-typed
@@ -229,6 +271,9 @@ class Sandbox:
         preload: Sequence[str] = DEFAULT_PRELOAD,
         lazy: Sequence[str] = LAZY_MODULES,
         isolate: bool = True,
+        profile: str = "train",
+        import_packages: Sequence[str] | None = None,
+        threads: int | None = None,
         hardened: bool = True,
         uid: int = NOBODY,
         gid: int = NOBODY,
@@ -238,6 +283,18 @@ class Sandbox:
     ) -> None:
         if workers < 1:
             raise ValueError(f"Sandbox(workers=) must be >= 1, got {workers}")
+        if profile not in PROFILES:
+            raise ValueError(f"Sandbox(profile=) must be one of {PROFILES}, got {profile!r}")
+        evaluation = profile == "eval"
+        if import_packages is None:
+            import_packages = EVAL_IMPORT_PACKAGES if evaluation else ()
+        if threads is None:
+            threads = EVAL_THREADS if evaluation else 0
+        if threads < 0:
+            raise ValueError(f"Sandbox(threads=) must be >= 0, got {threads}")
+        if evaluation:
+            preload = tuple(dict.fromkeys((*preload, *EVAL_PACKAGE_PRELOAD)))
+        self.profile = profile
         self.limits = limits or Limits()
         self.n_workers = workers
         self._cfg = {
@@ -245,6 +302,8 @@ class Sandbox:
             "lazy": list(lazy),
             "isolate": bool(isolate),
             "hardened": bool(hardened),
+            "import_roots": package_roots(import_packages),
+            "threads": int(threads),
             "uid": uid,
             "gid": gid,
         }
@@ -274,6 +333,15 @@ class Sandbox:
         info = self._workers[0].info
         self.isolation: dict[str, bool] = dict(info["isolation"])
         self.preloaded: list[str] = list(info["preloaded"])
+        #: What the profile grants jobs, as in force: threads allowed per job uid, package folders visible.
+        self.grants: dict = dict(info.get("grants", {}))
+        if threads and not self.grants.get("threads"):
+            warnings.warn(
+                f"populora.sandbox: threads cannot be allowed here ({'; '.join(info.get('warnings', []))}); "
+                "jobs run without them",
+                RuntimeWarning,
+                stacklevel=2,
+            )
         off_by_choice = set() if hardened else {"ipc_namespace", "minimal_root", "syscall_filter"}
         missing_layers = [k for k, v in self.isolation.items() if not v and k not in off_by_choice]
         if missing_layers and isolate:
@@ -298,6 +366,10 @@ class Sandbox:
         # the process (hash order, id(), addresses) differs from pass 1.
         seed = "0" if variant == 0 else str(int.from_bytes(os.urandom(4), "big") % 4294967294 + 1)
         env = {"PYTHONHASHSEED": seed, "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
+        if self._cfg["import_roots"]:
+            # Numerical libraries loaded in the worker must not start thread pools: a worker with threads
+            # cannot enter its namespaces (and evalplus runs with one BLAS thread too).
+            env.update(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
         cfg = self._cfg if variant == 0 else {**self._cfg, "heap_shift": True}
         # -s -S: no site (nothing from site-packages); -P: no script dir on sys.path; -B: no .pyc writes.
         # Not -I/-E: those would ignore PYTHONHASHSEED, which makes set/dict-of-str reprs reproducible.

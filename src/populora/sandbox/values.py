@@ -20,6 +20,10 @@ def parse_value(value_repr: str, max_chars: int = 100_000) -> Any:
         raise ValueError(f"value_repr must be a str, got {type(value_repr).__name__}")
     if len(value_repr) > max_chars:
         raise ValueError(f"value_repr longer than {max_chars} characters")
+    if "..." in value_repr and _has_dots(value_repr):
+        # repr writes `...` only for a container that contains itself (`a = [a]` -> `[[...]]`); the real
+        # Ellipsis prints as `Ellipsis`. literal_eval would read it as [[Ellipsis]], a different value.
+        raise ValueError(f"not a plain-data literal: {value_repr[:80]!r} (recursive container '...')")
     try:
         return ast.literal_eval(value_repr)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError) as e:
@@ -29,6 +33,15 @@ def parse_value(value_repr: str, max_chars: int = 100_000) -> Any:
             except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
                 pass
         raise ValueError(f"not a plain-data literal: {value_repr[:80]!r} ({type(e).__name__})") from None
+
+
+def _has_dots(value_repr: str) -> bool:
+    """True if the text parses and holds a `...` token (outside strings)."""
+    try:
+        tree = ast.parse(value_repr.strip(), mode="eval")
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return False
+    return any(isinstance(n, ast.Constant) and n.value is Ellipsis for n in ast.walk(tree))
 
 
 _SPECIALS = {"inf": math.inf, "nan": math.nan, "Ellipsis": ...}

@@ -445,7 +445,9 @@ class CodeI(CodeIO):
     def _check_answer(self, body: str) -> Answer | FormatError:
         text = body.strip()
         try:
-            parse_call_args(text)
+            render_call_args(
+                *parse_call_args(text)
+            )  # rendering too: a 5000-digit hex int parses, but no repr
         except LiteralError as e:
             return FormatError(f"format: input is not a literal argument list ({e})")
         return Answer(text)
@@ -463,12 +465,10 @@ class CodeI(CodeIO):
                 calls.append(None)
                 continue
             try:
-                args, kwargs = parse_call_args(a.text)
-            except LiteralError:
+                # The sandbox gets the re-rendered parsed values, never the model's text.
+                calls.append(f"f({render_call_args(*parse_call_args(a.text))})")
+            except Exception:  # scoring never raises on model output: an unscorable answer is wrong
                 calls.append(None)
-                continue
-            # The sandbox gets the re-rendered parsed values, never the model's text.
-            calls.append(f"f({render_call_args(args, kwargs)})")
         unique = sorted({c for c in calls if c is not None})
         if not unique:
             return [False] * len(calls)
@@ -515,7 +515,7 @@ class CodeO(CodeIO):
                 continue
             try:
                 out.append(strict_equal(parse_literal(a.text), gold))
-            except LiteralError:
+            except Exception:  # scoring never raises on model output: an unscorable answer is wrong
                 out.append(False)
         return out
 
@@ -603,7 +603,10 @@ class CodeF(CodeTask):
             return [False] * len(answers)
         programs: list[str | None] = []
         for a in map(self._coerce, answers):
-            ok = isinstance(a, Answer) and parse_program(a.text, self.policy)[1] is None
+            try:
+                ok = isinstance(a, Answer) and parse_program(a.text, self.policy)[1] is None
+            except Exception:  # scoring never raises on model output: an unscorable answer is wrong
+                ok = False
             programs.append(a.text if ok else None)
         unique = sorted({p for p in programs if p is not None})
         if not unique:

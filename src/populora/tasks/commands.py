@@ -4,7 +4,6 @@ proposal, a student prompt and the scoring of rendered answers, including a know
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import typer
@@ -146,17 +145,22 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         data_dir: Path = typer.Option(
             None,
             "--data-dir",
-            help="Data root holding azr_seed/ (default: $POPULORA_DATA_DIR or ../shared/data).",
+            help="Data root holding azr_seed/ (default: $POPULORA_DATA_DIR, else the copy shipped with populora).",
         ),
     ) -> None:
         """Validate every row of the AZR seed files and print how many are valid, and why the rest are not."""
         from rich.console import Console
         from rich.table import Table
 
+        from populora.data import DataDirError, resolve_data_dir
         from populora.sandbox import Sandbox
         from populora.tasks.seeds import load_azr_seed
 
-        root = data_dir or Path(os.environ.get("POPULORA_DATA_DIR", Path.cwd().parent / "shared" / "data"))
+        try:
+            root = resolve_data_dir(data_dir)
+        except DataDirError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2) from exc
         files = [
             (root / "azr_seed" / "7b_coder_seed_io.jsonl", "code_o"),
             (root / "azr_seed" / "7b_coder_code_f_seed_io.jsonl", "code_f"),

@@ -7,7 +7,10 @@
 - `parse_call_args(text)` treats `text` as the inside of `f(...)` and requires a single plain call whose
   arguments are such literals (so `0) or (True` is rejected: it parses as a BoolOp, not a call).
 - `strict_equal(a, b)` is type-aware equality: `True` is not `1`, `2.0` is not `2`, `[1]` is not `(1,)`; sets
-  and dict keys compare without order.
+  and dict keys compare without order. Signed zeros differ (`-0.0` is not `0.0`, `(-0-0j)` is not `0j`): the
+  comparison is on the value `repr` prints, and a program can tell them apart (`1 / x`, `math.copysign`).
+  Complex literals are read the way `complex()` reads `repr` (`-5j` is `complex(0.0, -5.0)`), so a value's
+  repr always parses back to that value, signs of zeros included.
 """
 
 from __future__ import annotations
@@ -50,12 +53,19 @@ def _build(node: ast.AST, depth: int = 0) -> Any:
         v = _build(node.operand, d)
         if type(v) not in (int, float, complex):
             raise LiteralError("unary sign on a non-number")
+        if type(v) is complex and v.real == 0 and isinstance(node.operand, ast.Constant):
+            # `-5j` as complex() reads repr's output: only the imaginary part is signed (eval gives -0.0-5j)
+            return complex(0.0, -v.imag if isinstance(node.op, ast.USub) else v.imag)
         return -v if isinstance(node.op, ast.USub) else +v
     if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub)):
         # Only the complex-number form `real +/- imagj`, as ast.literal_eval allows.
         left, right = _build(node.left, d), _build(node.right, d)
-        if type(left) in (int, float) and type(right) is complex:
-            return left + right if isinstance(node.op, ast.Add) else left - right
+        if type(left) in (int, float) and type(right) is complex and isinstance(node.right, ast.Constant):
+            # Build the parts separately, as complex() does: `(-0-0j)` is complex(-0.0, -0.0), while int
+            # arithmetic would lose both signs (-0 is 0, and 0 - 0j has imaginary part +0.0).
+            real = -float(_build(node.left.operand, d)) if _is_neg_int(node.left) else float(left)
+            imag = right.imag if isinstance(node.op, ast.Add) else -right.imag
+            return complex(real, imag)
         raise LiteralError("arithmetic is not a literal")
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _CALLS:
         ctor = _CALLS[node.func.id]
@@ -71,6 +81,16 @@ def _build(node: ast.AST, depth: int = 0) -> Any:
         kwargs = {k.arg: _build(k.value, d) for k in node.keywords}
         return ctor(*args, **kwargs)
     raise LiteralError(f"{type(node).__name__} is not allowed in a literal")
+
+
+def _is_neg_int(node: ast.AST) -> bool:
+    """`-<int>` as repr writes an integral real part (`(-0-0j)`): its sign must survive the int."""
+    return (
+        isinstance(node, ast.UnaryOp)
+        and isinstance(node.op, ast.USub)
+        and isinstance(node.operand, ast.Constant)
+        and type(node.operand.value) is int
+    )
 
 
 def _parse_expr(text: str) -> ast.expr:
@@ -131,7 +151,10 @@ def render_call_args(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
 
 def _safe_repr(v: Any) -> str:
     # repr of plain data is a literal except for frozenset, whose repr `frozenset({1})` is also accepted.
-    return repr(v)
+    try:
+        return repr(v)
+    except Exception as e:  # an int beyond Python's int-to-str digit limit (e.g. `0x` + 5000 `f`s), recursion
+        raise LiteralError(f"value cannot be written back as a literal ({type(e).__name__})") from None
 
 
 def canonical(v: Any, depth: int = 0) -> Any:
@@ -145,6 +168,10 @@ def canonical(v: Any, depth: int = 0) -> Any:
         return (t.__name__, frozenset(canonical(x, depth + 1) for x in v))
     if t is dict:
         return ("dict", frozenset((canonical(k, depth + 1), canonical(x, depth + 1)) for k, x in v.items()))
+    if t is float:  # signed zeros differ (repr differs); -0.0 == 0.0 in Python would hide it
+        return ("float", v, math.copysign(1.0, v))
+    if t is complex:
+        return ("complex", canonical(v.real, depth + 1), canonical(v.imag, depth + 1))
     if t in PLAIN_TYPES:
         return (t.__name__, v)
     raise LiteralError(f"{t.__name__} is not plain data")

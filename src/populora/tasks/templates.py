@@ -17,7 +17,7 @@ from pathlib import Path
 from string import Template
 
 TEMPLATE_ROOT = Path(__file__).parent / "templates"
-TEMPLATE_NAMES: tuple[str, ...] = ("azr", "compact")
+TEMPLATE_NAMES: tuple[str, ...] = ("azr", "compact", "azr-short")
 DEFAULT_TEMPLATE = "azr"
 FILES = (
     "wrapper",

@@ -31,14 +31,20 @@ def run_training(
     preset: str, run_dir: Path | None, overrides: list[str], resume: Path | None, quiet: bool = False
 ) -> Path:
     """Shared by `train` and `demo`: resolve the config, run, and turn user errors into one line."""
+    from populora.engine.types import EngineError
+
     try:
-        from populora.train.trainer import TrainError, train
+        from populora.train.errors import TrainError
+        from populora.train.launch import train
 
         return train(preset=preset, run_dir=run_dir, overrides=overrides, resume=resume, quiet=quiet)
     except ConfigError as err:
         _fail(str(err))
     except TrainError as err:
         _fail(str(err))
+    except EngineError as err:  # e.g. a dist worker died mid-run: the message says how to resume
+        where = resume or run_dir
+        _fail(str(err) if where is None else str(err).replace("RUN_DIR", str(where)))
     except KeyboardInterrupt:
         typer.echo(
             "interrupted; resume with `populora train --resume RUN_DIR` (the newest checkpoint is kept)",

@@ -1,6 +1,17 @@
-"""The training console: one summary line per step, under a rich progress bar on a terminal."""
+"""The training console: one summary line per step, under a rich progress bar on a terminal.
+
+While a step runs, a second line updates in place with the phase and its progress ("teacher generation 14/24
+prompts, 610 tok/s", "student solve 40/96 rollouts", "update 3/8 micro-batches"): the trainer passes
+`StepProgress.callback(phase)` to the engine as `progress=` (engines that do not take it simply get nothing).
+`--quiet`, or output that is not a terminal (a log file), shows only the summary lines.
+"""
 
 from __future__ import annotations
+
+import inspect
+import sys
+import time
+from collections.abc import Callable
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
@@ -32,6 +43,47 @@ def summary_line(rec: dict, events: list[dict], total: int) -> str:
     return f"step {rec['step']:>4}/{total}  {body}{tail}" + (f"  |  evolve {' '.join(evo)}" if evo else "")
 
 
+# phase -> (label, unit) of the live line
+PHASE_LABELS = {
+    "teacher": ("teacher generation", "prompts"),
+    "student": ("student solve", "rollouts"),
+    "update": ("update", "micro-batches"),
+}
+
+
+# phases without engine progress: what the live line says while they run
+PHASE_NAMES = {
+    "validate": "validating proposals in the sandbox",
+    "score": "scoring answers in the sandbox",
+    "evolution": "evolution",
+    "matchmaking": "matchmaking",
+}
+
+
+def phase_text(phase: str, done: int, total: int, info: dict | None, seconds: float) -> str:
+    """The live line of a phase, e.g. 'teacher generation 14/24 prompts, 610 tok/s'."""
+    label, unit = PHASE_LABELS.get(phase, (phase, ""))
+    text = f"{label} {done}/{total}" + (f" {unit}" if unit else "")
+    tokens = (info or {}).get("tokens")
+    if tokens and seconds > 0:
+        text += f", {tokens / seconds:.0f} tok/s"
+    return text
+
+
+def accepts_progress(fn: Callable) -> bool:
+    """Whether an engine method takes the optional `progress=` keyword (engines may not implement it)."""
+    try:
+        return "progress" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def note(message: str, quiet: bool = False) -> None:
+    """One line on stderr for long one-off work (loading the model, starting the sandbox), unless quiet."""
+    if not quiet:
+        print(f"... {message}", file=sys.stderr, flush=True)
+
+
 class StepProgress:
     """A rich progress bar on a terminal (plus one printed summary line per step); plain lines otherwise."""
 
@@ -39,21 +91,53 @@ class StepProgress:
         self.bar = None
         self.console = console if console is not None else Console(stderr=False)
         if not quiet and self.console.is_terminal:
+            # One line: the run's bar, then the running phase and its progress (updated in place).
             self.bar = Progress(
                 TextColumn("[bold]training"),
                 BarColumn(),
                 MofNCompleteColumn(),
                 TimeRemainingColumn(),
+                TextColumn("{task.fields[phase]}"),
                 console=self.console,
                 transient=True,
             )
-            self.task = self.bar.add_task("train", total=total, completed=start)
+            self.task = self.bar.add_task("train", total=total, completed=start, phase="")
             self.bar.start()
+
+    def callback(self, phase: str) -> Callable[[int, int, dict], None] | None:
+        """The `progress(done, total, info)` callable for one phase's engine call; None when nothing is shown."""
+        if self.bar is None:
+            return None
+        t0 = last = time.perf_counter()
+
+        def update(done: int, total: int, info: dict | None = None) -> None:
+            nonlocal last
+            now = time.perf_counter()
+            self.bar.update(self.task, phase=phase_text(phase, done, total, info, now - t0))
+            # Redraw now at the start and end of the phase and at most 10 times a second in between (rich's own
+            # refresh thread alone may miss a short phase entirely).
+            if done in (0, total) or now - last > 0.1:
+                self.bar.refresh()
+                last = now
+
+        return update
+
+    def show(self, phase: str) -> None:
+        """Name the phase that starts (its counts follow from the engine's callback, if it has one)."""
+        if self.bar is not None:
+            label = PHASE_LABELS.get(phase, (PHASE_NAMES.get(phase, phase), ""))[0]
+            self.bar.update(self.task, phase=label)
+            self.bar.refresh()
+
+    def end_phase(self) -> None:
+        """Clear the phase text (after each engine call), so a finished phase is not shown as running."""
+        if self.bar is not None:
+            self.bar.update(self.task, phase="")
 
     def advance(self, line: str) -> None:
         if self.bar is not None:
             self.bar.console.print(line, highlight=False)
-            self.bar.advance(self.task)
+            self.bar.update(self.task, advance=1, phase="")
         else:
             print(line, flush=True)
 
@@ -62,4 +146,4 @@ class StepProgress:
             self.bar.stop()
 
 
-__all__ = ["StepProgress", "summary_line"]
+__all__ = ["PHASE_LABELS", "StepProgress", "accepts_progress", "note", "phase_text", "summary_line"]

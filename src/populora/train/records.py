@@ -70,10 +70,33 @@ def solve_rate(traces: Iterable[ProposalTrace]) -> float | None:
     return sum(solves) / len(solves) if solves else None
 
 
+def matchup_scores(traces: list[ProposalTrace], rewards: Any) -> tuple[float, float | None]:
+    """The two sides' scores of one matchup, each a function of that side's own reward only
+    (`population.ratings.rate_matchup` turns them into outcomes; the rule is documented there):
+
+    - teacher: its mean reward over every proposal of the matchup (invalid ones at `rl.invalid_reward`,
+      valid ones no rollout solved at 0, the others 1 - rho), which is 1 - solve rate when every problem is
+      valid and solved at least once;
+    - student: its mean answer reward mapped so that right = 1 and parsed-but-wrong = 0,
+      (R - wrong) / (correct - wrong): the solve rate when every answer parses, lower for unparsable ones;
+      None when the teacher posed no valid problem (nothing to rate the student on).
+    `rewards` is the run's `tasks.rewards.RewardConfig`.
+    """
+    teacher = sum(t.reward for t in traces) / len(traces) if traces else rewards.invalid_proposal
+    answers = [r for t in traces for r in t.answer_rewards]
+    if not answers:
+        return teacher, None
+    student = (sum(answers) / len(answers) - rewards.wrong) / (rewards.correct - rewards.wrong)
+    return teacher, student
+
+
 def mean(xs: Iterable[float | None]) -> float | None:
     """Mean of the values that are not None (None when there is none)."""
     vals = [x for x in xs if x is not None]
     return sum(vals) / len(vals) if vals else None
+
+
+_EVENT_ONLY = ("outcome", "teacher_outcome", "student_outcome")  # matchup keys kept in events.jsonl only
 
 
 def metrics_record(
@@ -87,6 +110,7 @@ def metrics_record(
     members: list,
     mode: str,
     coverage: Any,
+    dist: dict | None = None,
 ) -> dict:
     """The metrics.jsonl line of a step (docs/run-folder.md) for `members` (the ones that played it)."""
     tm = train_metrics
@@ -138,7 +162,9 @@ def metrics_record(
         "coverage": coverage.coverage,
         "coverage_cells": coverage.cells_filled,
         "members": out,
-        "matchups": [{k: v for k, v in m.items() if k != "outcome"} for m in matchups],
+        "matchups": [{k: v for k, v in m.items() if k not in _EVENT_ONLY} for m in matchups],
+        # rows and seconds per worker with dist.workers > 1 (populora.engine.dist); null in one process
+        "dist": dist,
     }
 
 
@@ -168,4 +194,12 @@ def problem_records(step: int, traces: list[ProposalTrace]) -> list[dict]:
     return out
 
 
-__all__ = ["ProposalTrace", "StepResult", "mean", "metrics_record", "problem_records", "solve_rate"]
+__all__ = [
+    "ProposalTrace",
+    "StepResult",
+    "matchup_scores",
+    "mean",
+    "metrics_record",
+    "problem_records",
+    "solve_rate",
+]

@@ -3,6 +3,10 @@
 Every JSONL record is appended as one complete line (`populora.diagnostics.sinks.append_jsonl`). On resume from
 the checkpoint of step S, `repair` drops a line cut by a kill and every record with step > S (those steps are
 re-run), so no line is ever duplicated or corrupt.
+
+Run folders are private: `prepare_run_dir` makes the folder owner-only (0700) and the trainer writes under
+umask 077 (files 0600), so other users' jobs on a shared machine (sandboxed or not) cannot read the run's
+gold programs (buffers.jsonl, problems.jsonl) or adapters.
 """
 
 from __future__ import annotations
@@ -15,6 +19,33 @@ from typing import Any
 from populora.diagnostics.sinks import MetricLogger, append_jsonl, read_jsonl, repair_jsonl
 
 LOGS = ("metrics.jsonl", "problems.jsonl", "events.jsonl")
+PRIVATE_UMASK = 0o077
+
+
+class RunFolderError(RuntimeError):
+    """The run folder cannot be used (a file, read-only, ...); the message names the problem and the fix."""
+
+
+def prepare_run_dir(path: str | os.PathLike, flag: str = "--run-dir") -> Path:
+    """Create `path` owner-only (0700) and check that files can be written there, before any work starts."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise RunFolderError(
+            f"{flag} {path}: is a file, not a folder; pass a folder path (it is created if missing)."
+        )
+    probe = path / f".write-test-{os.getpid()}"
+    try:
+        path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        os.chmod(path, 0o700)
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as err:
+        reason = err.strerror or type(err).__name__
+        raise RunFolderError(
+            f"{flag} {path}: cannot write there ({reason}); choose a writable folder, e.g. --run-dir runs/NAME."
+        ) from None
+    return path
 
 
 def write_text_atomic(path: Path, text: str) -> None:

@@ -9,15 +9,19 @@
     (4) rewards and update  student: +1 right, -0.5 parsed but wrong, -1 unparsable; teacher: 1 - rho on a
                             valid problem (0 when rho = 0), `rl.invalid_reward` (-1) on an invalid one;
                             REINFORCE++-baseline advantages; ONE mixed batch of every member's rows ->
-                            `engine.train_step`; one TrueSkill update per matchup from the solve rate
-    (5) evolution           every `evolution.every` steps the bottom gamma of each role by LCB is replaced by
-                            children of top-ranked parents made by an operator; the slot's optimiser is reset
+                            `engine.train_step`; one TrueSkill update per matchup, each side rated on its
+                            own reward (population/ratings.py)
+    (5) evolution           every `evolution.every` steps (never after the last step) the bottom gamma of each
+                            role by LCB is replaced by children of top-ranked parents made by an operator; the
+                            slot's optimiser is reset
 
 Single mode (`population.mode=single`, the AZR baseline) runs the same code with one member `A0` in both roles
 of a single matchup: it proposes, estimates learnability with n samples of itself at the training temperature
 (reward 1 - s for 0 < s < 1, else 0: the same formula as the teacher's 1 - rho with rho = s), and trains on its
-proposals and those solver samples in one batch, whitened per (task x role) (TRR++). Its per-step work is one
-matchup's: the same prompts, rollouts, tokens and one update, i.e. what each teacher-student pair does.
+proposals and those solver samples in one batch. It differs from the population only in agent count: the same
+whitening scope (`rl.whiten_scope`, batch; TRR++ is `task_role`) and the same loss normalisation per role
+(`rl.loss_norm=role`: its proposer rows weigh in its loss as a teacher's rows in a teacher's). Its per-step
+work is one matchup's: the same prompts, rollouts, tokens and one update, i.e. what each pair does.
 
 Every generation of a phase goes to the engine as one mixed-slot batch (the shared base forward), and every
 random draw derives from `train.seed` and the step, so a run resumed from a checkpoint replays the same steps.
@@ -27,7 +31,6 @@ Each phase fills its fields of the step's `ProposalTrace`s (train/records.py); r
 
 from __future__ import annotations
 
-import hashlib
 import random
 import sys
 import time
@@ -38,39 +41,37 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
 
 from populora import tasks
-from populora.config import Config, load_config, resume_config, to_dict, to_yaml
+from populora.config import Config, to_dict
 from populora.diagnostics.coverage import CoverageArchive
 from populora.diagnostics.features import program_features
-from populora.engine import EngineError, GenRequest, PolicyEngine, TrainBatch, TrainRow, build, resolve_model
-from populora.engine.memory import available_bytes, check_memory, estimate_memory
-from populora.names import PHASES, TASKS
+from populora.engine import GenRequest, PolicyEngine, TrainBatch, TrainRow
+from populora.names import PHASES
 from populora.operators import REGISTRY, apply
 from populora.population.evolution import plan_evolution
 from populora.population.matchmaking import match
 from populora.population.members import Population
 from populora.population.ratings import RatingSystem
-from populora.pretrain.programs import sample_code_f, sample_triplet
 from populora.rl.advantages import reinforce_pp_baseline, scope_key
 from populora.sandbox import Limits, Sandbox
 from populora.tasks.buffers import TaskBuffers
 from populora.tasks.rewards import RewardConfig, learnability_reward, student_reward, teacher_reward
 from populora.train import checkpoint as ckpt
+from populora.train.errors import TrainError
 from populora.train.probe import Prober
-from populora.train.progress import StepProgress, summary_line
-from populora.train.records import ProposalTrace, StepResult, metrics_record, problem_records, solve_rate
+from populora.train.progress import StepProgress, accepts_progress, note, summary_line
+from populora.train.records import (
+    ProposalTrace,
+    StepResult,
+    matchup_scores,
+    metrics_record,
+    problem_records,
+    solve_rate,
+)
 from populora.train.run_folder import RunFolder
-
-
-class TrainError(RuntimeError):
-    """A user-fixable problem starting or resuming a run; the message is one line with the fix."""
-
-
-def _derive_seed(*parts: Any) -> int:
-    h = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()
-    return int.from_bytes(h, "little") & 0x7FFFFFFF
+from populora.train.seed_files import SeedFileError, resolve_seed_file
+from populora.train.setup import build_engine, derive_seed, preflight, synthetic_seeds
 
 
 def task_schedule(types: list[str], prompts: int) -> list[str]:
@@ -111,6 +112,8 @@ class Trainer:
         self.engine: PolicyEngine | None = engine
         self._pending_checkpoint_s = 0.0
         self.prober = Prober.from_config(cfg)  # the fixed held-out probe (train/probe.py); off when every=0
+        self._evolution_pending = False  # the final step skipped its evolution; a longer resume runs it
+        self.live: StepProgress | None = None  # the console while `fit` runs (the live phase line)
 
     # ---------------------------------------------------------------------------------------------- setup
     def setup(self) -> None:
@@ -119,6 +122,7 @@ class Trainer:
         if self.engine is None:
             preflight(self.cfg)  # fail on a missing model or too many slots before starting anything
         sb = self.cfg.sandbox
+        note(f"starting the sandbox ({sb.workers} workers)", self.quiet)
         self.sandbox = Sandbox(
             workers=sb.workers, limits=Limits(timeout_s=sb.timeout_s, memory_mb=sb.memory_mb)
         )
@@ -127,6 +131,7 @@ class Trainer:
         self.tasks = {name: tasks.get(name) for name in self.cfg.tasks.types}
         self.coverage = CoverageArchive()
         if self.engine is None:
+            note(f"loading the model {self.cfg.model.name!r} ({self.cfg.model.backend})", self.quiet)
             self.engine = build_engine(self.cfg)
         if self.engine.n_slots < self.cfg.n_slots:
             raise TrainError(
@@ -136,15 +141,21 @@ class Trainer:
         try:
             self.buffers = TaskBuffers.seeded(
                 tk.buffer_size,
-                seed_io=tk.seed_io or None,
-                seed_code_f=tk.seed_code_f or None,
+                seed_io=resolve_seed_file(tk.seed_io, "tasks.seed_io") or None,
+                seed_code_f=resolve_seed_file(tk.seed_code_f, "tasks.seed_code_f") or None,
                 sandbox=self.sandbox,
             )
+        except SeedFileError as err:
+            raise TrainError(str(err)) from None
         except OSError as err:
             raise TrainError(
                 f"tasks.seed_io / tasks.seed_code_f: cannot read the seed file ({err})."
             ) from None
         if tk.seed_synthetic:
+            note(
+                f"seeding the buffers ({tk.seed_synthetic} problems per task, checked in the sandbox)",
+                self.quiet,
+            )
             for p in synthetic_seeds(tk.seed_synthetic, self.sandbox, self.cfg.train.seed):
                 self.buffers.add(p)
 
@@ -160,15 +171,25 @@ class Trainer:
     @contextmanager
     def _phase(self, timings: dict, name: str) -> Iterator[None]:
         t0 = time.perf_counter()
+        if self.live is not None:
+            self.live.show(name)
         try:
             yield
         finally:
             timings[name] = timings.get(name, 0.0) + time.perf_counter() - t0
+            if self.live is not None:
+                self.live.end_phase()
+
+    def _progress(self, method, phase: str) -> dict:
+        """`progress=` for an engine call when the live line is on and the engine takes it, else nothing."""
+        cb = self.live.callback(phase) if self.live is not None else None
+        return {"progress": cb} if cb is not None and accepts_progress(method) else {}
 
     def _generate(self, requests: list[GenRequest], step: int, phase: str) -> list:
         if not requests:
             return []
-        return self.engine.generate(requests, seed=_derive_seed(self.cfg.train.seed, step, phase))
+        seed = derive_seed(self.cfg.train.seed, step, phase)
+        return self.engine.generate(requests, seed=seed, **self._progress(self.engine.generate, phase))
 
     def _request(self, slot: int, prompt: str, max_new_tokens: int) -> GenRequest:
         return GenRequest(
@@ -230,8 +251,9 @@ class Trainer:
         # describe the members that played it, so they are taken before any of them is replaced.
         played = self.pop.ordered()
         with self._phase(timings, "evolution"):
-            if not self.single and cfg.evolution.every and step % cfg.evolution.every == 0:
+            if evolves_at(step, cfg):
                 events += self.evolve(step)
+            self._evolution_pending = evolves_at(step, cfg, final=False) and not evolves_at(step, cfg)
 
         record = metrics_record(
             step,
@@ -243,6 +265,7 @@ class Trainer:
             members=played,
             mode=cfg.population.mode,
             coverage=self.coverage,
+            dist=self.engine.last_dist_stats() if hasattr(self.engine, "last_dist_stats") else None,
         )
         return StepResult(step, record, traces, events)
 
@@ -334,11 +357,14 @@ class Trainer:
     def update(self, traces: list[ProposalTrace]) -> dict[str, float]:
         """REINFORCE++-baseline advantages over every row of every member, then ONE `engine.train_step`."""
         rows = self.build_rows(traces)
-        return self.engine.train_step(TrainBatch(rows)) if rows else {}
+        if not rows:
+            return {}
+        return self.engine.train_step(TrainBatch(rows), **self._progress(self.engine.train_step, "update"))
 
     def build_rows(self, traces: list[ProposalTrace]) -> list[TrainRow]:
         """Training rows of every member, each with its REINFORCE++-baseline advantage."""
         scope = self.cfg.effective_whiten_scope
+        by_role = self.cfg.rl.loss_norm == "role"  # the single agent's proposer rows weigh as a teacher's
         rows, rewards, lengths, groups, scopes = [], [], [], [], []
 
         def add(member: str, role: str, task: str, gen, reward: float, group) -> None:
@@ -351,6 +377,7 @@ class Trainer:
                     response_ids=gen.token_ids,
                     advantages=0.0,
                     old_logprobs=gen.logprobs,
+                    loss_group=role if by_role else "",
                 )
             )
             rewards.append(reward)
@@ -378,7 +405,7 @@ class Trainer:
         return rows
 
     def rate(self, pairs: list[tuple[str, str]], traces: list[ProposalTrace], step: int) -> list[dict]:
-        """One TrueSkill update per matchup from the student's solve rate on the teacher's valid problems."""
+        """One TrueSkill update per matchup; each side is rated on its own reward (population/ratings.py)."""
         out = []
         for teacher, student in pairs:
             mine = [tr for tr in traces if tr.teacher == teacher and tr.student == student]
@@ -387,12 +414,18 @@ class Trainer:
             entry = {"teacher": teacher, "student": student, "solve_rate": rho, "n_problems": n_valid}
             if not self.single:
                 t, s = self.pop[teacher], self.pop[student]
-                new_t, new_s, outcome = self.ratings.update(t.rating, s.rating, rho)
-                t.set_rating(new_t)
-                s.set_rating(new_s)
+                t_score, s_score = matchup_scores(mine, self.rewards)
+                res = self.ratings.rate_matchup(t.rating, s.rating, t_score, s_score)
+                t.set_rating(res.teacher)
                 t.games += 1
-                s.games += 1
-                entry["outcome"] = outcome
+                if res.student_outcome is not None:  # a student with no problem to solve is not rated
+                    s.set_rating(res.student)
+                    s.games += 1
+                entry.update(
+                    outcome=res.outcome,
+                    teacher_outcome=res.teacher_outcome,
+                    student_outcome=res.student_outcome,
+                )
             out.append(entry)
         return out
 
@@ -419,16 +452,22 @@ class Trainer:
                     }
                 )
                 continue
+            # THE one place the applied operator is read: an operator may decline its recipe and apply another
+            # (X4 falls back to averaging when its parents disagree); the child's lineage metadata names the
+            # one applied (what `operators.applied_operator(child)` returns), and the population's lineage and
+            # the event record that one, never the planned name; `planned` keeps the draw.
+            applied = (child.metadata.get("lineage") or {}).get("operator") or r.operator
             slot = self.pop[r.replaced].slot
             # A child starts with fresh AdamW moments: its parent's moments describe other weights.
             self.engine.set_adapter(slot, child, reset_optimizer=True)
-            member = self.pop.replace(r.replaced, r.child_rating, list(r.parents), step, r.operator)
+            member = self.pop.replace(r.replaced, r.child_rating, list(r.parents), step, applied)
             events.append(
                 {
                     "step": step,
                     "type": "evolution",
                     "role": r.role,
-                    "operator": r.operator,
+                    "operator": applied,
+                    "planned": r.operator,
                     "parents": list(r.parents),
                     "child": member.id,
                     "replaced": r.replaced,
@@ -460,11 +499,15 @@ class Trainer:
                     "members": self.pop.to_dict()["members"],
                     "population": self.pop.to_dict(),
                     "coverage": self.coverage.state_dict(),
+                    "evolution_pending": self._evolution_pending,
                     "time": time.time(),
                 },
             )
 
-        path = ckpt.save_checkpoint(self.run.path, step, write, keep=self.cfg.train.keep_checkpoints)
+        try:
+            path = ckpt.save_checkpoint(self.run.path, step, write, keep=self.cfg.train.keep_checkpoints)
+        except Exception as err:  # noqa: BLE001 - torch and safetensors report a full disk in their own types
+            raise ckpt.checkpoint_write_error(err, self.run.path, step) from None
         rel = path.relative_to(self.run.path).as_posix()
         seconds = time.perf_counter() - t0
         self.run.event(
@@ -474,19 +517,48 @@ class Trainer:
         return path
 
     def restore(self) -> int:
-        """Load the newest complete checkpoint; repair the logs to it; return its step."""
-        found = ckpt.latest_checkpoint(self.run.path)
-        if found is None:  # killed before the first checkpoint: start over, dropping the partial logs
+        """Load the newest intact checkpoint; repair the logs to it; return its step.
+
+        A damaged newer checkpoint (a file that cannot be read back) is reported, renamed `damaged-step_N`
+        (kept, never deleted) and the next older one is tried; when none is intact, a TrainError says so."""
+        found = ckpt.list_checkpoints(self.run.path)
+        if not found:  # killed before the first checkpoint: start over, dropping the partial logs
             self.run.repair(0)
             return 0
-        step, path = found
-        state = ckpt.read_state(path)
-        self.pop = Population.from_dict(state["population"])
+        from populora.lora.peft_io import load_peft
+
+        damaged: list[str] = []
+        chosen = None
+        for candidate in reversed(found):
+            try:
+                data = ckpt.read_checkpoint(candidate[1], load_peft, TaskBuffers.load)
+                pop = Population.from_dict(data["state"]["population"])
+            except (ckpt.CheckpointDamaged, KeyError, TypeError, ValueError) as err:
+                damaged.append(f"{candidate[1].name}: {err}")
+                continue
+            chosen = candidate
+            break
+        if chosen is None:
+            raise TrainError(
+                f"--resume {self.run.path}: every checkpoint is damaged ({'; '.join(damaged)}); "
+                "start a new run with another --run-dir (this folder is left as it is)."
+            )
+        step, path = chosen
+        kept = [ckpt.set_aside(p) for s_, p in reversed(found) if s_ > step]  # newest first, as `damaged`
+        for line, moved in zip(damaged, kept, strict=True):
+            print(
+                f"warning: checkpoint {line}; resuming from {path.name} instead "
+                f"(the damaged one is kept as checkpoints/{moved.name}).",
+                file=sys.stderr,
+                flush=True,
+            )
+        state = data["state"]
+        self.pop = pop
         for m in self.pop.ordered():
-            self.engine.load_adapter(m.slot, path / "adapters" / m.id)
-        self.engine.load_optimizer_state(torch.load(path / "optimizer.pt", weights_only=False))
-        ckpt.restore_rng(torch.load(path / "rng.pt", weights_only=False), self.rng)
-        self.buffers = TaskBuffers.load(path / "buffers.jsonl")
+            self.engine.set_adapter(m.slot, data["adapters"][m.id], reset_optimizer=True)
+        self.engine.load_optimizer_state(data["optimizer"])
+        ckpt.restore_rng(data["rng"], self.rng)
+        self.buffers = data["buffers"]
         self.coverage.load_state_dict(state["coverage"])
         self.run.repair(step)
         rel = path.relative_to(self.run.path).as_posix()
@@ -495,13 +567,32 @@ class Trainer:
         ):
             # killed between the checkpoint's rename and its event line: record it now
             self.run.event({"step": step, "type": "checkpoint", "path": rel, "seconds": None})
+        for line in damaged:
+            self.run.event({"step": step, "type": "damaged_checkpoint", "reason": line})
         self.run.event({"step": step, "type": "resume", "from": rel}, fsync=True)
+        if state.get("evolution_pending") and step < self.cfg.train.steps:
+            self._deferred_evolution(step)
         return step
+
+    def _deferred_evolution(self, step: int) -> None:
+        """A run extended past its old final step runs the evolution that step skipped, so it continues as an
+        uninterrupted run would: the same RNG draws in the same order, the same events. The new population
+        is checkpointed at once; events an earlier, killed attempt already logged are not logged twice (the
+        replay is deterministic, so they are the same)."""
+        events = self.evolve(step)
+        logged = any(
+            e.get("step") == step and str(e.get("type", "")).startswith("evolution")
+            for e in self.run.read("events.jsonl")
+        )
+        if not logged:
+            for ev in events:
+                self.run.event(ev)
+        self.save(step)
 
     # ---------------------------------------------------------------------------------------------- loop
     def fit(self, start: int = 0) -> None:
         cfg = self.cfg
-        progress = StepProgress(cfg.train.steps, start, self.console, self.quiet)
+        progress = self.live = StepProgress(cfg.train.steps, start, self.console, self.quiet)
         try:
             self.prober.at_start(self, start)  # step 0: probe before any update
             for step in range(start + 1, cfg.train.steps + 1):
@@ -519,122 +610,17 @@ class Trainer:
                 progress.advance(summary_line(res.record, res.events, cfg.train.steps))
         finally:
             progress.stop()
+            self.live = None
 
 
-# -------------------------------------------------------------------------------------------------- seeds
-def synthetic_seeds(n: int, sandbox: Sandbox, seed: int) -> list:
-    """`n` seed problems per task type from the pretraining program generator, validated in the sandbox.
-
-    AZR seeds its buffers with 256 programs its base model proposed before training; a tiny model proposes
-    too few valid ones, so the tiny preset seeds from the generator its base model was pretrained on instead.
-    """
-    rng = random.Random(_derive_seed("seeds", seed))
-    out = []
-    for name in TASKS:
-        task = tasks.get(name)
-        for _ in range(n):
-            try:
-                if name == "code_f":
-                    prog, pairs = sample_code_f(rng, task.config.n_inputs)
-                    p = task.problem_from(sandbox, prog.code, [i for i, _ in pairs], prog.message, "seed", 0)
-                else:
-                    tr = sample_triplet(rng)
-                    p = task.problem_from(sandbox, tr.program, [tr.input], "", "seed", 0)
-            except tasks.InvalidProblem:
-                continue  # the generator and the task policy disagree on a rare program: skip it
-            out.append(p)
-    return out
+def evolves_at(step: int, cfg: Config, final: bool = True) -> bool:
+    """Whether phase (5) runs after `step`: every `evolution.every` steps in population mode, but never after
+    the final step (`final=False` ignores that rule), whose children would be saved and evaluated without a
+    single update (the paper's children need 10-20 steps to recover). A resume that trains past that step
+    runs the skipped evolution first (`Trainer.restore`)."""
+    every = cfg.evolution.every
+    due = cfg.population.mode != "single" and bool(every) and step % every == 0
+    return due and (not final or step < cfg.train.steps)
 
 
-# -------------------------------------------------------------------------------------------------- engine
-def preflight(cfg: Config) -> str:
-    """Check the model exists and base + slots fit in memory (one clear line if not); return the device."""
-    try:
-        folder = resolve_model(cfg.model.name)
-    except EngineError as err:
-        raise TrainError(f"model.name: {err}") from None
-    device = cfg.model.device
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    base_bytes, slot_bytes = estimate_memory(folder, cfg.lora.rank, cfg.lora.targets)
-    check_memory(cfg, base_bytes, slot_bytes, available_bytes(device))
-    return device
-
-
-def build_engine(cfg: Config) -> PolicyEngine:
-    """The engine for a config: its model, slots, LoRA shape and optimiser settings."""
-    device = preflight(cfg)
-    name = cfg.model.dtype if cfg.model.dtype != "auto" else ("bfloat16" if device == "cuda" else "float32")
-    try:
-        return build(
-            model=cfg.model.name,
-            n_slots=cfg.n_slots,
-            rank=cfg.lora.rank,
-            alpha=cfg.lora.alpha,
-            targets=cfg.lora.targets,
-            backend=cfg.model.backend,
-            device=device,
-            lr=cfg.rl.lr,
-            weight_decay=cfg.rl.weight_decay,
-            max_grad_norm=cfg.rl.grad_clip or None,
-            seed=cfg.train.seed,
-            train_threads=cfg.train.threads,
-            dtype=getattr(torch, name),
-        )
-    except EngineError as err:
-        raise TrainError(f"model: {err}") from None
-    except ImportError as err:  # e.g. the vllm backend without vllm installed
-        raise TrainError(
-            f"model.backend={cfg.model.backend}: cannot load it ({err}); install the `gpu` extra or use "
-            "--set model.backend=hf."
-        ) from None
-
-
-# -------------------------------------------------------------------------------------------------- entry point
-def train(
-    preset: str = "tiny",
-    run_dir: str | Path | None = None,
-    overrides: list[str] | tuple = (),
-    resume: str | Path | None = None,
-    quiet: bool = False,
-    engine: PolicyEngine | None = None,
-) -> Path:
-    """Run (or resume) training; returns the run folder. Raises ConfigError / TrainError on user errors."""
-    if resume is not None:
-        run_path = Path(resume)
-        cfg_file = run_path / "config.yaml"
-        if not cfg_file.is_file():
-            raise TrainError(
-                f"--resume {run_path}: no config.yaml there; pass a run folder written by `populora train`."
-            )
-        cfg = resume_config(yaml.safe_load(cfg_file.read_text()), overrides)
-    else:
-        cfg = load_config(preset, overrides)
-        run_path = (
-            Path(run_dir)
-            if run_dir
-            else Path("runs") / f"{Path(preset).stem}-{time.strftime('%Y%m%d-%H%M%S')}"
-        )
-        if (run_path / "metrics.jsonl").exists() or ckpt.list_checkpoints(run_path):
-            raise TrainError(
-                f"--run-dir {run_path}: already holds a run; continue it with "
-                f"`populora train --resume {run_path}` or choose another --run-dir."
-            )
-    trainer = Trainer(cfg, run_path, engine=engine, quiet=quiet)
-    try:
-        trainer.setup()
-        start = trainer.restore() if resume is not None else 0
-        trainer.run.write_config(to_yaml(cfg))  # on resume: records a changed train.steps
-        if start >= cfg.train.steps:
-            print(
-                f"nothing to do: {run_path} finished all {cfg.train.steps} steps "
-                "(raise train.steps with --set to continue).",
-                file=sys.stderr,
-            )
-        trainer.fit(start)
-    finally:
-        trainer.close()
-    return run_path
-
-
-__all__ = ["TrainError", "Trainer", "build_engine", "preflight", "synthetic_seeds", "task_schedule", "train"]
+__all__ = ["TrainError", "Trainer", "evolves_at", "task_schedule"]

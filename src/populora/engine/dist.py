@@ -1,0 +1,565 @@
+"""DistributedEngine: the PolicyEngine on N Ray actors, data parallel (docs/architecture.md).
+
+Each worker is a Ray actor in its own bundle of one placement group (one GPU per bundle on CUDA, one CPU
+otherwise) and holds the frozen base and every slot: an `HFEngine`, or with backend="vllm" a `VLLMEngine`
+(its own vLLM for generation on its GPU). The driver holds no model, only the tokenizer; the algorithm
+(matchmaking, verification, rewards, ratings, evolution, checkpoints) stays in the one trainer process.
+
+- `generate`: the requests are dealt over the workers so that every worker gets an even share of every
+  slot (`deal`); results come back in request order. Worker k samples with a seed derived from the call's
+  seed and k, so two workers never draw the same samples for the same prompt.
+- `train_step`: the rows are dealt the same way. The driver computes every row's aggregation weight over
+  the WHOLE batch (`row_weights`: token-mean needs the global token count of each slot), each worker
+  backpropagates its share with those weights (`HFEngine.accumulate_gradients`), the LoRA gradients are
+  summed with `torch.distributed.all_reduce` (gloo on CPU, NCCL on GPU), and every worker applies the same
+  per-slot clip and AdamW step (`HFEngine.apply_gradients`). The loss is a weighted sum over rows, so the
+  summed gradient is the 1-process gradient up to float summation order, and since the all-reduced
+  gradient is the same bits on every worker, so are the adapters after the step.
+- Adapters and optimiser state are written to every worker and read from worker 0. Adapter folders are read
+  and written by the driver, so a checkpoint folder need not exist on the workers' nodes.
+- A worker that dies (killed, node lost, out of memory) stops the engine: the survivors may be waiting in an
+  all-reduce, so they are stopped too, and every call raises one `EngineError` naming the dead worker and
+  saying that `populora train --resume RUN_DIR` continues from the last checkpoint.
+
+Needs `ray` (the `gpu` and `dev` extras). `dist.workers=1` never imports it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import random
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from populora.engine.types import EngineError, Generation, GenRequest, TrainBatch
+from populora.lora.adapter import LoRAAdapter
+
+
+def require_ray():
+    try:
+        import ray
+    except ImportError as e:
+        raise EngineError(
+            "dist.workers > 1 needs the ray package (`pip install 'populora[gpu]'` or `pip install ray`); "
+            "or set dist.workers=1."
+        ) from e
+    return ray
+
+
+def deal(sizes: Sequence[int], slots: Sequence[int], workers: int) -> list[list[int]]:
+    """Split item indices over `workers`: every slot's items spread evenly, totals balanced.
+
+    Items are taken per slot, largest first, each to the worker with (fewest items of this slot, fewest items,
+    least size so far). So per slot and in total, the workers' item counts differ by at most one, and sizes
+    (tokens) are balanced greedily. Each share keeps the original index order. Deterministic.
+    """
+    shares: list[list[int]] = [[] for _ in range(workers)]
+    count, load = [0] * workers, [0] * workers
+    order = sorted(range(len(sizes)), key=lambda i: (slots[i], -sizes[i], i))
+    slot_count: list[int] = []
+    current = None
+    for i in order:
+        if slots[i] != current:
+            current, slot_count = slots[i], [0] * workers
+        w = min(range(workers), key=lambda k: (slot_count[k], count[k], load[k], k))
+        shares[w].append(i)
+        slot_count[w] += 1
+        count[w] += 1
+        load[w] += sizes[i]
+    return [sorted(s) for s in shares]
+
+
+NAMESPACE = "populora"
+_ENGINES_MADE = [0]
+
+
+def actor_names(workers: int) -> list[str]:
+    """Names of the next engine's actors in Ray namespace "populora": `populora-dist-<driver pid>-<rank>`
+    (`.<n>` after the pid from this process's second engine on), so `ray list actors` shows whose they are."""
+    n = _ENGINES_MADE[0]
+    _ENGINES_MADE[0] += 1
+    tag = f"{os.getpid()}" if n == 0 else f"{os.getpid()}.{n}"
+    return [f"populora-dist-{tag}-{rank}" for rank in range(workers)]
+
+
+def worker_seed(seed: int, rank: int) -> int:
+    """A 63-bit seed for worker `rank` from the call's `seed` (distinct workers, distinct streams)."""
+    digest = hashlib.blake2b(f"populora-dist:{seed}:{rank}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1
+
+
+class DistWorker:
+    """One data-parallel worker (a Ray actor): an engine with every slot, and its rank in the process group."""
+
+    def __init__(self, rank: int, world: int) -> None:
+        self.rank, self.world = rank, world
+        self.group = False
+
+    def start(self, model: Any, tokenizer: Any, build_kwargs: dict) -> None:
+        """Build the engine (a method, not `__init__`, so that an `EngineError` reaches the driver as is)."""
+        import torch
+
+        from populora.engine import build
+
+        threads = build_kwargs.get("train_threads")
+        if threads:
+            torch.set_num_threads(int(threads))
+        self.engine = build(model=model, tokenizer=tokenizer, **build_kwargs)
+        self.hf = getattr(self.engine, "hf", self.engine)  # the vllm engine trains in its HFEngine
+
+    def info(self) -> dict:
+        return {
+            "n_slots": self.hf.n_slots,
+            "model_name": self.hf.model_name,
+            "targets": self.hf.targets,
+            "device": str(self.hf.device),
+            "backend": getattr(self.engine, "backend", "hf"),
+            "pid": os.getpid(),
+            "loss_agg": self.hf.loss_agg,
+            "entropy_coef": self.hf.entropy_coef,
+            "ppo": self.hf.clip_eps is not None,
+        }
+
+    def tokenizer(self):
+        return self.engine.tokenizer
+
+    def address(self) -> tuple[str, int]:
+        """This node's IP and a free TCP port (rank 0 hosts the process group's rendezvous)."""
+        import socket
+
+        import ray
+
+        with socket.socket() as s:
+            s.bind(("", 0))
+            port = s.getsockname()[1]
+        return ray.util.get_node_ip_address(), port
+
+    def init_group(self, host: str, port: int) -> float:
+        import torch
+        import torch.distributed as dist
+
+        backend = "nccl" if self.hf.device.type == "cuda" else "gloo"
+        dist.init_process_group(
+            backend, init_method=f"tcp://{host}:{port}", rank=self.rank, world_size=self.world
+        )
+        self.group = True
+        probe = torch.ones(1, device=self.hf.device)
+        dist.all_reduce(probe)  # fails here, at start-up, if the workers cannot reach each other
+        return float(probe)
+
+    def generate(self, requests: list[GenRequest], seed: int) -> tuple[list[Generation], float]:
+        t0 = time.perf_counter()
+        out = self.engine.generate(requests, seed=seed) if requests else []
+        return out, time.perf_counter() - t0
+
+    def train(self, rows: list, weights: list[float], slots: list[int]) -> tuple[dict, Any, dict]:
+        """Gradients of this worker's rows (with the whole batch's weights), all-reduced, then one step."""
+        import torch
+        import torch.distributed as dist
+
+        t0 = time.perf_counter()
+        sums = self.hf.accumulate_gradients(rows, weights) if rows else {}
+        t1 = time.perf_counter()
+        params = self.hf.params
+        for p in params:
+            if p.grad is None:  # no rows here (or none touching this tensor): contribute zeros
+                p.grad = torch.zeros_like(p)
+        handles = [dist.all_reduce(p.grad, op=dist.ReduceOp.SUM, async_op=True) for p in params]
+        for h in handles:
+            h.wait()
+        t2 = time.perf_counter()
+        norms = self.hf.apply_gradients(slots)
+        if self.engine is not self.hf:  # the vllm engine refreshes the slots it saw change
+            for s in slots:
+                self.engine.set_adapter(s, self.hf.get_adapter(s), reset_optimizer=False)
+        t3 = time.perf_counter()
+        return sums, norms.cpu(), {"s": t3 - t0, "backward_s": t1 - t0, "allreduce_s": t2 - t1}
+
+    def call(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        return getattr(self.engine, name)(*args, **kwargs)
+
+    def adapters(self) -> list[LoRAAdapter]:
+        return [self.hf.get_adapter(s) for s in range(self.hf.n_slots)]
+
+    def close(self) -> None:
+        if hasattr(getattr(self, "engine", None), "close"):
+            self.engine.close()
+        if self.group:
+            import torch.distributed as dist
+
+            dist.destroy_process_group()
+            self.group = False
+
+
+class DistributedEngine:
+    """The PolicyEngine on `workers` Ray actors; see the module docstring and `populora.engine.build`."""
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any = None,
+        *,
+        workers: int = 2,
+        address: str | None = None,
+        device: str = "cpu",
+        seed: int = 0,
+        start_timeout_s: float = 600.0,
+        **build_kwargs: Any,
+    ) -> None:
+        ray = require_ray()
+        from ray.util.placement_group import placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        self.workers = int(workers)
+        self.device = str(device)
+        self.seed = int(seed)
+        self._rng = random.Random(self.seed)  # seeds for unseeded generate calls
+        self._dead: str | None = None
+        self._closed = False
+        self._started = False  # until the workers are up, a failure is a start-up error, not a lost run
+        self._actors: list = []
+        self.pg = None
+        self._owns_ray = not ray.is_initialized()
+        gpu = self.device.startswith("cuda")
+        if self._owns_ray:
+            opts: dict[str, Any] = dict(
+                include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False
+            )
+            if address:
+                opts["address"] = address
+            elif not gpu:  # a local CPU instance books one CPU per worker even on a smaller machine
+                opts["num_cpus"] = max(os.cpu_count() or 1, self.workers)
+            ray.init(**opts)
+        bundle = {"CPU": 1, "GPU": 1} if gpu else {"CPU": 1}
+        have = ray.cluster_resources()
+        for res, need in bundle.items():
+            if have.get(res, 0) < need * self.workers:
+                self._shutdown_ray()
+                raise EngineError(
+                    f"dist.workers={self.workers} needs {self.workers} x {bundle} but the Ray cluster has "
+                    f"{int(have.get(res, 0))} {res}; lower dist.workers, or add nodes (`ray start "
+                    "--address=HEAD:6379`) and set dist.address=auto."
+                )
+        self.pg = placement_group([dict(bundle) for _ in range(self.workers)], strategy="PACK")
+        try:
+            ray.get(self.pg.ready(), timeout=start_timeout_s)
+        except ray.exceptions.GetTimeoutError:
+            self.close()
+            raise EngineError(
+                f"dist.workers={self.workers}: Ray could not place {self.workers} workers of {bundle} "
+                f"within {start_timeout_s:.0f}s (cluster: {ray.available_resources()}); free resources or "
+                "lower dist.workers."
+            ) from None
+        if gpu:
+            build_kwargs["device"] = "cuda"  # Ray sets CUDA_VISIBLE_DEVICES to the bundle's GPU
+        else:
+            build_kwargs["device"] = self.device
+            # N CPU workers share the threads one process would use (no oversubscription on one machine).
+            threads = int(build_kwargs.get("train_threads") or 1)
+            build_kwargs["train_threads"] = max(1, threads // self.workers)
+        build_kwargs["seed"] = self.seed  # same seed everywhere: identical initial adapters
+        if isinstance(model, str | os.PathLike):
+            # a local folder travels as an absolute path (workers do not share the driver's cwd); names
+            # ("tiny", hub ids) are resolved on each worker's node
+            local = Path(model).expanduser()
+            model_ref = str(local.resolve()) if local.exists() else str(model)
+        else:
+            model_ref = ray.put(model)  # an in-memory model: one copy in the object store for all workers
+        tok_ref = ray.put(tokenizer) if tokenizer is not None else None
+        actor_cls = ray.remote(DistWorker)
+        self.names = actor_names(self.workers)
+        self._actors = [
+            actor_cls.options(
+                name=self.names[i],
+                namespace=NAMESPACE,
+                num_cpus=1,
+                num_gpus=1 if gpu else 0,
+                max_restarts=0,
+                scheduling_strategy=PlacementGroupSchedulingStrategy(
+                    placement_group=self.pg, placement_group_bundle_index=i
+                ),
+            ).remote(i, self.workers)
+            for i in range(self.workers)
+        ]
+        try:
+            self._get([a.start.remote(model_ref, tok_ref, build_kwargs) for a in self._actors], "start")
+            infos = self._get([a.info.remote() for a in self._actors], "info")
+            self.tokenizer = self._get([self._actors[0].tokenizer.remote()], "start")[0]
+            host, port = self._get([self._actors[0].address.remote()], "start")[0]
+            self._get([a.init_group.remote(host, port) for a in self._actors], "start")
+        except EngineError:
+            self.close()
+            raise
+        self.info = infos[0]
+        self.n_slots = int(self.info["n_slots"])
+        self.backend = self.info["backend"]
+        self.model_name = self.info["model_name"]
+        self.targets = self.info["targets"]
+        self._reset_stats()
+        self._started = True
+
+    # ------------------------------------------------------------------ calls and failures
+    def _get(self, refs: list, what: str) -> list:
+        """Results of `refs` (one per worker, in rank order); the first failure raises at once.
+
+        A worker that died stops the whole engine (the others may be blocked in an all-reduce waiting for
+        it); an `EngineError` raised inside a worker is re-raised as is.
+        """
+        ray = require_ray()
+        self._check_alive()
+        rank_of = {ref: i for i, ref in enumerate(refs)}
+        pending = list(refs)
+        try:
+            while pending:
+                ready, pending = ray.wait(pending, num_returns=1)
+                try:
+                    ray.get(ready[0])
+                except ray.exceptions.RayTaskError as err:
+                    cause = getattr(err, "cause", None)
+                    if isinstance(cause, EngineError):
+                        if what == "train":  # the others wait in the all-reduce for this worker
+                            self._stop(f"worker {rank_of[ready[0]]} failed in a train step ({cause})")
+                        raise EngineError(str(cause)) from None
+                    self._stop(f"worker {rank_of[ready[0]]} of {self.workers} failed in {what}: {cause!r}")
+                    raise EngineError(self._dead) from None
+                except ray.exceptions.RayError as err:  # actor died, node lost, out of memory
+                    reason = (
+                        str(err).strip().splitlines()[0][:200] if str(err).strip() else type(err).__name__
+                    )
+                    self._stop(f"worker {rank_of[ready[0]]} of {self.workers} died during {what} ({reason})")
+                    raise EngineError(self._dead) from None
+            return ray.get(list(refs))
+        except KeyboardInterrupt:
+            self._stop("interrupted")
+            raise
+
+    def _stop(self, why: str) -> None:
+        """Mark the engine dead and stop every worker (some may be stuck in a collective)."""
+        if not self._started:
+            self._dead = f"dist.workers={self.workers}: could not start the workers: {why}."
+        else:
+            self._dead = (
+                f"dist {why}; the run stopped. Continue from the last checkpoint with "
+                "`populora train --resume RUN_DIR` (set dist.workers to the workers still available if a "
+                "node is gone)."
+            )
+        self._kill_all()
+
+    def _check_alive(self) -> None:
+        if self._dead:
+            raise EngineError(self._dead)
+        if self._closed:
+            raise EngineError("this DistributedEngine is closed; build a new engine.")
+
+    def _all(self, name: str, *args: Any, **kwargs: Any) -> list:
+        """`engine.<name>(*args)` on every worker; the results in rank order."""
+        return self._get([a.call.remote(name, *args, **kwargs) for a in self._actors], name)
+
+    def _first(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        return self._get([self._actors[0].call.remote(name, *args, **kwargs)], name)[0]
+
+    def per_worker(self, name: str, *args: Any, **kwargs: Any) -> list:
+        """`engine.<name>(*args)` on every worker, results in rank order (checks and tests: e.g. that all
+        workers hold the same adapters: `per_worker("get_adapter", 0)`)."""
+        return self._all(name, *args, **kwargs)
+
+    def worker_pids(self) -> list[int]:
+        return [int(i["pid"]) for i in self._get([a.info.remote() for a in self._actors], "info")]
+
+    # ------------------------------------------------------------------ generation
+    def generate(self, requests: list[GenRequest], seed: int | None = None) -> list[Generation]:
+        """Sample every request on the workers (each slot's requests spread evenly); results in request order."""
+        self._check_alive()
+        if not requests:
+            return []
+        for r in requests:
+            if not 0 <= int(r.slot) < self.n_slots:
+                raise EngineError(
+                    f"slot {r.slot!r} out of range; this engine has slots 0..{self.n_slots - 1}."
+                )
+        seed = self._rng.randrange(2**62) if seed is None else int(seed)
+        t0 = time.perf_counter()
+        sizes = [len(r.prompt) + int(r.max_new_tokens) for r in requests]
+        shares = deal(sizes, [int(r.slot) for r in requests], self.workers)
+        refs = [
+            a.generate.remote([requests[i] for i in share], worker_seed(seed, k))
+            for k, (a, share) in enumerate(zip(self._actors, shares, strict=True))
+        ]
+        results: list[Generation | None] = [None] * len(requests)
+        stats = self._stats["generate"]
+        for k, (share, (gens, seconds)) in enumerate(zip(shares, self._get(refs, "generate"), strict=True)):
+            for i, g in zip(share, gens, strict=True):
+                results[i] = g
+            stats["rows"][k] += len(share)
+            stats["s"][k] += seconds
+        stats["wall_s"] += time.perf_counter() - t0
+        return results  # type: ignore[return-value]
+
+    # ------------------------------------------------------------------ training
+    def train_step(self, batch: TrainBatch) -> dict[str, float]:
+        """One data-parallel optimiser step (same metrics as `HFEngine.train_step`)."""
+        from populora.engine.hf import check_rows, train_metrics
+        from populora.rl.loss import row_weights
+
+        self._check_alive()
+        t0 = time.perf_counter()
+        rows = check_rows(batch, self.n_slots)
+        if not rows:
+            raise EngineError("train_step got no rows with response tokens.")
+        weights = row_weights(
+            [len(r.response_ids) for r in rows], [r.loss_key for r in rows], self.info["loss_agg"]
+        )
+        slots = sorted({int(r.slot) for r in rows})
+        sizes = [len(r.prompt_ids) + len(r.response_ids) for r in rows]
+        shares = deal(sizes, [int(r.slot) for r in rows], self.workers)
+        refs = [
+            a.train.remote([rows[i] for i in share], [weights[i] for i in share], slots)
+            for a, share in zip(self._actors, shares, strict=True)
+        ]
+        out = self._get(refs, "train")
+        sums: dict[str, dict[int, float]] = {}
+        stats = self._stats["train"]
+        for k, (share, (part, _norms, times)) in enumerate(zip(shares, out, strict=True)):
+            for name, per_slot in part.items():
+                acc = sums.setdefault(name, {})
+                for s, v in per_slot.items():
+                    acc[s] = acc.get(s, 0.0) + v
+            stats["rows"][k] += len(share)
+            stats["tokens"][k] += sum(len(rows[i].response_ids) for i in share)
+            stats["s"][k] += times["s"]
+            stats["allreduce_s"][k] += times["allreduce_s"]
+        stats["wall_s"] += time.perf_counter() - t0
+        norms = out[0][1]  # the same on every worker: they clipped the same all-reduced gradients
+        return train_metrics(sums, norms, len(rows), self.info["entropy_coef"], self.info["ppo"], t0)
+
+    def logprobs(self, batch: TrainBatch) -> list[list[float]]:
+        """Per-token log-probs of each row's response under its slot, computed on the workers, in row order."""
+        from populora.engine.hf import check_rows
+
+        self._check_alive()
+        check_rows(batch, self.n_slots)
+        rows = batch.rows
+        sizes = [len(r.prompt_ids) + len(r.response_ids) for r in rows]
+        shares = deal(sizes, [int(r.slot) for r in rows], self.workers)
+        refs = [
+            a.call.remote("logprobs", TrainBatch([rows[i] for i in share]))
+            for a, share in zip(self._actors, shares, strict=True)
+        ]
+        out: list[list[float]] = [[] for _ in rows]
+        for share, lps in zip(shares, self._get(refs, "logprobs"), strict=True):
+            for i, lp in zip(share, lps, strict=True):
+                out[i] = lp
+        return out
+
+    # ------------------------------------------------------------------ adapters and optimiser state
+    def get_adapter(self, slot: int) -> LoRAAdapter:
+        return self._first("get_adapter", slot)
+
+    def set_adapter(self, slot: int, adapter: LoRAAdapter, reset_optimizer: bool = True) -> None:
+        ray = require_ray()
+        self._all("set_adapter", slot, ray.put(adapter), reset_optimizer=reset_optimizer)
+
+    def reset_slot(self, slot: int, seed: int | None = None) -> None:
+        self._all("reset_slot", slot, seed)
+
+    def save_adapter(self, slot: int, path: str | Path) -> None:
+        """Write slot `slot` as a PEFT folder from the driver (the path need not exist on the workers)."""
+        from populora.lora.peft_io import save_peft
+
+        save_peft(
+            self.get_adapter(slot), path, base_model_name_or_path=self.model_name, target_modules=self.targets
+        )
+
+    def load_adapter(self, slot: int, path: str | Path, reset_optimizer: bool = True) -> None:
+        """Read a PEFT folder on the driver and copy it into slot `slot` of every worker."""
+        from populora.lora.peft_io import load_peft
+
+        self.set_adapter(slot, load_peft(path), reset_optimizer=reset_optimizer)
+
+    def set_lr(self, slot: int, lr: float) -> None:
+        self._all("set_lr", slot, lr)
+
+    def get_lr(self, slot: int) -> float:
+        return float(self._first("get_lr", slot))
+
+    def optimizer_state(self) -> dict:
+        return self._first("optimizer_state")
+
+    def load_optimizer_state(self, state: dict) -> None:
+        ray = require_ray()
+        self._all("load_optimizer_state", ray.put(state))
+
+    # ------------------------------------------------------------------ metrics
+    def _reset_stats(self) -> None:
+        n = self.workers
+        self._stats = {
+            "generate": {"rows": [0] * n, "s": [0.0] * n, "wall_s": 0.0},
+            "train": {
+                "rows": [0] * n,
+                "tokens": [0] * n,
+                "s": [0.0] * n,
+                "allreduce_s": [0.0] * n,
+                "wall_s": 0.0,
+            },
+        }
+
+    def last_dist_stats(self) -> dict:
+        """Rows and seconds per worker since the previous call (the `dist` entry of metrics.jsonl), then reset.
+
+        `generate.s[k]` / `train.s[k]`: seconds worker k spent on its share; `wall_s`: the driver's wall time
+        of the same calls (the difference to the slowest worker is the cost of distribution);
+        `train.allreduce_s[k]`: time in the gradient all-reduce (it includes waiting for slower workers).
+        """
+
+        def rounded(v: Any) -> Any:
+            if isinstance(v, list):
+                return [round(x, 4) if isinstance(x, float) else x for x in v]
+            return round(v, 4) if isinstance(v, float) else v
+
+        out = {"workers": self.workers}
+        for phase, d in self._stats.items():
+            out[phase] = {k: rounded(v) for k, v in d.items()}
+        self._reset_stats()
+        return out
+
+    # ------------------------------------------------------------------ shutdown
+    def _kill_all(self) -> None:
+        ray = require_ray()
+        for a in self._actors:
+            try:
+                ray.kill(a, no_restart=True)
+            except Exception:  # noqa: BLE001 - already gone
+                pass
+        if self.pg is not None:
+            try:
+                from ray.util.placement_group import remove_placement_group
+
+                remove_placement_group(self.pg)
+            except Exception:  # noqa: BLE001
+                pass
+            self.pg = None
+
+    def _shutdown_ray(self) -> None:
+        ray = require_ray()
+        if self._owns_ray and ray.is_initialized():
+            ray.shutdown()
+        self._owns_ray = False
+
+    def close(self) -> None:
+        """Stop the workers (their vLLM engines and process group), the placement group, and Ray if we started it."""
+        if self._closed:
+            return
+        self._closed = True
+        ray = require_ray()
+        if not self._dead and self._actors and ray.is_initialized():
+            try:
+                ray.get([a.close.remote() for a in self._actors], timeout=60)
+            except Exception:  # noqa: BLE001 - best effort: the actors are killed next anyway
+                pass
+        if ray.is_initialized():
+            self._kill_all()
+        self._shutdown_ray()

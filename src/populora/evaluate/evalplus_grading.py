@@ -1,0 +1,97 @@
+"""Grading HumanEval+/MBPP+ candidates: expected outputs first, candidate jobs next, verdicts last.
+
+See `code_grader.py` for the design. Phases follow evalplus: the base inputs, then (for candidates that pass
+them, and unless ``CodeLimits.plus`` is off) the plus inputs, each in a fresh job like evalplus's fresh process
+per phase. A candidate job holds the candidate, the inputs and the time limits, never an expected output.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from populora.evaluate import ground_truth as gtm
+from populora.evaluate.data import Item
+from populora.evaluate.evalplus_compare import judge_phase
+from populora.evaluate.items import CodeLimits, CodeResult
+
+
+def _phase_limits(gt: gtm.GroundTruth, limits: CodeLimits) -> tuple[list[float], float]:
+    per = [max(limits.min_time_limit, limits.gt_time_limit_factor * t) for t in gt.times or []]
+    # evalplus: the phase's process gets min(EVALPLUS_TIMEOUT_PER_TASK, sum) + 1, +1 without fast check.
+    return per, min(limits.task_timeout, sum(per)) + 2.0
+
+
+def _run_phase(sb, batch, phase, gts, limits, workers, progress):
+    """Run one phase's candidate jobs for ``batch`` = [(index, item, code)]; {index: (status, detail)}."""
+    from populora.sandbox import Limits
+
+    verdicts: dict[int, tuple[str, str]] = {}
+    runnable = []
+    for i, item, code in batch:
+        gt = gts[(item.id, phase)]
+        if gt.error is not None:
+            verdicts[i] = ("gt_error", f"canonical solution failed ({phase}): {gt.error}")
+        else:
+            runnable.append((i, item, code, gt))
+    chunk = max(workers * 4, 8)
+    for s in range(0, len(runnable), chunk):
+        part = runnable[s : s + chunk]
+        jobs, lims = [], []
+        for _i, item, code, gt in part:
+            per, budget = _phase_limits(gt, limits)
+            jobs.append(gtm.job(item, code, gtm.phase_inputs(item, phase), per, budget, False))
+            lims.append(budget)
+        # One sandbox deadline for the chunk: the longest phase budget, plus the same again for encoding the
+        # outputs (the harness's budget counts only the program's own time), plus start-up slack.
+        wall = 2 * max(lims) + 10.0
+        lim = Limits(timeout_s=wall, memory_mb=limits.memory_mb, max_output_chars=80_000_000, cpu_s=wall)
+        for (i, item, _code, gt), out in zip(part, sb.run_many(jobs, limits=lim), strict=True):
+            run = gtm.parse_run(out.value_repr) if out.status == "ok" else None
+            if run is None:
+                status = "timeout" if out.status == "timeout" else "fail"
+                msg = f"{out.error_type or ''} {(out.error_message or '')[:200]}".strip()
+                verdicts[i] = (status, f"{phase}: sandbox {out.status} {msg}".strip())
+                continue
+            inputs = gtm.phase_inputs(item, phase)
+            if item.meta["dataset"] == "mbpp":
+                from populora.evaluate._harness import mbpp_inputs
+
+                inputs = mbpp_inputs(gtm.task_number(item), inputs)
+            atol = item.meta.get("atol", 0) or 0
+            status, _n, detail = judge_phase(
+                item.meta["dataset"], item.meta["entry_point"], atol, inputs, gt.outputs, run
+            )
+            verdicts[i] = (status, f"{phase}: {detail}" if detail else "")
+        if progress and phase == "base":
+            progress(len(part))
+    if progress and phase == "base" and len(runnable) < len(batch):
+        progress(len(batch) - len(runnable))
+    return verdicts
+
+
+def grade_evalplus(
+    sb,
+    pairs: Sequence[tuple[Item, str]],
+    limits: CodeLimits,
+    workers: int,
+    progress: Callable[[int], None] | None = None,
+) -> list[CodeResult]:
+    phases = ["base", "plus"] if limits.plus else ["base"]
+    items = {item.id: item for item, _c in pairs}
+    gts = gtm.expected_outputs(sb, [(it, ph) for it in items.values() for ph in phases], limits.gt_cache)
+    base = _run_phase(
+        sb, [(i, it, c) for i, (it, c) in enumerate(pairs)], "base", gts, limits, workers, progress
+    )
+    plus: dict[int, tuple[str, str]] = {}
+    if limits.plus:
+        todo = [(i, it, c) for i, (it, c) in enumerate(pairs) if base[i][0] == "pass"]
+        plus = _run_phase(sb, todo, "plus", gts, limits, workers, None)
+    results = []
+    for i in range(len(pairs)):
+        b_status, b_detail = base[i]
+        if b_status != "pass":
+            results.append(CodeResult(False, b_status, b_detail, False))
+            continue
+        p_status, p_detail = plus.get(i, ("pass", ""))
+        results.append(CodeResult(p_status == "pass", p_status, p_detail, True))
+    return results

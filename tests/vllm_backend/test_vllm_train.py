@@ -1,0 +1,54 @@
+"""A short population run with `model.backend=vllm` through the CLI (so the `__main__` guard that vLLM's
+spawned engine core needs is exercised): 2 steps with an evolution step, then `--resume` to a third step."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+pytest.importorskip("vllm")
+
+FAST = [
+    "model.backend=vllm",
+    "tasks.prompts=3",
+    "rl.rollouts=2",
+    "tasks.teacher_max_new_tokens=32",
+    "tasks.student_max_new_tokens=16",
+    "sandbox.workers=1",
+    "train.threads=1",
+    "tasks.references=1",
+    "tasks.seed_synthetic=2",
+    "train.checkpoint_every=1",
+    "evolution.every=2",
+    "evolution.min_games=0",
+]
+
+
+def _train(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE", "PYTHONUNBUFFERED": "1"}
+    cmd = [sys.executable, "-m", "populora.cli", "train", "--quiet", *args]
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+
+
+def _lines(path) -> list[dict]:
+    return [json.loads(x) for x in path.read_text().splitlines()]
+
+
+def test_population_run_with_evolution_and_resume(tmp_path):
+    run = tmp_path / "run"
+    sets = [x for kv in [*FAST, "train.steps=2"] for x in ("--set", kv)]
+    res = _train("--run-dir", str(run), *sets)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert yaml.safe_load((run / "config.yaml").read_text())["model"]["backend"] == "vllm"
+    assert [m["step"] for m in _lines(run / "metrics.jsonl")] == [1, 2]
+    assert [e["step"] for e in _lines(run / "events.jsonl") if e["type"] == "evolution"] == [2, 2]
+
+    res = _train("--resume", str(run), "--set", "train.steps=3")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert [m["step"] for m in _lines(run / "metrics.jsonl")] == [1, 2, 3]
+    events = _lines(run / "events.jsonl")
+    assert [e["step"] for e in events if e["type"] == "resume"] == [2]
+    assert (run / "checkpoints" / "step_000003" / "state.json").is_file()
