@@ -23,7 +23,7 @@ from populora.engine import TrainBatch, TrainRow
 from populora.sandbox import Sandbox
 from populora.tasks import get
 from populora.train.probe import probe_subset, score_members
-from populora.train.trainer import build_engine
+from populora.train.setup import build_engine
 
 
 def run_lr(lr: float, model: str, sb, steps: int = 8) -> dict:

@@ -15,7 +15,8 @@ from populora.pretrain.probe import score_probe
 from populora.report.html import render_compare, render_report
 from populora.sandbox import Sandbox
 from populora.train.probe import Prober, probe_subset, score_members
-from populora.train.trainer import Trainer, build_engine
+from populora.train.setup import build_engine
+from populora.train.trainer import Trainer
 
 
 @pytest.fixture(scope="module")

@@ -41,7 +41,8 @@ def _probes(run_dir: Path) -> dict[int, dict]:
 def recover(adapter, preset: str, overrides: Sequence[str], steps: int, run_dir: Path) -> None:
     """Train `adapter` as a single agent on every task type for `steps` steps, probing at 0 and `steps`."""
     from populora.config import load_config, to_yaml
-    from populora.train.trainer import Trainer, build_engine
+    from populora.train.setup import build_engine
+    from populora.train.trainer import Trainer
 
     if last_step(run_dir) >= steps:
         return

@@ -50,7 +50,7 @@ def run_one(spec: RunSpec) -> str:
     import shutil
 
     from populora.train import checkpoint as ckpt
-    from populora.train.trainer import train
+    from populora.train.launch import train
 
     steps = target_steps(spec)
     if last_step(spec.path) >= steps:
