@@ -28,7 +28,17 @@ bench = typer.Typer(
 app.add_typer(bench, name="bench")
 
 # Order fixes the order in `--help`.
-COMMAND_PACKAGES = ["train", "report", "evaluate", "operators", "engine", "pretrain", "tasks", "sandbox"]
+COMMAND_PACKAGES = [
+    "train",
+    "report",
+    "experiment",
+    "evaluate",
+    "operators",
+    "engine",
+    "pretrain",
+    "tasks",
+    "sandbox",
+]
 
 
 def _load_commands(package: str):

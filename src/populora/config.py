@@ -222,6 +222,15 @@ class LogConfig:
 
 
 @dataclass
+class DiagnosticsConfig:
+    probe_every: int = 0
+    """Score every member greedy on the fixed probe sets every this many steps and at step 0 (metrics.jsonl
+    `probe`); 0 disables the probe."""
+    probe_size: int = 64
+    """Probe problems per task type (the first ones of each fixed set, the same every time); at most 256."""
+
+
+@dataclass
 class DistConfig:
     workers: int = 1
     """Data-parallel workers (Ray actors, one GPU each on CUDA), each holding the base and every adapter;
@@ -253,6 +262,8 @@ class Config:
     """The verifier's worker pool and limits."""
     log: LogConfig = field(default_factory=LogConfig)
     """Metric sinks beyond metrics.jsonl (always written)."""
+    diagnostics: DiagnosticsConfig = field(default_factory=DiagnosticsConfig)
+    """Measurements taken during training that do not change it (the fixed probe)."""
     dist: DistConfig = field(default_factory=DistConfig)
     """Multi-GPU / multi-node data parallelism on Ray."""
     eval: EvalConfig = field(default_factory=EvalConfig)
@@ -667,6 +678,15 @@ def validate(cfg: Config) -> Config:
     _require(
         bool(cfg.model.name.strip()), "model.name: is empty; use 'tiny', 'smol', a model folder or a hub id."
     )
+    dg = cfg.diagnostics
+    _require(
+        dg.probe_every >= 0, f"diagnostics.probe_every: must be >= 0 (0 disables), got {dg.probe_every}."
+    )
+    _require(
+        1 <= dg.probe_size <= 256,
+        f"diagnostics.probe_size: must be in [1, 256] (the probe sets hold 256 problems each), "
+        f"got {dg.probe_size}.",
+    )
     _require(
         cfg.dist.workers >= 1,
         f"dist.workers: must be >= 1 (1 = one process, no Ray), got {cfg.dist.workers}; use one per GPU.",
@@ -699,6 +719,7 @@ def check_model_path(name: str) -> None:
 __all__ = [
     "Config",
     "ConfigError",
+    "DiagnosticsConfig",
     "EvolutionConfig",
     "LoRAConfig",
     "ModelConfig",

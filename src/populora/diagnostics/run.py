@@ -47,6 +47,8 @@ class Run:
     problems: list[dict[str, Any]]
     events: list[dict[str, Any]]
     label: str = ""
+    probes: list[dict[str, Any]] = field(default_factory=list)
+    """`{"step", "probe"}` of every metrics record that holds a `probe` (step 0 included), by step."""
     # What could not be read (corrupt metrics lines, steps missing from metrics.jsonl): the report shows these.
     warnings: list[str] = field(default_factory=list)
     _roles: dict[str, str] = field(default_factory=dict, repr=False)
@@ -140,6 +142,14 @@ class Run:
             warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns are expected (missing data)
             return np.nanmean(stack, axis=0)
 
+    @property
+    def probe_steps(self) -> np.ndarray:
+        return np.array([int(p["step"]) for p in self.probes], dtype=np.int64)
+
+    def probe_series(self, member: str, task: str) -> np.ndarray:
+        """One member's probe accuracy on `task` at each of `probe_steps` (NaN where it was not probed)."""
+        return np.array([_num((p["probe"].get(member) or {}).get(task)) for p in self.probes])
+
     def events_of(self, kind: str) -> list[dict[str, Any]]:
         return [e for e in self.events if e.get("type") == kind]
 
@@ -179,9 +189,14 @@ def load_run(path: str | Path, label: str | None = None) -> Run:
     with warnings.catch_warnings(record=True) as caught:
         # corrupt middle lines: the report shows what is readable and says what it skipped (Run.warnings)
         warnings.simplefilter("always", UserWarning)
-        metrics = _dedupe_by_step(read_jsonl(metrics_p, missing_ok=True))
+        records = _dedupe_by_step(read_jsonl(metrics_p, missing_ok=True))
         problems = [p for p in read_jsonl(path / "problems.jsonl", missing_ok=True) if "step" in p]
         events = [e for e in read_jsonl(path / "events.jsonl", missing_ok=True) if "step" in e]
+    # The step-0 probe record (no `members`: nothing was trained yet) is a probe, not a step.
+    metrics = [r for r in records if "members" in r or "probe" not in r]
+    probes = [
+        {"step": int(r["step"]), "probe": r["probe"]} for r in records if isinstance(r.get("probe"), dict)
+    ]
     notes = [str(w.message) for w in caught if issubclass(w.category, UserWarning)]
     notes += _missing_steps(metrics_p, metrics)
     events.sort(key=lambda e: e["step"])
@@ -192,6 +207,7 @@ def load_run(path: str | Path, label: str | None = None) -> Run:
         problems=problems,
         events=events,
         label=label or "",
+        probes=probes,
         warnings=notes,
     )
 

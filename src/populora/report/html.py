@@ -28,6 +28,7 @@ from populora.diagnostics.dynamics import (
     solver_roles,
 )
 from populora.diagnostics.features import FEATURE_LABELS, FEATURES
+from populora.diagnostics.probe import probe_by_role
 from populora.diagnostics.run import Run, load_run
 from populora.names import TASKS
 from populora.report import plots
@@ -176,6 +177,28 @@ def _cap_solve(run: Run) -> str:
         "A self-calibrating agent climbs to a plateau; an arms race makes the curves oscillate. "
         "Oscillation of the smoothed curves (a turn counts when the curve retraces more than its noise, "
         f"at least 0.05): {_esc('; '.join(bits)) or 'n/a'}."
+    )
+
+
+def _cap_probe(run: Run) -> str:
+    parts = []
+    for role, curves in probe_by_role(run).items():
+        c = curves["all"]
+        fin = np.flatnonzero(np.isfinite(c.mean))
+        if fin.size:
+            a, b = fin[0], fin[-1]
+            parts.append(
+                f"{plots.ROLE_LABEL[role]}: mean {_rate(c.mean[a])} at step {int(c.steps[a])} → "
+                f"{_rate(c.mean[b])} at step {int(c.steps[b])} (best {_rate(c.best[b])}, "
+                f"worst {_rate(c.worst[b])})"
+            )
+    return (
+        "Greedy accuracy of every member on the fixed held-out probe sets (the first "
+        f"{_esc(run.cfg('diagnostics.probe_size', '?'))} problems of each task type, never trained on), "
+        "at step 0 before any update and every diagnostics.probe_every steps: the mean member (line) and "
+        "the best and worst member (band); 'all' is a member's mean over the three types. "
+        + "; ".join(parts)
+        + "."
     )
 
 
@@ -584,6 +607,13 @@ def render_report(run: Run) -> str:
             else "No solve rates logged.",
         ),
         _figure_card(
+            "probe",
+            "Fixed probe: held-out accuracy",
+            lambda: plots.probe_figure(run),
+            lambda: _cap_probe(run),
+            "No probe logged (enable it with --set diagnostics.probe_every=N).",
+        ),
+        _figure_card(
             "roles",
             "Policy entropy and response length",
             lambda: plots.role_metric_figure(run),
@@ -691,6 +721,15 @@ def render_compare(runs: Sequence[Run]) -> str:
             "problems), overall and per task type. A plateau near 1 is the self-calibration fixed point; "
             "oscillation is the arms race.",
             "No solve rates logged.",
+        ),
+        _figure_card(
+            "probe",
+            "Fixed probe: held-out accuracy",
+            lambda: plots.compare_probe_figure(runs),
+            "Greedy accuracy on the fixed held-out probe sets of each run's solvers (students, or the single "
+            "agent): the mean member (solid, with dots at the probed steps) and the best member (dashed); "
+            "step 0 is the base model before any update.",
+            "No run logged a probe (enable it with --set diagnostics.probe_every=N).",
         ),
         _figure_card(
             "complexity",

@@ -29,6 +29,7 @@ from populora.diagnostics.dynamics import (
     solver_roles,
 )
 from populora.diagnostics.features import FEATURE_LABELS, FEATURES
+from populora.diagnostics.probe import probe_by_role
 from populora.diagnostics.run import Run
 
 ROLE_COLOR = {"teacher": "#d9480f", "student": "#1c7ed6", "single": "#7048e8"}
@@ -562,6 +563,36 @@ def phase_time_figure(run: Run) -> Figure | None:
     return fig
 
 
+def probe_figure(run: Run) -> Figure | None:
+    """Fixed-probe accuracy per role (rows) and task type (columns): mean member (line), best and worst
+    member (band edges) at every probed step, step 0 being the base model before any update."""
+    curves = probe_by_role(run)
+    if not curves:
+        return None
+    roles = [r for r in ("teacher", "student", "single") if r in curves]
+    keys = ("all", *TASKS)
+    fig, axes = _fig(size=(9.0, 2.6 * len(roles) + 0.4), ncols=len(keys), nrows=len(roles), sharey=True)
+    tops = [np.nanmax(c.best) for r in roles for c in curves[r].values() if np.isfinite(c.best).any()]
+    top = max(0.2, 1.15 * max(tops, default=0.0))
+    for row, role in zip(axes, roles, strict=True):
+        for ax, key in zip(row, keys, strict=True):
+            c = curves[role][key]
+            color = ROLE_COLOR[role]
+            ax.fill_between(c.steps, c.worst, c.best, color=color, alpha=0.15, linewidth=0)
+            _plot_line(ax, c.steps, c.best, color=color, linewidth=1.0, linestyle="--", label="best member")
+            _plot_line(ax, c.steps, c.mean, color=color, linewidth=2.2, marker="o", ms=3, label="mean")
+            _plot_line(ax, c.steps, c.worst, color=color, linewidth=1.0, linestyle=":", label="worst member")
+            _mark_evolution(ax, run, label=False)
+            ax.set_title(f"{ROLE_LABEL[role]}: {key}", fontsize=9)
+            ax.set_ylim(-0.02, min(1.02, top))
+            _single_point_xlim(ax, c.steps)
+        row[0].set_ylabel("probe accuracy")
+    for ax in axes[-1]:
+        ax.set_xlabel("step")
+    _legend(axes[0, 0], loc="best")
+    return fig
+
+
 # -- comparison figures ---------------------------------------------------------------------------------
 
 
@@ -582,6 +613,29 @@ def compare_solve_figure(runs: Sequence[Run]) -> Figure | None:
             ax.set_title(TASK_LABEL[task], fontsize=10)
             ax.set_ylim(-0.03, 1.03)
     _legend(axes[0, 0], loc="lower right")
+    for ax in axes[1]:
+        ax.set_xlabel("step")
+    return fig if drawn else None
+
+
+def compare_probe_figure(runs: Sequence[Run]) -> Figure | None:
+    """Fixed-probe accuracy of each run's solvers (students, or the single agent): the mean member (solid)
+    and the best member (dashed), over all task types and per type."""
+    fig, axes = _fig(size=(9.0, 5.4), ncols=2, nrows=2, sharey=True)
+    drawn = False
+    for run, color in zip(runs, _run_styles(runs), strict=True):
+        curves = probe_by_role(run)
+        role = next((r for r in solver_roles(run) if r in curves), None)
+        if role is None:
+            continue
+        for ax, key in zip(axes.flat, ("all", *TASKS), strict=True):
+            c = curves[role][key]
+            drawn |= _plot_line(
+                ax, c.steps, c.mean, color=color, linewidth=2.0, marker="o", ms=3, label=run.label
+            )
+            _plot_line(ax, c.steps, c.best, color=color, linewidth=1.0, linestyle="--")
+            ax.set_title(f"probe: {TASK_LABEL[key]}", fontsize=10)
+    _legend(axes[0, 0], loc="best")
     for ax in axes[1]:
         ax.set_xlabel("step")
     return fig if drawn else None

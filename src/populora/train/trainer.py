@@ -59,6 +59,7 @@ from populora.tasks.buffers import TaskBuffers
 from populora.tasks.rewards import RewardConfig, learnability_reward, student_reward, teacher_reward
 from populora.train import checkpoint as ckpt
 from populora.train.errors import TrainError
+from populora.train.probe import Prober
 from populora.train.progress import StepProgress, accepts_progress, note, summary_line
 from populora.train.records import (
     ProposalTrace,
@@ -110,6 +111,7 @@ class Trainer:
         self.sandbox: Sandbox | None = None
         self.engine: PolicyEngine | None = engine
         self._pending_checkpoint_s = 0.0
+        self.prober = Prober.from_config(cfg)  # the fixed held-out probe (train/probe.py); off when every=0
         self._evolution_pending = False  # the final step skipped its evolution; a longer resume runs it
         self.live: StepProgress | None = None  # the console while `fit` runs (the live phase line)
 
@@ -592,8 +594,10 @@ class Trainer:
         cfg = self.cfg
         progress = self.live = StepProgress(cfg.train.steps, start, self.console, self.quiet)
         try:
+            self.prober.at_start(self, start)  # step 0: probe before any update
             for step in range(start + 1, cfg.train.steps + 1):
                 res = self.step(step)
+                self.prober.after_step(self, step, res.record)
                 # Logs of a step are written before its checkpoint, so a resume from it never loses them.
                 for rec in problem_records(step, res.traces):
                     self.run.problem(rec)

@@ -1,0 +1,84 @@
+"""The fixed probe of a run (metrics.jsonl `probe`, written by train/probe.py) as per-role curves.
+
+At every probed step each member has a greedy accuracy per task type; `probe_by_role` reduces the members of
+one role to the best, the mean and the worst member at that step (per task type, and over the three types as
+'all': a member's 'all' is the mean of its task accuracies). The report, `populora compare` and
+`populora experiment` all read the probe through these functions.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+
+from populora.diagnostics.run import Run
+from populora.names import ROLES, TASKS
+
+__all__ = ["PROBE_KEYS", "ProbeCurve", "member_probe", "probe_by_role", "probe_change"]
+
+PROBE_KEYS: tuple[str, ...] = (*TASKS, "all")
+
+
+@dataclass(frozen=True)
+class ProbeCurve:
+    """One role's probe accuracy on one key over the probed steps: best, mean and worst member."""
+
+    steps: np.ndarray
+    best: np.ndarray
+    mean: np.ndarray
+    worst: np.ndarray
+    n_members: np.ndarray
+
+
+def member_probe(run: Run, member: str, key: str) -> np.ndarray:
+    """A member's probe accuracy at each probed step ('all' = mean over the task types it was probed on)."""
+    if key != "all":
+        return run.probe_series(member, key)
+    stack = np.vstack([run.probe_series(member, t) for t in TASKS])
+    ok = np.isfinite(stack)
+    with np.errstate(invalid="ignore"):
+        return np.where(ok.any(axis=0), np.nansum(stack, axis=0) / np.maximum(ok.sum(axis=0), 1), np.nan)
+
+
+def probe_by_role(run: Run) -> dict[str, dict[str, ProbeCurve]]:
+    """{role: {key: ProbeCurve}} for every role with probed members; {} when the run has no probe."""
+    if not run.probes:
+        return {}
+    steps = run.probe_steps
+    probed = sorted({m for p in run.probes for m in p["probe"]})
+    out: dict[str, dict[str, ProbeCurve]] = {}
+    for role in ROLES:
+        mids = [m for m in probed if run.role_of(m) == role]
+        if not mids:
+            continue
+        curves = {}
+        for key in PROBE_KEYS:
+            stack = np.vstack([member_probe(run, m, key) for m in mids])
+            n = np.isfinite(stack).sum(axis=0)
+            with warnings.catch_warnings():
+                warnings.simplefilter(
+                    "ignore", RuntimeWarning
+                )  # a step where no member of the role was probed
+                curves[key] = ProbeCurve(
+                    steps,
+                    np.nanmax(stack, axis=0),
+                    np.nanmean(stack, axis=0),
+                    np.nanmin(stack, axis=0),
+                    n,
+                )
+        out[role] = curves
+    return out
+
+
+def probe_change(run: Run, role: str, key: str = "all", stat: str = "mean") -> float | None:
+    """Last probed value minus the step-0 (first probed) value of a role's best/mean/worst curve."""
+    curve = probe_by_role(run).get(role, {}).get(key)
+    if curve is None:
+        return None
+    y = getattr(curve, stat)
+    fin = np.flatnonzero(np.isfinite(y))
+    if fin.size < 2:
+        return None
+    return float(y[fin[-1]] - y[fin[0]])

@@ -1,0 +1,11 @@
+"""The paper's experiments at laptop scale, one command each (`populora experiment ...`).
+
+- ablation.py: the compute-matched population-size ablation (single, 1T+1S, 2T+2S, 4T+4S) over seeds;
+- retention.py: the crossover retention test (two single-task specialists, every crossover's child probed at
+  birth and after recovery);
+- runs.py: resumable runs with progress; measures.py: the per-run numbers (from populora.diagnostics) and
+  confidence intervals; evaluation.py: `--eval` through `populora eval`; page.py: experiment.html.
+
+This package sits on top of the trainer, like the CLI: it is the only package besides `cli` that imports
+`populora.train`.
+"""

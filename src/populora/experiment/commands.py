@@ -1,0 +1,133 @@
+"""CLI: `populora experiment ablation ...` and `populora experiment retention ...`.
+
+Heavy imports happen inside the commands; a config error prints one line and exits with code 2. Both commands
+are resumable: run the same command again after a kill and finished runs are kept.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+
+def _fail(msg: str) -> None:
+    typer.echo(f"error: {msg}", err=True)
+    raise typer.Exit(2)
+
+
+def register(app: typer.Typer, bench: typer.Typer) -> None:
+    exp = typer.Typer(
+        help="The paper's experiments at laptop scale: population-size ablation, crossover retention.",
+        no_args_is_help=True,
+    )
+    app.add_typer(exp, name="experiment")
+
+    @exp.command("ablation")
+    def ablation(
+        out: Path = typer.Option(..., "--out", help="Experiment folder (runs/, experiment.json, .html)."),
+        preset: str = typer.Option("tiny-learn", "--preset", help="Preset every arm starts from."),
+        seeds: int = typer.Option(None, "--seeds", help="Seeds per arm (0..S-1); default 3, 1 with --quick."),
+        quick: bool = typer.Option(False, "--quick", help="Two steps per run, one seed: a pipeline check."),
+        eval_benchmarks: str = typer.Option(
+            None, "--eval", help="Also run `populora eval` on every run (e.g. humaneval+,gsm8k)."
+        ),
+        eval_limit: int = typer.Option(20, "--eval-limit", help="First N problems of each benchmark."),
+        overrides: list[str] = typer.Option([], "--set", help="key=value applied to every arm (repeatable)."),
+    ) -> None:
+        """Single agent vs 1T+1S, 2T+2S, 4T+4S (compute-matched per adapter), S seeds each."""
+        from populora.config import ConfigError
+        from populora.experiment.ablation import run_ablation
+        from populora.experiment.page import ablation_rows
+
+        if seeds is not None and seeds < 1:
+            _fail("--seeds must be >= 1")
+        try:
+            result = run_ablation(
+                out, preset, seeds, quick, overrides, eval_benchmarks, eval_limit, log=typer.echo
+            )
+        except ConfigError as exc:
+            _fail(str(exc))
+        head, rows = ablation_rows(result)
+        _print_table(head, rows)
+
+    @exp.command("learning")
+    def learning(
+        out: Path = typer.Option(..., "--out", help="Experiment folder (runs/seed<S>/, learning.json/.png)."),
+        preset: str = typer.Option("tiny-learn", "--preset", help="The preset to test."),
+        seeds: int = typer.Option(3, "--seeds", help="Seeds 0..S-1."),
+        json_out: Path = typer.Option(None, "--json", help="Also write the JSON here (bench/results/...)."),
+        figure: Path = typer.Option(None, "--figure", help="Where the PNG goes (default OUT/learning.png)."),
+        overrides: list[str] = typer.Option([], "--set", help="key=value for every seed (repeatable)."),
+    ) -> None:
+        """Does a preset learn? Students' probe change and teachers' valid-rate change, 95% CI over seeds."""
+        from populora.config import ConfigError
+        from populora.experiment.learning import run_learning
+
+        if seeds < 1:
+            _fail("--seeds must be >= 1")
+        try:
+            r = run_learning(out, preset, seeds, overrides, json_out, figure, log=typer.echo)
+        except ConfigError as exc:
+            _fail(str(exc))
+
+        def ci(s: dict, k: float = 100.0) -> str:
+            if s["mean"] is None:
+                return "-"
+            if s["lo"] is None:
+                return f"{k * s['mean']:+.2f}"
+            return f"{k * s['mean']:+.2f} [{k * s['lo']:+.2f}, {k * s['hi']:+.2f}]"
+
+        typer.echo(
+            f"students' mean probe accuracy: {ci(r['student_probe_start'])} -> {ci(r['student_probe_end'])} %, "
+            f"change {ci(r['student_probe_change'])} points (95% CI over {len(r['seeds'])} seeds; "
+            f"excludes zero: {r['excludes_zero']})"
+        )
+        typer.echo(f"teachers' valid-proposal rate change: {ci(r['teacher_valid_rate_change'])} points")
+
+    @exp.command("retention")
+    def retention(
+        out: Path = typer.Option(..., "--out", help="Experiment folder."),
+        preset: str = typer.Option(
+            "tiny-learn", "--preset", help="Preset of the specialists and recoveries."
+        ),
+        quick: bool = typer.Option(
+            False, "--quick", help="Two-step specialists, X1 and X2, one recovery step."
+        ),
+        specialist_steps: int = typer.Option(None, "--specialist-steps", help="Default 30 (2 with --quick)."),
+        recovery_steps: int = typer.Option(None, "--recovery-steps", help="Default 5 (1 with --quick)."),
+        operators: str = typer.Option(
+            None, "--operators", help="Comma-separated crossovers (default X1-X9)."
+        ),
+        overrides: list[str] = typer.Option([], "--set", help="key=value for every run (repeatable)."),
+    ) -> None:
+        """Two single-task specialists, a child per crossover operator, probed at birth and after recovery."""
+        from populora.config import ConfigError
+        from populora.experiment.page import retention_rows
+        from populora.experiment.retention import run_retention
+        from populora.names import OPERATORS
+
+        ops = [o.strip() for o in operators.split(",") if o.strip()] if operators else None
+        for op in ops or []:
+            if op not in OPERATORS or not op.startswith("X"):
+                _fail(f"--operators: {op!r} is not a crossover; use X1..X9")
+        try:
+            result = run_retention(
+                out, preset, quick, specialist_steps, recovery_steps, ops, overrides, log=typer.echo
+            )
+        except ConfigError as exc:
+            _fail(str(exc))
+        head, rows = retention_rows(result)
+        _print_table(head, rows)
+
+
+def _print_table(head: list[str], rows: list[list[str]]) -> None:
+    import html
+
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(*head)
+    for r in rows:
+        table.add_row(*[html.unescape(c) for c in r])
+    Console(width=200).print(table)

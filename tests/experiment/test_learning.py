@@ -1,0 +1,39 @@
+"""`populora experiment learning` on two short seeds: per-seed numbers, the paired CI, the JSON and figure."""
+
+import json
+
+from typer.testing import CliRunner
+
+from populora.cli import app
+from populora.experiment.measures import mean_ci
+
+SHORT = [
+    "train.steps=2",
+    "train.checkpoint_every=2",
+    "population.teachers=1",
+    "population.students=1",
+    "tasks.prompts=3",
+    "rl.rollouts=2",
+    "diagnostics.probe_every=2",
+    "diagnostics.probe_size=3",
+]
+
+
+def test_learning_reports_the_paired_change_over_seeds(tmp_path):
+    args = ["experiment", "learning", "--out", str(tmp_path / "l"), "--seeds", "2"]
+    args += [x for s in SHORT for x in ("--set", s)] + ["--json", str(tmp_path / "learning.json")]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    data = json.loads((tmp_path / "learning.json").read_text())
+    assert data["seeds"] == [0, 1] and data["preset"] == "tiny-learn"
+    changes = []
+    for seed in ("0", "1"):
+        d = data["per_seed"][seed]
+        sp = d["student_probe"]
+        assert d["curves"]["probe_steps"] == [0, 2]
+        assert sp["change"] == sp["end"] - sp["start"]
+        assert d["curves"]["student_probe_mean"] == [sp["start"], sp["end"]]
+        changes.append(sp["change"])
+    assert data["student_probe_change"] == mean_ci(changes)  # the CI is over the per-seed paired changes
+    assert (tmp_path / "l" / "learning.png").stat().st_size > 1000
+    assert "students' mean probe accuracy" in res.output
