@@ -95,8 +95,8 @@ def test_trainer_logs_the_probe_at_step_0_and_every_k_steps(tmp_path):
     cfg = load_config(
         "tiny",
         [
-            "train.steps=2",
-            "train.checkpoint_every=2",
+            "train.steps=3",  # evolution at step 2 (never at the final step)
+            "train.checkpoint_every=3",
             "train.threads=1",
             "rl.rollouts=1",
             "tasks.prompts=3",
@@ -121,8 +121,8 @@ def test_trainer_logs_the_probe_at_step_0_and_every_k_steps(tmp_path):
         tr.close()
     run_dir = tmp_path / "run"
     recs = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in recs] == [0, 1, 2]
-    assert "members" not in recs[0] and "probe" not in recs[1]
+    assert [r["step"] for r in recs] == [0, 1, 2, 3]
+    assert "members" not in recs[0] and "probe" not in recs[1] and "probe" not in recs[3]
     members = {"T0", "T1", "S0", "S1"}
     assert set(recs[0]["probe"]) == members
     # step 2 evolved: the probe scores the members alive after evolution, children included
@@ -143,7 +143,7 @@ def test_trainer_logs_the_probe_at_step_0_and_every_k_steps(tmp_path):
             assert all(0.0 <= a <= 1.0 for a in accs.values())
     assert check_run(run_dir) == []
     run = load_run(run_dir)
-    assert run.n_steps == 2 and list(run.probe_steps) == [0, 2]  # the step-0 probe is not a step
+    assert run.n_steps == 3 and list(run.probe_steps) == [0, 2]  # the step-0 probe is not a step
     curves = probe_by_role(run)
     assert set(curves) == {"teacher", "student"}
     assert list(curves["student"]["all"].steps) == [0, 2]
