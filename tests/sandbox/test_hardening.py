@@ -7,6 +7,7 @@ from __future__ import annotations
 import _thread
 import math
 import os
+import signal
 import threading
 
 import pytest
@@ -73,6 +74,16 @@ def test_limits_name_every_bad_field_in_one_error() -> None:
 def test_interrupted_run_many_leaves_no_stale_results() -> None:
     """A KeyboardInterrupt inside run_many (here: from a timer) must not let the interrupted jobs' results
     show up in the next call's list."""
+    # A shell that starts the suite in the background sets SIGINT to "ignore", and then interrupt_main does
+    # nothing: restore Python's own handler for this test.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        _interrupted_run_many()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _interrupted_run_many() -> None:
     # Jobs far longer than the timer, so a loaded machine cannot finish them before the interrupt.
     with Sandbox(workers=1, limits=Limits(timeout_s=20)) as sb:
         timer = threading.Timer(1.0, _thread.interrupt_main)
