@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from populora.engine.types import EngineError, Generation, GenRequest, TrainBatch
+from populora.engine.types import EngineError, Generation, GenRequest, PeftFolderIO, TrainBatch
 from populora.lora.adapter import LoRAAdapter
 
 
@@ -195,7 +195,7 @@ class DistWorker:
             self.group = False
 
 
-class DistributedEngine:
+class DistributedEngine(PeftFolderIO):
     """The PolicyEngine on `workers` Ray actors; see the module docstring and `populora.engine.build`."""
 
     def __init__(
@@ -465,20 +465,6 @@ class DistributedEngine:
 
     def reset_slot(self, slot: int, seed: int | None = None) -> None:
         self._all("reset_slot", slot, seed)
-
-    def save_adapter(self, slot: int, path: str | Path) -> None:
-        """Write slot `slot` as a PEFT folder from the driver (the path need not exist on the workers)."""
-        from populora.lora.peft_io import save_peft
-
-        save_peft(
-            self.get_adapter(slot), path, base_model_name_or_path=self.model_name, target_modules=self.targets
-        )
-
-    def load_adapter(self, slot: int, path: str | Path, reset_optimizer: bool = True) -> None:
-        """Read a PEFT folder on the driver and copy it into slot `slot` of every worker."""
-        from populora.lora.peft_io import load_peft
-
-        self.set_adapter(slot, load_peft(path), reset_optimizer=reset_optimizer)
 
     def set_lr(self, slot: int, lr: float) -> None:
         self._all("set_lr", slot, lr)

@@ -17,14 +17,13 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from pathlib import Path
 
 import torch
 from torch import nn
 
 from populora.engine.optim import SlotAdamW, clip_slot_grads
 from populora.engine.sampling import sample_next
-from populora.engine.types import EngineError, Generation, GenRequest, TrainBatch, TrainRow
+from populora.engine.types import EngineError, Generation, GenRequest, PeftFolderIO, TrainBatch, TrainRow
 from populora.lora.adapter import LoRAAdapter
 from populora.lora.layers import get_slot_adapter, init_slots, inject_multi_lora, set_slot_adapter
 from populora.rl.loss import LOSS_AGG_MODES, entropy_from_logprobs, policy_loss, row_weights
@@ -49,7 +48,7 @@ def torch_threads(n: int | None) -> Iterator[None]:
         torch.set_num_threads(prev)
 
 
-class HFEngine:
+class HFEngine(PeftFolderIO):
     """N LoRA adapter slots on one frozen HF causal LM; see the module docstring and `populora.engine.build`."""
 
     backend = "hf"
@@ -136,20 +135,6 @@ class HFEngine:
         """Re-initialise slot `slot` (PEFT init: B = 0, i.e. the base model) and its optimiser state."""
         init_slots(self.layers, [self._check_slot(slot)], self.seed if seed is None else seed)
         self.optimizer.reset(slot)
-
-    def save_adapter(self, slot: int, path: str | Path) -> None:
-        """Write slot `slot` as a PEFT LoRA folder (adapter_config.json + adapter_model.safetensors)."""
-        from populora.lora.peft_io import save_peft
-
-        save_peft(
-            self.get_adapter(slot), path, base_model_name_or_path=self.model_name, target_modules=self.targets
-        )
-
-    def load_adapter(self, slot: int, path: str | Path, reset_optimizer: bool = True) -> None:
-        """Load a PEFT LoRA folder into slot `slot` (targets and rank must match the engine's)."""
-        from populora.lora.peft_io import load_peft
-
-        self.set_adapter(slot, load_peft(path), reset_optimizer=reset_optimizer)
 
     def set_lr(self, slot: int, lr: float) -> None:
         self.optimizer.set_lr(self._check_slot(slot), lr)

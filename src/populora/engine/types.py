@@ -1,4 +1,5 @@
-"""The engine's data types (`GenRequest`, `Generation`, `TrainRow`, `TrainBatch`) and the `PolicyEngine` protocol."""
+"""The engine's data types (`GenRequest`, `Generation`, `TrainRow`, `TrainBatch`), the `PolicyEngine` protocol and
+the PEFT-folder methods engines share (`PeftFolderIO`)."""
 
 from __future__ import annotations
 
@@ -132,3 +133,22 @@ class PolicyEngine(Protocol):
     def save_adapter(self, slot: int, path: str | Path) -> None: ...
 
     def load_adapter(self, slot: int, path: str | Path) -> None: ...
+
+
+class PeftFolderIO:
+    """`save_adapter` / `load_adapter` in PEFT's folder format, for an engine that has `get_adapter`,
+    `set_adapter`, `model_name` and `targets` (the hf engine, and the distributed engine on its driver)."""
+
+    def save_adapter(self, slot: int, path: str | Path) -> None:
+        """Write slot `slot` as a PEFT LoRA folder (adapter_config.json + adapter_model.safetensors)."""
+        from populora.lora.peft_io import save_peft
+
+        save_peft(
+            self.get_adapter(slot), path, base_model_name_or_path=self.model_name, target_modules=self.targets
+        )
+
+    def load_adapter(self, slot: int, path: str | Path, reset_optimizer: bool = True) -> None:
+        """Load a PEFT LoRA folder into slot `slot` (targets and rank must match the engine's)."""
+        from populora.lora.peft_io import load_peft
+
+        self.set_adapter(slot, load_peft(path), reset_optimizer=reset_optimizer)
