@@ -1,5 +1,6 @@
 """A short population run with `model.backend=vllm` through the CLI (so the `__main__` guard that vLLM's
-spawned engine core needs is exercised): 2 steps with an evolution step, then `--resume` to a third step."""
+spawned engine core needs is exercised): 2 steps with an evolution step after step 1 (never after the final
+step), then `--resume` to a third step, which first runs the evolution that step 2 skipped."""
 
 import json
 import os
@@ -22,7 +23,7 @@ FAST = [
     "tasks.references=1",
     "tasks.seed_synthetic=2",
     "train.checkpoint_every=1",
-    "evolution.every=2",
+    "evolution.every=1",
     "evolution.min_games=0",
 ]
 
@@ -44,11 +45,12 @@ def test_population_run_with_evolution_and_resume(tmp_path):
     assert res.returncode == 0, res.stderr[-3000:]
     assert yaml.safe_load((run / "config.yaml").read_text())["model"]["backend"] == "vllm"
     assert [m["step"] for m in _lines(run / "metrics.jsonl")] == [1, 2]
-    assert [e["step"] for e in _lines(run / "events.jsonl") if e["type"] == "evolution"] == [2, 2]
+    assert [e["step"] for e in _lines(run / "events.jsonl") if e["type"] == "evolution"] == [1, 1]
 
     res = _train("--resume", str(run), "--set", "train.steps=3")
     assert res.returncode == 0, res.stderr[-3000:]
     assert [m["step"] for m in _lines(run / "metrics.jsonl")] == [1, 2, 3]
     events = _lines(run / "events.jsonl")
     assert [e["step"] for e in events if e["type"] == "resume"] == [2]
+    assert [e["step"] for e in events if e["type"] == "evolution"] == [1, 1, 2, 2]  # the deferred one
     assert (run / "checkpoints" / "step_000003" / "state.json").is_file()
