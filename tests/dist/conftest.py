@@ -32,25 +32,5 @@ def ray_address():
 
 
 @pytest.fixture(scope="session")
-def model_name(tmp_path_factory) -> str:
-    """'tiny' when the bundled model resolves, else a random Qwen2 saved to a temp folder."""
-    if os.environ.get("POPULORA_TEST_MODEL"):
-        return os.environ["POPULORA_TEST_MODEL"]
-    from populora.engine import EngineError, resolve_model
-
-    try:
-        resolve_model("tiny")
-        return "tiny"
-    except EngineError:
-        from populora.engine.testing import random_model
-
-        model, tok = random_model(seed=0)
-        path = Path(tmp_path_factory.mktemp("model"))
-        model.save_pretrained(path)
-        tok.save_pretrained(path)
-        return str(path)
-
-
-@pytest.fixture(scope="session")
 def fast(model_name) -> list[str]:
     return [*FAST, f"model.name={model_name}"]
