@@ -14,7 +14,9 @@ from populora.tasks.types import InvalidProblem
         "def f(x):\n    return id(object()) % 1000 + x",  # the example, through allowed builtins only
         "def f(x):\n    return [id(x) % 1000, x]",
         "def f(x):\n    return hash(str(x))",  # str hashes follow the hash seed
-        "def f(x):\n    return list({'apple', 'banana', 'cherry', 'date', str(x)})",  # set order of str
+        # Set order of str. Thirty strings, not five: five could keep their order under another hash seed
+        # by chance (CI once saw that); thirty keep it with odds far below one in a billion.
+        "def f(x):\n    return list({'w' + str(i) for i in range(30)} | {str(x)})",
     ],
 )
 def test_process_dependent_output_is_rejected(sandbox, program):
