@@ -12,7 +12,7 @@ from op_fixtures import deltas
 from populora.lora import LoRAAdapter
 from populora.operators import apply
 from populora.operators.bench_legacy import _row_ranks_argsort, apply_legacy
-from populora.operators.elementwise import TopK, bernoulli, row_ranks, trim_topk
+from populora.operators.elementwise import BlockTopK, TopK, bernoulli, row_ranks, trim_topk
 
 
 @pytest.mark.parametrize("p", [0.5, 0.3, 0.7 + 0.5 / 65536, 1.0, 0.0])
@@ -49,8 +49,33 @@ def test_blockwise_topk_equals_whole_matrix_trim_with_ties():
     d = torch.randn(64, 50, generator=g).round(decimals=1)  # many ties at the threshold
     whole = trim_topk(d, 0.3)
     tk = TopK(d, 0.3)
-    blocks = torch.cat([tk.trim(d[i : i + 7]) for i in range(0, 64, 7)])
+    # stateless: blocks trimmed in any order (here backwards) give the whole-matrix trim
+    starts = list(range(0, 64, 7))[::-1]
+    parts = {i: tk.trim(d[i : i + 7].clone(), i) for i in starts}
+    blocks = torch.cat([parts[i] for i in sorted(parts)])
     assert torch.equal(blocks, whole) and int((blocks != 0).sum()) == int(0.3 * d.numel())
+
+
+@pytest.mark.parametrize("density", [0.2, 0.5])
+def test_topk_found_while_blocks_are_formed_equals_the_whole_matrix_one(density):
+    """BlockTopK (sample bracket + per-block survey, no pass over the whole matrix) picks the same threshold
+    and the same lowest-position ties as TopK, on a matrix big enough for the bracketed path, with ties."""
+    g = torch.Generator().manual_seed(4)
+    d = (torch.randn(700, 600, generator=g) * 20).round()  # 420k entries, integer values: ties everywhere
+    ref = TopK(d, density)
+    idx = torch.randint(d.numel(), (1 << 16,), generator=g)
+    finder = BlockTopK(d.reshape(-1)[idx].abs(), tuple(d.shape), density)
+    assert finder.bracket is not None
+    surveys = [finder.survey(d[i : i + 64], i) for i in range(0, 700, 64)]
+    got = finder.finish(surveys, d)
+    assert got.thr == ref.thr and torch.equal(got.ties, ref.ties) and got.ties.numel() > 0
+    trimmed = torch.cat([got.trim(d[i : i + 64].clone(), i) for i in range(0, 700, 64)])
+    assert torch.equal(trimmed, trim_topk(d, density))
+    assert int((trimmed != 0).sum()) == int(density * d.numel())
+    # a sample that misses the threshold (all of it far below) falls back to the exact whole-matrix TopK
+    wrong = BlockTopK(torch.zeros(1 << 16), tuple(d.shape), density)
+    got = wrong.finish([wrong.survey(d[i : i + 64], i) for i in range(0, 700, 64)], d)
+    assert got.thr == ref.thr and torch.equal(got.ties, ref.ties)
 
 
 def _big_pair(seed: int, d: int = 520, n: int = 400, r: int = 4):
@@ -86,3 +111,43 @@ def test_random_dense_ops_match_the_old_implementation_in_distribution(op):
         nn = sum(float(x[k].norm()) for x in new) / len(new)
         no = sum(float(x[k].norm()) for x in old) / len(old)
         assert abs(nn / no - 1) < 0.05, k
+
+
+def test_della_binned_ranks_are_close_to_exact_and_sampling_is_unbiased():
+    """X7's default ranks: a 1024-bin histogram per row instead of a sort. Ranks within a bin's half-count of
+    the exact ones, monotone in |.|; keep probabilities within [d - e - 2^-16, d + e]; M * D / q unbiased."""
+    from populora.operators.elementwise import binned_row_ranks, della_sample_binned
+
+    g = torch.Generator().manual_seed(5)
+    d = torch.randn(40, 32, generator=g) @ torch.randn(32, 3584, generator=g)  # a 7B-wide low-rank block
+    key, mid = binned_row_ranks(d.abs())
+    approx = mid.index_select(0, key).view(d.shape)
+    exact = row_ranks(d.abs())
+    err = (approx - exact).abs()
+    assert float(err.mean()) < 2e-3 and float(err.max()) < 2e-2
+    for row in range(5):  # monotone non-decreasing in |d| within a row
+        order = d[row].abs().argsort()
+        assert (approx[row, order].diff() >= 0).all()
+    samples = torch.stack(
+        [della_sample_binned(d.clone(), 0.7, 0.14, torch.Generator().manual_seed(s)) for s in range(400)]
+    )
+    kept = (samples != 0).float()
+    one = samples[0]
+    q = (d / one)[one != 0]  # a kept entry is d / q: its q, exactly
+    assert float(q.min()) >= 0.56 - 2**-16 - 1e-6 and float(q.max()) <= 0.84 + 1e-6
+    # larger |d| kept more often: keep rate of the top decile of each row above the bottom decile's
+    lo, hi = exact < 0.1, exact > 0.9
+    assert float(kept.mean(0)[hi].mean()) > float(kept.mean(0)[lo].mean()) + 0.2
+    mean = samples.mean(0)
+    assert float((mean - d).norm() / d.norm()) < 0.05  # 400 draws: ~sqrt(0.3/0.7/400) = 3% noise
+
+
+def test_x7_binned_and_exact_ranks_differ_only_by_sampling_noise():
+    p1, p2 = _big_pair(1, d=300, n=280), _big_pair(2, d=300, n=280)
+    binned = deltas(apply("X7", [p1, p2], seed=0))
+    exact0, exact1 = (deltas(apply("X7", [p1, p2], seed=s, ranks="exact")) for s in (0, 1))
+    for k in binned:  # binned vs exact is no further apart than two exact children with different seeds
+        noise = float((exact0[k] - exact1[k]).norm())
+        assert float((binned[k] - exact0[k]).norm()) < 1.3 * noise, k
+    with pytest.raises(Exception, match="ranks"):
+        apply("X7", [p1, p2], ranks="sorted")

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from populora.lora.adapter import LoRAAdapter
-from populora.operators.elementwise import disjoint_mean, trim_topk
+from populora.operators.elementwise import trim_topk
 from populora.operators.linalg import EXACT_SVD_MAX, compute_dtype, refactor, threads
 from populora.operators.registry import Rng
 
@@ -40,6 +40,18 @@ def tsvd_hmt(dense: torch.Tensor, r: int, gen: torch.Generator, oversample: int 
 def _qr_q(x: torch.Tensor) -> torch.Tensor:
     with threads(1):
         return torch.linalg.qr(x)[0]
+
+
+def disjoint_mean(ts: list[torch.Tensor]) -> torch.Tensor:
+    """The old TIES disjoint mean: sign election and agreement masks through bool `where` kernels."""
+    total = ts[0] + ts[1]
+    gamma = torch.where(total >= 0, 1.0, -1.0).to(total.dtype)
+    num, cnt = torch.zeros_like(ts[0]), torch.zeros_like(ts[0])
+    for t in ts:
+        agree = (t * gamma) > 0
+        num += torch.where(agree, t, 0)
+        cnt += agree
+    return num / cnt.clamp_min(1)
 
 
 def _row_ranks_argsort(mag: torch.Tensor) -> torch.Tensor:

@@ -12,11 +12,20 @@ from __future__ import annotations
 
 import math
 import re
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 
 import torch
 
 from populora.lora.adapter import LoRAAdapter
-from populora.operators.elementwise import TopK, bernoulli, della_sample, disjoint_mean
+from populora.operators import scratch
+from populora.operators.elementwise import (
+    BlockTopK,
+    bernoulli,
+    della_sample,
+    della_sample_binned,
+    disjoint_mean2_,
+)
 from populora.operators.linalg import (
     compute_dtype,
     exact_svd_wanted,
@@ -81,14 +90,20 @@ def _linear(parents, rng: Rng, coeffs_of, extra: dict | None = None):
 BLOCK_ENTRIES = 1 << 20
 
 
-def _dense_merge(parents, rng: Rng, merge, prepare=None, oversample: int = 8):
+def _dense_merge(parents, rng: Rng, merge, prepare=None, stats=None, oversample: int = 8):
     """child = rank-r truncated SVD of the element-wise merge of D1 and D2, per slot.
 
     Per slot: both deltas are formed once, into two buffers reused across slots (a fresh 51 MB tensor per
-    step costs more in page faults than the arithmetic); `ctx = prepare(D1, D2)` computes whole-slot
-    statistics (TIES thresholds, X9's eps); `merge(d1, d2, gen, ctx)` then runs on row blocks in place into
-    D1, each block with its own generator `(slot, first row)` (deterministic, order-free). The truncated SVD
-    of big slots starts from the top right singular vectors of D1 + D2 (2 passes over the merge, see tsvd).
+    step costs more in page faults than the arithmetic). Whole-slot statistics that the factors give exactly
+    (X9's eps) come from `stats(b1, a1, b2, a2)` as `ctx`; those that need the entries (TIES thresholds) from
+    `prepare(b1, a1, b2, a2)`, an object whose `survey(blk1, blk2, row0)` runs on
+    every row block as it is formed and whose `finish(d1, d2, surveys)` turns the surveys into `ctx`; then
+    `merge(blk1, blk2, gen, ctx, row0)` runs on the row blocks in place into D1 (merges without statistics
+    form each block where they merge it, so it stays in cache). Each block has its own generator
+    `(slot, first row)`, so the result does not depend on the order the blocks run in: they run on a pool of
+    one-thread workers, one per torch thread, because the merges are chains of short element-wise kernels and
+    half of them (random bits, histograms, gathers, compactions) are single-threaded in torch. The truncated
+    SVD of big slots starts from the top right singular vectors of D1 + D2 (2 passes over the merge, see tsvd).
     """
     p1, p2 = parents
     r = p1.rank
@@ -98,33 +113,66 @@ def _dense_merge(parents, rng: Rng, merge, prepare=None, oversample: int = 8):
     numel = max(b.shape[0] * a.shape[1] for a, b in p1.modules.values())
     buf1 = torch.empty(numel, dtype=cd, device=first[0].device)
     buf2 = torch.empty_like(buf1)
-    for name in p1.modules:
-        a1, b1, a2, b2, la, lb = _pair(p1, p2, name)
-        d, n = b1.shape[0], a1.shape[1]
-        d1, d2 = buf1[: d * n].view(d, n), buf2[: d * n].view(d, n)
-        g = rng.gen(name)
-        exact = exact_svd_wanted(d, n, r, oversample)
-        start = None if exact else _signal_start(b1, a1, b2, a2, r + oversample, g)
-        y = None if exact else d1.new_empty(d, start.shape[1])
-        ctx = None
-        if prepare is not None:  # whole-slot statistics need both deltas first
-            torch.matmul(b1, a1, out=d1)
-            torch.matmul(b2, a2, out=d2)
-            ctx = prepare(d1, d2)
-        rows = max(1, BLOCK_ENTRIES // n)
-        for i in range(0, d, rows):
-            blk1, blk2 = d1[i : i + rows], d2[i : i + rows]
-            if prepare is None:  # form the block where it is merged: it stays in cache for the merge
-                torch.matmul(b1[i : i + rows], a1, out=blk1)
-                torch.matmul(b2[i : i + rows], a2, out=blk2)
-            merge(blk1, blk2, rng.gen(name, i), ctx)
-            if y is not None:  # the range finder's first pass, on the block while it is in cache
-                torch.matmul(blk1, start, out=y[i : i + rows])
-        u, s, v = tsvd(d1, r, g, oversample=oversample, start=start, sketch=y)
-        loss.add(float((s.double() ** 2).sum()), float(torch.linalg.vector_norm(d1)) ** 2)
-        with threads(1):
-            out[name] = _cast(*refactor(u, s, v, r, g), la, lb)
+    workers = torch.get_num_threads() if first[0].device.type == "cpu" else 1
+    with ThreadPoolExecutor(workers) if workers > 1 else nullcontext() as pool:
+        for name in p1.modules:
+            a1, b1, a2, b2, la, lb = _pair(p1, p2, name)
+            d, n = b1.shape[0], a1.shape[1]
+            d1, d2 = buf1[: d * n].view(d, n), buf2[: d * n].view(d, n)
+            a, b, kept, total = _merge_slot(
+                pool, rng, name, (b1, a1, b2, a2), (d1, d2), merge, prepare, stats, r, oversample
+            )
+            loss.add(kept, total)
+            out[name] = _cast(a, b, la, lb)
+    scratch.release()  # the pool's threads took theirs with them
     return out, loss.info()
+
+
+def _merge_slot(pool, rng: Rng, name: str, factors, bufs, merge, prepare, stats, r: int, oversample: int):
+    """One slot of `_dense_merge`: the child's (A, B) and the merge's kept and total squared norms."""
+    b1, a1, b2, a2 = factors
+    d1, d2 = bufs
+    d, n = d1.shape
+    g = rng.gen(name)
+    exact = exact_svd_wanted(d, n, r, oversample)
+    start = None if exact else _signal_start(b1, a1, b2, a2, r + oversample, g)
+    y = None if exact else d1.new_empty(d, start.shape[1])
+    rows = max(1, BLOCK_ENTRIES // n)
+    prep = prepare(b1, a1, b2, a2) if prepare is not None else None
+    ctx = stats(b1, a1, b2, a2) if stats is not None else None
+
+    def form(i: int):
+        torch.matmul(b1[i : i + rows], a1, out=d1[i : i + rows])
+        torch.matmul(b2[i : i + rows], a2, out=d2[i : i + rows])
+        return prep.survey(d1[i : i + rows], d2[i : i + rows], i)
+
+    if prep is not None:
+        ctx = prep.finish(d1, d2, _run_blocks(pool, form, d, rows))
+
+    def block(i: int) -> float:
+        blk1, blk2 = d1[i : i + rows], d2[i : i + rows]
+        if prep is None:  # form the block where it is merged: it stays in cache for the merge
+            torch.matmul(b1[i : i + rows], a1, out=blk1)
+            torch.matmul(b2[i : i + rows], a2, out=blk2)
+        merge(blk1, blk2, rng.gen(name, i), ctx, i)
+        if y is not None:  # the range finder's first pass, on the block while it is in cache
+            torch.matmul(blk1, start, out=y[i : i + rows])
+        return float(torch.linalg.vector_norm(blk1)) ** 2
+
+    total = sum(_run_blocks(pool, block, d, rows))
+    u, s, v = tsvd(d1, r, g, oversample=oversample, start=start, sketch=y)
+    with threads(1):
+        a, b = refactor(u, s, v, r, g)
+    return a, b, float((s.double() ** 2).sum()), total
+
+
+def _run_blocks(pool: ThreadPoolExecutor | None, block, d: int, rows: int) -> list:
+    """[block(i) for every row block start i], on the pool's workers with one torch thread each (or inline)."""
+    starts = range(0, d, rows)
+    if pool is None or len(starts) == 1:
+        return [block(i) for i in starts]
+    with threads(1):
+        return [f.result() for f in [pool.submit(block, i) for i in starts]]
 
 
 def _signal_start(b1, a1, b2, a2, k: int, g: torch.Generator) -> torch.Tensor:
@@ -157,9 +205,10 @@ def x1_dare(parents, rng: Rng, *, p: float = 0.5, combine: str = "sum", space: s
     if p == 0:  # no drop: exactly task arithmetic (X5 for 'mean'), same code path
         return _linear(parents, rng, lambda *_: (w, w))
 
-    def merge(d1, d2, g, ctx):  # in place on our own buffers; masks from 16 random bits per entry
-        d1.mul_(bernoulli(1 - p, g, tuple(d1.shape), d1.dtype).to(d1.device))
-        d2.mul_(bernoulli(1 - p, g, tuple(d2.shape), d2.dtype).to(d2.device))
+    def merge(d1, d2, g, ctx, row0):  # in place on our own buffers; masks from 16 random bits per entry
+        mask = scratch.buffer("dare_mask", tuple(d1.shape), d1.dtype, d1.device)
+        d1.mul_(bernoulli(1 - p, g, tuple(d1.shape), d1.dtype, out=mask).to(d1.device))
+        d2.mul_(bernoulli(1 - p, g, tuple(d2.shape), d2.dtype, out=mask).to(d2.device))
         d1.add_(d2).mul_(w / (1 - p))
 
     return _dense_merge(parents, rng, merge)
@@ -302,29 +351,65 @@ def x6_ties(parents, rng: Rng, *, density: float = 0.2, lam: float = 1.0):
     """D = lam * disjoint_mean(trim_density(D1), trim_density(D2)) with signs elected by sgn(sum), then truncated SVD."""
     density = check_fraction("X6", "density", density, lo_open=True)
 
-    def prepare(d1, d2):
-        return [TopK(d1, density), TopK(d2, density)]
+    def merge(d1, d2, g, ctx, row0):
+        disjoint_mean2_(ctx[0].trim(d1, row0), ctx[1].trim(d2, row0)).mul_(lam)  # into d1
 
-    def merge(d1, d2, g, ctx):
-        t1, t2 = ctx[0].trim(d1), ctx[1].trim(d2)
-        d1.copy_(disjoint_mean([t1, t2])).mul_(lam)
+    return _dense_merge(parents, rng, merge, lambda *factors: _TiesThresholds(factors, density))
 
-    return _dense_merge(parents, rng, merge, prepare)
+
+class _TiesThresholds:
+    """X6's whole-slot statistics: the top-k threshold of |D1| and |D2|, found while the blocks are formed."""
+
+    def __init__(self, factors, density: float) -> None:
+        b1, a1, b2, a2 = factors
+        self.finders = [
+            BlockTopK(_sample_abs(b, a), (b.shape[0], a.shape[1]), density) for b, a in ((b1, a1), (b2, a2))
+        ]
+
+    def survey(self, blk1, blk2, row0):
+        return self.finders[0].survey(blk1, row0), self.finders[1].survey(blk2, row0)
+
+    def finish(self, d1, d2, surveys):
+        return [self.finders[k].finish([s[k] for s in surveys], d) for k, d in enumerate((d1, d2))]
+
+
+def _sample_abs(b: torch.Tensor, a: torch.Tensor, size: int = 1 << 15) -> torch.Tensor:
+    """|B A| at `size` uniformly random positions (fixed seed), from the factors: the matrix is not needed.
+    32k samples bracket a TIES threshold to ~1.5% of the entries at six standard deviations."""
+    d, n = b.shape[0], a.shape[1]
+    idx = torch.randint(d * n, (size,), generator=torch.Generator().manual_seed(0)).to(b.device)
+    rows, cols = idx // n, idx % n
+    return (b.index_select(0, rows) * a.T.contiguous().index_select(0, cols)).sum(dim=1).abs_()
 
 
 @operator("X7", 2, "crossover", dense=True)
-def x7_della(parents, rng: Rng, *, density: float = 0.7, window: float = 0.14, lam: float = 1.0):
-    """D = lam * disjoint_mean(M_k * D_k / p_k), M_k ~ Bernoulli(p_k), p = density - window + 2 window rank_row(|D_k|)."""
+def x7_della(
+    parents,
+    rng: Rng,
+    *,
+    density: float = 0.7,
+    window: float = 0.14,
+    lam: float = 1.0,
+    ranks: str = "binned",
+):
+    """D = lam * disjoint_mean(M_k * D_k / p_k), M_k ~ Bernoulli(p_k), p = density - window + 2 window rank_row(|D_k|); ranks='binned' (default, a 1024-bin histogram per row, ~15x cheaper) or 'exact' (a full sort)."""
     density, window = float(density), float(window)
     if not (0 < density - window and density + window <= 1 and window >= 0):
         raise OperatorError(
             f"operator X7: need 0 < density - window and density + window <= 1 "
             f"(got density={density}, window={window})."
         )
+    if ranks not in ("binned", "exact"):
+        raise OperatorError(
+            f"operator X7: ranks={ranks!r} must be 'binned' (default: a histogram per row, exact up to "
+            "entries sharing one of 1024 bins) or 'exact' (a full sort of every row; slower)."
+        )
+    sample = della_sample_binned if ranks == "binned" else della_sample
 
-    def merge(d1, d2, g, ctx):
-        t1, t2 = della_sample(d1, density, window, g), della_sample(d2, density, window, g)
-        d1.copy_(disjoint_mean([t1, t2])).mul_(lam)
+    def merge(d1, d2, g, ctx, row0):
+        merged = disjoint_mean2_(sample(d1, density, window, g), sample(d2, density, window, g)).mul_(lam)
+        if merged is not d1:  # the binned sampler works in place; the exact one returns a new tensor
+            d1.copy_(merged)
 
     return _dense_merge(parents, rng, merge)
 
@@ -357,24 +442,25 @@ def x9_fisher(parents, rng: Rng, *, eps_rel: float = 1e-6, normalize: bool = Fal
     """D = (F1 D1 + F2 D2) / (F1 + F2 + eps), F_k = D_k^2 (squared-weight Fisher proxy), eps = eps_rel * mean(F1 + F2)."""
     eps_rel = check_nonneg("X9", "eps_rel", eps_rel)
 
-    def prepare(d1, d2):
-        # whole-slot means of F_k = D_k^2 (for eps and the optional normalisation)
-        m1 = float(torch.linalg.vector_norm(d1)) ** 2 / d1.numel()
-        m2 = float(torch.linalg.vector_norm(d2)) ** 2 / d2.numel()
+    def stats(b1, a1, b2, a2):  # whole-slot means of F_k = D_k^2, from the factors (exact, no pass over D)
+        m1 = sq_norm(b1, a1) / (b1.shape[0] * a1.shape[1])
+        m2 = sq_norm(b2, a2) / (b2.shape[0] * a2.shape[1])
         c1, c2 = (1 / max(m1, 1e-30), 1 / max(m2, 1e-30)) if normalize else (1.0, 1.0)
         eps = eps_rel * (c1 * m1 + c2 * m2)
         return c1, c2, eps if eps > 0 else 1e-30
 
-    def merge(d1, d2, g, ctx):
+    def merge(d1, d2, g, ctx, row0):
         c1, c2, eps = ctx
-        f1, f2 = d1 * d1, d2 * d2
+        f1 = torch.mul(d1, d1, out=scratch.buffer("fisher_1", tuple(d1.shape), d1.dtype, d1.device))
+        f2 = torch.mul(d2, d2, out=scratch.buffer("fisher_2", tuple(d2.shape), d2.dtype, d2.device))
         if normalize:  # invariance to the parents' overall scales
             f1.mul_(c1)
             f2.mul_(c2)
-        den = (f1 + f2).add_(eps)
-        d1.copy_(f1.mul_(d1).add_(f2.mul_(d2)).div_(den))
+        d1.mul_(f1)
+        d2.mul_(f2)
+        d1.add_(d2).div_(f1.add_(f2).add_(eps))
 
-    return _dense_merge(parents, rng, merge, prepare)
+    return _dense_merge(parents, rng, merge, stats=stats)
 
 
 @operator("I1", 1, "identity")
