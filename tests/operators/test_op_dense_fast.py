@@ -104,9 +104,16 @@ def test_random_dense_ops_match_the_old_implementation_in_distribution(op):
     seeds = range(12)
     new = [deltas(apply(op, [p1, p2], seed=s)) for s in seeds]
     old = [deltas(apply_legacy(op, [p1, p2], seed=s)) for s in seeds]
+    n = len(seeds)
     for k in new[0]:
-        mn, mo = sum(x[k] for x in new) / len(new), sum(x[k] for x in old) / len(old)
-        assert float((mn - mo).norm() / mo.norm()) < 0.15, k
+        mn, mo = sum(x[k] for x in new) / n, sum(x[k] for x in old) / n
+        # the two means differ by sampling noise only: |mn - mo|^2 ~ (s_new^2 + s_old^2) / n, with s^2 the
+        # seed-to-seed spread; over ~10^5 entries that norm concentrates within a few percent of its mean
+        spread = sum(float((x[k] - mn).norm()) ** 2 for x in new) + sum(
+            float((x[k] - mo).norm()) ** 2 for x in old
+        )
+        expected = math.sqrt(spread / (n - 1) / n)
+        assert float((mn - mo).norm()) < 1.3 * expected, k
         # and the same spread: norms of single children agree on average
         nn = sum(float(x[k].norm()) for x in new) / len(new)
         no = sum(float(x[k].norm()) for x in old) / len(old)

@@ -85,9 +85,9 @@ def _linear(parents, rng: Rng, coeffs_of, extra: dict | None = None):
     return out, {**loss.info(), **(extra or {})}
 
 
-# Entries per row block of the element-wise merges: the block's temporaries (masks, ranks, products) stay
-# in cache, and one block's allocations are reused by the allocator for the next.
-BLOCK_ENTRIES = 1 << 20
+# Entries per row block of the element-wise merges (2 MB in float32): each worker's temporaries (masks, ranks,
+# products; ~8 scratch buffers) stay near the core; 1M-entry blocks measured no faster, 256k slower.
+BLOCK_ENTRIES = 1 << 19
 
 
 def _dense_merge(parents, rng: Rng, merge, prepare=None, stats=None, oversample: int = 8):
@@ -114,32 +114,59 @@ def _dense_merge(parents, rng: Rng, merge, prepare=None, stats=None, oversample:
     buf1 = torch.empty(numel, dtype=cd, device=first[0].device)
     buf2 = torch.empty_like(buf1)
     workers = torch.get_num_threads() if first[0].device.type == "cpu" else 1
+    names = list(p1.modules)
+
+    def setup(name: str) -> _Slot:
+        return _Slot.make(p1, p2, name, rng, r, oversample, prepare, stats)
+
     with ThreadPoolExecutor(workers) if workers > 1 else nullcontext() as pool:
-        for name in p1.modules:
-            a1, b1, a2, b2, la, lb = _pair(p1, p2, name)
-            d, n = b1.shape[0], a1.shape[1]
-            d1, d2 = buf1[: d * n].view(d, n), buf2[: d * n].view(d, n)
-            a, b, kept, total = _merge_slot(
-                pool, rng, name, (b1, a1, b2, a2), (d1, d2), merge, prepare, stats, r, oversample
+        slot = setup(names[0])
+        for i, name in enumerate(names):
+            d, n = slot.shape
+            bufs = (buf1[: d * n].view(d, n), buf2[: d * n].view(d, n))
+            # the next slot's set-up (factored SVD of the start, TIES samples) runs on this thread while the
+            # pool merges this slot's blocks
+            later = {}
+            overlap = (
+                (lambda nxt=names[i + 1], later=later: later.setdefault("slot", setup(nxt)))
+                if i + 1 < len(names)
+                else None
             )
+            a, b, kept, total = _merge_slot(pool, rng, slot, bufs, merge, r, oversample, overlap)
             loss.add(kept, total)
-            out[name] = _cast(a, b, la, lb)
+            out[name] = _cast(a, b, slot.la, slot.lb)
+            slot = later.get("slot") or (setup(names[i + 1]) if i + 1 < len(names) else None)
     scratch.release()  # the pool's threads took theirs with them
     return out, loss.info()
 
 
-def _merge_slot(pool, rng: Rng, name: str, factors, bufs, merge, prepare, stats, r: int, oversample: int):
-    """One slot of `_dense_merge`: the child's (A, B) and the merge's kept and total squared norms."""
-    b1, a1, b2, a2 = factors
+class _Slot:
+    """What `_merge_slot` needs of one module slot, computed from the factors alone (no d x n matrix)."""
+
+    @classmethod
+    def make(cls, p1, p2, name, rng: Rng, r: int, oversample: int, prepare, stats) -> _Slot:
+        self = cls()
+        a1, b1, a2, b2, self.la, self.lb = _pair(p1, p2, name)
+        self.name, self.factors = name, (b1, a1, b2, a2)
+        self.shape = (b1.shape[0], a1.shape[1])
+        self.gen = rng.gen(name)
+        exact = exact_svd_wanted(*self.shape, r, oversample)
+        with threads(1):
+            self.start = None if exact else _signal_start(b1, a1, b2, a2, r + oversample, self.gen)
+            self.prep = prepare(b1, a1, b2, a2) if prepare is not None else None
+            self.ctx = stats(b1, a1, b2, a2) if stats is not None else None
+        return self
+
+
+def _merge_slot(pool, rng: Rng, slot: _Slot, bufs, merge, r: int, oversample: int, overlap=None):
+    """One slot of `_dense_merge`: the child's (A, B) and the merge's kept and total squared norms.
+    `overlap()` runs on the calling thread while the pool merges the blocks."""
+    b1, a1, b2, a2 = slot.factors
     d1, d2 = bufs
     d, n = d1.shape
-    g = rng.gen(name)
-    exact = exact_svd_wanted(d, n, r, oversample)
-    start = None if exact else _signal_start(b1, a1, b2, a2, r + oversample, g)
-    y = None if exact else d1.new_empty(d, start.shape[1])
+    g, start, prep, ctx, name = slot.gen, slot.start, slot.prep, slot.ctx, slot.name
+    y = None if start is None else d1.new_empty(d, start.shape[1])
     rows = max(1, BLOCK_ENTRIES // n)
-    prep = prepare(b1, a1, b2, a2) if prepare is not None else None
-    ctx = stats(b1, a1, b2, a2) if stats is not None else None
 
     def form(i: int):
         torch.matmul(b1[i : i + rows], a1, out=d1[i : i + rows])
@@ -147,7 +174,8 @@ def _merge_slot(pool, rng: Rng, name: str, factors, bufs, merge, prepare, stats,
         return prep.survey(d1[i : i + rows], d2[i : i + rows], i)
 
     if prep is not None:
-        ctx = prep.finish(d1, d2, _run_blocks(pool, form, d, rows))
+        ctx = prep.finish(d1, d2, _run_blocks(pool, form, d, rows, overlap))
+        overlap = None
 
     def block(i: int) -> float:
         blk1, blk2 = d1[i : i + rows], d2[i : i + rows]
@@ -159,20 +187,27 @@ def _merge_slot(pool, rng: Rng, name: str, factors, bufs, merge, prepare, stats,
             torch.matmul(blk1, start, out=y[i : i + rows])
         return float(torch.linalg.vector_norm(blk1)) ** 2
 
-    total = sum(_run_blocks(pool, block, d, rows))
+    total = sum(_run_blocks(pool, block, d, rows, overlap))
     u, s, v = tsvd(d1, r, g, oversample=oversample, start=start, sketch=y)
     with threads(1):
         a, b = refactor(u, s, v, r, g)
     return a, b, float((s.double() ** 2).sum()), total
 
 
-def _run_blocks(pool: ThreadPoolExecutor | None, block, d: int, rows: int) -> list:
-    """[block(i) for every row block start i], on the pool's workers with one torch thread each (or inline)."""
+def _run_blocks(pool: ThreadPoolExecutor | None, block, d: int, rows: int, overlap=None) -> list:
+    """[block(i) for every row block start i], on the pool's workers with one torch thread each (or inline);
+    `overlap()`, if given, runs on the calling thread (also with one torch thread) while they work."""
     starts = range(0, d, rows)
-    if pool is None or len(starts) == 1:
-        return [block(i) for i in starts]
+    if pool is None:
+        out = [block(i) for i in starts]
+        if overlap is not None:
+            overlap()
+        return out
     with threads(1):
-        return [f.result() for f in [pool.submit(block, i) for i in starts]]
+        futures = [pool.submit(block, i) for i in starts]
+        if overlap is not None:
+            overlap()
+        return [f.result() for f in futures]
 
 
 def _signal_start(b1, a1, b2, a2, k: int, g: torch.Generator) -> torch.Tensor:
@@ -352,7 +387,9 @@ def x6_ties(parents, rng: Rng, *, density: float = 0.2, lam: float = 1.0):
     density = check_fraction("X6", "density", density, lo_open=True)
 
     def merge(d1, d2, g, ctx, row0):
-        disjoint_mean2_(ctx[0].trim(d1, row0), ctx[1].trim(d2, row0)).mul_(lam)  # into d1
+        merged = disjoint_mean2_(ctx[0].trim(d1, row0), ctx[1].trim(d2, row0))  # into d1
+        if lam != 1:
+            merged.mul_(lam)
 
     return _dense_merge(parents, rng, merge, lambda *factors: _TiesThresholds(factors, density))
 
@@ -374,12 +411,14 @@ class _TiesThresholds:
 
 
 def _sample_abs(b: torch.Tensor, a: torch.Tensor, size: int = 1 << 15) -> torch.Tensor:
-    """|B A| at `size` uniformly random positions (fixed seed), from the factors: the matrix is not needed.
-    32k samples bracket a TIES threshold to ~1.5% of the entries at six standard deviations."""
-    d, n = b.shape[0], a.shape[1]
-    idx = torch.randint(d * n, (size,), generator=torch.Generator().manual_seed(0)).to(b.device)
-    rows, cols = idx // n, idx % n
-    return (b.index_select(0, rows) * a.T.contiguous().index_select(0, cols)).sum(dim=1).abs_()
+    """|B A| at `size` uniformly random positions (independent uniform row and column, fixed seed), from the
+    factors: the matrix is not needed. 32k samples bracket a TIES threshold to ~1.5% of the entries at six
+    standard deviations."""
+    gen = torch.Generator().manual_seed(0)
+    rows = torch.randint(b.shape[0], (size,), generator=gen).to(b.device)
+    cols = torch.randint(a.shape[1], (size,), generator=gen).to(b.device)
+    # rows of A^T: a strided gather of A's columns costs ~10x more
+    return b.index_select(0, rows).mul_(a.T.contiguous().index_select(0, cols)).sum(dim=1).abs_()
 
 
 @operator("X7", 2, "crossover", dense=True)
@@ -392,7 +431,7 @@ def x7_della(
     lam: float = 1.0,
     ranks: str = "binned",
 ):
-    """D = lam * disjoint_mean(M_k * D_k / p_k), M_k ~ Bernoulli(p_k), p = density - window + 2 window rank_row(|D_k|); ranks='binned' (default, a 1024-bin histogram per row, ~15x cheaper) or 'exact' (a full sort)."""
+    """D = lam * disjoint_mean(M_k * D_k / p_k), M_k ~ Bernoulli(p_k), p = density - window + 2 window rank_row(|D_k|); ranks='binned' (default, a 512-bin histogram per row, ~15x cheaper) or 'exact' (a full sort)."""
     density, window = float(density), float(window)
     if not (0 < density - window and density + window <= 1 and window >= 0):
         raise OperatorError(
@@ -402,12 +441,14 @@ def x7_della(
     if ranks not in ("binned", "exact"):
         raise OperatorError(
             f"operator X7: ranks={ranks!r} must be 'binned' (default: a histogram per row, exact up to "
-            "entries sharing one of 1024 bins) or 'exact' (a full sort of every row; slower)."
+            "entries sharing one of 512 bins) or 'exact' (a full sort of every row; slower)."
         )
     sample = della_sample_binned if ranks == "binned" else della_sample
 
     def merge(d1, d2, g, ctx, row0):
-        merged = disjoint_mean2_(sample(d1, density, window, g), sample(d2, density, window, g)).mul_(lam)
+        merged = disjoint_mean2_(sample(d1, density, window, g), sample(d2, density, window, g))
+        if lam != 1:
+            merged.mul_(lam)
         if merged is not d1:  # the binned sampler works in place; the exact one returns a new tensor
             d1.copy_(merged)
 
