@@ -10,7 +10,8 @@ What is measured (one run, same process, `torch.set_num_threads(threads)`):
   PEFT merges layer by layer, so its 28-layer time is the timed layers x 28 / layers_peft. Our X5 is timed on
   the very same parents and layers, giving the like-for-like ratio; the merged deltas are compared too.
 - the dense-delta operators (X1, X6, X7, X9) once more with their pre-issue-12 implementation
-  (`bench_legacy.apply_legacy`) on the same parents and layers, for the old / new ratio in the same run.
+  (`bench_legacy.apply_legacy`) on the same parents and layers, for the old / new ratio in the same run;
+  both are timed DENSE_REPEATS times, interleaved, and the medians are reported (the runs are in the JSON).
 - retention of every child vs its parents (rel. Frobenius distance, cosine, effective rank, overlap, tau), for
   the sibling pair at full shape and for an unrelated pair (2 layers of the same shape).
 """
@@ -21,6 +22,7 @@ import json
 import math
 import os
 import platform
+import statistics
 import time
 from pathlib import Path
 
@@ -43,6 +45,7 @@ SHAPES = {
     "tiny": {"layers": 2, "hidden": 64, "kv": 32, "heads": 4, "kv_heads": 2, "rank": 8, "alpha": 16},
 }
 GOAL_S, GOAL_DENSE_S = 2.0, 10.0
+DENSE_REPEATS = 3  # the dense-delta operators are timed this many times (median reported)
 DEFAULT_OUT = Path("bench/results/operators.json")
 
 
@@ -244,10 +247,18 @@ def _run(
         timed_layers = dense_layers if op.dense else layers
         scale_to_full = shape["layers"] / timed_layers
         parents = ([p1] if op.arity == 1 else [p1, p2]) if not op.dense else [d1, d2]
-        child, secs = _timed(lambda op=op, parents=parents: apply(op.name, parents, seed=0))
-        old_secs = None
-        if legacy and name in LEGACY:  # the old implementation, same parents, same layers, same process
-            _, old_secs = _timed(lambda name=name, parents=parents: apply_legacy(name, parents, seed=0))
+        # dense operators: the median of DENSE_REPEATS runs, new and old interleaved, so that the shared box's
+        # load swings (+-10% between consecutive runs here) hit both alike
+        runs, old_runs = [], []
+        for _ in range(DENSE_REPEATS if op.dense else 1):
+            child, secs = _timed(lambda op=op, parents=parents: apply(op.name, parents, seed=0))
+            runs.append(secs)
+            if legacy and name in LEGACY:  # the old implementation, same parents, same layers, same process
+                old_runs.append(
+                    _timed(lambda name=name, parents=parents: apply_legacy(name, parents, seed=0))[1]
+                )
+        secs = statistics.median(runs)
+        old_secs = statistics.median(old_runs) if old_runs else None
         ret = retention.retention(child, parents)
         unrel = (
             retention.distances(
@@ -266,6 +277,7 @@ def _run(
             "defaults": op.defaults,
             "layers_timed": timed_layers,
             "seconds_timed": secs,
+            "seconds_per_child_runs": [x * scale_to_full for x in runs],
             "seconds_per_child": full_secs,
             "seconds_per_child_old": old_secs * scale_to_full if old_secs is not None else None,
             "speedup_vs_old": old_secs / secs if old_secs is not None and secs > 0 else None,
@@ -286,7 +298,10 @@ def _run(
             },
         }
         was = f" (old implementation {old_secs * scale_to_full:.2f} s)" if old_secs is not None else ""
-        console.print(f"  {name}: {full_secs:.2f} s{' (extrapolated)' if scale_to_full != 1 else ''}{was}")
+        spread = f" (runs {min(runs) * scale_to_full:.2f}-{max(runs) * scale_to_full:.2f})" if len(runs) > 1 else ""
+        console.print(
+            f"  {name}: {full_secs:.2f} s{' (extrapolated)' if scale_to_full != 1 else ''}{spread}{was}"
+        )
 
     # PEFT's svd merge vs our X5 on the same layers (like-for-like), then scaled to the full depth
     q1, q2 = _subset(p1, peft_layers), _subset(p2, peft_layers)
