@@ -26,7 +26,7 @@ from typing import Any, Literal
 
 import yaml
 
-from populora.names import LIVE_OPERATORS, OPERATORS, TASKS
+from populora.names import LIVE_OPERATORS, OPERATORS, TASKS, TEMPLATE_NAMES
 
 PRESET_DIR = Path(__file__).parent / "presets"
 # Keys that may change when resuming a run: how long it runs, how it checkpoints and how many threads it uses.
@@ -176,7 +176,9 @@ class TasksConfig:
     references: int = 6
     """K: reference problems from the buffers shown in each teacher prompt."""
     template: str = "azr"
-    """Prompt template set: 'azr' (the paper's prompts), 'compact' (short prompts for the tiny model) or a folder."""
+    """Prompt template set: 'azr' (the paper's prompts), 'compact' (short prompts for the tiny model), 'azr-short'
+    (AZR's frame, short instructions), 'compact-prefix' (compact, each answer's opening fence written for the
+    model: small chat models keep the format; the smol preset) or a folder."""
     teacher_max_new_tokens: int = 1024
     """Token budget of a teacher's proposal."""
     student_max_new_tokens: int = 1024
@@ -652,8 +654,8 @@ def validate(cfg: Config) -> Config:
         "tasks.teacher_max_new_tokens and tasks.student_max_new_tokens: must be >= 8.",
     )
     _require(
-        tk.template in ("azr", "compact", "azr-short") or Path(tk.template).expanduser().is_dir(),
-        f"tasks.template: {tk.template!r} is not 'azr', 'compact', 'azr-short' or an existing template folder.",
+        tk.template in TEMPLATE_NAMES or Path(tk.template).expanduser().is_dir(),
+        f"tasks.template: {tk.template!r} is not one of {', '.join(TEMPLATE_NAMES)} or an existing template folder.",
     )
     _require(tk.seed_synthetic >= 0, f"tasks.seed_synthetic: must be >= 0, got {tk.seed_synthetic}.")
     _require(tk.buffer_size >= 1, f"tasks.buffer_size: must be >= 1, got {tk.buffer_size}.")

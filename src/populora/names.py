@@ -35,3 +35,6 @@ OPERATORS: tuple[str, ...] = (
     *("I1", "I2"),
 )
 """Every operator in `populora.operators.REGISTRY`, in registry order (mutations, crossovers, identities)."""
+
+# Prompt template sets shipped in populora/tasks/templates (tasks.template; a folder path works too).
+TEMPLATE_NAMES: tuple[str, ...] = ("azr", "compact", "azr-short", "compact-prefix")

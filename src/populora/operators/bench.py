@@ -298,7 +298,11 @@ def _run(
             },
         }
         was = f" (old implementation {old_secs * scale_to_full:.2f} s)" if old_secs is not None else ""
-        spread = f" (runs {min(runs) * scale_to_full:.2f}-{max(runs) * scale_to_full:.2f})" if len(runs) > 1 else ""
+        spread = (
+            f" (runs {min(runs) * scale_to_full:.2f}-{max(runs) * scale_to_full:.2f})"
+            if len(runs) > 1
+            else ""
+        )
         console.print(
             f"  {name}: {full_secs:.2f} s{' (extrapolated)' if scale_to_full != 1 else ''}{spread}{was}"
         )

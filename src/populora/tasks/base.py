@@ -140,8 +140,28 @@ class CodeTask:
         )
 
     # ------------------------------------------------------------------ rendering
-    def _wrap(self, ts: TemplateSet, inner: str) -> str:
-        return ts.render("wrapper", prompt=inner)
+    def _wrap(self, ts: TemplateSet, inner: str, part: str) -> str:
+        """The chat-wrapped prompt, ending with the template's response prefix for `part` if it has one (the
+        first characters of the answer, e.g. "```python\ndef f(", written for the model: small models then
+        keep the format). `parse_proposal` / `parse_answer` put the prefix back before parsing."""
+        return ts.render("wrapper", prompt=inner) + ts.prefixes.get(part, "")
+
+    def _prefixed(self, text: Any, template: str | TemplateSet | None, part: str) -> Any:
+        if template is None or not isinstance(text, str):
+            return text
+        return load_template(template).prefixes.get(part, "") + text
+
+    def _strip_prefix(self, ts: TemplateSet, part: str, body: str, completion: str) -> str:
+        """What the model writes after a prompt that ends with the prefix: the body without it (no thinking
+        text: the prefix starts the answer)."""
+        prefix = ts.prefixes.get(part, "")
+        if not prefix:
+            return completion
+        if not body.startswith(prefix):
+            raise ValueError(
+                f"template {ts.name}: the {part} prefix {prefix!r} does not start the answer {body[:40]!r}"
+            )
+        return body[len(prefix) :]
 
     def _completion(self, ts: TemplateSet, body: str, thinking: str | None) -> str:
         return ts.render("completion", body=body, thinking=DEFAULT_THINKING if thinking is None else thinking)
@@ -167,14 +187,16 @@ class CodeTask:
         """What a perfect teacher writes after `teacher_prompt` for this (program, inputs, message).
         `parse_proposal` of the result gives back exactly these pieces (code_f: inputs and message)."""
         ts = load_template(template)
-        return self._completion(ts, self.proposal_body(program, inputs, message), thinking)
+        body = self.proposal_body(program, inputs, message)
+        return self._strip_prefix(ts, f"teacher_{self.name}", body, self._completion(ts, body, thinking))
 
     def render_answer(
         self, answer_text: str, template: str | TemplateSet | None = None, thinking: str | None = None
     ) -> str:
         """What a perfect student writes after `student_prompt` when its answer is `answer_text`."""
         ts = load_template(template)
-        return self._completion(ts, f"```{self.answer_lang}\n{answer_text.strip(chr(10))}\n```", thinking)
+        body = f"```{self.answer_lang}\n{answer_text.strip(chr(10))}\n```"
+        return self._strip_prefix(ts, f"student_{self.name}", body, self._completion(ts, body, thinking))
 
     def gold_answer(self, problem: Problem) -> str:
         """An answer text that scores True (the teacher's input / output / program)."""
@@ -195,7 +217,9 @@ class CodeTask:
         """Parse a teacher completion. Never raises. `template`: pass the set used for the prompt to get the
         strict R1 frame check of that set; None accepts text with or without `<answer>` tags."""
         try:
-            return self._parse_proposal(text, program, template)
+            return self._parse_proposal(
+                self._prefixed(text, template, f"teacher_{self.name}"), program, template
+            )
         except Exception as e:  # a parser bug must not crash a training step
             return FormatError(f"format: unparsable ({type(e).__name__})")
 
@@ -208,6 +232,7 @@ class CodeTask:
         Fallbacks, as AZR's: code_f also takes the last bare ``` / ```py block; code_i/code_o
         take the whole inside of an explicit `<answer>...</answer>` that holds no fenced block at all."""
         try:
+            text = self._prefixed(text, template, f"student_{self.name}")
             region, why = self._region(text, template)
             if region is None:
                 return FormatError(why or "format")
@@ -400,7 +425,7 @@ class CodeIO(CodeTask):
         inner = ts.render(
             f"teacher_{self.name}", references=references, banned=self.banned_text(), n=len(refs)
         )
-        return self._wrap(ts, inner)
+        return self._wrap(ts, inner, f"teacher_{self.name}")
 
     def proposal_body(self, program: str, inputs: Sequence[str], message: str = "") -> str:
         if isinstance(inputs, str):
@@ -437,7 +462,8 @@ class CodeI(CodeIO):
 
     def student_prompt(self, problem: Problem, template: str | TemplateSet | None = None) -> str:
         ts = load_template(template)
-        return self._wrap(ts, ts.render("student_code_i", program=problem.program, output=problem.outputs[0]))
+        part = "student_code_i"
+        return self._wrap(ts, ts.render(part, program=problem.program, output=problem.outputs[0]), part)
 
     def gold_answer(self, problem: Problem) -> str:
         return problem.inputs[0]
@@ -488,7 +514,8 @@ class CodeO(CodeIO):
 
     def student_prompt(self, problem: Problem, template: str | TemplateSet | None = None) -> str:
         ts = load_template(template)
-        return self._wrap(ts, ts.render("student_code_o", program=problem.program, input=problem.inputs[0]))
+        part = "student_code_o"
+        return self._wrap(ts, ts.render(part, program=problem.program, input=problem.inputs[0]), part)
 
     def gold_answer(self, problem: Problem) -> str:
         return problem.outputs[0]
@@ -536,6 +563,7 @@ class CodeF(CodeTask):
         return self._wrap(
             ts,
             ts.render("teacher_code_f", program=program, n=self.config.n_inputs, banned=self.banned_text()),
+            "teacher_code_f",
         )
 
     def proposal_body(self, program: str, inputs: Sequence[str], message: str = "") -> str:
@@ -575,7 +603,9 @@ class CodeF(CodeTask):
         sep = "\n\n" if ts.strict_think_answer else "\n"
         pairs = sep.join(ts.render("pair", k=k, input=i, output=o) for k, (i, o) in enumerate(problem.given))
         return self._wrap(
-            ts, ts.render("student_code_f", pairs=pairs, message=problem.message, banned=self.banned_text())
+            ts,
+            ts.render("student_code_f", pairs=pairs, message=problem.message, banned=self.banned_text()),
+            "student_code_f",
         )
 
     def gold_answer(self, problem: Problem) -> str:

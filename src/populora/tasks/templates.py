@@ -11,13 +11,15 @@ Substituted values are never re-scanned, so `$` or `{}` inside programs are safe
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from string import Template
 
+from populora.names import TEMPLATE_NAMES
+
 TEMPLATE_ROOT = Path(__file__).parent / "templates"
-TEMPLATE_NAMES: tuple[str, ...] = ("azr", "compact", "azr-short")
+__all__ = ["TEMPLATE_NAMES", "TEMPLATE_ROOT", "TemplateSet", "load_template"]
 DEFAULT_TEMPLATE = "azr"
 FILES = (
     "wrapper",
@@ -40,6 +42,9 @@ class TemplateSet:
     texts: dict
     strict_think_answer: bool
     description: str = ""
+    # response prefixes per prompt part ("teacher_code_o": "```python\ndef f("): the prompt ends with them
+    # and the parsers put them back (template.json "prefixes")
+    prefixes: dict = field(default_factory=dict)
 
     def render(self, part: str, **fields: object) -> str:
         try:
@@ -67,7 +72,18 @@ def _load(path: Path) -> TemplateSet:
         texts=texts,
         strict_think_answer=bool(meta.get("strict_think_answer", False)),
         description=str(meta.get("description", "")),
+        prefixes=_prefixes(meta.get("prefixes", {}), path),
     )
+
+
+def _prefixes(raw: object, path: Path) -> dict:
+    parts = [p for p in FILES if p.startswith(("teacher_", "student_"))]
+    if not isinstance(raw, dict) or any(k not in parts or not isinstance(v, str) for k, v in raw.items()):
+        raise ValueError(
+            f"template {path}/template.json: 'prefixes' must map prompt parts ({', '.join(parts)}) to strings, "
+            f"got {raw!r}"
+        )
+    return dict(raw)
 
 
 def load_template(template: str | Path | TemplateSet | None = None) -> TemplateSet:
