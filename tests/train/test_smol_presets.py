@@ -14,9 +14,9 @@ PROGRAM = "def f(x):\n    return x * 3"
 
 def test_presets():
     smol, azr = load_config("smol"), load_config("smol-azr")
-    assert smol.tasks.template == "azr-short" and azr.tasks.template == "azr"
+    assert smol.tasks.template == "compact-prefix" and azr.tasks.template == "azr"
     assert smol.model.name == azr.model.name == "smol"
-    # Same algorithm: only the prompts and budgets differ.
+    # Same algorithm and sampling: only the prompts and budgets differ.
     assert (smol.rl, smol.population, smol.evolution, smol.lora) == (
         azr.rl,
         azr.population,
