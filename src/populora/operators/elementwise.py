@@ -131,7 +131,7 @@ class BlockTopK:
     """The `TopK` of a matrix found while its row blocks are formed, without a scan of the whole matrix.
 
     A sample of the matrix's |.| (taken before it exists, e.g. from LoRA factors) brackets the threshold;
-    `survey(block, row0)` counts the block's entries above the bracket and keeps the few inside it (~2%);
+    `survey(block, row0)` counts the block's entries above the bracket and keeps the few inside it (~3%);
     `finish(surveys, whole)` selects the exact threshold and ties among those, or, if the bracket missed
     (probability ~1e-9), falls back to `TopK(whole)`. The result is the same as `TopK(whole, density)`.
     """
@@ -281,7 +281,7 @@ def binned_row_ranks(mag: torch.Tensor, bins: int = RANK_BINS) -> tuple[torch.Te
     alone in its bin; otherwise off by at most half its bin's count (measured on 7B-shaped synthetic deltas
     with 512 bins: mean |error| 1.1e-3, max 6.4e-3 of the rank range; 1024 bins halve that and cost ~3% more
     time), and monotone non-decreasing in |.| within a row. Two passes and a histogram instead of a sort:
-    ~15x cheaper than `row_ranks` on 3584-wide rows.
+    ~8x cheaper than `row_ranks` on 3584-wide rows (measured per 3584 x 3584 module).
     """
     rows, n = mag.shape
     top = mag.amax(dim=1, keepdim=True)

@@ -176,7 +176,7 @@ def tsvd(
 
 def _wide_svd(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Thin SVD (U, S, V) of a wide k x n matrix through the eigendecomposition of its k x k Gram matrix in
-    float64 (8x cheaper than LAPACK's SVD of a 40 x 3584 matrix; squaring the condition number costs nothing
+    float64 (LAPACK's SVD of a 40 x 3584 matrix took 4.3 ms here, the 40 x 40 eigendecomposition 0.6 ms; squaring the condition number costs nothing
     in float64 for the singular values rank r keeps). Components with S ~ 0 get V columns of zeros."""
     xd = x.double()
     lam, u = torch.linalg.eigh(xd @ xd.T)
