@@ -298,6 +298,8 @@ def test_pretrain_tiny_cli_rejects_bad_arguments():
     assert res.exit_code == 2 and "--schedule" in res.output
     res = CliRunner().invoke(app, ["pretrain-tiny", "--level", "hard"])
     assert res.exit_code == 2 and "--level" in res.output
+    res = CliRunner().invoke(app, ["pretrain-tiny", "--attention", "causal"])
+    assert res.exit_code == 2 and "--attention" in res.output
     res = CliRunner().invoke(app, ["pretrain-tiny", "--mix", "student:code_x=1"])
     assert res.exit_code == 2 and "--mix" in res.output
 
@@ -334,3 +336,45 @@ def test_committed_asset_loads_fits_and_greedy_generates_for_a_compact_prompt():
     text = tok.decode(out[0, ids["input_ids"].shape[1] :], skip_special_tokens=True)
     assert text.strip()  # the trained asset answers in a fenced block; the bench measures how well
     assert text.lstrip().startswith("```")
+
+
+def test_packing_restarts_positions_per_example_and_pads_as_one_more_segment():
+    from populora.pretrain.train import _pack
+
+    enc = [([5, 6, 7], [0.3, 1.0, 1.0]), ([8, 9], [0.3, 1.0]), ([4, 4, 4, 4], [1.0] * 4)]
+    data = _pack(enc, seq_len=6, pad_id=1)
+    assert data.ids == [[5, 6, 7, 8, 9, 1], [4, 4, 4, 4, 1, 1]]
+    assert data.positions == [[0, 1, 2, 0, 1, 0], [0, 1, 2, 3, 0, 1]]
+    assert data.weights[0] == [0.3, 1.0, 1.0, 0.3, 1.0, 0.0]
+
+
+@pytest.mark.parametrize("attention", ["example", "row"])
+def test_per_example_attention_makes_a_packed_example_score_as_it_does_alone(attention):
+    """With attention="example" the loss of an example inside a packed row is its loss alone at position
+    0, as the model sees a prompt at inference; with "row" it also sees the example before it."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from populora.pretrain.train import _pack, _weighted_loss
+
+    torch.manual_seed(0)
+    cfg = Qwen2Config(
+        vocab_size=50,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        pad_token_id=1,
+    )
+    model = Qwen2ForCausalLM(cfg).train()
+    first, second = [7, 8, 9, 10, 11], [12, 13, 14, 15]
+    # The first token of `second` is predicted from `first`'s last one in a packed row: weight 0, as alone.
+    data = _pack([(first, [0.0] * 5), (second, [0.0] + [1.0] * 3)], seq_len=9, pad_id=1)
+    positions = torch.tensor(data.positions) if attention == "example" else None
+    packed, _, _ = _weighted_loss(
+        model, torch.tensor(data.ids), torch.tensor(data.weights), positions=positions
+    )
+    alone, _, _ = _weighted_loss(model, torch.tensor([second]), torch.tensor([[0.0] + [1.0] * 3]))
+    assert torch.isclose(packed, alone, atol=1e-5) == (attention == "example")

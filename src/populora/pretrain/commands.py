@@ -63,6 +63,12 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         bf16: bool = typer.Option(
             True, "--bf16/--fp32", help="bf16 autocast for the matmuls (weights stay float32)."
         ),
+        attention: str = typer.Option(
+            "example",
+            help="example: each packed example sees only itself and starts at position 0, as a prompt "
+            "does at inference | row: a packed row is one causal sequence (runs before 2026-12-01).",
+            metavar="<str>",
+        ),
     ) -> None:
         """Generate the synthetic corpus, train tokenizer and model, and write the tiny model folder."""
         from rich.console import Console
@@ -81,6 +87,9 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
             raise typer.Exit(2)
         if names not in ("simple", "varied"):
             typer.echo(f"error: --names must be simple or varied, got {names!r}", err=True)
+            raise typer.Exit(2)
+        if attention not in ("example", "row"):
+            typer.echo(f"error: --attention must be example or row, got {attention!r}", err=True)
             raise typer.Exit(2)
         if schedule not in ("wsd", "cosine"):
             typer.echo(f"error: --schedule must be wsd or cosine, got {schedule!r}", err=True)
@@ -123,6 +132,7 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
             max_statements=max_statements,
             level=level,
             bf16=bf16,
+            attention=attention,
             **({"mix": mix_weights} if mix_weights else {}),
             schedule=schedule,
             decay_start=decay_start,

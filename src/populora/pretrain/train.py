@@ -66,6 +66,10 @@ class PretrainConfig:
     # bf16 autocast for the matmuls (weights, optimizer state and the saved model stay float32): about 1.8x
     # the tokens per second of float32 on this AVX-512-BF16 CPU.
     bf16: bool = True
+    # "example": every packed example attends only to itself and starts at position 0, exactly as a prompt
+    # does at inference (position ids restart per example; transformers turns that into a block-causal
+    # mask). "row": the whole packed row is one causal sequence (the runs before 2026-12-01).
+    attention: str = "example"
     # Continue from a model folder written by an earlier run (its tokenizer and weights; model-shape fields
     # above are then ignored). Use another --seed so the continuation sees new examples.
     init_from: str | None = None
@@ -75,6 +79,8 @@ class PretrainConfig:
 class PackedData:
     ids: list[list[int]]
     weights: list[list[float]]
+    # Position of each token inside its own example (the padding tail counts as one more example).
+    positions: list[list[int]]
 
 
 def _encode(tok, examples: list[Example], cfg: PretrainConfig) -> list[tuple[list[int], list[float]]]:
@@ -94,19 +100,27 @@ def _pack(encoded: list[tuple[list[int], list[float]]], seq_len: int, pad_id: in
     """First-fit packing of whole examples into rows of seq_len tokens (pad has weight 0)."""
     rows_ids: list[list[int]] = []
     rows_w: list[list[float]] = []
+    rows_pos: list[list[int]] = []
     cur_ids: list[int] = []
     cur_w: list[float] = []
+    cur_pos: list[int] = []
+
+    def close_row() -> None:
+        n_pad = seq_len - len(cur_ids)
+        rows_ids.append(cur_ids + [pad_id] * n_pad)
+        rows_w.append(cur_w + [0.0] * n_pad)
+        rows_pos.append(cur_pos + list(range(n_pad)))
+
     for ids, w in encoded:
         if len(cur_ids) + len(ids) > seq_len:
-            rows_ids.append(cur_ids + [pad_id] * (seq_len - len(cur_ids)))
-            rows_w.append(cur_w + [0.0] * (seq_len - len(cur_w)))
-            cur_ids, cur_w = [], []
+            close_row()
+            cur_ids, cur_w, cur_pos = [], [], []
         cur_ids += ids
         cur_w += w
+        cur_pos += list(range(len(ids)))
     if cur_ids:
-        rows_ids.append(cur_ids + [pad_id] * (seq_len - len(cur_ids)))
-        rows_w.append(cur_w + [0.0] * (seq_len - len(cur_w)))
-    return PackedData(rows_ids, rows_w)
+        close_row()
+    return PackedData(rows_ids, rows_w, rows_pos)
 
 
 def model_config(cfg: PretrainConfig, tok):
@@ -129,12 +143,15 @@ def model_config(cfg: PretrainConfig, tok):
     )
 
 
-def _weighted_loss(model, ids, weights, bf16: bool = False):
+def _weighted_loss(model, ids, weights, bf16: bool = False, positions=None):
+    """Weighted next-token loss of packed rows. With `positions` (restarting at 0 per example), no attention
+    mask and no cache, transformers builds a block-causal mask: no token sees another example. (With a
+    cache, which the model makes by default, it silently skips that and the row is one sequence.)"""
     import torch
     import torch.nn.functional as F
 
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-        logits = model(input_ids=ids).logits[:, :-1]
+        logits = model(input_ids=ids, position_ids=positions, use_cache=False).logits[:, :-1]
     logits = logits.float()  # the loss itself in float32
     target = ids[:, 1:]
     w = weights[:, 1:]
@@ -185,8 +202,12 @@ def pretrain(cfg: PretrainConfig, out: Path, progress: bool = True, renderer=Non
     rng.shuffle(enc)
     data = _pack(enc, cfg.seq_len, tok.pad_token_id)
     val = _pack(val_enc, cfg.seq_len, tok.pad_token_id)
+    if cfg.attention not in ("example", "row"):
+        raise ValueError(f"attention must be example or row, got {cfg.attention!r}")
+    per_example = cfg.attention == "example"
     ids_all = torch.tensor(data.ids)
     w_all = torch.tensor(data.weights)
+    pos_all = torch.tensor(data.positions) if per_example else None
 
     if cfg.init_from:
         model = Qwen2ForCausalLM.from_pretrained(cfg.init_from, dtype=torch.float32)
@@ -254,7 +275,9 @@ def pretrain(cfg: PretrainConfig, out: Path, progress: bool = True, renderer=Non
             pos += cfg.batch_size
             for g in opt.param_groups:
                 g["lr"] = lr_at(step)
-            loss, _, _ = _weighted_loss(model, ids_all[idx], w_all[idx], cfg.bf16)
+            loss, _, _ = _weighted_loss(
+                model, ids_all[idx], w_all[idx], cfg.bf16, pos_all[idx] if per_example else None
+            )
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
@@ -287,10 +310,11 @@ def pretrain(cfg: PretrainConfig, out: Path, progress: bool = True, renderer=Non
 
     model.eval()
     with torch.no_grad():
-        vids, vw = torch.tensor(val.ids), torch.tensor(val.weights)
+        vids, vw, vpos = torch.tensor(val.ids), torch.tensor(val.weights), torch.tensor(val.positions)
         num = den = 0.0
         for i in range(0, vids.shape[0], cfg.batch_size):
-            _, nll, w = _weighted_loss(model, vids[i : i + cfg.batch_size], vw[i : i + cfg.batch_size])
+            sl = slice(i, i + cfg.batch_size)
+            _, nll, w = _weighted_loss(model, vids[sl], vw[sl], positions=vpos[sl] if per_example else None)
             mask = (w == 1.0).float()  # completion tokens only: what the model must produce
             num += (nll * mask).sum().item()
             den += mask.sum().item()
