@@ -170,6 +170,8 @@ def pretrain(cfg: PretrainConfig, out: Path, progress: bool = True, renderer=Non
     from populora.pretrain.render import get_renderer
     from populora.pretrain.tokenizer import train_tokenizer
 
+    if cfg.attention not in ("example", "row"):  # before the corpus is built, not minutes later
+        raise ValueError(f"attention must be example or row, got {cfg.attention!r}")
     t0 = time.time()
     torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
@@ -202,8 +204,6 @@ def pretrain(cfg: PretrainConfig, out: Path, progress: bool = True, renderer=Non
     rng.shuffle(enc)
     data = _pack(enc, cfg.seq_len, tok.pad_token_id)
     val = _pack(val_enc, cfg.seq_len, tok.pad_token_id)
-    if cfg.attention not in ("example", "row"):
-        raise ValueError(f"attention must be example or row, got {cfg.attention!r}")
     per_example = cfg.attention == "example"
     ids_all = torch.tensor(data.ids)
     w_all = torch.tensor(data.weights)
@@ -276,7 +276,7 @@ def pretrain(cfg: PretrainConfig, out: Path, progress: bool = True, renderer=Non
             for g in opt.param_groups:
                 g["lr"] = lr_at(step)
             loss, _, _ = _weighted_loss(
-                model, ids_all[idx], w_all[idx], cfg.bf16, pos_all[idx] if per_example else None
+                model, ids_all[idx], w_all[idx], cfg.bf16, None if pos_all is None else pos_all[idx]
             )
             opt.zero_grad(set_to_none=True)
             loss.backward()
@@ -310,11 +310,12 @@ def pretrain(cfg: PretrainConfig, out: Path, progress: bool = True, renderer=Non
 
     model.eval()
     with torch.no_grad():
-        vids, vw, vpos = torch.tensor(val.ids), torch.tensor(val.weights), torch.tensor(val.positions)
+        vids, vw = torch.tensor(val.ids), torch.tensor(val.weights)
+        vpos = torch.tensor(val.positions) if per_example else None
         num = den = 0.0
         for i in range(0, vids.shape[0], cfg.batch_size):
             sl = slice(i, i + cfg.batch_size)
-            _, nll, w = _weighted_loss(model, vids[sl], vw[sl], positions=vpos[sl] if per_example else None)
+            _, nll, w = _weighted_loss(model, vids[sl], vw[sl], positions=None if vpos is None else vpos[sl])
             mask = (w == 1.0).float()  # completion tokens only: what the model must produce
             num += (nll * mask).sum().item()
             den += mask.sum().item()
