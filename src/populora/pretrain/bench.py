@@ -21,6 +21,7 @@ from pathlib import Path
 
 from populora.names import TASKS
 from populora.paths import TINY_MODEL_DIR as ASSET_DIR
+from populora.pretrain.probe import MAX_NEW_TOKENS
 from populora.pretrain.programs import (
     DEFAULT_LEVEL,
     DEFAULT_NAMES,
@@ -34,7 +35,7 @@ DEFAULT_OUT = Path("bench/results/tiny_model.json")
 EVAL_SEED = 20_261_130  # disjoint from the corpus seeds (0.. and seed + 1_000_003)
 MAX_NEW = {
     "teacher": {"code_i": 200, "code_o": 200, "code_f": 256},
-    "student": {"code_i": 64, "code_o": 64, "code_f": 160},
+    "student": dict(MAX_NEW_TOKENS),
 }
 
 

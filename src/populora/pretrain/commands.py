@@ -63,6 +63,12 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         bf16: bool = typer.Option(
             True, "--bf16/--fp32", help="bf16 autocast for the matmuls (weights stay float32)."
         ),
+        trace: bool = typer.Option(
+            False,
+            "--trace/--no-trace",
+            help="code_o student answers start with a ```trace block (each statement reduced one step at "
+            "a time) before the ```output block.",
+        ),
         attention: str = typer.Option(
             "example",
             help="example: each packed example sees only itself and starts at position 0, as a prompt "
@@ -133,6 +139,7 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
             level=level,
             bf16=bf16,
             attention=attention,
+            trace=trace,
             **({"mix": mix_weights} if mix_weights else {}),
             schedule=schedule,
             decay_start=decay_start,

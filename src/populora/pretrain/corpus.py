@@ -22,6 +22,7 @@ from populora.pretrain.programs import (
     sample_code_f,
     sample_triplet,
 )
+from populora.pretrain.trace import render_trace
 
 # Mixture of example kinds (weights per drawn example).
 MIX = {
@@ -74,9 +75,11 @@ def iter_examples(
     names: str = DEFAULT_NAMES,
     max_statements: int = MAX_STATEMENTS,
     level: str = DEFAULT_LEVEL,
+    trace: bool = False,
 ) -> Iterator[Example]:
     """An endless, seeded stream of examples. Same seed and renderer -> same stream. Programs come from
-    the generator's "train" split only (never a held-out probe program)."""
+    the generator's "train" split only (never a held-out probe program). `trace`: code_o student answers
+    start with the program's execution trace (`trace.render_trace`), the working a student then writes."""
     rng = random.Random(seed)
     mix = mix or MIX
     kinds, weights = list(mix), list(mix.values())
@@ -101,6 +104,8 @@ def iter_examples(
                 prompt, completion = renderer.teacher_io(task, refs, tr)
             else:
                 prompt, completion = renderer.student_io(task, tr)
+                if trace and task == "code_o":
+                    completion = render_trace(tr.program, tr.input) + completion
         yield Example(kind, prompt, completion)
 
 

@@ -35,8 +35,9 @@ PROBE_DIR = Path(__file__).resolve().parents[1] / "assets" / "probe"
 PROBE_SEED = 15_015  # its own stream; the split (not the seed) is what keeps probes out of training data
 PROBE_SIZE = 256
 # Enough new tokens for a perfect compact answer (p95 of gold answers is about 20 for code_i/code_o and
-# about 100 for code_f programs; see `populora bench tiny-model`).
-MAX_NEW_TOKENS = {"code_i": 64, "code_o": 64, "code_f": 160}
+# about 100 for code_f programs; see `populora bench tiny-model`), and for code_o the execution trace the
+# bundled model writes first (pretrain/trace.py: p95 about 70 tokens).
+MAX_NEW_TOKENS = {"code_i": 64, "code_o": 128, "code_f": 160}
 
 
 class ProbeError(RuntimeError):

@@ -44,6 +44,9 @@ class PretrainConfig:
     names: str = DEFAULT_NAMES  # variable naming of the generated programs (programs.NAMES)
     max_statements: int = MAX_STATEMENTS  # the generator's difficulty knob (programs.sample_program)
     level: str = DEFAULT_LEVEL  # which statement kinds the generator uses (programs.LEVELS)
+    # code_o student answers start with an execution trace (pretrain/trace.py): the model learns to write
+    # its working before the output block, one small step per line.
+    trace: bool = False
     # Optimisation.
     seq_len: int = 512
     batch_size: int = 8
@@ -183,6 +186,7 @@ def pretrain(cfg: PretrainConfig, out: Path, progress: bool = True, renderer=Non
         names=cfg.names,
         max_statements=cfg.max_statements,
         level=cfg.level,
+        trace=cfg.trace,
     )
     train_ex = build_corpus(cfg.seed, cfg.n_examples, renderer, **kw)
     # A different stream for validation; a few collisions with training programs are possible and harmless.

@@ -1,0 +1,92 @@
+"""Execution traces for code_o answers: hand-checked reductions, agreement with the real run, and answers that
+still parse and score the same with the trace in front."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from populora.pretrain.corpus import build_corpus
+from populora.pretrain.programs import compile_program, run, sample_triplet
+from populora.pretrain.tasks_render import TasksRenderer
+from populora.pretrain.trace import render_trace, trace_lines
+from populora.sandbox import Sandbox
+from populora.tasks import get
+from populora.tasks.extract import find_blocks
+
+
+@pytest.fixture(scope="module")
+def sandbox():
+    with Sandbox(workers=1) as sb:
+        yield sb
+
+
+def test_parameters_then_one_reduction_per_step():
+    prog = "def f(n, xs):\n    r = sum(xs)\n    out = str(r * 2 + n)\n    return out"
+    assert trace_lines(prog, "3, [0, 1]") == [
+        "n = 3",
+        "xs = [0, 1]",
+        "r = sum([0, 1]) = 1",
+        "out = str(1 * 2 + 3) = str(2 + 3) = str(5) = '5'",
+    ]
+
+
+def test_strings_slices_methods_and_range_reduce_as_python_does():
+    assert trace_lines("def f(s):\n    out = s[::-1] + 'x'\n    return out", "'abc'") == [
+        "s = 'abc'",
+        "out = 'abc'[::-1] + 'x' = 'cba' + 'x' = 'cbax'",
+    ]
+    assert trace_lines("def f(s):\n    out = s.replace('a', 'y')\n    return out", "'aba'") == [
+        "s = 'aba'",
+        "out = 'aba'.replace('a', 'y') = 'yby'",
+    ]
+    # range(...) is consumed by list(...) in the same step: no `range(0, 3)` object is ever shown.
+    assert trace_lines("def f(n):\n    ys = list(range(n % 6 + 1))\n    return ys", "8") == [
+        "n = 8",
+        "ys = list(range(8 % 6 + 1)) = list(range(2 + 1)) = list(range(3)) = [0, 1, 2]",
+    ]
+
+
+def test_comprehension_variables_are_not_substituted_and_a_return_expression_is_traced():
+    prog = "def f(xs, x):\n    ys = [x * 2 for x in xs]\n    return len(ys) + x"
+    assert trace_lines(prog, "[1, 2], 5") == [
+        "xs = [1, 2]",
+        "x = 5",
+        "ys = [x * 2 for x in [1, 2]] = [2, 4]",
+        "return len([2, 4]) + 5 = 2 + 5 = 7",
+    ]
+
+
+def test_statements_it_cannot_show_give_no_trace_rather_than_a_wrong_one():
+    loop = "def f(xs):\n    total = 0\n    for v in xs:\n        total += v\n    return total"
+    assert trace_lines(loop, "[1, 2]") is None
+    assert render_trace(loop, "[1, 2]") == ""
+    assert trace_lines("def f(n):\n    r = n // 0\n    return r", "1") is None  # raises: no trace
+    assert trace_lines("def f(n):\n    r = n\n    return r", "1, 2") is None  # wrong arity
+
+
+def test_every_generated_trace_ends_in_the_programs_real_output():
+    rng = random.Random(0)
+    for _ in range(400):
+        tr = sample_triplet(rng, level="easy")
+        lines = trace_lines(tr.program, tr.input)
+        assert lines is not None, tr.program  # the easy level is straight-line code: always traceable
+        # The easy level returns its last variable, so the last step's value is the output.
+        assert lines[-1].rsplit(" = ", 1)[-1] == tr.output == run(compile_program(tr.program), tr.input)
+
+
+def test_traced_corpus_answers_parse_and_score_like_untraced_ones(sandbox):
+    task = get("code_o")
+    plain = build_corpus(5, 60, TasksRenderer(), mix={"student:code_o": 1.0}, level="easy")
+    traced = build_corpus(5, 60, TasksRenderer(), mix={"student:code_o": 1.0}, level="easy", trace=True)
+    for a, b in zip(plain, traced, strict=True):
+        assert a.prompt == b.prompt  # the prompt does not change: only what the student writes
+        assert b.completion.startswith("```trace\n") and b.completion.endswith(a.completion)
+        assert len(find_blocks(b.completion, "trace")) == 1
+        assert task.parse_answer(b.completion) == task.parse_answer(a.completion)
+    # And the sandbox scores a traced gold answer correct.
+    tr = sample_triplet(random.Random(1), level="easy")
+    problem = TasksRenderer().problem_io("code_o", tr)
+    completion = render_trace(tr.program, tr.input) + task.render_answer(task.gold_answer(problem), template="compact")
+    assert task.score(problem, [task.parse_answer(completion)], sandbox) == [True]
