@@ -3,6 +3,7 @@
 - ablation.py: the compute-matched population-size ablation (single, 1T+1S, 2T+2S, 4T+4S) over seeds;
 - retention.py: the crossover retention test (two single-task specialists, every crossover's child probed at
   birth and after recovery);
+- controls.py: RL of one student without teachers (does the update fit? does it transfer?);
 - runs.py: resumable runs with progress; measures.py: the per-run numbers (from populora.diagnostics) and
   confidence intervals; evaluation.py: `--eval` through `populora eval`; page.py: experiment.html.
 
