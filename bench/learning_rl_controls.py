@@ -53,17 +53,22 @@ def run(mode: str, lr: float, args, sb, pool: dict, probe: dict) -> dict:
     budget = dict.fromkeys(MAX_NEW_TOKENS, cfg.tasks.student_max_new_tokens)  # the trainer's answer budget
     rng = random.Random(args.seed)
     steps = args.steps_fixed if mode == "fixed" else args.steps_fresh
-    fixed = [p for t in pool for p in rng.sample(pool[t], args.per_type)]
+    order = {t: rng.sample(pool[t], len(pool[t])) for t in pool}  # fresh: each problem at most once
+    fixed = [p for t in pool for p in order[t][: args.per_type]]
     solve, probes, t0 = [], [], time.time()
 
     def measure(step: int) -> None:
         acc = score_members(eng, {"s": 0}, probe, sb)["s"]
         probes.append({"step": step, **acc, "all": statistics.fmean(acc.values())})
+        print(f"{mode} lr {lr:g} probe at step {step}: {probes[-1]['all']:.3f} {acc}", flush=True)
 
     if mode == "fresh":
         measure(0)
     for step in range(1, steps + 1):
-        problems = fixed if mode == "fixed" else [p for t in pool for p in rng.sample(pool[t], args.per_type)]
+        k = args.per_type
+        problems = (
+            fixed if mode == "fixed" else [p for t in pool for p in order[t][k * step : k * (step + 1)]]
+        )
         solve.append(
             rl_step(eng, problems, args.rollouts, args.temperature, 1000 * step + args.seed, sb, budget)
         )
@@ -100,6 +105,8 @@ def main() -> None:
     ap.add_argument("--probe-size", type=int, default=64, help="probe problems per task type")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--modes", default="fixed,fresh", help="which controls to run (fixed, fresh or both)")
+    ap.add_argument("--no-headroom", action="store_true", help="skip the greedy vs pass@k measurement")
     ap.add_argument("--quick", action="store_true", help="a smoke run: 2 problems, 2 steps, 4 probe problems")
     ap.add_argument("--out", default="bench/results/learning_rl_controls.json")
     args = ap.parse_args()
@@ -110,20 +117,23 @@ def main() -> None:
     t0 = time.time()
     with Sandbox(workers=2, limits=Limits(timeout_s=2.0, memory_mb=256)) as sb:
         # The generator's train split with a seed of its own: never the probe's problems.
-        seeds = synthetic_seeds(max(50, 10 * args.per_type * args.steps_fresh // 8), sb, 1000 + args.seed)
+        seeds = synthetic_seeds(args.per_type * (args.steps_fresh + 1) + 8, sb, 1000 + args.seed)
         pool = {t: [p for p in seeds if p.task == t] for t in TASKS}
         probe = probe_subset(args.probe_size)
-        base = build_engine(
-            load_config(
-                "tiny-learn", [f"model.name={args.model}", "population.teachers=1", "population.students=1"]
+        room = {}
+        if not args.no_headroom:
+            base = build_engine(
+                load_config(
+                    "tiny-learn",
+                    [f"model.name={args.model}", "population.teachers=1", "population.students=1"],
+                )
             )
-        )
-        room = headroom(base, probe, args.rollouts, args.temperature, sb)
-        base.close()
+            room = headroom(base, probe, args.rollouts, args.temperature, sb)
+            base.close()
         results = [
             run(mode, float(lr), args, sb, pool, probe)
             for lr in args.lrs.split(",")
-            for mode in ("fixed", "fresh")
+            for mode in args.modes.split(",")
         ]
     out = {
         "what": "one student adapter, RL without teachers: the same problems every step (fixed) or new generator "
@@ -135,13 +145,14 @@ def main() -> None:
     }
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
     k = args.rollouts
-    print(
-        f"\nheadroom at T={args.temperature:g}: "
-        + ", ".join(
-            f"{t} greedy {r['greedy']:.2f} pass@1 {r['pass@1']:.2f} pass@{k} {r[f'pass@{k}']:.2f}"
-            for t, r in room.items()
+    if room:
+        print(
+            f"\nheadroom at T={args.temperature:g}: "
+            + ", ".join(
+                f"{t} greedy {r['greedy']:.2f} pass@1 {r['pass@1']:.2f} pass@{k} {r[f'pass@{k}']:.2f}"
+                for t, r in room.items()
+            )
         )
-    )
     print(
         f"{'mode':>6} {'lr':>7} {'steps':>5} {'solve 1st -> last quarter':>26} {'probe (all) start -> end':>25}"
     )
