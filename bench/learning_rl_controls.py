@@ -1,7 +1,8 @@
 """Controlled check of the RL update without self-play: does it fit what it sees, and does that transfer?
 
-One student adapter (`populora.experiment.controls`), the trainer's engine, loss, verifier rewards (+1 / -0.5 / -1) and REINFORCE++-baseline
-advantages (group = one problem's rollouts, one whitening set), and no teachers. Three measurements:
+One student adapter and no teachers (`populora.experiment.controls`): the trainer's engine, loss, verifier rewards
+(+1 / -0.5 / -1) and REINFORCE++-baseline advantages (group = one problem's rollouts, one whitening set).
+Three measurements:
 
 1. headroom   greedy accuracy against pass@1 and pass@k at the rollout temperature on the probe subset: RL can
               only turn pass@k into greedy accuracy where pass@k is above it.
@@ -64,8 +65,8 @@ def run(mode: str, lr: float, args, sb, pool: dict, probe: dict) -> dict:
 
     if mode == "fresh":
         measure(0)
+    k = args.per_type
     for step in range(1, steps + 1):
-        k = args.per_type
         problems = (
             fixed if mode == "fixed" else [p for t in pool for p in order[t][k * step : k * (step + 1)]]
         )
@@ -107,7 +108,11 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--modes", default="fixed,fresh", help="which controls to run (fixed, fresh or both)")
     ap.add_argument("--no-headroom", action="store_true", help="skip the greedy vs pass@k measurement")
-    ap.add_argument("--quick", action="store_true", help="a smoke run: 2 problems, 2 steps, 4 probe problems")
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="a smoke run: 1 problem per type, 2 rollouts, 2 steps, 4 probe problems",
+    )
     ap.add_argument("--out", default="bench/results/learning_rl_controls.json")
     args = ap.parse_args()
     if args.quick:

@@ -3,7 +3,7 @@
 The whole student update (engine rollouts, sandbox scoring, rewards, REINFORCE++-baseline advantages, AdamW on
 a rank-4 LoRA) on 6 fixed generator problems, 8 rollouts at temperature 1 for 20 steps, as
 `populora.experiment.controls.rl_step` runs it. The sampled solve rate on those problems (16 samples each,
-fixed seed) must rise clearly; with every advantage negated it must not, so the check can fail.
+fixed seed) must rise clearly; with every advantage negated it must fall below the start, so the check can fail.
 """
 
 import pytest

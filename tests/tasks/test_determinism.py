@@ -12,7 +12,8 @@ from populora.tasks.types import InvalidProblem
     "program",
     [
         # The example (`id(object()) % 1000`), with a prime modulus: addresses are 16-byte aligned, so
-        # `% 1000` leaves about 60 values and two layouts collided about once in a hundred runs (CI saw it).
+        # `% 1000` leaves about 125 values; two worker layouts kept the value in 14 of 790 fresh sandboxes (CI
+        # saw it), against 0 of 790 with 1000003.
         "def f(x):\n    return id(object()) % 1000003 + x",
         "def f(x):\n    return [id(x) % 1000003, x]",
         "def f(x):\n    return hash(str(x))",  # str hashes follow the hash seed
