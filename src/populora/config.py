@@ -18,6 +18,7 @@ import difflib
 import inspect
 import math
 import textwrap
+import types
 import typing
 from dataclasses import dataclass, field
 from functools import cache
@@ -152,7 +153,11 @@ class RLConfig:
     rollouts: int = 8
     """n: student rollouts per valid problem (and learnability samples in single mode)."""
     temperature: float = 1.0
-    """Sampling temperature of every training rollout (teachers, students, learnability samples)."""
+    """Sampling temperature of the training rollouts (students, learnability samples; teachers too unless
+    `teacher_temperature` is set)."""
+    teacher_temperature: float | None = None
+    """Sampling temperature of the teachers' proposals (the single agent's as proposer); None = `temperature`.
+    Lets students sample near their greedy answer (what the probe reads) while teachers explore."""
     top_p: float = 1.0
     """Nucleus sampling threshold of the rollouts (1.0 = off)."""
     whiten_scope: Literal["auto", "batch", "role", "member", "task_role"] = "batch"
@@ -345,10 +350,26 @@ def _describe(tp: Any) -> str:
     return {int: "an integer", float: "a number", bool: "true or false", str: "a string"}.get(tp, str(tp))
 
 
+def _optional_of(tp: Any) -> Any:
+    """`X` for a field typed `X | None`, else None."""
+    if isinstance(tp, types.UnionType) or typing.get_origin(tp) is typing.Union:
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(args) == 1 and len(typing.get_args(tp)) == 2:
+            return args[0]
+    return None
+
+
 def _coerce(key: str, value: Any) -> Any:
     tp = _field_type(key)
+    inner = _optional_of(tp)
+    if inner is not None:  # `X | None`: null (YAML ~, or `--set key=null`) unsets it, anything else is an X
+        if value is None or (isinstance(value, str) and value.strip().lower() in ("null", "none", "~")):
+            return None
+        tp = inner
     origin = typing.get_origin(tp)
-    bad = ConfigError(f"{key}: expected {_describe(tp)}, got {value!r}; set it like `--set {key}=...`.")
+    bad = ConfigError(
+        f"{key}: expected {_describe(tp)}{' or null' if inner else ''}, got {value!r}; set it like `--set {key}=...`."
+    )
     if origin is Literal:
         choices = typing.get_args(tp)
         if value not in choices:
@@ -637,6 +658,10 @@ def validate(cfg: Config) -> Config:
         r.temperature > 0,
         f"rl.temperature: must be > 0, got {r.temperature}; training rollouts sample "
         "(greedy rollouts make every learnability estimate 0 or 1), use 1.0.",
+    )
+    _require(
+        r.teacher_temperature is None or r.teacher_temperature > 0,
+        f"rl.teacher_temperature: must be > 0 or null (= rl.temperature), got {r.teacher_temperature}.",
     )
     _require(0 < r.top_p <= 1, f"rl.top_p: must be in (0, 1], got {r.top_p}.")
     _require(bool(tk.types), "tasks.types: is empty; use code_i,code_o,code_f.")

@@ -302,6 +302,8 @@ def test_pretrain_tiny_cli_rejects_bad_arguments():
     assert res.exit_code == 2 and "--attention" in res.output
     res = CliRunner().invoke(app, ["pretrain-tiny", "--mix", "student:code_x=1"])
     assert res.exit_code == 2 and "--mix" in res.output
+    res = CliRunner().invoke(app, ["pretrain-tiny", "--trace", "--trace-fraction", "1.5"])
+    assert res.exit_code == 2 and "--trace-fraction" in res.output
 
 
 def test_committed_asset_loads_fits_and_greedy_generates_for_a_compact_prompt():

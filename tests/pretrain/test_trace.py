@@ -88,5 +88,19 @@ def test_traced_corpus_answers_parse_and_score_like_untraced_ones(sandbox):
     # And the sandbox scores a traced gold answer correct.
     tr = sample_triplet(random.Random(1), level="easy")
     problem = TasksRenderer().problem_io("code_o", tr)
-    completion = render_trace(tr.program, tr.input) + task.render_answer(task.gold_answer(problem), template="compact")
+    completion = render_trace(tr.program, tr.input) + task.render_answer(
+        task.gold_answer(problem), template="compact"
+    )
     assert task.score(problem, [task.parse_answer(completion)], sandbox) == [True]
+
+
+def test_trace_fraction_mixes_traced_and_bare_answers():
+    kw = dict(mix={"student:code_o": 1.0}, level="easy", trace=True)
+    full = build_corpus(5, 60, TasksRenderer(), **kw)
+    # 1.0 draws nothing extra: the corpus of the runs before the knob, example for example.
+    assert build_corpus(5, 60, TasksRenderer(), trace_fraction=1.0, **kw) == full
+    half = build_corpus(5, 400, TasksRenderer(), trace_fraction=0.5, **kw)
+    traced = [ex for ex in half if ex.completion.startswith("```trace\n")]
+    bare = [ex for ex in half if not ex.completion.startswith("```trace\n")]
+    assert 0.4 < len(traced) / len(half) < 0.6  # binomial(400, 0.5): 0.4-0.6 is over 4 sigma either side
+    assert all("```trace" not in ex.completion and ex.completion.startswith("```output") for ex in bare)

@@ -69,6 +69,12 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
             help="code_o student answers start with a ```trace block (each statement reduced one step at "
             "a time) before the ```output block.",
         ),
+        trace_fraction: float = typer.Option(
+            1.0,
+            "--trace-fraction",
+            help="With --trace: the share of code_o answers that carry the trace (the rest answer bare); "
+            "below 1 the model learns both styles, a choice RL can learn to make.",
+        ),
         attention: str = typer.Option(
             "example",
             help="example: each packed example sees only itself and starts at position 0, as a prompt "
@@ -102,6 +108,9 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
             raise typer.Exit(2)
         if level not in ("easy", "full"):
             typer.echo(f"error: --level must be easy or full, got {level!r}", err=True)
+            raise typer.Exit(2)
+        if not 0.0 < trace_fraction <= 1.0:
+            typer.echo(f"error: --trace-fraction must be in (0, 1], got {trace_fraction}", err=True)
             raise typer.Exit(2)
         if max_statements < 1:
             typer.echo("error: --max-statements must be >= 1", err=True)
@@ -140,6 +149,7 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
             bf16=bf16,
             attention=attention,
             trace=trace,
+            trace_fraction=trace_fraction,
             **({"mix": mix_weights} if mix_weights else {}),
             schedule=schedule,
             decay_start=decay_start,

@@ -76,10 +76,14 @@ def iter_examples(
     max_statements: int = MAX_STATEMENTS,
     level: str = DEFAULT_LEVEL,
     trace: bool = False,
+    trace_fraction: float = 1.0,
 ) -> Iterator[Example]:
     """An endless, seeded stream of examples. Same seed and renderer -> same stream. Programs come from
     the generator's "train" split only (never a held-out probe program). `trace`: code_o student answers
-    start with the program's execution trace (`trace.render_trace`), the working a student then writes."""
+    start with the program's execution trace (`trace.render_trace`), the working a student then writes;
+    with `trace_fraction` < 1 only that share of them does and the rest answer bare, so the model learns both
+    styles and RL has a choice between them to learn (the fraction draws from the same stream, so 1.0 keeps
+    the corpus of runs before the knob existed byte for byte)."""
     rng = random.Random(seed)
     mix = mix or MIX
     kinds, weights = list(mix), list(mix.values())
@@ -104,7 +108,7 @@ def iter_examples(
                 prompt, completion = renderer.teacher_io(task, refs, tr)
             else:
                 prompt, completion = renderer.student_io(task, tr)
-                if trace and task == "code_o":
+                if trace and task == "code_o" and (trace_fraction >= 1.0 or rng.random() < trace_fraction):
                     completion = render_trace(tr.program, tr.input) + completion
         yield Example(kind, prompt, completion)
 

@@ -47,6 +47,9 @@ class PretrainConfig:
     # code_o student answers start with an execution trace (pretrain/trace.py): the model learns to write
     # its working before the output block, one small step per line.
     trace: bool = False
+    # The share of code_o answers that carry the trace when `trace` is on; the rest answer bare. Below 1 the
+    # model writes the trace on some problems and not on others: a preference RL can change (docs/learning.md).
+    trace_fraction: float = 1.0
     # Optimisation.
     seq_len: int = 512
     batch_size: int = 8
@@ -187,6 +190,7 @@ def pretrain(cfg: PretrainConfig, out: Path, progress: bool = True, renderer=Non
         max_statements=cfg.max_statements,
         level=cfg.level,
         trace=cfg.trace,
+        trace_fraction=cfg.trace_fraction,
     )
     train_ex = build_corpus(cfg.seed, cfg.n_examples, renderer, **kw)
     # A different stream for validation; a few collisions with training programs are possible and harmless.

@@ -191,12 +191,14 @@ class Trainer:
         seed = derive_seed(self.cfg.train.seed, step, phase)
         return self.engine.generate(requests, seed=seed, **self._progress(self.engine.generate, phase))
 
-    def _request(self, slot: int, prompt: str, max_new_tokens: int) -> GenRequest:
+    def _request(
+        self, slot: int, prompt: str, max_new_tokens: int, temperature: float | None = None
+    ) -> GenRequest:
         return GenRequest(
             slot=slot,
             prompt=prompt,
             max_new_tokens=max_new_tokens,
-            temperature=self.cfg.rl.temperature,
+            temperature=self.cfg.rl.temperature if temperature is None else temperature,
             top_p=self.cfg.rl.top_p,
         )
 
@@ -286,7 +288,9 @@ class Trainer:
                     refs = self.buffers[name].sample(cfg.tasks.references, self.rng)
                     prompt = task.teacher_prompt(refs, template=cfg.tasks.template)
                 traces.append(ProposalTrace(teacher, student, name, shown_program=shown))
-                requests.append(self._request(slot, prompt, cfg.tasks.teacher_max_new_tokens))
+                requests.append(
+                    self._request(slot, prompt, cfg.tasks.teacher_max_new_tokens, cfg.rl.teacher_temperature)
+                )
         for trace, gen in zip(traces, self._generate(requests, step, "teacher"), strict=True):
             trace.gen = gen
         return traces
