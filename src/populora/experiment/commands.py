@@ -71,15 +71,17 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         except ConfigError as exc:
             _fail(str(exc))
 
-        def ci(s: dict, k: float = 100.0) -> str:
+        def ci(s: dict, k: float = 100.0, sign: str = "+") -> str:
+            # A change is signed (+4.48), a level is not (37.81).
             if s["mean"] is None:
                 return "-"
             if s["lo"] is None:
-                return f"{k * s['mean']:+.2f}"
-            return f"{k * s['mean']:+.2f} [{k * s['lo']:+.2f}, {k * s['hi']:+.2f}]"
+                return f"{k * s['mean']:{sign}.2f}"
+            return f"{k * s['mean']:{sign}.2f} [{k * s['lo']:{sign}.2f}, {k * s['hi']:{sign}.2f}]"
 
         typer.echo(
-            f"students' mean probe accuracy: {ci(r['student_probe_start'])} -> {ci(r['student_probe_end'])} %, "
+            f"students' mean probe accuracy: {ci(r['student_probe_start'], sign='')} -> "
+            f"{ci(r['student_probe_end'], sign='')} %, "
             f"change {ci(r['student_probe_change'])} points (95% CI over {len(r['seeds'])} seeds; "
             f"excludes zero: {r['excludes_zero']})"
         )
