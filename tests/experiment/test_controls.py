@@ -10,16 +10,9 @@ import pytest
 
 from populora.config import load_config
 from populora.experiment.controls import rl_step, solve_rate
-from populora.sandbox import Limits, Sandbox
 from populora.train.setup import build_engine, synthetic_seeds
 
 STEPS = 20
-
-
-@pytest.fixture(scope="module")
-def sandbox():
-    with Sandbox(workers=2, limits=Limits(timeout_s=2.0, memory_mb=256)) as sb:
-        yield sb
 
 
 @pytest.fixture(scope="module")

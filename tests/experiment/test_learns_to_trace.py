@@ -14,18 +14,11 @@ from populora.config import load_config
 from populora.engine import GenRequest
 from populora.experiment.controls import rl_step
 from populora.pretrain.probe import MAX_NEW_TOKENS
-from populora.sandbox import Limits, Sandbox
 from populora.tasks import get
 from populora.train.probe import probe_subset
 from populora.train.setup import build_engine, synthetic_seeds
 
 STEPS, PER_STEP, ROLLOUTS = 12, 8, 4
-
-
-@pytest.fixture(scope="module")
-def sandbox():
-    with Sandbox(workers=2, limits=Limits(timeout_s=2.0, memory_mb=256)) as sb:
-        yield sb
 
 
 @pytest.fixture(scope="module")

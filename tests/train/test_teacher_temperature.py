@@ -5,25 +5,14 @@ import copy
 
 import pytest
 import torch
+from test_progress import FAST as ONE_STEP  # same folder: pytest puts it on sys.path
 
 from populora.config import ConfigError, load_config
 from populora.engine import build
 from populora.engine.testing import random_model
 from populora.train.trainer import Trainer
 
-FAST = [
-    "tasks.prompts=3",
-    "rl.rollouts=2",
-    "tasks.teacher_max_new_tokens=16",
-    "tasks.student_max_new_tokens=8",
-    "sandbox.workers=1",
-    "train.threads=1",
-    "tasks.references=1",
-    "tasks.seed_synthetic=2",
-    "train.steps=1",
-    "tasks.template=compact",
-    "rl.temperature=0.6",
-]
+FAST = [*ONE_STEP, "rl.temperature=0.6"]  # one fast step on a random model (test_progress.py's settings)
 
 
 class RecordingEngine:
