@@ -22,17 +22,19 @@ from pathlib import Path
 
 import torch
 
-from populora.config import from_dict
+from populora.config import resume_config
+from populora.diagnostics.run import load_run
 from populora.engine import GenRequest
 from populora.lora.peft_io import load_peft
 from populora.pretrain.probe import MAX_NEW_TOKENS
+from populora.pretrain.trace import TRACE_LANG
 from populora.sandbox import Limits, Sandbox
 from populora.tasks import get
 from populora.train.checkpoint import latest_checkpoint
 from populora.train.probe import probe_subset
 from populora.train.setup import build_engine
 
-TRACE_OPEN = "```trace"
+TRACE_OPEN = f"```{TRACE_LANG}"
 
 
 def style_numbers(engine, slot: int, problems: list, sandbox, prefix: str = "") -> dict:
@@ -78,7 +80,8 @@ def main() -> None:
             if found is None:
                 raise SystemExit(f"error: {run} has no checkpoint; give a finished run folder")
             step, ckpt = found
-            cfg = load_config_of(run)
+            # The run's own config (as `populora train --resume` reads it), with this bench's thread count.
+            cfg = resume_config(load_run(run).config, [f"train.threads={args.threads}"])
             problems = probe_subset(cfg.diagnostics.probe_size, ["code_o"])["code_o"]
             if engine is None:
                 engine = build_engine(cfg)
@@ -108,15 +111,6 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=1) + "\n")
     print(f"wrote {args.out}")
-
-
-def load_config_of(run: Path):
-    """The run's own config (config.yaml in the run folder), threads set for this bench."""
-    import yaml
-
-    cfg = from_dict(yaml.safe_load((run / "config.yaml").read_text()))
-    cfg.train.threads = torch.get_num_threads()
-    return cfg
 
 
 def _row(m: dict) -> str:

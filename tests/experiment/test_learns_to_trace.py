@@ -14,6 +14,7 @@ from populora.config import load_config
 from populora.engine import GenRequest
 from populora.experiment.controls import rl_step
 from populora.pretrain.probe import MAX_NEW_TOKENS
+from populora.pretrain.trace import TRACE_LANG
 from populora.tasks import get
 from populora.train.probe import probe_subset
 from populora.train.setup import build_engine, synthetic_seeds
@@ -38,7 +39,7 @@ def trace_share(engine, problems) -> float:
         )
         for p in problems
     ]
-    return sum("```trace" in g.text for g in engine.generate(reqs, seed=0)) / len(problems)
+    return sum(f"```{TRACE_LANG}" in g.text for g in engine.generate(reqs, seed=0)) / len(problems)
 
 
 def _train(model_name, pool, sandbox, sign: float) -> tuple[float, float]:
