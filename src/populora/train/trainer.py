@@ -272,8 +272,11 @@ class Trainer:
         return StepResult(step, record, traces, events)
 
     # (2) ------------------------------------------------------------------------------------------------
-    def propose(self, pairs: list[tuple[str, str]], step: int) -> list[ProposalTrace]:
-        """One trace per teacher prompt, with the teacher's generation (one mixed batch over all teachers)."""
+    def propose(self, pairs: list[tuple[str, str]], step: int, per_prompt: int = 1) -> list[ProposalTrace]:
+        """One trace per teacher prompt, with the teacher's generation (one mixed batch over all teachers).
+
+        `per_prompt` > 1 samples each prompt that many times (consecutive traces share one prompt): what a
+        per-prompt baseline for proposals needs (`populora.experiment.teacher_controls`); the game uses 1."""
         cfg = self.cfg
         traces, requests = [], []
         for teacher, student in pairs:
@@ -287,16 +290,28 @@ class Trainer:
                     shown = None
                     refs = self.buffers[name].sample(cfg.tasks.references, self.rng)
                     prompt = task.teacher_prompt(refs, template=cfg.tasks.template)
-                traces.append(ProposalTrace(teacher, student, name, shown_program=shown))
-                requests.append(
-                    self._request(slot, prompt, cfg.tasks.teacher_max_new_tokens, cfg.rl.teacher_temperature)
-                )
+                for _ in range(per_prompt):
+                    traces.append(ProposalTrace(teacher, student, name, shown_program=shown))
+                    requests.append(
+                        self._request(
+                            slot, prompt, cfg.tasks.teacher_max_new_tokens, cfg.rl.teacher_temperature
+                        )
+                    )
         for trace, gen in zip(traces, self._generate(requests, step, "teacher"), strict=True):
             trace.gen = gen
         return traces
 
     def validate(self, traces: list[ProposalTrace], step: int) -> None:
         """Parse and validate every proposal in the sandbox; valid problems enter the buffers and coverage."""
+        self.check_proposals(traces, step)
+        for trace in traces:
+            if trace.valid:
+                self.buffers.add(trace.problem)
+        self.coverage.add([t.features for t in traces if t.valid])
+
+    def check_proposals(self, traces: list[ProposalTrace], step: int) -> None:
+        """Parse and sandbox-validate proposals, filling `problem`/`reason`/`features`; touches no run state
+        (the buffers and coverage are `validate`'s), so a control can measure a teacher without feeding it."""
         by_task: dict[str, list[tuple[ProposalTrace, Any]]] = defaultdict(list)
         for trace in traces:
             task = self.tasks[trace.task]
@@ -321,9 +336,6 @@ class Trainer:
                     trace.features = program_features(trace.program)
                 except Exception:  # noqa: BLE001 - unparsable programs simply have no features
                     trace.features = None
-            if trace.valid:
-                self.buffers.add(trace.problem)
-        self.coverage.add([t.features for t in traces if t.valid])
 
     # (3) ------------------------------------------------------------------------------------------------
     def solve(self, traces: list[ProposalTrace], step: int) -> None:
