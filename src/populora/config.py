@@ -158,6 +158,10 @@ class RLConfig:
     teacher_temperature: float | None = None
     """Sampling temperature of the teachers' proposals (the single agent's as proposer); None = `temperature`.
     Lets students sample near their greedy answer (what the probe reads) while teachers explore."""
+    teacher_group: int = 1
+    """Proposals sampled per teacher prompt; above 1 they share a per-prompt baseline (the mean reward of that
+    prompt's proposals), as a student's n rollouts do. 1 = the paper's (a prompt sampled once keeps its raw
+    reward). Each proposal counts toward `tasks.prompts`' work: 6 prompts at group 2 are 12 proposals."""
     top_p: float = 1.0
     """Nucleus sampling threshold of the rollouts (1.0 = off)."""
     whiten_scope: Literal["auto", "batch", "role", "member", "task_role"] = "batch"
@@ -177,7 +181,8 @@ class TasksConfig:
     types: list[str] = field(default_factory=lambda: list(TASKS))
     """AZR task types each teacher proposes, split equally: code_i (infer input), code_o (output), code_f (function)."""
     prompts: int = 72
-    """Teacher proposals per matchup per step (the paper's 72), split equally across task types."""
+    """Teacher prompts per matchup per step (the paper's 72), split equally across task types; each is sampled
+    `rl.teacher_group` times."""
     references: int = 6
     """K: reference problems from the buffers shown in each teacher prompt."""
     template: str = "azr"
@@ -664,6 +669,10 @@ def validate(cfg: Config) -> Config:
         f"rl.teacher_temperature: must be > 0 or null (= rl.temperature), got {r.teacher_temperature}.",
     )
     _require(0 < r.top_p <= 1, f"rl.top_p: must be in (0, 1], got {r.top_p}.")
+    _require(
+        r.teacher_group >= 1,
+        f"rl.teacher_group: must be >= 1 (proposals per teacher prompt), got {r.teacher_group}; 1 is the paper's.",
+    )
     _require(bool(tk.types), "tasks.types: is empty; use code_i,code_o,code_f.")
     for tt in tk.types:
         _require(tt in TASKS, f"tasks.types: unknown task type {tt!r}; choose from {', '.join(TASKS)}.")

@@ -97,7 +97,7 @@ class TeacherControl:
 
     def measure(self, rounds: int, k: int = 0) -> dict:
         """Valid rate of `rounds` x `tasks.prompts` fresh proposals; no update, no buffer change."""
-        traces = self.tr.propose([(self.teacher, self.student)] * rounds, EVAL_STEP + k)
+        traces = self.tr.propose([(self.teacher, self.student)] * rounds, EVAL_STEP + k, per_prompt=1)
         self.tr.check_proposals(traces, EVAL_STEP + k)
         return summarise(traces) | {"n": len(traces)}
 

@@ -272,12 +272,15 @@ class Trainer:
         return StepResult(step, record, traces, events)
 
     # (2) ------------------------------------------------------------------------------------------------
-    def propose(self, pairs: list[tuple[str, str]], step: int, per_prompt: int = 1) -> list[ProposalTrace]:
-        """One trace per teacher prompt, with the teacher's generation (one mixed batch over all teachers).
+    def propose(
+        self, pairs: list[tuple[str, str]], step: int, per_prompt: int | None = None
+    ) -> list[ProposalTrace]:
+        """One trace per teacher proposal, with the teacher's generation (one mixed batch over all teachers).
 
-        `per_prompt` > 1 samples each prompt that many times (consecutive traces share one prompt): what a
-        per-prompt baseline for proposals needs (`populora.experiment.teacher_controls`); the game uses 1."""
+        Each prompt is sampled `per_prompt` times (default `rl.teacher_group`); consecutive traces share one
+        prompt, and `build_rows` gives them one baseline."""
         cfg = self.cfg
+        per_prompt = cfg.rl.teacher_group if per_prompt is None else per_prompt
         traces, requests = [], []
         for teacher, student in pairs:
             slot = self.pop[teacher].slot
@@ -401,9 +404,11 @@ class Trainer:
             groups.append(group)
             scopes.append(scope_key(scope, member=member, role=role, task=task))
 
+        group = self.cfg.rl.teacher_group
         for i, trace in enumerate(traces):
-            # A teacher prompt is sampled once: a group of one keeps its reward (no per-prompt baseline).
-            add(trace.teacher, "teacher", trace.task, trace.gen, trace.reward, ("teacher", i))
+            # The `rl.teacher_group` proposals of one prompt (consecutive traces) share its baseline; at 1, the
+            # paper's, a prompt sampled once is a group of one and keeps its reward.
+            add(trace.teacher, "teacher", trace.task, trace.gen, trace.reward, ("teacher", i // group))
             for gen, reward in zip(trace.answers, trace.answer_rewards, strict=True):
                 # The n rollouts of one student on one problem share the baseline (prompt x slot).
                 add(trace.student, "student", trace.task, gen, reward, ("student", i))
