@@ -10,7 +10,8 @@ sandbox validation, REINFORCE++-baseline advantages, one `train_step`):
   (the prompts still change as the buffers fill with the teacher's own proposals)?
 
 Reward: 0 for a valid proposal, `rl.invalid_reward` (-1) for an invalid one; one group per proposal (a group of
-one keeps its reward, as a teacher row in the trainer), whitened over the step's proposals. Valid proposals
+one keeps its reward, as a teacher row in the trainer) or, with `per_prompt` m, one per prompt sampled m times;
+whitened over the step's proposals. Valid proposals
 enter the buffers as in the game. The valid rate is measured before and after on `eval_rounds` extra rounds
 of proposals that touch no state. `bench/learning_teacher_controls.py` runs the arms;
 `tests/experiment/test_teacher_controls.py` checks that the update controls validity on the bundled model.
