@@ -5,12 +5,11 @@ Real engine (a tiny random model), hand-made traces for the advantages; the real
 
 import pytest
 import torch
+from test_fidelity import _gen, _trainer
 
 from populora.config import ConfigError, load_config
 from populora.rl.advantages import reinforce_pp_baseline
 from populora.train.records import ProposalTrace
-
-from test_fidelity import _gen, _trainer
 
 
 def _proposals(rewards: list[float]) -> list[ProposalTrace]:
