@@ -168,7 +168,9 @@ def trace_lines(program: str, input_text: str) -> list[str] | None:
                 lines.append("return " + " = ".join(reduction_steps(stmt.value, env, value)))
                 return lines
             if not (
-                isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)
+                isinstance(stmt, ast.Assign)
+                and len(stmt.targets) == 1
+                and isinstance(stmt.targets[0], ast.Name)
             ):
                 return None
             name = stmt.targets[0].id
@@ -188,6 +190,6 @@ def _eval(expr: ast.expr, env: dict[str, object]) -> object:
 
 
 def render_trace(program: str, input_text: str) -> str:
-    """"```trace\\n...\\n```\\n" to put before the answer block, or "" when the program has no trace."""
+    """ "```trace\\n...\\n```\\n" to put before the answer block, or "" when the program has no trace."""
     lines = trace_lines(program, input_text)
     return f"```{TRACE_LANG}\n" + "\n".join(lines) + "\n```\n" if lines else ""
