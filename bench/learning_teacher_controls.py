@@ -8,8 +8,8 @@ REINFORCE++-baseline update of one teacher adapter, reward 0 valid / -1 invalid,
   negated     advantages times -1 at --negated-lr (rewards invalid proposals): the update's power to move
               validity at all
 
-With --per-prompt m every prompt is sampled m times and its proposals share a per-prompt baseline (the students'
-n rollouts have one; a teacher prompt in the game is sampled once, so a group of one keeps its raw reward).
+With --per-prompt m (= rl.teacher_group) every prompt is sampled m times and its proposals share a per-prompt
+baseline (the students' n rollouts have one; at the paper's 1, a group of one keeps its raw reward).
 
 The valid rate is measured at T=1 (tiny-learn's teacher temperature) on --eval-rounds x --prompts fresh
 proposals before and after (no update, no buffer change); so is the mean per-token log-probability of the
@@ -49,6 +49,7 @@ def run_arm(arm: dict, args: dict) -> dict:
         f"model.name={args['model']}",
         "diagnostics.probe_every=0",
         "sandbox.workers=1",
+        f"rl.teacher_group={args['per_prompt']}",
         *args["set"],
     ]
     cfg = load_config("tiny-learn", overrides)
@@ -57,7 +58,7 @@ def run_arm(arm: dict, args: dict) -> dict:
         tr = Trainer(cfg, Path(tmp) / "run", quiet=True)
         tr.setup()
         try:
-            ctl = TeacherControl(tr, sign=arm["sign"], update=arm["lr"] > 0, per_prompt=args["per_prompt"])
+            ctl = TeacherControl(tr, sign=arm["sign"], update=arm["lr"] > 0)
             before = ctl.measure(args["eval_rounds"], 0)
             curve = [ctl.step(s) for s in range(1, args["steps"] + 1)]
             after = ctl.measure(args["eval_rounds"], 1)
@@ -83,7 +84,7 @@ def main() -> None:
         "--per-prompt",
         type=int,
         default=1,
-        help="proposals per prompt, sharing a per-prompt baseline (the game: 1)",
+        help="proposals per prompt, sharing a per-prompt baseline (sets rl.teacher_group; the paper's: 1)",
     )
     ap.add_argument("--lrs", default="1e-3,3e-3,1e-2", help="learning rates of the signed arms")
     ap.add_argument("--negated-lr", type=float, default=1e-2)

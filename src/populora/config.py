@@ -161,7 +161,7 @@ class RLConfig:
     teacher_group: int = 1
     """Proposals sampled per teacher prompt; above 1 they share a per-prompt baseline (the mean reward of that
     prompt's proposals), as a student's n rollouts do. 1 = the paper's (a prompt sampled once keeps its raw
-    reward). The work grows with it: 6 prompts at group 2 are 12 proposals, and 12 problems for the students."""
+    reward). The work grows with it: 6 prompts at group 2 are 12 proposals (up to 12 problems for the students)."""
     top_p: float = 1.0
     """Nucleus sampling threshold of the rollouts (1.0 = off)."""
     whiten_scope: Literal["auto", "batch", "role", "member", "task_role"] = "batch"

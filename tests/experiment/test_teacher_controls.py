@@ -25,52 +25,61 @@ def _trace(valid: bool, n_tokens: int = 2) -> ProposalTrace:
     return t
 
 
+def _rows(tmp_path, traces, sign: float = 1.0, overrides: tuple = ()) -> list:
+    """The control's rows from a `tiny` trainer (build_rows needs only its config and slots: no engine)."""
+    tr = Trainer(
+        load_config("tiny", list(overrides)), tmp_path / f"run{len(list(tmp_path.iterdir()))}", quiet=True
+    )
+    return validity_rows(tr, traces, sign)
+
+
 def test_validity_rewards():
     assert validity_rewards([True, False, True], -1.0) == [0.0, -1.0, 0.0]
     assert validity_rewards([False], -0.5) == [-0.5]
 
 
-def test_validity_rows_whiten_over_the_step_and_carry_the_sign():
+def test_validity_rows_whiten_over_the_step_and_carry_the_sign(tmp_path):
     # rewards [0, 0, -1], two tokens each: token-weighted mean -1/3, centred [1/3, 1/3, -2/3],
     # variance (1/9 + 1/9 + 4/9) / 3 = 2/9, Bessel over 6 tokens: 2/9 * 6/5 = 4/15, std 0.516398.
     traces = [_trace(True), _trace(True), _trace(False)]
-    rows = validity_rows(traces, slot=3, invalid_reward=-1.0, sign=1.0)
-    assert [r.slot for r in rows] == [3, 3, 3]
+    rows = _rows(tmp_path, traces)
+    assert [t.reward for t in traces] == [0.0, 0.0, -1.0]
     assert [r.loss_group for r in rows] == ["teacher"] * 3
     assert [round(r.advantages, 4) for r in rows] == [0.6455, 0.6455, -1.291]
-    negated = validity_rows(traces, slot=3, invalid_reward=-1.0, sign=-1.0)
+    negated = _rows(tmp_path, traces, sign=-1.0)
     assert [round(r.advantages, 4) for r in negated] == [-0.6455, -0.6455, 1.291]
 
 
-def test_token_weighted_whitening_pushes_every_shared_position_when_invalid_proposals_are_short():
+def test_token_weighted_whitening_pushes_every_shared_position_when_invalid_proposals_are_short(tmp_path):
     # Two valid proposals of 8 tokens, one invalid of 2: token-weighted mean -2/18 = -1/9, centred
     # [1/9, 1/9, -8/9], variance 144/81/18 * 18/17 = 0.104575, std 0.323381 -> [0.3436, 0.3436, -2.7487].
     # The advantages summed over sequences are -2.06: every position all three share (the opening tokens,
     # the end of sequence) is pushed down although the reward only says "be valid". Counting each sequence
     # once (rl.token_weighted=false): [0.5774, 0.5774, -1.1547], mean 0 per sequence, so no such push.
     traces = [_trace(True, 8), _trace(True, 8), _trace(False, 2)]
-    weighted = [r.advantages for r in validity_rows(traces, 0, -1.0, 1.0, token_weighted=True)]
+    weighted = [r.advantages for r in _rows(tmp_path, traces)]
     assert [round(a, 4) for a in weighted] == [0.3436, 0.3436, -2.7487]
     assert round(sum(weighted), 4) == -2.0616
-    per_sequence = [r.advantages for r in validity_rows(traces, 0, -1.0, 1.0, token_weighted=False)]
+    per_sequence = [r.advantages for r in _rows(tmp_path, traces, overrides=("rl.token_weighted=false",))]
     assert [round(a, 4) for a in per_sequence] == [0.5774, 0.5774, -1.1547]
     assert abs(sum(per_sequence)) < 1e-6
 
 
-def test_proposals_of_one_prompt_share_its_baseline():
-    # Two prompts, two proposals each, rewards [0, -1 | 0, 0]: per-prompt centring [0.5, -0.5 | 0, 0], then
-    # whitening over the 8 tokens: variance 0.5 / 4 * 8/7 = 0.142857, std 0.377964 -> [1.3229, -1.3229, 0, 0].
-    # A prompt whose proposals all succeed carries no signal, however hard its task type is for the others.
+def test_proposals_of_one_prompt_share_its_baseline(tmp_path):
+    # Two prompts, two proposals each (rl.teacher_group=2), rewards [0, -1 | 0, 0]: per-prompt centring
+    # [0.5, -0.5 | 0, 0], then whitening over the 8 tokens: variance 0.5 / 4 * 8/7 = 0.142857, std 0.377964 ->
+    # [1.3229, -1.3229, 0, 0]. A prompt whose proposals all succeed carries no signal, however hard its task
+    # type is for the others.
     traces = [_trace(True), _trace(False), _trace(True), _trace(True)]
-    rows = validity_rows(traces, 0, -1.0, 1.0, per_prompt=2)
+    rows = _rows(tmp_path, traces, overrides=("rl.teacher_group=2",))
     assert [round(r.advantages, 4) for r in rows] == [1.3229, -1.3229, 0.0, 0.0]
 
 
-def test_validity_rows_skip_a_step_with_nothing_to_tell_apart():
-    assert validity_rows([_trace(True), _trace(True)], 0, -1.0, 1.0) == []
-    assert validity_rows([_trace(False), _trace(False)], 0, -1.0, 1.0) == []
+def test_validity_rows_skip_a_step_with_nothing_to_tell_apart(tmp_path):
+    assert _rows(tmp_path, [_trace(True), _trace(True)]) == []
+    assert _rows(tmp_path, [_trace(False), _trace(False)]) == []
     # an empty generation is not a training row, and what is left must still differ
-    assert validity_rows([_trace(True), _trace(False, n_tokens=0)], 0, -1.0, 1.0) == []
+    assert _rows(tmp_path, [_trace(True), _trace(False, n_tokens=0)]) == []
 
 
 @pytest.mark.slow

@@ -9,9 +9,9 @@ sandbox validation, REINFORCE++-baseline advantages, one `train_step`):
 - does a correctly signed update raise it, at which learning rate, against the same loop with no update
   (the prompts still change as the buffers fill with the teacher's own proposals)?
 
-Reward: 0 for a valid proposal, `rl.invalid_reward` (-1) for an invalid one; one group per proposal (a group of
-one keeps its reward, as a teacher row in the trainer) or, with `per_prompt` m, one per prompt sampled m times;
-whitened over the step's proposals. Valid proposals
+Reward: 0 for a valid proposal, `rl.invalid_reward` (-1) for an invalid one, turned into advantages by the
+trainer's own `build_rows` (so `rl.whiten_scope`, `rl.token_weighted` and `rl.teacher_group` act as in the game:
+a group of one keeps its reward; with `rl.teacher_group` m, a prompt's m proposals share a baseline). Valid proposals
 enter the buffers as in the game. The valid rate is measured before and after on `eval_rounds` extra rounds
 of proposals that touch no state. `bench/learning_teacher_controls.py` runs the arms;
 `tests/experiment/test_teacher_controls.py` checks that the update controls validity on the bundled model.
@@ -22,10 +22,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 
-import torch
-
 from populora.engine import TrainBatch, TrainRow
-from populora.rl.advantages import reinforce_pp_baseline
 from populora.train.records import ProposalTrace
 
 EVAL_STEP = 1_000_000  # sampling seeds of the measurement rounds, apart from every training step's
@@ -36,43 +33,23 @@ def validity_rewards(valid: Sequence[bool], invalid_reward: float = -1.0) -> lis
     return [0.0 if ok else float(invalid_reward) for ok in valid]
 
 
-def validity_rows(
-    traces: Sequence[ProposalTrace],
-    slot: int,
-    invalid_reward: float,
-    sign: float,
-    token_weighted: bool = True,
-    per_prompt: int = 1,
-) -> list[TrainRow]:
-    """Training rows of the teacher's proposals with whitened validity advantages (times `sign`); the whitening
-    weighs each proposal by its token count (`rl.token_weighted`, as the trainer) or counts each once.
-    `per_prompt` consecutive traces share a prompt and its baseline (the mean reward of its proposals); with 1,
-    a group of one keeps its reward, as a teacher row in the trainer.
+def validity_rows(trainer, traces: Sequence[ProposalTrace], sign: float = 1.0) -> list[TrainRow]:
+    """The trainer's own teacher rows (`Trainer.build_rows`: its whitening scope, token weighting and
+    `rl.teacher_group` per-prompt groups) for the validity reward, every advantage times `sign`.
 
-    A step whose proposals are all valid (or all invalid) has nothing to tell apart: no rows."""
-    kept_at = [i for i, t in enumerate(traces) if t.gen.token_ids]
-    kept = [traces[i] for i in kept_at]
-    rewards = validity_rewards([t.valid for t in kept], invalid_reward)
+    Sets each trace's `reward` to its validity reward. A step whose proposals are all valid (or all invalid) has
+    nothing to tell apart: no rows, so no optimiser step (a zero-advantage step would still move the adapter by
+    AdamW's momentum)."""
+    kept = [t for t in traces if t.gen.token_ids]
+    rewards = validity_rewards([t.valid for t in kept], trainer.rewards.invalid_proposal)
     if len(set(rewards)) < 2:
         return []
-    adv = reinforce_pp_baseline(
-        torch.tensor(rewards),
-        torch.tensor([len(t.gen.token_ids) for t in kept]),
-        [i // per_prompt for i in kept_at],  # the proposals of one prompt share its baseline
-        ["teacher"] * len(kept),
-        token_weighted=token_weighted,
-    )
-    return [
-        TrainRow(
-            slot=slot,
-            prompt_ids=t.gen.prompt_ids,
-            response_ids=t.gen.token_ids,
-            advantages=sign * float(a),
-            old_logprobs=t.gen.logprobs,
-            loss_group="teacher",
-        )
-        for t, a in zip(kept, adv.tolist(), strict=True)
-    ]
+    for t, r in zip(kept, rewards, strict=True):
+        t.reward = r
+    rows = trainer.build_rows(list(traces))  # unsolved proposals: teacher rows only
+    for row in rows:
+        row.advantages *= sign
+    return rows
 
 
 def summarise(traces: Sequence[ProposalTrace]) -> dict:
@@ -89,28 +66,24 @@ def summarise(traces: Sequence[ProposalTrace]) -> dict:
 class TeacherControl:
     """One teacher (and its unused student) of a set-up `Trainer`: measure and update validity."""
 
-    def __init__(self, trainer, *, sign: float = 1.0, update: bool = True, per_prompt: int = 1) -> None:
+    def __init__(self, trainer, *, sign: float = 1.0, update: bool = True) -> None:
         self.tr = trainer
-        self.teacher = next(m for m in trainer.pop.members if trainer.pop[m].role == "teacher")
-        self.student = next(m for m in trainer.pop.members if trainer.pop[m].role == "student")
-        self.slot = trainer.pop[self.teacher].slot
-        self.sign, self.update, self.per_prompt = float(sign), bool(update), int(per_prompt)
+        self.teacher = trainer.pop.by_role("teacher")[0].id
+        self.student = trainer.pop.by_role("student")[0].id
+        self.sign, self.update = float(sign), bool(update)
 
     def measure(self, rounds: int, k: int = 0) -> dict:
-        """Valid rate of `rounds` x `tasks.prompts` fresh proposals; no update, no buffer change."""
+        """Valid rate of `rounds` x `tasks.prompts` fresh proposals (one per prompt); no update, no buffer change."""
         traces = self.tr.propose([(self.teacher, self.student)] * rounds, EVAL_STEP + k, per_prompt=1)
         self.tr.check_proposals(traces, EVAL_STEP + k)
         return summarise(traces) | {"n": len(traces)}
 
     def step(self, step: int) -> dict:
-        """One round of `tasks.prompts` prompts, each sampled `per_prompt` times: propose, validate (valid ones
-        enter the buffers), update on validity; its summary."""
-        traces = self.tr.propose([(self.teacher, self.student)], step, self.per_prompt)
+        """One round of `tasks.prompts` prompts, each sampled `rl.teacher_group` times: propose, validate (valid
+        ones enter the buffers), update on validity; its summary."""
+        traces = self.tr.propose([(self.teacher, self.student)], step)
         self.tr.validate(traces, step)
-        rl = self.tr.cfg.rl
-        rows = validity_rows(
-            traces, self.slot, self.tr.rewards.invalid_proposal, self.sign, rl.token_weighted, self.per_prompt
-        )
+        rows = validity_rows(self.tr, traces, self.sign)
         if rows and self.update:
             self.tr.engine.train_step(TrainBatch(rows))
         return summarise(traces) | {"updated": bool(rows and self.update)}
