@@ -8,6 +8,9 @@ REINFORCE++-baseline update of one teacher adapter, reward 0 valid / -1 invalid,
   negated     advantages times -1 at --negated-lr (rewards invalid proposals): the update's power to move
               validity at all
 
+With --credits sequence,span each signed arm also runs with rl.teacher_credit=span: an invalid proposal's negative
+advantage only on the tokens of the block validation rejected (its bad input, its program), 0 on the rest.
+
 With --per-prompt m (= rl.teacher_group) every prompt is sampled m times and its proposals share a per-prompt
 baseline (the students' n rollouts have one; at the paper's 1, a group of one keeps its raw reward).
 
@@ -16,7 +19,8 @@ proposals before and after (no update, no buffer change); so is the mean per-tok
 sampled proposals (it falls when the distribution spreads). Compared against `none` in the same run.
 
 python bench/learning_teacher_controls.py [--seeds 2] [--steps 30] [--prompts 24] [--lrs 1e-3,3e-3,1e-2]
-       [--per-prompt 4 --prompts 6 --eval-rounds 32] [--workers 2] [--set rl.token_weighted=false] [--out JSON]
+       [--per-prompt 4 --prompts 6 --eval-rounds 32] [--credits sequence,span] [--negated-lr 0] [--workers 2]
+       [--set rl.token_weighted=false] [--out JSON]
        [--quick]
 Writes bench/results/learning_teacher_controls.json (docs/learning.md, "Why the teachers' valid rate is flat").
 """
@@ -50,6 +54,7 @@ def run_arm(arm: dict, args: dict) -> dict:
         "diagnostics.probe_every=0",
         "sandbox.workers=1",
         f"rl.teacher_group={args['per_prompt']}",
+        f"rl.teacher_credit={arm.get('credit', 'sequence')}",
         *args["set"],
     ]
     cfg = load_config("tiny-learn", overrides)
@@ -87,7 +92,13 @@ def main() -> None:
         help="proposals per prompt, sharing a per-prompt baseline (sets rl.teacher_group; the paper's: 1)",
     )
     ap.add_argument("--lrs", default="1e-3,3e-3,1e-2", help="learning rates of the signed arms")
-    ap.add_argument("--negated-lr", type=float, default=1e-2)
+    ap.add_argument("--negated-lr", type=float, default=1e-2, help="0 leaves the negated arm out")
+    ap.add_argument(
+        "--credits",
+        default="sequence",
+        help="rl.teacher_credit of the signed arms, comma-separated: sequence (the paper's), span "
+        "(an invalid proposal's advantage only on the block validation rejected)",
+    )
     ap.add_argument("--eval-rounds", type=int, default=8, help="measurement proposals = this x --prompts")
     ap.add_argument("--model", default="tiny")
     ap.add_argument("--threads", type=int, default=1)
@@ -104,14 +115,24 @@ def main() -> None:
     args = ap.parse_args()
     if args.quick:
         args.seeds, args.steps, args.prompts, args.eval_rounds, args.lrs = 1, 3, 6, 1, "3e-3"
+        args.credits, args.negated_lr = "sequence,span", 1e-2
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     lrs = [float(x) for x in args.lrs.split(",")]
+    credits = [c.strip() for c in args.credits.split(",") if c.strip()]
     arms = [
-        {"arm": name, "lr": lr, "sign": sign, "seed": seed}
+        {"arm": name, "lr": lr, "sign": sign, "seed": seed, "credit": credit}
         for seed in range(args.seeds)
-        for name, lr, sign in [("none", 0.0, 1.0)]
-        + [(f"lr={lr:g}", lr, 1.0) for lr in lrs]
-        + [(f"negated lr={args.negated_lr:g}", args.negated_lr, -1.0)]
+        for name, lr, sign, credit in [("none", 0.0, 1.0, "sequence")]
+        + [
+            (f"lr={lr:g}" + ("" if credit == "sequence" else f" {credit}"), lr, 1.0, credit)
+            for credit in credits
+            for lr in lrs
+        ]
+        + (
+            [(f"negated lr={args.negated_lr:g}", args.negated_lr, -1.0, "sequence")]
+            if args.negated_lr
+            else []
+        )
     ]
     t0 = time.time()
     settings = {k: v for k, v in vars(args).items() if k not in ("out", "quick", "workers")}

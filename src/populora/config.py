@@ -174,6 +174,10 @@ class RLConfig:
     """Whitening statistics weight each sequence by its token count (as veRL's masked_whiten); else per sequence."""
     invalid_reward: float = -1.0
     """Teacher reward for a proposal that fails parsing or sandbox validation."""
+    teacher_credit: Literal["sequence", "span"] = "sequence"
+    """Which tokens of an invalid proposal carry its negative advantage: 'sequence' (the paper's: all of them) or
+    'span' (only the block validation rejected, e.g. code_f's third input; 0 on the rest; sequence credit when
+    the reason names no block). Valid proposals and students are unchanged (docs/learning.md, "Span credit")."""
 
 
 @dataclass

@@ -47,8 +47,10 @@ def validity_rows(trainer, traces: Sequence[ProposalTrace], sign: float = 1.0) -
     for t, r in zip(kept, rewards, strict=True):
         t.reward = r
     rows = trainer.build_rows(list(traces))  # unsolved proposals: teacher rows only
-    for row in rows:
-        row.advantages *= sign
+    for row in rows:  # a scalar, or one per token under rl.teacher_credit=span
+        row.advantages = (
+            row.advantages * sign if isinstance(row.advantages, float) else [a * sign for a in row.advantages]
+        )
     return rows
 
 

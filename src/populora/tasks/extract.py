@@ -7,7 +7,7 @@ unclosed fences); these scanners use `str.find` only, so 1 MB of junk costs one 
 from __future__ import annotations
 
 import textwrap
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 FENCE = "```"
 
@@ -16,6 +16,10 @@ FENCE = "```"
 class Block:
     lang: str  # lower-cased first word of the info string ("python", "input", "output", "message", "")
     content: str
+    # Where the block sits in the scanned text, opening fence to closing fence inclusive (rl.teacher_credit
+    # blames the tokens of the block validation rejected); not part of equality.
+    start: int = field(default=0, compare=False)
+    end: int = field(default=0, compare=False)
 
 
 def fenced_blocks(text: str) -> list[Block]:
@@ -41,7 +45,7 @@ def fenced_blocks(text: str) -> list[Block]:
         if end < 0:
             break
         words = text[start + 3 : nl].strip().split()
-        blocks.append(Block(words[0].lower() if words else "", text[nl + 1 : end]))
+        blocks.append(Block(words[0].lower() if words else "", text[nl + 1 : end], start, end + 3))
         pos = end + 3
     return blocks
 

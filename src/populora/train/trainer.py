@@ -58,6 +58,7 @@ from populora.sandbox import Limits, Sandbox
 from populora.tasks.buffers import TaskBuffers
 from populora.tasks.rewards import RewardConfig, learnability_reward, student_reward, teacher_reward
 from populora.train import checkpoint as ckpt
+from populora.train.credit import failure_span, span_advantages, token_char_ends
 from populora.train.errors import TrainError
 from populora.train.probe import Prober
 from populora.train.progress import StepProgress, accepts_progress, note, summary_line
@@ -384,11 +385,12 @@ class Trainer:
         """Training rows of every member, each with its REINFORCE++-baseline advantage."""
         scope = self.cfg.effective_whiten_scope
         by_role = self.cfg.rl.loss_norm == "role"  # the single agent's proposer rows weigh as a teacher's
-        rows, rewards, lengths, groups, scopes = [], [], [], [], []
+        rows, rewards, lengths, groups, scopes, owners = [], [], [], [], [], []
 
-        def add(member: str, role: str, task: str, gen, reward: float, group) -> None:
+        def add(member: str, role: str, task: str, gen, reward: float, group, owner=None) -> None:
             if not gen.token_ids:
                 return  # nothing to train on (an immediate EOS is still one token; an empty budget is not)
+            owners.append(owner)
             rows.append(
                 TrainRow(
                     slot=self.pop[member].slot,
@@ -408,7 +410,7 @@ class Trainer:
         for i, trace in enumerate(traces):
             # The `rl.teacher_group` proposals of one prompt (consecutive traces) share its baseline; at 1, the
             # paper's, a prompt sampled once is a group of one and keeps its reward.
-            add(trace.teacher, "teacher", trace.task, trace.gen, trace.reward, ("teacher", i // group))
+            add(trace.teacher, "teacher", trace.task, trace.gen, trace.reward, ("teacher", i // group), trace)
             for gen, reward in zip(trace.answers, trace.answer_rewards, strict=True):
                 # The n rollouts of one student on one problem share the baseline (prompt x slot).
                 add(trace.student, "student", trace.task, gen, reward, ("student", i))
@@ -423,7 +425,23 @@ class Trainer:
         )
         for row, a in zip(rows, adv.tolist(), strict=True):
             row.advantages = float(a)
+        if self.cfg.rl.teacher_credit == "span":
+            self._blame_spans(rows, owners)
         return rows
+
+    def _blame_spans(self, rows: list[TrainRow], owners: list) -> None:
+        """`rl.teacher_credit=span`: an invalid proposal's advantage only on the block its reason names."""
+        n_inputs = tasks.get("code_f").config.n_inputs
+        for row, trace in zip(rows, owners, strict=True):
+            if trace is None or trace.valid:
+                continue
+            span = failure_span(trace.task, trace.gen.text, trace.reason, n_inputs)
+            if span is None:
+                continue
+            ends = token_char_ends(self.engine.tokenizer, trace.gen.token_ids)
+            per_token = span_advantages(row.advantages, ends, span)
+            if per_token is not None:
+                row.advantages = per_token
 
     def rate(self, pairs: list[tuple[str, str]], traces: list[ProposalTrace], step: int) -> list[dict]:
         """One TrueSkill update per matchup; each side is rated on its own reward (population/ratings.py)."""
