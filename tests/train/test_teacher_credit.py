@@ -10,7 +10,7 @@ from test_fidelity import _trainer
 from populora.config import ConfigError, load_config
 from populora.engine import Generation
 from populora.engine.testing import byte_tokenizer
-from populora.train.credit import failure_span, span_advantages, token_char_ends
+from populora.train.credit import blamed_tokens, failure_span, span_advantages
 from populora.train.records import ProposalTrace
 
 CODE_F = "```input\n'a'\n```\n```input\nb'\n```\n```input\n'c'\n```\n```message\nletters\n```"
@@ -55,18 +55,38 @@ def test_blocks_are_read_inside_the_answer_frame():
 
 
 def test_span_advantages_by_hand():
-    # tokens cover [0,3) [3,6) [6,9) [9,12); the span [5, 9) overlaps the second and third
-    assert span_advantages(-2.0, [3, 6, 9, 12], (5, 9)) == [0.0, -2.0, -2.0, 0.0]
-    assert span_advantages(-2.0, [3, 6], (6, 8)) is None  # nothing overlaps: the caller keeps its scalar
-    assert span_advantages(0.0, [3, 6], (0, 6)) is None
+    assert span_advantages(-2.0, 4, range(1, 3)) == [0.0, -2.0, -2.0, 0.0]
+    assert span_advantages(-2.0, 2, range(2, 2)) is None  # nothing overlaps: the caller keeps its scalar
+    assert span_advantages(0.0, 2, range(0, 2)) is None
 
 
-def test_token_char_ends_follow_the_decoded_text():
-    tok = byte_tokenizer()
-    ids = tok("ab é")["input_ids"]
-    ends = token_char_ends(tok, ids)
-    assert ends == sorted(ends) and ends[-1] == len(tok.decode(ids, skip_special_tokens=True))
-    assert ends[:3] == [1, 2, 3]  # one ASCII byte, one character
+def test_blamed_tokens_are_the_ones_overlapping_the_span():
+    tok = byte_tokenizer()  # one token per ASCII character
+    ids = tok("abcdefghijkl")["input_ids"]
+    assert blamed_tokens(tok, ids, (5, 9)) == range(5, 9)
+    assert blamed_tokens(tok, ids, (0, 12)) == range(0, 12)
+    assert blamed_tokens(tok, ids, (11, 40)) == range(11, 12)
+
+
+def test_the_validators_own_reasons_name_a_block():
+    # The reasons are matched as text; pin the wording the real tasks produce (no sandbox run is needed:
+    # these fail before execution).
+    from populora import tasks
+
+    code_o = tasks.get("code_o")
+    bad_program = code_o.parse_proposal(CODE_O, template="compact")
+    (invalid,) = code_o.validate([bad_program], sandbox=None)
+    assert _blamed("code_o", CODE_O, invalid.reason).startswith("```python")
+    text = "```python\ndef f(x):\n    return x\n```\n```input\n'ab\n```"
+    (invalid,) = code_o.validate([code_o.parse_proposal(text, template="compact")], sandbox=None)
+    assert _blamed("code_o", text, invalid.reason) == "```input\n'ab\n```"
+    code_f = tasks.get("code_f")
+    n = code_f.config.n_inputs
+    inputs = ["'a'"] * (n - 1) + ["b'"]
+    text = "\n".join(f"```input\n{s}\n```" for s in inputs) + "\n```message\nletters\n```"
+    proposal = code_f.parse_proposal(text, program="def f(s):\n    return s", template="compact")
+    (invalid,) = code_f.validate([proposal], sandbox=None)
+    assert _blamed("code_f", text, invalid.reason, n=n) == "```input\nb'\n```"
 
 
 def _trace(tok, task: str, text: str, reason: str | None) -> ProposalTrace:

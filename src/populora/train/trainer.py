@@ -58,7 +58,7 @@ from populora.sandbox import Limits, Sandbox
 from populora.tasks.buffers import TaskBuffers
 from populora.tasks.rewards import RewardConfig, learnability_reward, student_reward, teacher_reward
 from populora.train import checkpoint as ckpt
-from populora.train.credit import failure_span, span_advantages, token_char_ends
+from populora.train.credit import blamed_tokens, failure_span, span_advantages
 from populora.train.errors import TrainError
 from populora.train.probe import Prober
 from populora.train.progress import StepProgress, accepts_progress, note, summary_line
@@ -438,8 +438,10 @@ class Trainer:
             span = failure_span(trace.task, trace.gen.text, trace.reason, n_inputs)
             if span is None:
                 continue
-            ends = token_char_ends(self.engine.tokenizer, trace.gen.token_ids)
-            per_token = span_advantages(row.advantages, ends, span)
+            ids = trace.gen.token_ids
+            per_token = span_advantages(
+                row.advantages, len(ids), blamed_tokens(self.engine.tokenizer, ids, span)
+            )
             if per_token is not None:
                 row.advantages = per_token
 
