@@ -244,6 +244,10 @@ class DiagnosticsConfig:
     `probe`); 0 disables the probe."""
     probe_size: int = 64
     """Probe problems per task type (the first ones of each fixed set, the same every time); at most 256."""
+    probe_proposals: int = 32
+    """Fixed teacher prompts per task type for the teachers' validity probe (metrics.jsonl `probe_valid`),
+    taken when the probe is: each teacher proposes once per prompt at rl.teacher_temperature with one fixed
+    seed, and the sandbox validates; 0 disables it. At most 128 (the references come from the probe sets)."""
 
 
 @dataclass
@@ -726,6 +730,11 @@ def validate(cfg: Config) -> Config:
         1 <= dg.probe_size <= 256,
         f"diagnostics.probe_size: must be in [1, 256] (the probe sets hold 256 problems each), "
         f"got {dg.probe_size}.",
+    )
+    _require(
+        0 <= dg.probe_proposals <= 128,
+        f"diagnostics.probe_proposals: must be in [0, 128] (0 disables the teachers' validity probe; its "
+        f"prompts take their references from the 256-problem probe sets), got {dg.probe_proposals}.",
     )
     _require(
         cfg.dist.workers >= 1,

@@ -16,6 +16,7 @@ SHORT = [
     "rl.rollouts=2",
     "diagnostics.probe_every=2",
     "diagnostics.probe_size=3",
+    "diagnostics.probe_proposals=2",
 ]
 
 
@@ -26,7 +27,7 @@ def test_learning_reports_the_paired_change_over_seeds(tmp_path):
     assert res.exit_code == 0, res.output
     data = json.loads((tmp_path / "learning.json").read_text())
     assert data["seeds"] == [0, 1] and data["preset"] == "tiny-learn"
-    changes = []
+    changes, valid_changes = [], []
     for seed in ("0", "1"):
         d = data["per_seed"][seed]
         sp = d["student_probe"]
@@ -34,6 +35,12 @@ def test_learning_reports_the_paired_change_over_seeds(tmp_path):
         assert sp["change"] == sp["end"] - sp["start"]
         assert d["curves"]["student_probe_mean"] == [sp["start"], sp["end"]]
         changes.append(sp["change"])
+        vp = d["teacher_valid_probe"]  # the teachers' validity probe, at the same steps
+        assert d["curves"]["teacher_valid_probe_mean"] == [vp["start"], vp["end"]]
+        assert set(vp["per_task"]) == {"code_i", "code_o", "code_f"}
+        valid_changes.append(vp["change"])
     assert data["student_probe_change"] == mean_ci(changes)  # the CI is over the per-seed paired changes
+    assert data["teacher_valid_probe_change"] == mean_ci(valid_changes)
     assert (tmp_path / "l" / "learning.png").stat().st_size > 1000
     assert "students' mean probe accuracy" in res.output
+    assert "teachers' valid-proposal rate on fixed prompts" in res.output

@@ -86,6 +86,9 @@ def test_probe_config_keys_are_checked():
         load_config("tiny", ["diagnostics.probe_size=0"])
     with pytest.raises(ConfigError, match="diagnostics.probe_every"):
         load_config("tiny", ["diagnostics.probe_every=-1"])
+    with pytest.raises(ConfigError, match=r"diagnostics.probe_proposals: must be in \[0, 128\]"):
+        load_config("tiny", ["diagnostics.probe_proposals=129"])
+    assert Prober.from_config(load_config("tiny", ["diagnostics.probe_proposals=0"])).proposals == 0
     p = Prober.from_config(cfg)
     assert [s for s in range(11) if p.due(s)] == [0, 5, 10]
 
@@ -107,6 +110,7 @@ def test_trainer_logs_the_probe_at_step_0_and_every_k_steps(tmp_path):
             "evolution.every=2",
             "diagnostics.probe_every=2",
             "diagnostics.probe_size=2",
+            "diagnostics.probe_proposals=2",
         ],
     )
     engine = build(model=model, tokenizer=tok, n_slots=4, rank=4, alpha=8, lr=1e-3)
@@ -137,6 +141,14 @@ def test_trainer_logs_the_probe_at_step_0_and_every_k_steps(tmp_path):
         if e.get("type") == "evolution"
     }
     assert born and set(recs[2]["probe"]) == (members - replaced) | born
+    # the teachers' validity probe: the teachers alive at each probe, a rate per task type
+    assert set(recs[0]["probe_valid"]) == {"T0", "T1"} and "probe_valid" not in recs[1]
+    teachers_then = {m for m in set(recs[2]["probe"]) if m.startswith("T")}
+    assert set(recs[2]["probe_valid"]) == teachers_then
+    for rates in (*recs[0]["probe_valid"].values(), *recs[2]["probe_valid"].values()):
+        assert set(rates) == {"code_i", "code_o", "code_f"} and all(
+            r in (0.0, 0.5, 1.0) for r in rates.values()
+        )
     for rec in (recs[0], recs[2]):
         for accs in rec["probe"].values():
             assert set(accs) == {"code_i", "code_o", "code_f"}
@@ -150,6 +162,8 @@ def test_trainer_logs_the_probe_at_step_0_and_every_k_steps(tmp_path):
     assert probe_change(run, "student") is not None
     page = render_report(run)
     assert 'id="probe"' in page and "Fixed probe" in page and "No probe logged" not in page
+    assert 'id="probe_valid"' in page and "No teacher validity probe" not in page
+    assert set(probe_by_role(run, "probe_valid")) == {"teacher"}  # only proposers are probed for validity
     assert 'id="probe"' in render_compare([run, load_run(run_dir, label="again")])
 
 
@@ -161,3 +175,78 @@ def test_schema_rejects_a_malformed_probe(tmp_path):
     assert check_metrics_record({**ok, "probe": {"S0": {"code_x": 0.5}}})
     assert check_metrics_record({**ok, "probe": {"S0": {"code_o": 1.5}}})
     assert check_metrics_record({"step": 0, "probe": {"S0": {"code_o": 0.5}}})  # time and mode missing
+    assert check_metrics_record({**ok, "probe_valid": {"T0": {"code_f": 0.25}}}) == []
+    (err,) = check_metrics_record({**ok, "probe_valid": {"T0": {"code_f": -0.25}}})
+    assert "probe_valid['T0']['code_f'] must be a number in [0, 1]" in err
+
+
+# -- the teachers' validity probe (probe_valid) -----------------------------------------------------------
+
+
+def test_teacher_probe_prompts_are_fixed_and_read_from_the_end_of_the_probe_sets():
+    from populora.pretrain.probe import load_probe
+    from populora.train.probe import teacher_probe_prompts
+
+    by_name = {t: tasks.get(t) for t in ("code_i", "code_o", "code_f")}
+    prompts = teacher_probe_prompts(by_name, 3, 2, "compact")
+    assert prompts == teacher_probe_prompts(by_name, 3, 2, "compact")  # the same in every run
+    assert [p[0] for p in prompts] == ["code_i"] * 3 + ["code_o"] * 3 + ["code_f"] * 3
+    code_i, code_f = load_probe("code_i"), load_probe("code_f")
+    # prompt j of code_i shows probe problems -(2j+1) and -(2j+2); code_f prompt j writes inputs for -(j+1)
+    assert prompts[1][1] == by_name["code_i"].teacher_prompt([code_i[-3], code_i[-4]], template="compact")
+    assert prompts[8][2] == code_f[-3].program and prompts[8][1].count(code_f[-3].program) == 1
+    assert all(shown is None for name, _, shown in prompts if name != "code_f")
+
+
+class ProposalEngine:
+    """Answers the teachers' probe prompts by slot: slot 0 writes a valid proposal (a probe problem's own
+    program and input), any other slot writes text with no proposal in it. Parsing and the sandbox stay real."""
+
+    def __init__(self, prompts):
+        from populora.pretrain.probe import load_probe
+
+        self.gold = {}
+        for j, (name, prompt, shown) in enumerate(prompts):
+            # code_f: the shown program with its own probe inputs; code_i/code_o: any probe problem
+            p = next(q for q in load_probe(name) if q.program == shown) if shown else load_probe(name)[j]
+            text = tasks.get(name).render_proposal(
+                p.program, p.inputs, "probe the branches", template="compact"
+            )
+            self.gold[prompt] = text
+        self.seen = []
+
+    def generate(self, requests, seed=None):
+        self.seen.append((seed, {r.temperature for r in requests}))
+        return [
+            Generation([1], self.gold[r.prompt] if r.slot == 0 else "no proposal here", [0.0], "stop", r.slot)
+            for r in requests
+        ]
+
+
+def test_score_teachers_validates_in_the_sandbox_and_feeds_nothing(tmp_path):
+    from populora.train.probe import VALID_PROBE_SEED, score_teachers, teacher_probe_prompts
+
+    model, tok = random_model(seed=0)
+    cfg = load_config(
+        "tiny",
+        ["train.threads=1", "tasks.seed_synthetic=2", "sandbox.workers=1", "rl.teacher_temperature=0.9"],
+    )
+    engine = build(model=model, tokenizer=tok, n_slots=4, rank=4, alpha=8, lr=1e-3)
+    tr = Trainer(cfg, tmp_path / "run", engine=engine, quiet=True)
+    tr.setup()
+    try:
+        prompts = teacher_probe_prompts(tr.tasks, 2, cfg.tasks.references, "compact")
+        before = {t: len(tr.buffers[t]) for t in ("code_i", "code_o")}
+        fake = ProposalEngine(prompts)
+        tr.engine = fake
+        slot0 = next(m.id for m in tr.pop.ordered() if m.slot == 0)
+        other = next(m.id for m in tr.pop.ordered() if m.role == "teacher" and m.slot != 0)
+        rates = score_teachers(tr, [slot0, other], prompts)
+        after = {t: len(tr.buffers[t]) for t in ("code_i", "code_o")}
+        tr.engine = engine
+    finally:
+        tr.close()
+    assert rates[slot0] == {"code_i": 1.0, "code_o": 1.0, "code_f": 1.0}
+    assert rates[other] == {"code_i": 0.0, "code_o": 0.0, "code_f": 0.0}
+    assert before == after  # measuring the teachers puts nothing in the buffers
+    assert fake.seen == [(VALID_PROBE_SEED, {0.9})]  # one batch, the teachers' temperature, the fixed seed

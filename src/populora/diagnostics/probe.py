@@ -3,7 +3,8 @@
 At every probed step each member has a greedy accuracy per task type; `probe_by_role` reduces the members of
 one role to the best, the mean and the worst member at that step (per task type, and over the three types as
 'all': a member's 'all' is the mean of its task accuracies). The report, `populora compare` and
-`populora experiment` all read the probe through these functions.
+`populora experiment` all read the probe through these functions. `which="probe_valid"` reads the teachers'
+validity probe (metrics.jsonl `probe_valid`: each teacher's valid-proposal rate on fixed prompts) the same way.
 """
 
 from __future__ import annotations
@@ -32,22 +33,23 @@ class ProbeCurve:
     n_members: np.ndarray
 
 
-def member_probe(run: Run, member: str, key: str) -> np.ndarray:
+def member_probe(run: Run, member: str, key: str, which: str = "probe") -> np.ndarray:
     """A member's probe accuracy at each probed step ('all' = mean over the task types it was probed on)."""
     if key != "all":
-        return run.probe_series(member, key)
-    stack = np.vstack([run.probe_series(member, t) for t in TASKS])
+        return run.probe_series(member, key, which)
+    stack = np.vstack([run.probe_series(member, t, which) for t in TASKS])
     ok = np.isfinite(stack)
     with np.errstate(invalid="ignore"):
         return np.where(ok.any(axis=0), np.nansum(stack, axis=0) / np.maximum(ok.sum(axis=0), 1), np.nan)
 
 
-def probe_by_role(run: Run) -> dict[str, dict[str, ProbeCurve]]:
-    """{role: {key: ProbeCurve}} for every role with probed members; {} when the run has no probe."""
-    if not run.probes:
+def probe_by_role(run: Run, which: str = "probe") -> dict[str, dict[str, ProbeCurve]]:
+    """{role: {key: ProbeCurve}} for every role with probed members; {} when the run has no probe
+    (`which="probe_valid"`: the teachers' validity probe, so only proposer roles)."""
+    if not any(which in p for p in run.probes):
         return {}
     steps = run.probe_steps
-    probed = sorted({m for p in run.probes for m in p["probe"]})
+    probed = sorted({m for p in run.probes for m in p.get(which) or {}})
     out: dict[str, dict[str, ProbeCurve]] = {}
     for role in ROLES:
         mids = [m for m in probed if run.role_of(m) == role]
@@ -55,7 +57,7 @@ def probe_by_role(run: Run) -> dict[str, dict[str, ProbeCurve]]:
             continue
         curves = {}
         for key in PROBE_KEYS:
-            stack = np.vstack([member_probe(run, m, key) for m in mids])
+            stack = np.vstack([member_probe(run, m, key, which) for m in mids])
             n = np.isfinite(stack).sum(axis=0)
             with warnings.catch_warnings():
                 warnings.simplefilter(
@@ -72,9 +74,11 @@ def probe_by_role(run: Run) -> dict[str, dict[str, ProbeCurve]]:
     return out
 
 
-def probe_change(run: Run, role: str, key: str = "all", stat: str = "mean") -> float | None:
+def probe_change(
+    run: Run, role: str, key: str = "all", stat: str = "mean", which: str = "probe"
+) -> float | None:
     """Last probed value minus the step-0 (first probed) value of a role's best/mean/worst curve."""
-    curve = probe_by_role(run).get(role, {}).get(key)
+    curve = probe_by_role(run, which).get(role, {}).get(key)
     if curve is None:
         return None
     y = getattr(curve, stat)

@@ -48,7 +48,7 @@ class Run:
     events: list[dict[str, Any]]
     label: str = ""
     probes: list[dict[str, Any]] = field(default_factory=list)
-    """`{"step", "probe"}` of every metrics record that holds a `probe` (step 0 included), by step."""
+    """`{"step", "probe"[, "probe_valid"]}` of every metrics record that holds a `probe` (step 0 included)."""
     # What could not be read (corrupt metrics lines, steps missing from metrics.jsonl): the report shows these.
     warnings: list[str] = field(default_factory=list)
     _roles: dict[str, str] = field(default_factory=dict, repr=False)
@@ -146,9 +146,10 @@ class Run:
     def probe_steps(self) -> np.ndarray:
         return np.array([int(p["step"]) for p in self.probes], dtype=np.int64)
 
-    def probe_series(self, member: str, task: str) -> np.ndarray:
-        """One member's probe accuracy on `task` at each of `probe_steps` (NaN where it was not probed)."""
-        return np.array([_num((p["probe"].get(member) or {}).get(task)) for p in self.probes])
+    def probe_series(self, member: str, task: str, which: str = "probe") -> np.ndarray:
+        """One member's probe accuracy on `task` at each of `probe_steps` (NaN where it was not probed);
+        `which="probe_valid"`: a teacher's valid-proposal rate on the fixed teacher prompts."""
+        return np.array([_num(((p.get(which) or {}).get(member) or {}).get(task)) for p in self.probes])
 
     def events_of(self, kind: str) -> list[dict[str, Any]]:
         return [e for e in self.events if e.get("type") == kind]
@@ -195,7 +196,9 @@ def load_run(path: str | Path, label: str | None = None) -> Run:
     # The step-0 probe record (no `members`: nothing was trained yet) is a probe, not a step.
     metrics = [r for r in records if "members" in r or "probe" not in r]
     probes = [
-        {"step": int(r["step"]), "probe": r["probe"]} for r in records if isinstance(r.get("probe"), dict)
+        {"step": int(r["step"]), **{k: r[k] for k in ("probe", "probe_valid") if isinstance(r.get(k), dict)}}
+        for r in records
+        if isinstance(r.get("probe"), dict)
     ]
     notes = [str(w.message) for w in caught if issubclass(w.category, UserWarning)]
     notes += _missing_steps(metrics_p, metrics)

@@ -104,17 +104,18 @@ def _is_num(v: Any) -> bool:
 PROBE_ONLY_KEYS = ("step", "time", "mode", "probe")
 
 
-def check_probe(probe: Any, where: str) -> list[str]:
-    """Violations in a `probe` value: {member_id: {task: accuracy in [0, 1]}} (docs/run-folder.md)."""
+def check_probe(probe: Any, where: str, key: str = "probe") -> list[str]:
+    """Violations in a `probe` (or `probe_valid`) value: {member_id: {task: rate in [0, 1]}}
+    (docs/run-folder.md)."""
     if not isinstance(probe, Mapping) or not probe:
-        return [f"{where}: 'probe' must be a non-empty object {{member_id: {{task: accuracy}}}}"]
+        return [f"{where}: {key!r} must be a non-empty object {{member_id: {{task: rate}}}}"]
     errs = []
     for mid, accs in probe.items():
         if not isinstance(accs, Mapping) or set(accs) - set(TASKS):
-            errs.append(f"{where}: probe[{mid!r}] must map task types {TASKS} to accuracies")
+            errs.append(f"{where}: {key}[{mid!r}] must map task types {TASKS} to rates")
             continue
         errs += [
-            f"{where}: probe[{mid!r}][{t!r}] must be a number in [0, 1]"
+            f"{where}: {key}[{mid!r}][{t!r}] must be a number in [0, 1]"
             for t, a in accs.items()
             if not (_is_num(a) and 0 <= a <= 1)
         ]
@@ -124,12 +125,11 @@ def check_probe(probe: Any, where: str) -> list[str]:
 def check_metrics_record(rec: Mapping[str, Any]) -> list[str]:
     """Violations of the metrics.jsonl schema in one record."""
     where = f"metrics step {rec.get('step', '?')}"
+    errs = check_probe(rec["probe_valid"], where, "probe_valid") if "probe_valid" in rec else []
     if "probe" in rec:
-        errs = check_probe(rec["probe"], where)
+        errs += check_probe(rec["probe"], where)
         if rec.get("step") == 0 and "members" not in rec:  # the step-0 probe, before any update
             return errs + _missing(rec, PROBE_ONLY_KEYS, where)
-    else:
-        errs = []
     errs += _missing(rec, METRICS_KEYS, where)
     if not isinstance(rec.get("step"), int):
         errs.append(f"{where}: 'step' must be an integer")

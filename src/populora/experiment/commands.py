@@ -85,7 +85,11 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
             f"change {ci(r['student_probe_change'])} points (95% CI over {len(r['seeds'])} seeds; "
             f"excludes zero: {r['excludes_zero']})"
         )
-        typer.echo(f"teachers' valid-proposal rate change: {ci(r['teacher_valid_rate_change'])} points")
+        typer.echo(
+            f"teachers' valid-proposal rate on fixed prompts: {ci(r['teacher_valid_probe_start'], sign='')} %, "
+            f"change {ci(r['teacher_valid_probe_change'])} points; on the run's own prompts (last quarter "
+            f"minus first): {ci(r['teacher_valid_rate_change'])} points"
+        )
 
     @exp.command("retention")
     def retention(

@@ -1,9 +1,11 @@
 """`populora experiment learning`: does a preset visibly learn? Seeds of one preset, and two numbers with CIs.
 
 For each seed (OUT/runs/seed<S>/, resumable): the students' mean probe accuracy (mean over members and the
-three task types) at step 0 and at the last probe, and the teachers' valid-proposal rate in the first and
-last quarter of the steps. Over the seeds: the mean change and its 95% Student-t confidence interval (a
-paired comparison: each seed's end minus its own start). Writes OUT/learning.json (and `--json` elsewhere,
+three task types) at step 0 and at the last probe; the teachers' valid-proposal rate on the fixed teacher
+prompts (`probe_valid`, train/probe.py) at the same two probes; and, for comparison, the valid rate logged
+every step (prompts from the run's own buffers) in the first and last quarter of the steps. Over the seeds:
+each mean change and its 95% Student-t confidence interval (a paired comparison: each seed's end minus its
+own start). Writes OUT/learning.json (and `--json` elsewhere,
 e.g. bench/results/learning.json) and a figure of every seed's curves (OUT/learning.png, or `--figure`).
 """
 
@@ -39,6 +41,9 @@ def seed_numbers(run_dir: Path) -> dict:
     probe = m["probe"][_solver_role(run)]["all"]["mean"]
     vr = run.role_series(proposer_roles(run), "valid_rate")
     start, end = edge_means(vr)
+    proposer = _proposer_role(run)
+    valid_probe = m["probe_valid"].get(proposer, {})
+    valid_curve = m["curves"]["probe_valid"].get(proposer, {}).get("all", {})
     return {
         "path": str(run_dir),
         "steps": run.n_steps,
@@ -48,6 +53,12 @@ def seed_numbers(run_dir: Path) -> dict:
             "per_task": {t: m["probe"][_solver_role(run)][t]["mean"] for t in ("code_i", "code_o", "code_f")},
         },
         "teacher_probe": m["probe"].get(_proposer_role(run), {}).get("all", {}).get("mean"),
+        "teacher_valid_probe": {
+            **valid_probe.get("all", {}).get("mean", {"start": None, "end": None, "change": None}),
+            "per_task": {
+                t: valid_probe[t]["mean"] for t in ("code_i", "code_o", "code_f") if t in valid_probe
+            },
+        },
         "teacher_valid_rate": {"start": start, "end": end, "change": None if start is None else end - start},
         "curves": {
             "probe_steps": m["curves"]["probe"][_solver_role(run)]["all"]["steps"],
@@ -55,6 +66,7 @@ def seed_numbers(run_dir: Path) -> dict:
             "student_probe_best": m["curves"]["probe"][_solver_role(run)]["all"]["best"],
             "student_probe_worst": m["curves"]["probe"][_solver_role(run)]["all"]["worst"],
             "steps": [int(s) for s in run.steps],
+            "teacher_valid_probe_mean": valid_curve.get("mean", []),
             "teacher_valid_rate": as_list(vr),
             "student_solve_rate": m["curves"]["solve_rate"]["all"],
         },
@@ -62,44 +74,49 @@ def seed_numbers(run_dir: Path) -> dict:
 
 
 def learning_figure(seeds: dict[int, dict], path: Path) -> Path:
-    """Every seed's student probe curve and teacher valid-rate curve, with the seed mean."""
+    """Every seed's curves with the seed mean: the students' probe, the teachers' validity probe (fixed
+    prompts) and the teachers' per-step valid-proposal rate (the run's own prompts, smoothed)."""
     from populora.diagnostics.dynamics import smooth
     from populora.report import plots
 
-    fig, axes = plots._fig(size=(9.0, 3.4), ncols=2)
-    ax1, ax2 = axes[0]
-    ys, vs = [], []
-    for i, (seed, d) in enumerate(sorted(seeds.items())):
-        c = d["curves"]
-        color = plots.RUN_COLORS[i % len(plots.RUN_COLORS)]
-        y = 100 * np.array([np.nan if v is None else v for v in c["student_probe_mean"]], float)
-        v = np.array([np.nan if x is None else x for x in c["teacher_valid_rate"]], float)
-        ax1.plot(
-            c["probe_steps"], y, color=color, linewidth=1.0, marker="o", ms=3, alpha=0.7, label=f"seed {seed}"
-        )
-        ax2.plot(c["steps"], smooth(v, 5), color=color, linewidth=1.0, alpha=0.7, label=f"seed {seed}")
-        ys.append(y)
-        vs.append(v)
-    if ys and all(len(y) == len(ys[0]) for y in ys):
-        ax1.plot(
-            seeds[min(seeds)]["curves"]["probe_steps"],
-            np.nanmean(ys, axis=0),
-            color="#212529",
-            linewidth=2.4,
-            label="mean over seeds",
-        )
-    if vs and all(len(v) == len(vs[0]) for v in vs):
-        ax2.plot(
-            seeds[min(seeds)]["curves"]["steps"],
-            smooth(np.nanmean(vs, axis=0), 5),
-            color="#212529",
-            linewidth=2.4,
-            label="mean over seeds",
-        )
-    ax1.set_title("students: mean probe accuracy (%, held-out, greedy)", fontsize=10)
-    ax2.set_title("teachers: valid-proposal rate (smoothed, window 5)", fontsize=10)
-    for ax in (ax1, ax2):
+    fig, axes = plots._fig(size=(13.0, 3.4), ncols=3)
+    ax1, ax2, ax3 = axes[0]
+    panels: list[tuple] = [
+        (ax1, "probe_steps", "student_probe_mean", False),
+        (ax2, "probe_steps", "teacher_valid_probe_mean", False),
+        (ax3, "steps", "teacher_valid_rate", True),
+    ]
+    for ax, xkey, ykey, smoothed in panels:
+        ys = []
+        for i, (seed, d) in enumerate(sorted(seeds.items())):
+            c = d["curves"]
+            y = 100 * np.array([np.nan if v is None else v for v in c.get(ykey, [])], float)
+            if y.size == 0:
+                continue
+            ax.plot(
+                c[xkey],
+                smooth(y, 5) if smoothed else y,
+                color=plots.RUN_COLORS[i % len(plots.RUN_COLORS)],
+                linewidth=1.0,
+                marker=None if smoothed else "o",
+                ms=3,
+                alpha=0.7,
+                label=f"seed {seed}",
+            )
+            ys.append(y)
+        if ys and all(len(y) == len(ys[0]) for y in ys):
+            mean = np.nanmean(ys, axis=0)
+            ax.plot(
+                seeds[min(seeds)]["curves"][xkey],
+                smooth(mean, 5) if smoothed else mean,
+                color="#212529",
+                linewidth=2.4,
+                label="mean over seeds",
+            )
         ax.set_xlabel("step")
+    ax1.set_title("students: mean probe accuracy (%, held-out, greedy)", fontsize=10)
+    ax2.set_title("teachers: valid proposals (%, fixed prompts)", fontsize=10)
+    ax3.set_title("teachers: valid proposals (%, own prompts, window 5)", fontsize=10)
     plots._legend(ax1, loc="best")
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=plots.DPI)
@@ -131,10 +148,15 @@ def run_learning(
         "overrides": list(overrides),
         "seeds": sorted(per_seed),
         "question": "students' mean probe accuracy at the end minus step 0 (paired per seed); teachers' "
-        "valid-proposal rate, last quarter of the steps minus first quarter",
+        "valid-proposal rate on the fixed teacher prompts (probe_valid), end minus step 0; teachers' valid rate "
+        "on the run's own prompts, last quarter of the steps minus first quarter",
         "student_probe_change": mean_ci([d["student_probe"]["change"] for d in per_seed.values()]),
         "student_probe_start": mean_ci([d["student_probe"]["start"] for d in per_seed.values()]),
         "student_probe_end": mean_ci([d["student_probe"]["end"] for d in per_seed.values()]),
+        "teacher_valid_probe_change": mean_ci(
+            [d["teacher_valid_probe"]["change"] for d in per_seed.values()]
+        ),
+        "teacher_valid_probe_start": mean_ci([d["teacher_valid_probe"]["start"] for d in per_seed.values()]),
         "teacher_valid_rate_change": mean_ci([d["teacher_valid_rate"]["change"] for d in per_seed.values()]),
         "per_seed": {str(k): v for k, v in per_seed.items()},
         "run_seconds": {k: round(v, 1) for k, v in seconds.items()},

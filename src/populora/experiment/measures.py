@@ -60,18 +60,15 @@ def edge_means(y: np.ndarray, frac: float = 0.25) -> tuple[float | None, float |
     return float(y[:k].mean()), float(y[-k:].mean())
 
 
-def run_measures(run: Run) -> dict:
-    """Every scalar an experiment compares for one run (None where the run has no data for it)."""
-    out: dict = {"steps": run.n_steps}
-    # Fixed probe: start (step 0) and end per role, best / mean / worst member, per task type and 'all'.
-    probe = {}
-    for role, curves in probe_by_role(run).items():
-        probe[role] = {}
+def probe_edges(run: Run, which: str = "probe") -> dict:
+    """`{role: {key: {stat: {"start", "end", "change"}}}}`: first and last probed value of each curve."""
+    out: dict = {}
+    for role, curves in probe_by_role(run, which).items():
+        out[role] = {}
         for key in PROBE_KEYS:
-            c = curves[key]
+            y_by_stat = {stat: getattr(curves[key], stat) for stat in ("best", "mean", "worst")}
             entry = {}
-            for stat in ("best", "mean", "worst"):
-                y = getattr(c, stat)
+            for stat, y in y_by_stat.items():
                 fin = np.flatnonzero(np.isfinite(y))
                 start = float(y[fin[0]]) if fin.size else None
                 end = float(y[fin[-1]]) if fin.size else None
@@ -80,8 +77,17 @@ def run_measures(run: Run) -> dict:
                     "end": end,
                     "change": None if start is None or fin.size < 2 else end - start,
                 }
-            probe[role][key] = entry
-    out["probe"] = probe
+            out[role][key] = entry
+    return out
+
+
+def run_measures(run: Run) -> dict:
+    """Every scalar an experiment compares for one run (None where the run has no data for it)."""
+    out: dict = {"steps": run.n_steps}
+    # Fixed probe: start (step 0) and end per role, best / mean / worst member, per task type and 'all';
+    # the teachers' validity probe (`probe_valid`) the same way.
+    out["probe"] = probe_edges(run)
+    out["probe_valid"] = probe_edges(run, "probe_valid")
     out["probe_steps"] = [int(s) for s in run.probe_steps]
     # Proposers: valid-proposal rate at the start and end (first / last quarter of the steps).
     vr = run.role_series(proposer_roles(run), "valid_rate")
@@ -135,25 +141,29 @@ def as_list(y: np.ndarray) -> list[float | None]:
 
 def run_curves(run: Run) -> dict:
     """The per-step curves an experiment page plots, as JSON-ready lists (None for missing values)."""
-    probe = {
-        role: {
-            key: {
-                "steps": [int(s) for s in c.steps],
-                "best": as_list(c.best),
-                "mean": as_list(c.mean),
-                "worst": as_list(c.worst),
+
+    def probe_curves(which: str) -> dict:
+        return {
+            role: {
+                key: {
+                    "steps": [int(s) for s in c.steps],
+                    "best": as_list(c.best),
+                    "mean": as_list(c.mean),
+                    "worst": as_list(c.worst),
+                }
+                for key, c in curves.items()
             }
-            for key, c in curves.items()
+            for role, curves in probe_by_role(run, which).items()
         }
-        for role, curves in probe_by_role(run).items()
-    }
+
     cx = {
         f: {"steps": [int(s) for s in st], "mean": as_list(m)}
         for f, (st, m, _) in complexity_curves(run).items()
     }
     steps, cov, cells = coverage_curve(run)
     return {
-        "probe": probe,
+        "probe": probe_curves("probe"),
+        "probe_valid": probe_curves("probe_valid"),
         "complexity": cx,
         "coverage": {"steps": [int(s) for s in steps], "cells": as_list(cells)},
         "solve_rate": {

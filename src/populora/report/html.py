@@ -202,6 +202,25 @@ def _cap_probe(run: Run) -> str:
     )
 
 
+def _cap_probe_valid(run: Run) -> str:
+    parts = []
+    for role, curves in probe_by_role(run, "probe_valid").items():
+        c = curves["all"]
+        fin = np.flatnonzero(np.isfinite(c.mean))
+        if fin.size:
+            a, b = fin[0], fin[-1]
+            parts.append(
+                f"{plots.ROLE_LABEL[role]}: mean {_rate(c.mean[a])} at step {int(c.steps[a])} → "
+                f"{_rate(c.mean[b])} at step {int(c.steps[b])}"
+            )
+    return (
+        "Valid-proposal rate of every teacher on fixed prompts (diagnostics.probe_proposals per task type, "
+        "references from the probe sets), one proposal per prompt at rl.teacher_temperature from one fixed "
+        "seed, at the probe's steps. Unlike the per-step valid rate, whose prompts come from the run's own "
+        "buffers, only the adapters change between two of these points. " + "; ".join(parts) + "."
+    )
+
+
 def _cap_roles(run: Run) -> str:
     bits = []
     for role in run.roles:
@@ -612,6 +631,14 @@ def render_report(run: Run) -> str:
             lambda: plots.probe_figure(run),
             lambda: _cap_probe(run),
             "No probe logged (enable it with --set diagnostics.probe_every=N).",
+        ),
+        _figure_card(
+            "probe_valid",
+            "Fixed probe: teachers' valid proposals",
+            lambda: plots.probe_figure(run, "probe_valid"),
+            lambda: _cap_probe_valid(run),
+            "No teacher validity probe logged (it runs with the probe: --set diagnostics.probe_every=N, "
+            "diagnostics.probe_proposals > 0).",
         ),
         _figure_card(
             "roles",

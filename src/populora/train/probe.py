@@ -10,6 +10,16 @@ metrics.jsonl record under `probe` as `{member_id: {"code_i": acc, "code_o": acc
 Cost is kept small: the first `diagnostics.probe_size` problems of each set, every member's prompts in ONE
 mixed-slot `engine.generate` (temperature 0), and one sandbox `score` per problem for all members' answers.
 Every task type is probed whatever `tasks.types` trains, so a specialist's loss on the other types shows.
+
+The teachers get a probe of their own at the same steps, `probe_valid` (`{teacher_id: {task: valid rate}}`):
+the valid-proposal rate logged every step reads proposals to prompts built from the run's own buffers, which
+fill with the teachers' proposals, so it moves when the prompts change even if the teachers do not (the
+validity control measures that drift: bench/learning_teacher_controls.py). This probe holds everything but the
+adapters fixed: `diagnostics.probe_proposals` prompts per task type whose references are probe-set problems
+(taken from the end of each set, the same in every run), one proposal per prompt per teacher at
+`rl.teacher_temperature`, all drawn from one fixed seed, validated by the run's own tasks and sandbox
+(`Trainer.check_proposals`, which touches no buffer). The same seed at every probe makes two probes of an
+unchanged teacher identical, so the change between probes is the adapters' and not the sampler's.
 """
 
 from __future__ import annotations
@@ -22,6 +32,7 @@ from populora.names import TASKS
 from populora.pretrain.probe import MAX_NEW_TOKENS, load_probe
 
 PROBE_SEED = 0  # greedy decoding draws nothing; a fixed seed keeps the engine's own generator untouched
+VALID_PROBE_SEED = 7_919  # the teachers' probe samples: one seed for every probe of every run
 
 
 def probe_subset(size: int, types: Sequence[str] = TASKS) -> dict[str, list]:
@@ -72,13 +83,75 @@ def score_members(
     return {m: {t: right[m][t] / len(problems[t]) for t in problems if problems[t]} for m in members}
 
 
+def teacher_probe_prompts(
+    tasks: Mapping[str, Any], n: int, references: int, template: str
+) -> list[tuple[str, str, str | None]]:
+    """`n` fixed teacher prompts per task type: `(task, prompt, shown_program)`, the same in every run.
+
+    code_i/code_o prompts show `references` probe problems of their own type, code_f prompts one code_f probe
+    program, read from the END of each probe set (the student probe reads from the start), wrapping round when
+    `n * references` exceeds the set."""
+    out: list[tuple[str, str, str | None]] = []
+    for name in TASKS:
+        task, probe = tasks[name], load_probe(name)
+        for j in range(n):
+            if name == "code_f":
+                shown = probe[-1 - j % len(probe)].program
+                out.append((name, task.teacher_prompt(shown, template=template), shown))
+            else:
+                refs = [probe[-1 - (j * references + r) % len(probe)] for r in range(references)]
+                out.append((name, task.teacher_prompt(refs, template=template), None))
+    return out
+
+
+def score_teachers(trainer: Any, teachers: Sequence[str], prompts: Sequence[tuple[str, str, str | None]]):
+    """Valid-proposal rate of each teacher per task type on the fixed prompts: `{teacher_id: {task: rate}}`.
+
+    One mixed-slot `engine.generate` (every teacher, every prompt) at `rl.teacher_temperature` from
+    `VALID_PROBE_SEED`, then the trainer's own parsing and sandbox validation (no buffer or coverage change)."""
+    from populora.train.records import ProposalTrace
+
+    cfg = trainer.cfg
+    traces = [ProposalTrace(t, t, name, shown_program=shown) for name, _, shown in prompts for t in teachers]
+    requests = [
+        trainer._request(
+            trainer.pop[t].slot, prompt, cfg.tasks.teacher_max_new_tokens, cfg.rl.teacher_temperature
+        )
+        for _, prompt, _ in prompts
+        for t in teachers
+    ]
+    if not requests:
+        return {}
+    for trace, gen in zip(traces, trainer.engine.generate(requests, seed=VALID_PROBE_SEED), strict=True):
+        trace.gen = gen
+    trainer.check_proposals(traces, step=-1)
+    out: dict[str, dict[str, float]] = {}
+    for t in teachers:
+        for name in TASKS:
+            mine = [x.valid for x in traces if x.teacher == t and x.task == name]
+            if mine:
+                out.setdefault(t, {})[name] = sum(mine) / len(mine)
+    return out
+
+
 class Prober:
     """The trainer's probe: when it is due, what it scores and how it is logged. Built from the config."""
 
-    def __init__(self, every: int, size: int, template: str, student_max_new_tokens: int) -> None:
+    def __init__(
+        self,
+        every: int,
+        size: int,
+        template: str,
+        student_max_new_tokens: int,
+        proposals: int = 0,
+        references: int = 2,
+    ) -> None:
         self.every = every
         self.size = size
         self.template = template
+        self.proposals = proposals  # fixed teacher prompts per task type; 0 = no `probe_valid`
+        self.references = references
+        self._teacher_prompts: list | None = None
         # The tiny model's compact answers fit MAX_NEW_TOKENS; other templates get the training budget.
         self.budget = (
             dict(MAX_NEW_TOKENS) if template == "compact" else dict.fromkeys(TASKS, student_max_new_tokens)
@@ -88,7 +161,14 @@ class Prober:
     @classmethod
     def from_config(cls, cfg: Any) -> Prober:
         d = cfg.diagnostics
-        return cls(d.probe_every, d.probe_size, cfg.tasks.template, cfg.tasks.student_max_new_tokens)
+        return cls(
+            d.probe_every,
+            d.probe_size,
+            cfg.tasks.template,
+            cfg.tasks.student_max_new_tokens,
+            d.probe_proposals,
+            cfg.tasks.references,
+        )
 
     @property
     def enabled(self) -> bool:
@@ -110,6 +190,30 @@ class Prober:
             trainer.engine, slots, self.problems, trainer.sandbox, self.template, self.budget
         )
 
+    def score_valid(self, trainer: Any) -> dict[str, dict[str, float]] | None:
+        """`{teacher_id: {task: valid rate}}` on the fixed teacher prompts; None when that probe is off.
+
+        The proposers are the teachers (every member in single mode, where one agent is both)."""
+        if self.proposals <= 0:
+            return None
+        if self._teacher_prompts is None:
+            self._teacher_prompts = teacher_probe_prompts(
+                trainer.tasks, self.proposals, self.references, self.template
+            )
+        members = trainer.pop.ordered()
+        proposers = [m.id for m in members if m.role == "teacher"] or [m.id for m in members]
+        return score_teachers(trainer, proposers, self._teacher_prompts)
+
+    def _measure(self, trainer: Any) -> dict:
+        """The probe's keys for a metrics record: `probe`, `probe_valid` (when on) and their seconds."""
+        t0 = time.perf_counter()
+        out: dict = {"probe": self.score(trainer)}
+        valid = self.score_valid(trainer)
+        if valid is not None:
+            out["probe_valid"] = valid
+        out["probe_s"] = round(time.perf_counter() - t0, 4)
+        return out
+
     # The two calls the trainer's loop makes ------------------------------------------------------------
     def at_start(self, trainer: Any, start: int) -> None:
         """Before the first update of a fresh run: log the step-0 probe (once, also across restarts)."""
@@ -117,24 +221,22 @@ class Prober:
             return
         if any(r.get("step") == 0 for r in trainer.run.read("metrics.jsonl")):
             return  # a run killed before its first checkpoint restarts at step 0 and keeps that record
-        t0 = time.perf_counter()
-        probe = self.score(trainer)
         trainer.run.metric(
-            {
-                "step": 0,
-                "time": time.time(),
-                "mode": trainer.cfg.population.mode,
-                "probe": probe,
-                "probe_s": round(time.perf_counter() - t0, 4),
-            }
+            {"step": 0, "time": time.time(), "mode": trainer.cfg.population.mode, **self._measure(trainer)}
         )
 
     def after_step(self, trainer: Any, step: int, record: dict) -> None:
-        """Add `probe` (and its seconds, `probe_s`) to the record of a step where it is due."""
+        """Add `probe`, `probe_valid` and their seconds, `probe_s`, to the record of a step where it is due."""
         if self.due(step):
-            t0 = time.perf_counter()
-            record["probe"] = self.score(trainer)
-            record["probe_s"] = round(time.perf_counter() - t0, 4)
+            record.update(self._measure(trainer))
 
 
-__all__ = ["PROBE_SEED", "Prober", "probe_subset", "score_members"]
+__all__ = [
+    "PROBE_SEED",
+    "VALID_PROBE_SEED",
+    "Prober",
+    "probe_subset",
+    "score_members",
+    "score_teachers",
+    "teacher_probe_prompts",
+]
