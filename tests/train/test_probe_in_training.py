@@ -164,7 +164,8 @@ def test_trainer_logs_the_probe_at_step_0_and_every_k_steps(tmp_path):
     assert 'id="probe"' in page and "Fixed probe" in page and "No probe logged" not in page
     assert 'id="probe_valid"' in page and "No teacher validity probe" not in page
     assert set(probe_by_role(run, "probe_valid")) == {"teacher"}  # only proposers are probed for validity
-    assert 'id="probe"' in render_compare([run, load_run(run_dir, label="again")])
+    cmp = render_compare([run, load_run(run_dir, label="again")])
+    assert 'id="probe"' in cmp and 'id="probe_valid"' in cmp and "No run logged a teacher validity" not in cmp
 
 
 def test_schema_rejects_a_malformed_probe(tmp_path):
@@ -196,6 +197,9 @@ def test_teacher_probe_prompts_are_fixed_and_read_from_the_end_of_the_probe_sets
     assert prompts[1][1] == by_name["code_i"].teacher_prompt([code_i[-3], code_i[-4]], template="compact")
     assert prompts[8][2] == code_f[-3].program and prompts[8][1].count(code_f[-3].program) == 1
     assert all(shown is None for name, _, shown in prompts if name != "code_f")
+    # a specialist run's teachers propose one task type: only that type is probed for validity
+    only = teacher_probe_prompts({"code_o": by_name["code_o"]}, 2, 2, "compact")
+    assert [p[0] for p in only] == ["code_o", "code_o"] and only == prompts[3:5]
 
 
 class ProposalEngine:

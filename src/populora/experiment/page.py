@@ -156,6 +156,7 @@ def ablation_rows(result: dict) -> tuple[list[str], list[list[str]]]:
         "solver probe: step 0 → end (mean member)",
         "solver probe change (best / mean / worst)",
         "proposer valid rate start → end",
+        "proposer valid, fixed prompts: step 0 → end",
         "AST-depth slope / step",
         "coverage cells (end; 2nd-half growth)",
         "solve-rate direction changes",
@@ -164,8 +165,9 @@ def ablation_rows(result: dict) -> tuple[list[str], list[list[str]]]:
     rows = []
     for arm, data in result["results"].items():
         s = data["summary"]
-        role = _roles_of(data["runs"])[1]
+        proposer, role = _roles_of(data["runs"])
         pre = f"probe.{role}.all"
+        vpre = f"probe_valid.{proposer}.all.mean"
         rows.append(
             [
                 _esc(arm),
@@ -174,6 +176,7 @@ def ablation_rows(result: dict) -> tuple[list[str], list[list[str]]]:
                 f"{_ci(s.get(pre + '.mean.start'), 2, True)} → {_ci(s.get(pre + '.mean.end'), 2, True)}",
                 " / ".join(_ci(s.get(f"{pre}.{k}.change"), 2, True) for k in ("best", "mean", "worst")),
                 f"{_ci(s.get('valid_rate.start'), 2)} → {_ci(s.get('valid_rate.end'), 2)}",
+                f"{_ci(s.get(vpre + '.start'), 2, True)} → {_ci(s.get(vpre + '.end'), 2, True)}",
                 _ci(s.get("complexity.ast_depth.slope"), 2),
                 f"{_ci(s.get('coverage.cells_end'), 3)}; {_ci(s.get('coverage.growth_second_half'), 3)}",
                 _ci(s.get("oscillation.all"), 2),

@@ -759,6 +759,15 @@ def render_compare(runs: Sequence[Run]) -> str:
             "No run logged a probe (enable it with --set diagnostics.probe_every=N).",
         ),
         _figure_card(
+            "probe_valid",
+            "Fixed probe: teachers' valid proposals",
+            lambda: plots.compare_probe_figure(runs, "probe_valid"),
+            "Valid-proposal rate of each run's proposers (teachers, or the single agent) on the fixed teacher "
+            "prompts (references from the probe sets, one fixed sampling seed): the mean member (solid) and the "
+            "best member (dashed). Unlike the per-step valid rate, only the adapters change between points.",
+            "No run logged a teacher validity probe (it runs with the probe: --set diagnostics.probe_every=N).",
+        ),
+        _figure_card(
             "complexity",
             "Problem complexity",
             lambda: plots.compare_complexity_figure(runs),

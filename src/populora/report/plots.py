@@ -619,14 +619,17 @@ def compare_solve_figure(runs: Sequence[Run]) -> Figure | None:
     return fig if drawn else None
 
 
-def compare_probe_figure(runs: Sequence[Run]) -> Figure | None:
+def compare_probe_figure(runs: Sequence[Run], which: str = "probe") -> Figure | None:
     """Fixed-probe accuracy of each run's solvers (students, or the single agent): the mean member (solid)
-    and the best member (dashed), over all task types and per type."""
+    and the best member (dashed), over all task types and per type. `which="probe_valid"`: the proposers'
+    valid-proposal rate on the fixed teacher prompts."""
     fig, axes = _fig(size=(9.0, 5.4), ncols=2, nrows=2, sharey=True)
     drawn = False
+    label = "valid proposals" if which == "probe_valid" else "probe"
     for run, color in zip(runs, _run_styles(runs), strict=True):
-        curves = probe_by_role(run)
-        role = next((r for r in solver_roles(run) if r in curves), None)
+        curves = probe_by_role(run, which)
+        roles = proposer_roles(run) if which == "probe_valid" else solver_roles(run)
+        role = next((r for r in roles if r in curves), None)
         if role is None:
             continue
         for ax, key in zip(axes.flat, ("all", *TASKS), strict=True):
@@ -635,7 +638,7 @@ def compare_probe_figure(runs: Sequence[Run]) -> Figure | None:
                 ax, c.steps, c.mean, color=color, linewidth=2.0, marker="o", ms=3, label=run.label
             )
             _plot_line(ax, c.steps, c.best, color=color, linewidth=1.0, linestyle="--")
-            ax.set_title(f"probe: {TASK_LABEL[key]}", fontsize=10)
+            ax.set_title(f"{label}: {TASK_LABEL[key]}", fontsize=10)
     _legend(axes[0, 0], loc="best")
     for ax in axes[1]:
         ax.set_xlabel("step")

@@ -15,10 +15,10 @@ The teachers get a probe of their own at the same steps, `probe_valid` (`{teache
 the valid-proposal rate logged every step reads proposals to prompts built from the run's own buffers, which
 fill with the teachers' proposals, so it moves when the prompts change even if the teachers do not (the
 validity control measures that drift: bench/learning_teacher_controls.py). This probe holds everything but the
-adapters fixed: `diagnostics.probe_proposals` prompts per task type whose references are probe-set problems
-(taken from the end of each set, the same in every run), one proposal per prompt per teacher at
-`rl.teacher_temperature`, all drawn from one fixed seed, validated by the run's own tasks and sandbox
-(`Trainer.check_proposals`, which touches no buffer). The same seed at every probe makes two probes of an
+adapters fixed: `diagnostics.probe_proposals` prompts per trained task type (a teacher proposes only those)
+whose references are probe-set problems (taken from the end of each set, the same in every run), one proposal
+per prompt per teacher at `rl.teacher_temperature`, all drawn from one fixed seed, validated by the run's own
+tasks and sandbox (`Trainer.check_proposals`, which touches no buffer). The same seed at every probe makes two probes of an
 unchanged teacher identical, so the change between probes is the adapters' and not the sampler's.
 """
 
@@ -86,13 +86,14 @@ def score_members(
 def teacher_probe_prompts(
     tasks: Mapping[str, Any], n: int, references: int, template: str
 ) -> list[tuple[str, str, str | None]]:
-    """`n` fixed teacher prompts per task type: `(task, prompt, shown_program)`, the same in every run.
+    """`n` fixed teacher prompts per task type of `tasks` (the run's trained types, in the order of TASKS):
+    `(task, prompt, shown_program)`, the same in every run.
 
     code_i/code_o prompts show `references` probe problems of their own type, code_f prompts one code_f probe
     program, read from the END of each probe set (the student probe reads from the start), wrapping round when
     `n * references` exceeds the set."""
     out: list[tuple[str, str, str | None]] = []
-    for name in TASKS:
+    for name in (t for t in TASKS if t in tasks):
         task, probe = tasks[name], load_probe(name)
         for j in range(n):
             if name == "code_f":
