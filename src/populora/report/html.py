@@ -180,9 +180,10 @@ def _cap_solve(run: Run) -> str:
     )
 
 
-def _cap_probe(run: Run) -> str:
+def _probe_ends(run: Run, which: str = "probe") -> list[str]:
+    """Per role: the mean member's first and last probed value, and the best / worst member at the end."""
     parts = []
-    for role, curves in probe_by_role(run).items():
+    for role, curves in probe_by_role(run, which).items():
         c = curves["all"]
         fin = np.flatnonzero(np.isfinite(c.mean))
         if fin.size:
@@ -192,32 +193,28 @@ def _cap_probe(run: Run) -> str:
                 f"{_rate(c.mean[b])} at step {int(c.steps[b])} (best {_rate(c.best[b])}, "
                 f"worst {_rate(c.worst[b])})"
             )
+    return parts
+
+
+def _cap_probe(run: Run) -> str:
     return (
         "Greedy accuracy of every member on the fixed held-out probe sets (the first "
         f"{_esc(run.cfg('diagnostics.probe_size', '?'))} problems of each task type, never trained on), "
         "at step 0 before any update and every diagnostics.probe_every steps: the mean member (line) and "
         "the best and worst member (band); 'all' is a member's mean over the three types. "
-        + "; ".join(parts)
+        + "; ".join(_probe_ends(run))
         + "."
     )
 
 
 def _cap_probe_valid(run: Run) -> str:
-    parts = []
-    for role, curves in probe_by_role(run, "probe_valid").items():
-        c = curves["all"]
-        fin = np.flatnonzero(np.isfinite(c.mean))
-        if fin.size:
-            a, b = fin[0], fin[-1]
-            parts.append(
-                f"{plots.ROLE_LABEL[role]}: mean {_rate(c.mean[a])} at step {int(c.steps[a])} → "
-                f"{_rate(c.mean[b])} at step {int(c.steps[b])}"
-            )
     return (
         "Valid-proposal rate of every teacher on fixed prompts (diagnostics.probe_proposals per task type, "
         "references from the probe sets), one proposal per prompt at rl.teacher_temperature from one fixed "
         "seed, at the probe's steps. Unlike the per-step valid rate, whose prompts come from the run's own "
-        "buffers, only the adapters change between two of these points. " + "; ".join(parts) + "."
+        "buffers, only the adapters change between two of these points. "
+        + "; ".join(_probe_ends(run, "probe_valid"))
+        + "."
     )
 
 
