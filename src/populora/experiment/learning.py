@@ -1,4 +1,4 @@
-"""`populora experiment learning`: does a preset visibly learn? Seeds of one preset, and two numbers with CIs.
+"""`populora experiment learning`: does a preset visibly learn? Seeds of one preset, and its numbers with CIs.
 
 For each seed (OUT/runs/seed<S>/, resumable): the students' mean probe accuracy (mean over members and the
 three task types) at step 0 and at the last probe; the teachers' valid-proposal rate on the fixed teacher
