@@ -66,9 +66,9 @@ def probe_edges(run: Run, which: str = "probe") -> dict:
     for role, curves in probe_by_role(run, which).items():
         out[role] = {}
         for key in PROBE_KEYS:
-            y_by_stat = {stat: getattr(curves[key], stat) for stat in ("best", "mean", "worst")}
             entry = {}
-            for stat, y in y_by_stat.items():
+            for stat in ("best", "mean", "worst"):
+                y = getattr(curves[key], stat)
                 fin = np.flatnonzero(np.isfinite(y))
                 start = float(y[fin[0]]) if fin.size else None
                 end = float(y[fin[-1]]) if fin.size else None

@@ -112,14 +112,9 @@ def score_teachers(trainer: Any, teachers: Sequence[str], prompts: Sequence[tupl
     `VALID_PROBE_SEED`, then the trainer's own parsing and sandbox validation (no buffer or coverage change)."""
     from populora.train.records import ProposalTrace
 
-    cfg = trainer.cfg
     traces = [ProposalTrace(t, t, name, shown_program=shown) for name, _, shown in prompts for t in teachers]
     requests = [
-        trainer._request(
-            trainer.pop[t].slot, prompt, cfg.tasks.teacher_max_new_tokens, cfg.rl.teacher_temperature
-        )
-        for _, prompt, _ in prompts
-        for t in teachers
+        trainer.teacher_request(trainer.pop[t].slot, prompt) for _, prompt, _ in prompts for t in teachers
     ]
     if not requests:
         return {}
@@ -201,9 +196,8 @@ class Prober:
             self._teacher_prompts = teacher_probe_prompts(
                 trainer.tasks, self.proposals, self.references, self.template
             )
-        members = trainer.pop.ordered()
-        proposers = [m.id for m in members if m.role == "teacher"] or [m.id for m in members]
-        return score_teachers(trainer, proposers, self._teacher_prompts)
+        proposers = trainer.pop.by_role("teacher") or trainer.pop.ordered()
+        return score_teachers(trainer, [m.id for m in proposers], self._teacher_prompts)
 
     def _measure(self, trainer: Any) -> dict:
         """The probe's keys for a metrics record: `probe`, `probe_valid` (when on) and their seconds."""

@@ -203,6 +203,13 @@ class Trainer:
             top_p=self.cfg.rl.top_p,
         )
 
+    def teacher_request(self, slot: int, prompt: str) -> GenRequest:
+        """A teacher's generation request: its token budget and `rl.teacher_temperature` (the game's
+        proposals and the validity probe's, train/probe.py, are drawn alike)."""
+        return self._request(
+            slot, prompt, self.cfg.tasks.teacher_max_new_tokens, self.cfg.rl.teacher_temperature
+        )
+
     def _pairs(self) -> list[tuple[str, str]]:
         if self.single:
             return [("A0", "A0")]
@@ -296,11 +303,7 @@ class Trainer:
                     prompt = task.teacher_prompt(refs, template=cfg.tasks.template)
                 for _ in range(per_prompt):
                     traces.append(ProposalTrace(teacher, student, name, shown_program=shown))
-                    requests.append(
-                        self._request(
-                            slot, prompt, cfg.tasks.teacher_max_new_tokens, cfg.rl.teacher_temperature
-                        )
-                    )
+                    requests.append(self.teacher_request(slot, prompt))
         for trace, gen in zip(traces, self._generate(requests, step, "teacher"), strict=True):
             trace.gen = gen
         return traces
