@@ -455,7 +455,7 @@ class CodeTask:
             parts = []
             for _ in range(rounds):
                 m = int.from_bytes(os.urandom(2), "big") % 1024
-                parts.append(f"[(x * 0.5, [x], (x, x), {{x: x}}) for x in b'\\x01' * {m}]")
+                parts.append(f"[(x * 0.5, [x], (x,), (x, x)) for x in b'\\x01' * {m}]")
                 parts.append(_tuple_call(calls))
             jobs.append((prog, f"[{', '.join(parts)}][1::2]"))
         kw = {"variant": 1} if getattr(sandbox, "supports_variants", False) else {}
