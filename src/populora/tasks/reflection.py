@@ -40,6 +40,9 @@ SAFE_DUNDERS: frozenset[str] = frozenset(
     ).split()
 )
 
+#: Dunders a program may read but not bind: plain strings about an object.
+READ_ONLY_DUNDERS: frozenset[str] = frozenset({"__name__", "__qualname__", "__doc__"})
+
 #: namedtuple's public methods and attributes (documented with a leading underscore to avoid field clashes).
 NAMEDTUPLE_API: frozenset[str] = frozenset({"_asdict", "_replace", "_fields", "_make", "_field_defaults"})
 
@@ -54,7 +57,7 @@ def underscore_reason(name: str, deny_attrs: frozenset[str]) -> str | None:
     """Why attribute `name` is refused (reached by `.name`, getattr, attrgetter, a format field), or None."""
     if name in deny_attrs:
         return f"forbidden attribute: {name}"
-    if name.startswith("_") and name not in SAFE_DUNDERS and name not in NAMEDTUPLE_API:
+    if name.startswith("_") and name not in SAFE_DUNDERS | READ_ONLY_DUNDERS | NAMEDTUPLE_API:
         return f"forbidden attribute: {name} (names starting with an underscore are private)"
     return None
 
@@ -91,11 +94,17 @@ def _is_type_expr(node: ast.AST, value_subscript: Callable[[ast.AST], bool]) -> 
     if isinstance(node, ast.Subscript):
         if not _is_type_expr(node.value, value_subscript):
             return False
+        elts = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
         if value_subscript(node.value):  # Literal["a", 1]: plain constants, no forward references
-            elts = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
             return all(_is_plain_constant(e) for e in elts)
+        if _base_name(node.value) == "Annotated":  # Annotated[T, metadata...]: a type, then constants
+            return _is_type_expr(elts[0], value_subscript) and all(_is_plain_constant(e) for e in elts[1:])
         return _is_type_expr(node.slice, value_subscript)
     return False
+
+
+def _base_name(node: ast.AST) -> str | None:
+    return node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
 
 
 def _is_plain_constant(node: ast.AST) -> bool:
@@ -146,13 +155,7 @@ def annotation_reason(tree: ast.AST, typing_names: dict[str, str]) -> str | None
     for node in ast.walk(tree):
         if isinstance(node, ast.Subscript) and typing_member(node.value) is not None:
             member = typing_member(node.value)
-            if member == "Annotated":  # Annotated[T, metadata...]: T a type, metadata plain constants
-                elts = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
-                ok = _is_type_expr(elts[0], value_subscript) and all(_is_plain_constant(e) for e in elts[1:])
-                if isinstance(elts[0], ast.Constant) and isinstance(elts[0].value, str):
-                    ok = False
-            else:
-                ok = _is_type_expr(node, value_subscript)
+            ok = _is_type_expr(node, value_subscript)
             if not ok:
                 return (
                     f"forbidden subscript of typing.{member}: {_short(node.slice)} (types only, no strings)"
