@@ -217,6 +217,8 @@ class SandboxConfig:
     """Wall-clock limit of one program run."""
     memory_mb: int = 512
     """Address-space limit of one program run."""
+    score_deadline_s: float = 30.0
+    """Scoring one problem's answers stops after this many seconds; answers not finished score False (issue 29)."""
 
 
 @dataclass
@@ -707,6 +709,10 @@ def validate(cfg: Config) -> Config:
     )
     _require(cfg.sandbox.workers >= 1, f"sandbox.workers: must be >= 1, got {cfg.sandbox.workers}.")
     _require(cfg.sandbox.timeout_s > 0, f"sandbox.timeout_s: must be > 0, got {cfg.sandbox.timeout_s}.")
+    _require(
+        0 < cfg.sandbox.score_deadline_s <= 86400,
+        f"sandbox.score_deadline_s: must be in (0, 86400] seconds, got {cfg.sandbox.score_deadline_s}.",
+    )
     _require(cfg.sandbox.memory_mb >= 64, f"sandbox.memory_mb: must be >= 64, got {cfg.sandbox.memory_mb}.")
     _require(
         cfg.model.memory_gb >= 0, f"model.memory_gb: must be >= 0 (0 = detect), got {cfg.model.memory_gb}."

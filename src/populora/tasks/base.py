@@ -17,6 +17,8 @@ is checked:
 from __future__ import annotations
 
 import ast
+import os
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -70,6 +72,31 @@ class TaskConfig:
     max_message_chars: int = 2000
     max_answer_chars: int = 20_000  # longest answer block accepted
     policy: CapabilityPolicy = field(default=DEFAULT_POLICY)
+    # Validation re-runs every input this many more times in jobs identical to pass 1 (and to scoring): a
+    # program whose output carries one fair random bit survives them with probability 2**-repeats (issue 29).
+    determinism_repeats: int = 5
+    # Scoring one problem's answers stops after this many seconds; answers not finished by then score False
+    # and are counted (`CodeTask.past_deadline`). None: no deadline.
+    score_deadline_s: float | None = 30.0
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.determinism_repeats, int) and 0 <= self.determinism_repeats <= 32):
+            raise ValueError(
+                f"TaskConfig(determinism_repeats=) must be an integer from 0 to 32, got {self.determinism_repeats!r}"
+            )
+        d = self.score_deadline_s
+        if d is not None and not (isinstance(d, int | float) and not isinstance(d, bool) and 0 < d <= 86400):
+            raise ValueError(
+                f"TaskConfig(score_deadline_s=) must be None or a number of seconds in (0, 86400], got {d!r}"
+            )
+
+
+def job_call(args_text: str) -> str:
+    """The call text a job evaluates for the argument list `args_text`: `f(...)` of the re-rendered parsed
+    values. Validation and scoring both build their calls here, so a program cannot tell them apart by its
+    call text (issue 29: a newline only in validation's calls let a teacher program set its solve rate).
+    Raises `LiteralError` if `args_text` is not a literal argument list."""
+    return f"f({render_call_args(*parse_call_args(args_text))})"
 
 
 def _status_reason(o: Any) -> str:
@@ -113,6 +140,8 @@ class CodeTask:
                 )
             cfg = TaskConfig(**{**cfg.__dict__, **overrides})
         self.config = cfg
+        #: Answers that scored False because their problem's scoring deadline passed (a running total).
+        self.past_deadline = 0
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r})"
@@ -286,12 +315,18 @@ class CodeTask:
     def _validate(
         self, proposals: Sequence[Proposal], sandbox: Sandbox, exact_n: bool
     ) -> list[Problem | Invalid]:
-        # Two passes, both in fresh sandbox processes: pass 1 runs every input in its own job (the outputs);
-        # pass 2 re-runs all inputs of a proposal in one more job, as a tuple (the determinism check, AZR's
-        # "j=2 runs" but across processes). A program whose result depends on earlier calls (mutable default
-        # arguments, class-level caches) fails pass 2, which is what a stateless test subject needs.
+        # Pass 1 runs every input in its own job (the outputs), with the call text and limits scoring uses
+        # (`job_call`, the sandbox's default limits). The determinism check then runs:
+        # - `determinism_repeats` more passes of jobs identical to pass 1 (for code_f, whose program was
+        #   validated before and is not the teacher's, one job per pass evaluating all inputs), which catch
+        #   randomness: a fair random bit survives them with probability 2**-repeats, and a program cannot
+        #   tell them from pass 1 or from scoring;
+        # - one job per proposal evaluating all inputs as a tuple, several times over, on the sandbox's second
+        #   set of workers (another hash seed and heap layout) with a random amount of heap in use before each
+        #   round, which catches output that depends on the process (id(), set order of objects, str hash
+        #   order) or on earlier calls.
         results: list[Problem | Invalid | None] = [None] * len(proposals)
-        prepared: list[tuple[int, tuple[str, ...]]] = []
+        prepared: list[tuple[int, tuple[str, ...], tuple[str, ...]]] = []  # (index, inputs, their calls)
         for i, p in enumerate(proposals):
             if not isinstance(p, Proposal):
                 results[i] = Invalid(getattr(p, "reason", "not a proposal"), None)
@@ -301,38 +336,40 @@ class CodeTask:
             if why:
                 results[i] = Invalid(why, p)
             else:
-                prepared.append((i, inputs))
-        singles = [(proposals[i].program, f"f({inp}\n)") for i, inputs in prepared for inp in inputs]
+                prepared.append((i, inputs, tuple(job_call(inp) for inp in inputs)))
+        singles = [(proposals[i].program, c) for i, _, calls in prepared for c in calls]
         first = list(sandbox.run_many(singles)) if singles else []
-        survivors: list[tuple[int, tuple[str, ...], list]] = []
+        survivors: list[tuple[int, tuple[str, ...], tuple[str, ...], list]] = []
         pos = 0
-        for i, inputs in prepared:
+        for i, inputs, calls in prepared:
             outs = first[pos : pos + len(inputs)]
             pos += len(inputs)
-            values = []
             for k, o in enumerate(outs):
-                v, why = _plain_value(o, self.config.max_output_chars)
+                _, why = _plain_value(o, self.config.max_output_chars)
                 if why:
                     results[i] = Invalid(f"input {k}: {why}", proposals[i])
                     break
-                values.append(v)
             else:
-                survivors.append((i, inputs, outs))
+                survivors.append((i, inputs, calls, outs))
+        survivors = self._repeat_passes(proposals, sandbox, survivors, results)
         if survivors:
             again = self._run_combined(
-                sandbox, [(proposals[i].program, inputs) for i, inputs, _ in survivors]
+                sandbox, [(proposals[i].program, calls) for i, _, calls, _ in survivors]
             )
-            for (i, inputs, outs), o in zip(survivors, again, strict=True):
+            rounds = self.shifted_runs()
+            for (i, inputs, _, outs), o in zip(survivors, again, strict=True):
                 p = proposals[i]
                 v, why = _plain_value(o, 10**9)
-                if why or not isinstance(v, tuple) or len(v) != len(outs):
+                shapes_ok = (
+                    isinstance(v, list)
+                    and len(v) == rounds
+                    and all(isinstance(t, tuple) and len(t) == len(outs) for t in v)
+                )
+                if why or not shapes_ok:
                     results[i] = Invalid(f"nondeterministic ({why or 'different results when re-run'})", p)
                     continue
-                bad = [
-                    k
-                    for k, (o1, v2) in enumerate(zip(outs, v, strict=True))
-                    if not strict_equal(parse_literal(o1.value_repr), v2)
-                ]
+                want = [parse_literal(o1.value_repr) for o1 in outs]
+                bad = [k for k in range(len(outs)) if not all(strict_equal(want[k], t[k]) for t in v)]
                 if bad:
                     results[i] = Invalid(f"input {bad[0]}: nondeterministic", p)
                     continue
@@ -347,14 +384,50 @@ class CodeTask:
                 )
         return results  # type: ignore[return-value]
 
-    def _run_combined(self, sandbox: Sandbox, items: list[tuple[str, tuple[str, ...]]]) -> list[Any]:
-        """One job per program evaluating `(f(i1), f(i2), ...)`, with limits scaled to the number of calls."""
-        jobs = [(prog, "(" + "".join(f"f({inp}\n), " for inp in inputs) + ")") for prog, inputs in items]
-        n = max(len(inputs) for _, inputs in items)
+    def _repeat_passes(
+        self, proposals: Sequence[Proposal], sandbox: Sandbox, survivors: list, results: list
+    ) -> list:
+        """Re-run the survivors of pass 1 `determinism_repeats` times; mark the ones whose output changes
+        invalid and return the rest. All repeats of all survivors go out in one `run_many`."""
+        reps = self.config.determinism_repeats
+        if not survivors or reps == 0:
+            return survivors
+        if self.name == "code_f":  # one job per pass (cheap: a code_f program comes from the buffers)
+            jobs = [
+                (proposals[i].program, _tuple_call(calls))
+                for i, _, calls, _ in survivors
+                for _ in range(reps)
+            ]
+            outs = list(self._run_wide(sandbox, jobs, max(len(c) for _, _, c, _ in survivors)))
+        else:
+            jobs = [
+                (proposals[i].program, c) for i, _, calls, _ in survivors for _ in range(reps) for c in calls
+            ]
+            outs = list(sandbox.run_many(jobs))
+        kept, pos = [], 0
+        for item in survivors:
+            i, _, calls, first = item
+            n = reps if self.name == "code_f" else reps * len(calls)
+            mine, pos = outs[pos : pos + n], pos + n
+            want = [parse_literal(o.value_repr) for o in first]
+            for j, o in enumerate(mine):
+                v, why = _plain_value(o, 10**9)
+                # code_f: a tuple of every input's value; otherwise one value, for input j % len(calls)
+                got, ref = (v, want) if self.name == "code_f" else ((v,), [want[j % len(calls)]])
+                if why or not isinstance(got, tuple) or len(got) != len(ref):
+                    why = why or "different results when re-run"
+                    results[i] = Invalid(f"nondeterministic ({why})", proposals[i])
+                    break
+                if not all(strict_equal(a, b) for a, b in zip(ref, got, strict=True)):
+                    results[i] = Invalid("nondeterministic (different results when re-run)", proposals[i])
+                    break
+            else:
+                kept.append(item)
+        return kept
+
+    def _run_wide(self, sandbox: Sandbox, jobs: list[tuple[str, str]], n: int, **kw: Any) -> list[Any]:
+        """`run_many` with limits scaled for jobs that each make `n` calls."""
         lim = getattr(sandbox, "limits", None)
-        # The second pass runs in other processes with another hash seed and address-space layout, so output
-        # that depends on the process (id(), hash order of str) differs from pass 1 and is caught.
-        kw = {"variant": 1} if getattr(sandbox, "supports_variants", False) else {}
         if lim is None or n == 1:
             return list(sandbox.run_many(jobs, **kw))
         from dataclasses import replace
@@ -366,6 +439,31 @@ class CodeTask:
             max_output_chars=max(lim.max_output_chars, n * (self.config.max_output_chars + 2) + 2),
         )
         return list(sandbox.run_many(jobs, limits=wider, **kw))
+
+    def _run_combined(self, sandbox: Sandbox, items: list[tuple[str, tuple[str, ...]]]) -> list[Any]:
+        """One job per program, on the sandbox's second set of workers, evaluating all of its inputs as a tuple
+        `shifted_runs()` times, each time after taking a random amount of heap: its value is the list of those
+        tuples. Limits are scaled to the number of calls."""
+        # The second set of workers has another hash seed and address-space layout, and before each round
+        # the job fills 0-1023 more small objects of several sizes (kept alive), so objects the program makes
+        # land elsewhere in every round: output that depends on addresses (id(), hash of a NaN, set order
+        # of objects) differs between rounds or from pass 1 and is caught, a fair random bit surviving with
+        # probability about 2**-rounds. The filler uses no names the program could rebind.
+        rounds = self.shifted_runs()
+        jobs = []
+        for prog, calls in items:
+            parts = []
+            for _ in range(rounds):
+                m = int.from_bytes(os.urandom(2), "big") % 1024
+                parts.append(f"[(x * 0.5, [x], (x,), (x, x)) for x in b'\\x01' * {m}]")
+                parts.append(_tuple_call(calls))
+            jobs.append((prog, f"[{', '.join(parts)}][1::2]"))
+        kw = {"variant": 1} if getattr(sandbox, "supports_variants", False) else {}
+        return self._run_wide(sandbox, jobs, rounds * max(len(calls) for _, calls in items), **kw)
+
+    def shifted_runs(self) -> int:
+        """How many heap-shifted rounds the second-worker job runs (at least 1)."""
+        return max(1, self.config.determinism_repeats)
 
     def problem_from(
         self,
@@ -404,8 +502,61 @@ class CodeTask:
         self, problem: Problem, answers: Sequence[Answer | FormatError | str], sandbox: Sandbox | None
     ) -> list[bool]:
         """One bool per answer: True iff the answer is right. FormatErrors score False. A plain `str` is taken
-        as the answer block's text. All sandbox jobs of the call go out in one `run_many`."""
+        as the answer block's text. All sandbox jobs of a round go out in one `run_many`, within the
+        `score_deadline_s` of the call (answers unfinished by then score False; see `score_detailed`)."""
+        return self.score_detailed(problem, answers, sandbox).solves
+
+    def score_detailed(
+        self, problem: Problem, answers: Sequence[Answer | FormatError | str], sandbox: Sandbox | None
+    ) -> Scored:
+        """`score` with the count of answers that scored False because the deadline passed (also added to
+        `self.past_deadline`, the running total the trainer can log)."""
         raise NotImplementedError
+
+    def _run_scoring(self, sandbox: Sandbox, jobs: list[tuple[str, str]], end: float | None) -> list[Any]:
+        """`run_many` for scoring: the sandbox's default limits (as validation's pass 1), bounded by the
+        deadline `end` (a `time.monotonic()` value). Jobs cut by the deadline come back as timeouts with
+        error_type "Deadline"; with the deadline already passed nothing runs."""
+        if end is None:
+            return list(sandbox.run_many(jobs))
+        left = end - time.monotonic()
+        if left <= 0:
+            return [_DEADLINE] * len(jobs)
+        return list(sandbox.run_many(jobs, deadline_s=left))
+
+    def _deadline(self) -> float | None:
+        d = self.config.score_deadline_s
+        return None if d is None else time.monotonic() + d
+
+
+@dataclass(frozen=True)
+class Scored:
+    """What `score_detailed` returns: one bool per answer, and how many answers scored False only because
+    the problem's scoring deadline passed before their job finished."""
+
+    solves: list[bool]
+    past_deadline: int = 0
+
+
+@dataclass(frozen=True)
+class _Cut:
+    """The outcome of a job never started because the scoring deadline had passed."""
+
+    status: str = "timeout"
+    value_repr: None = None
+    error_type: str = "Deadline"
+
+
+_DEADLINE = _Cut()
+
+
+def _cut(o: Any) -> bool:
+    return getattr(o, "status", None) == "timeout" and getattr(o, "error_type", None) == "Deadline"
+
+
+def _tuple_call(calls: Sequence[str]) -> str:
+    """Several `job_call`s evaluated in one job, as a tuple."""
+    return "(" + "".join(f"{c}, " for c in calls) + ")"
 
 
 def _defines_f(tree: ast.Module) -> bool:
@@ -478,34 +629,39 @@ class CodeI(CodeIO):
             return FormatError(f"format: input is not a literal argument list ({e})")
         return Answer(text)
 
-    def score(
+    def score_detailed(
         self, problem: Problem, answers: Sequence[Answer | FormatError | str], sandbox: Sandbox | None
-    ) -> list[bool]:
+    ) -> Scored:
         try:
             gold = parse_literal(problem.outputs[0])
         except LiteralError:  # a hand-made problem with a non-literal gold output can never be matched
-            return [False] * len(answers)
+            return Scored([False] * len(answers))
+        end = self._deadline()
         calls: list[str | None] = []
         for a in map(self._coerce, answers):
             if not isinstance(a, Answer):
                 calls.append(None)
                 continue
             try:
-                # The sandbox gets the re-rendered parsed values, never the model's text.
-                calls.append(f"f({render_call_args(*parse_call_args(a.text))})")
+                # The sandbox gets the re-rendered parsed values, never the model's text, in exactly the call
+                # text validation used for the same arguments (`job_call`).
+                calls.append(job_call(a.text))
             except Exception:  # scoring never raises on model output: an unscorable answer is wrong
                 calls.append(None)
         unique = sorted({c for c in calls if c is not None})
         if not unique:
-            return [False] * len(calls)
+            return Scored([False] * len(calls))
         if sandbox is None:
             raise ValueError("code_i scoring runs the program: pass a Sandbox")
-        outcomes = dict(zip(unique, sandbox.run_many([(problem.program, c) for c in unique]), strict=True))
+        outs = self._run_scoring(sandbox, [(problem.program, c) for c in unique], end)
+        outcomes = dict(zip(unique, outs, strict=True))
         verdict = {}
         for c, o in outcomes.items():
             v, why = _plain_value(o, 10**9)
             verdict[c] = why is None and strict_equal(v, gold)
-        return [c is not None and verdict[c] for c in calls]
+        cut = sum(1 for c in calls if c is not None and _cut(outcomes[c]))
+        self.past_deadline += cut
+        return Scored([c is not None and verdict[c] for c in calls], cut)
 
 
 class CodeO(CodeIO):
@@ -528,9 +684,18 @@ class CodeO(CodeIO):
             return FormatError(f"format: output is not a literal ({e})")
         return Answer(text)
 
+    def score_detailed(
+        self, problem: Problem, answers: Sequence[Answer | FormatError | str], sandbox: Sandbox | None = None
+    ) -> Scored:
+        return Scored(self._compare(problem, answers))
+
     def score(
         self, problem: Problem, answers: Sequence[Answer | FormatError | str], sandbox: Sandbox | None = None
     ) -> list[bool]:
+        return self._compare(problem, answers)
+
+    def _compare(self, problem: Problem, answers: Sequence[Answer | FormatError | str]) -> list[bool]:
+        """code_o needs no sandbox: the answer literal is compared with the gold output here."""
         try:
             gold = parse_literal(problem.outputs[0])
         except LiteralError:
@@ -623,14 +788,16 @@ class CodeF(CodeTask):
             return FormatError("format: program defines no top-level f")
         return Answer(code)
 
-    def score(
+    def score_detailed(
         self, problem: Problem, answers: Sequence[Answer | FormatError | str], sandbox: Sandbox | None
-    ) -> list[bool]:
+    ) -> Scored:
         hidden = problem.hidden
         try:
             gold = [parse_literal(o) for _, o in hidden]
+            calls = [job_call(inp) for inp, _ in hidden]
         except LiteralError:
-            return [False] * len(answers)
+            return Scored([False] * len(answers))
+        end = self._deadline()
         programs: list[str | None] = []
         for a in map(self._coerce, answers):
             try:
@@ -640,17 +807,18 @@ class CodeF(CodeTask):
             programs.append(a.text if ok else None)
         unique = sorted({p for p in programs if p is not None})
         if not unique:
-            return [False] * len(programs)
+            return Scored([False] * len(programs))
         if sandbox is None:
             raise ValueError("code_f scoring runs the candidate programs: pass a Sandbox")
-        # Hidden inputs passed the literal policy at validation, so they are safe to splice into the call.
         # One round per hidden pair, only for programs still right: a wrong or looping candidate usually costs
-        # one job instead of len(hidden).
+        # one job instead of len(hidden). The calls are the ones validation ran (`job_call`).
         alive = list(unique)
-        for (inp, _), want in zip(hidden, gold, strict=True):
+        cut: set[str] = set()
+        for call, want in zip(calls, gold, strict=True):
             if not alive:
                 break
-            outcomes = sandbox.run_many([(p, f"f({inp}\n)") for p in alive])
+            outcomes = self._run_scoring(sandbox, [(p, call) for p in alive], end)
+            cut.update(p for p, o in zip(alive, outcomes, strict=True) if _cut(o))
             # Compare plain values parsed here: an object whose __eq__ always says True has a non-literal
             # repr (or plain=False) and fails, whatever it claims inside the sandbox.
             alive = [
@@ -659,7 +827,9 @@ class CodeF(CodeTask):
                 if (v := _plain_value(o, 10**9))[1] is None and strict_equal(v[0], want)
             ]
         verdict = {p: p in alive for p in unique}
-        return [p is not None and verdict[p] for p in programs]
+        n_cut = sum(1 for p in programs if p in cut)
+        self.past_deadline += n_cut
+        return Scored([p is not None and verdict[p] for p in programs], n_cut)
 
 
 def _program_of(refs: Any) -> str:

@@ -22,6 +22,14 @@ import types
 from dataclasses import dataclass
 from functools import cache
 
+from populora.tasks.reflection import (
+    FORMAT_METHODS,
+    annotation_reason,
+    bound_dunder_reason,
+    format_reason,
+    underscore_reason,
+)
+
 DEFAULT_DENY_MODULES: frozenset[str] = frozenset(
     {
         # required by the issue
@@ -235,6 +243,8 @@ DEFAULT_ALLOW_MODULES: frozenset[str] = frozenset(
 DENY_MODULE_ATTRS: dict[str, frozenset[str]] = {
     "json": frozenset({"load", "dump"}),  # take file objects
     "typing": frozenset({"get_type_hints", "ForwardRef"}),  # evaluate strings as code (eval)
+    # register() reads a function's annotations through get_type_hints, which evaluates strings (issue 29)
+    "functools": frozenset({"singledispatch", "singledispatchmethod"}),
     "string": frozenset({"Formatter"}),  # Formatter().get_field() walks attributes named in a string
 }
 
@@ -344,14 +354,18 @@ class CapabilityPolicy:
             if not (isinstance(a, ast.Constant) and isinstance(a.value, str)):
                 return f"forbidden call: {call} with a computed attribute name"
             for part in a.value.split(".") if call == "attrgetter" else (a.value,):
-                if part in self.deny_attrs or _dunder(part):
-                    return f"forbidden attribute: {part}"
+                why = underscore_reason(part, self.deny_attrs)
+                if why:
+                    return why
+                if part in FORMAT_METHODS:  # the receiver is unknown here: it may be a computed string
+                    return f"forbidden call: {call} of {part} (call .{part} on a string literal)"
         return None
 
     def check(self, tree: ast.AST) -> str | None:
         """The first violation in `tree` as a short reason (e.g. `"forbidden import: os"`), or None."""
         modules: dict[str, str] = {}  # local name -> module it is bound to by an import
         name_calls: dict[str, str] = {}  # local name -> attrgetter/methodcaller imported from operator
+        typing_names: dict[str, str] = {}  # local name -> typing member ("" for the typing module itself)
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 for alias in node.names:
@@ -362,6 +376,8 @@ class CapabilityPolicy:
                         modules[alias.asname] = alias.name
                     else:
                         modules[alias.name.split(".")[0]] = alias.name.split(".")[0]
+                    if alias.name == "typing":
+                        typing_names[alias.asname or "typing"] = ""
             elif isinstance(node, ast.ImportFrom):
                 if node.level and not self.allow_relative_imports:
                     return "forbidden import: relative import"
@@ -381,7 +397,22 @@ class CapabilityPolicy:
                         modules[alias.asname or alias.name] = f"{mod}.{alias.name}"
                     if mod == "operator" and alias.name in _NAME_TAKING_CALLS:
                         name_calls[alias.asname or alias.name] = alias.name
+                    if mod == "typing":
+                        typing_names[alias.asname or alias.name] = alias.name
         bound = _bound_names(tree) if self.allow_names is not None else set()
+        # The builtin generics take the same rule as typing's (`list["..."]` holds a forward reference too).
+        all_bound = bound or _bound_names(tree)
+        for g in ("list", "dict", "tuple", "set", "frozenset", "type"):
+            if g not in all_bound:
+                typing_names.setdefault(g, g)
+        # Routes from a string to code or to an attribute walk (populora.tasks.reflection, issue 29).
+        for why in (
+            bound_dunder_reason(tree),
+            annotation_reason(tree, typing_names),
+            format_reason(tree, self.deny_attrs),
+        ):
+            if why:
+                return why
         # Nodes used directly as `X.attr` or `X(...)`: a module, getattr or attrgetter used any other way
         # (`c = collections; c._sys`, `g = getattr`) would hide what it reaches from the checks below.
         attr_bases = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
@@ -405,8 +436,14 @@ class CapabilityPolicy:
                 ):
                     return f"forbidden name: {node.id} (not an allowed builtin)"
             elif isinstance(node, ast.Attribute):
-                if node.attr in self.deny_attrs:
+                is_module = isinstance(node.value, ast.Name) and node.value.id in modules
+                # A module's members are checked against its public API below; any other object's
+                # private and reflection attributes are refused here.
+                if is_module and node.attr in self.deny_attrs:
                     return f"forbidden attribute: {node.attr}"
+                why = None if is_module else underscore_reason(node.attr, self.deny_attrs)
+                if why:
+                    return why
                 if (
                     node.attr in _NAME_TAKING_CALLS
                     and isinstance(node.value, ast.Name)
@@ -431,6 +468,13 @@ class CapabilityPolicy:
                 if node.name in self.deny_names:
                     return f"forbidden name: {node.name}"
             elif isinstance(node, ast.Call):
+                if (
+                    isinstance(node.func, ast.Name)
+                    and node.func.id == "type"
+                    and "type" not in all_bound
+                    and len(node.args) + len(node.keywords) > 1
+                ):  # type(name, bases, namespace): a class from a dict whose keys may be computed dunders
+                    return "forbidden call: type() with more than one argument (write a class statement)"
                 call = None
                 if isinstance(node.func, ast.Name) and node.func.id in _REFLECTION_CALLS:
                     call = node.func.id

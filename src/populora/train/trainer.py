@@ -129,7 +129,8 @@ class Trainer:
         )
         torch.set_num_threads(self.cfg.train.threads)
         torch.manual_seed(self.cfg.train.seed)
-        self.tasks = {name: tasks.get(name) for name in self.cfg.tasks.types}
+        deadline = self.cfg.sandbox.score_deadline_s
+        self.tasks = {name: tasks.get(name, score_deadline_s=deadline) for name in self.cfg.tasks.types}
         self.coverage = CoverageArchive()
         if self.engine is None:
             note(f"loading the model {self.cfg.model.name!r} ({self.cfg.model.backend})", self.quiet)
