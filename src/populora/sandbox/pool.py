@@ -373,8 +373,8 @@ class Sandbox:
         cfg = self._cfg if variant == 0 else {**self._cfg, "heap_shift": True}
         # -s -S: no site (nothing from site-packages); -P: no script dir on sys.path; -B: no .pyc writes.
         # Not -I/-E: those would ignore PYTHONHASHSEED, which makes set/dict-of-str reprs reproducible.
-        cmd = [_interpreter(), "-s", "-S", "-P", "-B", str(WORKER_SCRIPT), json.dumps(cfg)]
-        return subprocess.Popen(
+        cmd = [_interpreter(), "-s", "-S", "-P", "-B", str(WORKER_SCRIPT)]
+        proc = subprocess.Popen(
             cmd,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -383,6 +383,14 @@ class Sandbox:
             close_fds=True,
             start_new_session=True,
         )
+        # The configuration goes on the request pipe, not the command line: a command line is readable in
+        # /proc by other processes (and jobs must not learn the host's paths from it).
+        try:
+            proc.stdin.write(_frame(cfg))
+            proc.stdin.flush()
+        except OSError:  # it died at once: the handshake reports it
+            pass
+        return proc
 
     def _handshake(self, proc: subprocess.Popen) -> _Worker:
         w = _Worker(proc)
