@@ -122,7 +122,9 @@ def test_frames_and_the_collector_show_nothing_of_an_earlier_job(one_worker: San
         assert not set(markers) & set(found), f"earlier job's markers reachable: {found}"
 
 
-def test_a_ctypes_scan_of_the_whole_address_space_finds_nothing_of_an_earlier_job(one_worker: Sandbox) -> None:
+def test_a_ctypes_scan_of_the_whole_address_space_finds_nothing_of_an_earlier_job(
+    one_worker: Sandbox,
+) -> None:
     markers, (scanned, found) = _plant_then_spy(one_worker, SPY_CTYPES)
     assert scanned > 1 << 20  # it did read its heap (megabytes of it)
     assert not set(markers) & set(found), f"earlier job's markers in memory: {found}"

@@ -126,5 +126,3 @@ def serve_mounts(req_r: int, rep_w: int, worker: int) -> None:
                 os.write(rep_w, b"ok")
             except Exception as e:  # reported to the worker, which then gives up on this job
                 os.write(rep_w, f"{type(e).__name__}: {e}".encode()[:200] or b"error")
-
-

@@ -17,6 +17,7 @@ import sys
 
 from _cleanup import mount_tmp, serve_mounts
 from _libc import (
+    _PIVOT_ROOT,
     CLONE_NEWIPC,
     CLONE_NEWNET,
     CLONE_NEWNS,
@@ -29,7 +30,6 @@ from _libc import (
     MS_REC,
     MS_REMOUNT,
     PR_SET_PDEATHSIG,
-    _PIVOT_ROOT,
     _c,
     _check,
     _mount,
@@ -324,5 +324,3 @@ def _enter_pid_namespace(cfg: dict, iso: dict, warns: list, have_mountns: bool) 
     iso["pidns"] = True
     if have_mountns:
         _mount_proc(iso, warns, "/proc")
-
-

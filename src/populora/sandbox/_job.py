@@ -34,7 +34,12 @@ from _seccomp import install_filter
 # it likes anyway.)
 _repr, _len, _type, _str, _int = builtins.repr, builtins.len, builtins.type, builtins.str, builtins.int
 _write, _exit = os.write, os._exit
-_gc_disable, _setswitch, _getsignal, _setsignal = gc.disable, sys.setswitchinterval, signal.getsignal, signal.signal
+_gc_disable, _setswitch, _getsignal, _setsignal = (
+    gc.disable,
+    sys.setswitchinterval,
+    signal.getsignal,
+    signal.signal,
+)
 _SIGNALS = tuple(s for s in signal.valid_signals() if s not in (signal.SIGKILL, signal.SIGSTOP))
 
 
@@ -193,8 +198,14 @@ def run_child(job_r: int, res_w: int, cfg: dict, iso: dict) -> None:
         _write(res_w, SETUP_OK)
     except BaseException as e:  # a setup failure must never run the job with less isolation
         _write(res_w, SETUP_FAILED)
-        send_frame(res_w, {"status": "crashed", "error_type": "SandboxSetupError",
-                           "error_message": f"{type(e).__name__}: {e}"[:500]})
+        send_frame(
+            res_w,
+            {
+                "status": "crashed",
+                "error_type": "SandboxSetupError",
+                "error_message": f"{type(e).__name__}: {e}"[:500],
+            },
+        )
         os._exit(70)
 
     try:

@@ -58,7 +58,6 @@ def _prctl(option: int, arg: int) -> None:
     _check(_c().prctl(option, arg, 0, 0, 0), "prctl")
 
 
-
 def _mountpoints() -> list:
     """(mount point, per-mount flags) from /proc/self/mountinfo, parents before children."""
     out = []
@@ -71,7 +70,6 @@ def _mountpoints() -> list:
                 flags |= _MOUNT_OPT_FLAGS.get(opt, 0)
             out.append((mp, flags))
     return out
-
 
 
 def scrub_cmdline(title: bytes = b"populora-sandbox") -> None:

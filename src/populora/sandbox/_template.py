@@ -10,10 +10,10 @@ the child's pid (so the supervisor can kill its process group on deadline) and t
 template reaps it). Messages to the supervisor are fixed-size: (b"P", pid) then (b"S", status).
 """
 
+import _socket
 import os
 import struct
 
-import _socket
 from _job import run_child
 
 _MSG = struct.Struct("=ci")

@@ -106,7 +106,9 @@ class Template:
 
     def start(self, job_r: int, res_w: int) -> int:
         """Hand the child's two pipe ends to the template; return the job's pid."""
-        self.sock.sendmsg([b"J"], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, struct.pack("=ii", job_r, res_w))])
+        self.sock.sendmsg(
+            [b"J"], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, struct.pack("=ii", job_r, res_w))]
+        )
         kind, pid = self.message()
         if kind != b"P":
             raise OSError(f"template refused the job ({kind!r})")
@@ -134,8 +136,14 @@ class Template:
 
 
 def _bad_result(why: str) -> dict:
-    return {"status": "crashed", "value_repr": None, "error_type": "BadResult", "plain": False,
-            "error_message": why, "stdout": ""}
+    return {
+        "status": "crashed",
+        "value_repr": None,
+        "error_type": "BadResult",
+        "plain": False,
+        "error_message": why,
+        "stdout": "",
+    }
 
 
 def run_job(job: dict, cfg: dict, iso: dict, template: Template) -> tuple:
@@ -164,7 +172,7 @@ def run_job(job: dict, cfg: dict, iso: dict, template: Template) -> tuple:
             os.set_blocking(job_w, True)
             view = memoryview(data)[sent:]
             while view:
-                view = view[os.write(job_w, view):]
+                view = view[os.write(job_w, view) :]
     except BrokenPipeError:  # the child died before reading its whole job: its status says how
         pass
     finally:
@@ -209,8 +217,16 @@ def run_job(job: dict, cfg: dict, iso: dict, template: Template) -> tuple:
     if setup == SETUP_FAILED:  # written by our child code before any job code ran: the job cannot forge it
         if status is None:
             status = template.wait_status()
-        return {"status": "crashed", "error_type": "SandboxSetupError", "elapsed_s": 0.0,
-                "error_message": _setup_error(buf)}, False, True
+        return (
+            {
+                "status": "crashed",
+                "error_type": "SandboxSetupError",
+                "elapsed_s": 0.0,
+                "error_message": _setup_error(buf),
+            },
+            False,
+            True,
+        )
     if setup == SETUP_OK and not oversize and len(buf) >= 4:
         n = struct.unpack(">I", buf[:4])[0]
         if len(buf) - 4 >= n:
@@ -246,21 +262,30 @@ def _setup_error(buf: bytearray) -> str:
 def _from_status(wstatus: int, timed_out: bool, elapsed: float, lim: dict) -> dict:
     """The outcome of a job that left no result, from how its process ended."""
     if timed_out:
-        return {"status": "timeout", "error_type": "Timeout",
-                "error_message": f"wall-clock limit of {lim['timeout_s']} s exceeded"}
+        return {
+            "status": "timeout",
+            "error_type": "Timeout",
+            "error_message": f"wall-clock limit of {lim['timeout_s']} s exceeded",
+        }
     if (
         os.WIFSIGNALED(wstatus)
         and os.WTERMSIG(wstatus) in (signal.SIGXCPU, signal.SIGKILL)
         and elapsed >= min(float(lim["cpu_s"]), float(lim["timeout_s"])) * 0.9
     ):
-        return {"status": "timeout", "error_type": "Timeout",
-                "error_message": f"CPU limit of {lim['cpu_s']} s exceeded"}
+        return {
+            "status": "timeout",
+            "error_type": "Timeout",
+            "error_message": f"CPU limit of {lim['cpu_s']} s exceeded",
+        }
     if os.WIFSIGNALED(wstatus):
         sig = _signame(os.WTERMSIG(wstatus))
         return {"status": "crashed", "error_type": sig, "error_message": f"job killed by {sig}"}
     code = os.WEXITSTATUS(wstatus) if os.WIFEXITED(wstatus) else -1
-    return {"status": "crashed", "error_type": "Exit",
-            "error_message": f"job exited with code {code} without a result"}
+    return {
+        "status": "crashed",
+        "error_type": "Exit",
+        "error_message": f"job exited with code {code} without a result",
+    }
 
 
 def _fork_template(cfg: dict, iso: dict) -> Template:

@@ -103,6 +103,8 @@ EVAL_THREADS = 64
 PROFILES = ("train", "eval")
 
 NOBODY = 65534
+#: More workers than this is a mistake (each is a process tree and a tmpfs), never a need.
+MAX_WORKERS = 256
 _WARNED: set[str] = set()
 _ids = itertools.count()
 
@@ -281,8 +283,10 @@ class Sandbox:
         pipeline_depth: int = 2,
         wedge_grace_s: float = 10.0,
     ) -> None:
-        if workers < 1:
-            raise ValueError(f"Sandbox(workers=) must be >= 1, got {workers}")
+        if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= MAX_WORKERS:
+            raise ValueError(
+                f"Sandbox(workers=) must be an integer between 1 and {MAX_WORKERS}, got {workers!r}"
+            )
         if profile not in PROFILES:
             raise ValueError(f"Sandbox(profile=) must be one of {PROFILES}, got {profile!r}")
         evaluation = profile == "eval"
