@@ -707,13 +707,22 @@ def validate(cfg: Config) -> Config:
         cfg.eval.max_new_tokens_code >= 8 and cfg.eval.max_new_tokens_math >= 8,
         "eval.max_new_tokens_code and eval.max_new_tokens_math: must be >= 8 (AZR uses 8096 and 16000).",
     )
-    _require(cfg.sandbox.workers >= 1, f"sandbox.workers: must be >= 1, got {cfg.sandbox.workers}.")
-    _require(cfg.sandbox.timeout_s > 0, f"sandbox.timeout_s: must be > 0, got {cfg.sandbox.timeout_s}.")
+    _require(
+        1 <= cfg.sandbox.workers <= 256,
+        f"sandbox.workers: must be between 1 and 256 (one worker per core is enough), got {cfg.sandbox.workers}.",
+    )
+    _require(
+        0 < cfg.sandbox.timeout_s <= 3600,
+        f"sandbox.timeout_s: must be in (0, 3600], got {cfg.sandbox.timeout_s}.",
+    )
+    _require(
+        64 <= cfg.sandbox.memory_mb <= 65536,
+        f"sandbox.memory_mb: must be between 64 and 65536, got {cfg.sandbox.memory_mb}.",
+    )
     _require(
         0 < cfg.sandbox.score_deadline_s <= 86400,
         f"sandbox.score_deadline_s: must be in (0, 86400] seconds, got {cfg.sandbox.score_deadline_s}.",
     )
-    _require(cfg.sandbox.memory_mb >= 64, f"sandbox.memory_mb: must be >= 64, got {cfg.sandbox.memory_mb}.")
     _require(
         cfg.model.memory_gb >= 0, f"model.memory_gb: must be >= 0 (0 = detect), got {cfg.model.memory_gb}."
     )

@@ -72,13 +72,14 @@ CORPUS: list[tuple[str, str, str, str, str | None, str | None]] = [
     ("unshare_user", SC, "sc(272, 0x10000000)", "ok", None, EPERM),
     ("unshare_ipc", SC, "sc(272, 0x08000000)", "ok", None, EPERM),
     (
-        "setns_host_ipc",
+        "setns_host_ipc",  # hidepid: the supervisor's /proc entry does not exist for a job
         SC + "def f():\n    return sc(308, os.open('/proc/1/ns/ipc', 0), 0)",
         "f()",
         "error",
-        "PermissionError",
+        "FileNotFoundError",
         None,
     ),
+    ("setns_own_ipc", SC + "import os\n", "sc(308, os.open('/proc/self/ns/ipc', 0), 0)", "ok", None, EPERM),
     ("clone_newuser", SC, "sc(56, 0x10000000 | 17, 0, 0, 0, 0)", "ok", None, EPERM),
     ("clone3", SC, "sc(435, 0, 0)", "ok", None, ENOSYS),
     (
@@ -144,11 +145,11 @@ CORPUS: list[tuple[str, str, str, str, str | None, str | None]] = [
         None,
     ),
     (
-        "proc_1_root",
+        "proc_1_root",  # hidepid: the supervisor (PID 1) does not even exist for a job
         "def f():\n    return open('/proc/1/root/etc/passwd').read()",
         "f()",
         "error",
-        "PermissionError",
+        "FileNotFoundError",
         None,
     ),
     (

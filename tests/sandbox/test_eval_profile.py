@@ -52,10 +52,10 @@ def test_a_thread_left_running_dies_with_its_job(evalbox: Sandbox) -> None:
         "import threading\ndef f():\n    threading.Thread(target=lambda: [0 for _ in iter(int, 1)]).start()\n"
     )
     assert evalbox.run(spin + "    return 1\n", "f()").status == "ok"
-    # The worker kills the job's process (threads included) before the next job: in the worker's PID
-    # namespace only the worker and the current job are left.
+    # The supervisor kills the job's process (threads included) before the next job: no process of the job
+    # uid is left (a job sees only processes of its own uid, hidepid=2), so the next job sees only itself.
     out = evalbox.run("import os\n", "len([p for p in os.listdir('/proc') if p.isdigit()])")
-    assert (out.status, out.value_repr) == ("ok", "2"), out
+    assert (out.status, out.value_repr) == ("ok", "1"), out
 
 
 def test_the_thread_limit_is_the_profiles(evalbox: Sandbox) -> None:

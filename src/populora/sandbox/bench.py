@@ -68,10 +68,16 @@ def _children(pid: int) -> list[int]:
 
 
 def _proc_cpu(pids: list[int]) -> float:
-    """CPU seconds of processes, their direct children (a shim's worker) and all reaped children (jobs)."""
+    """CPU seconds of processes and every live descendant (a shim's supervisor and its template), each with
+    its reaped children (the jobs, reaped by the template)."""
     tick = os.sysconf("SC_CLK_TCK")
     total = 0
-    for pid in [p for shim in pids for p in (shim, *_children(shim))]:
+    tree, todo = [], list(pids)
+    while todo:
+        pid = todo.pop()
+        tree.append(pid)
+        todo.extend(_children(pid))
+    for pid in tree:
         try:
             with open(f"/proc/{pid}/stat") as fh:
                 fields = fh.read().rsplit(")", 1)[1].split()

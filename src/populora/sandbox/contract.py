@@ -7,6 +7,20 @@ from dataclasses import asdict, dataclass
 
 STATUSES = ("ok", "error", "timeout", "memory", "output_limit", "crashed")
 
+#: Upper bounds of `Limits` fields: beyond these a value is a mistake (or an attack on the worker, which would
+#: otherwise overflow an rlimit or a deadline), never a need. Grading's expected outputs use up to 80 million
+#: characters, its ground truth 8 GiB.
+LIMIT_MAX = {
+    "timeout_s": 3600,
+    "memory_mb": 65536,
+    "max_output_chars": 100_000_000,
+    "cpu_s": 3600,
+    "file_mb": 4096,
+    "tmp_mb": 4096,
+    "nofile": 4096,
+    "max_stdout_chars": 10_000_000,
+}
+
 
 @dataclass(frozen=True)
 class Limits:
@@ -33,8 +47,9 @@ class Limits:
 
     def validate(self) -> None:
         """Raise one ValueError naming every field that is not a finite positive number of the right type
-        (NaN, infinities, zero, negatives, bools and strings are all refused: a zero `tmp_mb` or `nofile`
-        would otherwise break the worker that receives it, and NaN compares false with every bound)."""
+        within `LIMIT_MAX` (NaN, infinities, zero, negatives, bools, strings and huge values are all refused:
+        a zero `tmp_mb` or `nofile`, or a `memory_mb=2**50`, would otherwise break the worker that receives
+        it, and NaN compares false with every bound)."""
         problems = []
         ints = {"memory_mb", "max_output_chars", "tmp_mb", "nofile", "max_stdout_chars"}
         for name in (
@@ -54,6 +69,8 @@ class Limits:
             ok_type = isinstance(v, int) if name in ints else isinstance(v, int | float)
             if isinstance(v, bool) or not ok_type or not math.isfinite(v) or v <= 0:
                 problems.append(f"{name} must be {kind}, got {v!r}")
+            elif v > LIMIT_MAX[name]:
+                problems.append(f"{name} must be at most {LIMIT_MAX[name]}, got {v!r}")
         if not problems and self.memory_mb < 32:
             problems.append(
                 f"memory_mb must be >= 32 (the interpreter itself needs it), got {self.memory_mb}"

@@ -103,6 +103,8 @@ EVAL_THREADS = 64
 PROFILES = ("train", "eval")
 
 NOBODY = 65534
+#: More workers than this is a mistake (each is a process tree and a tmpfs), never a need.
+MAX_WORKERS = 256
 _WARNED: set[str] = set()
 _ids = itertools.count()
 
@@ -281,8 +283,10 @@ class Sandbox:
         pipeline_depth: int = 2,
         wedge_grace_s: float = 10.0,
     ) -> None:
-        if workers < 1:
-            raise ValueError(f"Sandbox(workers=) must be >= 1, got {workers}")
+        if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= MAX_WORKERS:
+            raise ValueError(
+                f"Sandbox(workers=) must be an integer between 1 and {MAX_WORKERS}, got {workers!r}"
+            )
         if profile not in PROFILES:
             raise ValueError(f"Sandbox(profile=) must be one of {PROFILES}, got {profile!r}")
         evaluation = profile == "eval"
@@ -373,8 +377,8 @@ class Sandbox:
         cfg = self._cfg if variant == 0 else {**self._cfg, "heap_shift": True}
         # -s -S: no site (nothing from site-packages); -P: no script dir on sys.path; -B: no .pyc writes.
         # Not -I/-E: those would ignore PYTHONHASHSEED, which makes set/dict-of-str reprs reproducible.
-        cmd = [_interpreter(), "-s", "-S", "-P", "-B", str(WORKER_SCRIPT), json.dumps(cfg)]
-        return subprocess.Popen(
+        cmd = [_interpreter(), "-s", "-S", "-P", "-B", str(WORKER_SCRIPT)]
+        proc = subprocess.Popen(
             cmd,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -383,6 +387,14 @@ class Sandbox:
             close_fds=True,
             start_new_session=True,
         )
+        # The configuration goes on the request pipe, not the command line: a command line is readable in
+        # /proc by other processes (and jobs must not learn the host's paths from it).
+        try:
+            proc.stdin.write(_frame(cfg))
+            proc.stdin.flush()
+        except OSError:  # it died at once: the handshake reports it
+            pass
+        return proc
 
     def _handshake(self, proc: subprocess.Popen) -> _Worker:
         w = _Worker(proc)
