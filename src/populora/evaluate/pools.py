@@ -73,6 +73,7 @@ class EvalPool:
         if first_slot + workers > UID_STRIDE:
             raise ValueError(f"slots {first_slot}..{first_slot + workers - 1} exceed {UID_STRIDE - 1}")
         self.sandboxes: list = [None] * workers
+        self._interrupted = False
         #: The job uid of each worker (where the sandbox can drop privileges).
         self.uids = [job_uid(first_slot + k) for k in range(workers)]
         errors: list[BaseException] = []
@@ -124,15 +125,27 @@ class EvalPool:
             threads = [threading.Thread(target=serve, args=(sb,), daemon=True) for sb in self.sandboxes]
             for t in threads:
                 t.start()
-            for t in threads:
-                t.join()
+            try:
+                for t in threads:
+                    t.join()
+            except BaseException as exc:
+                # Interrupted (Ctrl-C): no new job starts. A job in flight holds its sandbox's lock until it
+                # ends (up to 10 minutes for an expected output), so `close()` must not wait for it.
+                errors.append(exc)
+                self._interrupted = True
+                raise
         if errors:
             raise errors[0]
         return out
 
     def close(self) -> None:
         for sb in self.sandboxes:
-            if sb is not None:
+            if sb is None:
+                continue
+            if self._interrupted:
+                # In the background: each Sandbox's own finalizer stops its workers at exit in any case.
+                threading.Thread(target=sb.close, daemon=True).start()
+            else:
                 sb.close()
 
     def __enter__(self) -> EvalPool:
