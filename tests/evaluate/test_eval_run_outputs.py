@@ -55,8 +55,11 @@ def test_eval_json_has_best_mean_and_worst_per_role(run_dir, shared_data, tmp_pa
             assert res["summary"][f"{name} best"][b] == max(vals)
             assert res["summary"][f"{name} mean"][b] == pytest.approx(sum(vals) / len(vals))
         assert f"{name} worst ({worst})" in md and f"{name} best member ({best})" in md
-    # The run folder's results.json is the same document as --json.
+    # The run folder's results.json is the same document as --json; the graded samples replace the partial file.
     assert json.loads((run_dir / "eval" / "results.json").read_text())["by_role"] == res["by_role"]
+    graded = [json.loads(x) for x in (run_dir / "eval" / "samples.jsonl").read_text().splitlines()]
+    assert len(graded) == 5 * 4 and all("correct" in s for s in graded)
+    assert not (run_dir / "eval" / "samples.partial.jsonl").exists()
 
 
 def test_a_grading_failure_keeps_every_generation(run_dir, shared_data, tmp_path, monkeypatch):
@@ -69,8 +72,8 @@ def test_a_grading_failure_keeps_every_generation(run_dir, shared_data, tmp_path
         app, ["eval", str(run_dir), *ARGS, "--data-dir", str(shared_data), "--out-dir", str(out_dir)]
     )
     assert r.exit_code == 2, r.output
-    assert "grader exploded" in r.output and "samples.jsonl" in r.output
-    lines = [json.loads(x) for x in (out_dir / "samples.jsonl").read_text().splitlines()]
+    assert "grader exploded" in r.output and "samples.partial.jsonl" in r.output
+    lines = [json.loads(x) for x in (out_dir / "samples.partial.jsonl").read_text().splitlines()]
     # Every member (the base model included) answered every problem, and every answer is on disk.
     assert {(s["member"], s["benchmark"], s["id"]) for s in lines} == {
         (m, b, i)
@@ -83,4 +86,4 @@ def test_a_grading_failure_keeps_every_generation(run_dir, shared_data, tmp_path
         )
     }
     assert len(lines) == 5 * 4 and all(isinstance(s["response"], str) for s in lines)
-    assert not (out_dir / "results.json").exists()
+    assert not (out_dir / "results.json").exists() and not (out_dir / "samples.jsonl").exists()

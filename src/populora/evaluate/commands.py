@@ -182,14 +182,17 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
             opts.max_new_tokens_code, opts.max_new_tokens_math = eval_budgets(tgt.run_dir, max_new_tokens)
             if out_dir is None and tgt.run_dir is not None:
                 out_dir = tgt.run_dir / "eval"
-            # Answers are saved as they are generated: a failure while grading loses none of them.
-            samples = out_dir / "samples.jsonl" if out_dir is not None else None
-            report = evaluate_target(tgt, chosen, opts, samples_path=samples)
+            # Answers are saved as they are generated, beside (not over) an earlier evaluation's samples.jsonl:
+            # a failure while grading loses none of them, and the earlier results stay whole.
+            partial = out_dir / "samples.partial.jsonl" if out_dir is not None else None
+            report = evaluate_target(tgt, chosen, opts, samples_path=partial)
         except (DataError, TargetError, GenerationError, GradingError) as exc:
             _fail(str(exc))
         _print_report(report, f"eval: {target or model}")
         for p in report.write(out_dir, json_out):
             typer.echo(f"wrote {p}")
+        if partial is not None:
+            partial.unlink(missing_ok=True)  # samples.jsonl now holds every answer, graded
 
     @bench.command("eval")
     def bench_eval(

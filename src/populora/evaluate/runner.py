@@ -250,9 +250,10 @@ class GradingError(RuntimeError):
 
 
 class SampleLog:
-    """``samples.jsonl`` written while generating: one line per answer, appended and flushed (and fsynced)
-    after every generation call, so a failure in a later generation or in grading loses no answer. The
-    lines have no verdict yet; `EvalReport.write` replaces the file with the graded samples at the end."""
+    """Answers written while generating (``samples.partial.jsonl`` from the CLI): one line per answer,
+    appended and flushed (and fsynced) after every generation call, so a failure in a later generation or in
+    grading loses no answer. The lines have no verdict yet; once `EvalReport.write` has written the graded
+    ``samples.jsonl`` the CLI deletes this file."""
 
     def __init__(self, path: Path, flat: list[Item]):
         self.path = path
