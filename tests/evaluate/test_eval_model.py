@@ -1,6 +1,5 @@
 """`populora eval` on the bundled tiny model: a run folder with real PEFT adapters, merge vs slot agreement."""
 
-import copy
 import json
 
 import pytest
@@ -14,42 +13,9 @@ from populora.evaluate.targets import load_target, select_members
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory):
+def run_dir(tmp_path_factory, run_folder):
     """A run folder (docs/run-folder.md) whose newest checkpoint holds two PEFT adapters on the tiny model."""
-    import torch
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM
-
-    from populora.engine import resolve_model
-
-    torch.set_num_threads(1)
-    base = AutoModelForCausalLM.from_pretrained(str(resolve_model("tiny")), dtype=torch.float32)
-    root = tmp_path_factory.mktemp("run")
-    (root / "config.yaml").write_text("model:\n  name: tiny\n")
-    old = root / "checkpoints" / "step_000001"
-    (old / "adapters").mkdir(parents=True)
-    (old / "state.json").write_text("{}")
-    ckpt = root / "checkpoints" / "step_000002"
-    for i, mid in enumerate(["T0", "S0"]):
-        torch.manual_seed(i + 1)
-        cfg = LoraConfig(
-            r=4,
-            lora_alpha=8,
-            target_modules=["q_proj", "k_proj", "v_proj", "o_proj"],
-            init_lora_weights=False,
-        )  # random A and B: the adapter really changes the model
-        pm = get_peft_model(copy.deepcopy(base), cfg)
-        with torch.no_grad():
-            for name, p in pm.named_parameters():
-                if "lora_B" in name:
-                    p.mul_(20.0)
-        pm.save_pretrained(ckpt / "adapters" / mid)
-    members = [
-        {"id": "T0", "role": "teacher", "mu": 26.0, "sigma": 2.0},
-        {"id": "S0", "role": "student", "mu": 24.0, "sigma": 2.0},
-    ]
-    (ckpt / "state.json").write_text(json.dumps({"step": 2, "members": members}))
-    return root
+    return run_folder(tmp_path_factory.mktemp("run"), {"T0": "teacher", "S0": "student"})
 
 
 def test_target_resolution(run_dir):
@@ -103,9 +69,11 @@ def test_eval_cli_limit_3_on_run_folder(run_dir, shared_data, monkeypatch):
         "Base",
         "Teacher mean",
         "Teacher best",
+        "Teacher best member",
         "Teacher worst",
         "Student mean",
         "Student best",
+        "Student best member",
         "Student worst",
     }
     assert out["meta"]["max_new_tokens"] == {"code": 24, "math": 24}

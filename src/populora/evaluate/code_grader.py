@@ -6,10 +6,13 @@ plain ``multiprocessing`` child. Its data format and checking rules are re-imple
 the real package by ``tests/evaluate/test_evalplus_agreement.py``. How an EvalPlus candidate is graded:
 
 1. Expected outputs: the canonical program (``prompt + canonical_solution``) runs once per task and phase in
-   a sandbox job of its own, with no candidate code anywhere near it; the outputs and per-input times are
-   cached in memory and on disk (`ground_truth.py`), as evalplus caches its ground truth.
+   a sandbox job of its own, in a pool of its own that is closed before any candidate runs, so no
+   candidate's process descends from a worker that has seen an expected output; the outputs and per-input
+   times are cached in memory and on disk (`ground_truth.py`), as evalplus caches its ground truth.
 2. The candidate runs in a sandbox job that holds only the candidate, the inputs and the time limits
-   (`_harness.py`, with evalplus's ``reliability_guard`` applied first). The job returns the outputs.
+   (`_harness.py`, with evalplus's ``reliability_guard`` applied first). The job returns the outputs. The
+   candidates' pool gives every worker its own job uid, so each job has the whole thread allowance
+   (`pools.py`).
 3. The verdict is computed here, in the grading process (`evalplus_compare.py`), with evalplus's rules. So a
    candidate can neither read the expected outputs nor influence the comparison.
 
@@ -26,25 +29,7 @@ from collections.abc import Callable, Sequence
 from populora.evaluate._checkers import LCB_CHECKER
 from populora.evaluate.data import Item
 from populora.evaluate.items import CodeLimits, CodeResult  # noqa: F401  (re-exported: the grader's API)
-
-#: Standard-library modules evalplus lets a solution import, loaded in the evaluation sandbox's workers so a
-#: job can use them even where it cannot read the interpreter's files. Modules that register at-fork hooks
-#: are loaded per job instead (`EVAL_LAZY_EXTRA`). numpy (with the standard-library modules it imports) and
-#: threads come with the sandbox's evaluation profile (`Sandbox(profile="eval")`).
-EVAL_PRELOAD_EXTRA: tuple[str, ...] = (
-    "signal",
-    "csv",
-    "pathlib",
-    "glob",
-    "fnmatch",
-    "html",
-    "html.parser",
-    "xml.etree.ElementTree",
-    "ipaddress",
-    "locale",
-    "shutil",
-)
-EVAL_LAZY_EXTRA: tuple[str, ...] = ("tempfile", "concurrent.futures", "multiprocessing", "subprocess")
+from populora.evaluate.pools import EVAL_LAZY_EXTRA, EVAL_PRELOAD_EXTRA, EvalPool  # noqa: F401  (re-exported)
 
 
 def lcb_job(item: Item, code: str, limits: CodeLimits) -> tuple[str, str]:
@@ -124,25 +109,27 @@ class CodeGrader:
         self.workers = max(1, int(workers))
         self.limits = limits or CodeLimits()
 
-    def _sandbox(self):
-        from populora.sandbox import DEFAULT_PRELOAD, LAZY_MODULES, Sandbox
-
-        preload = tuple(dict.fromkeys((*DEFAULT_PRELOAD, *EVAL_PRELOAD_EXTRA)))
-        lazy = tuple(dict.fromkeys((*LAZY_MODULES, *EVAL_LAZY_EXTRA)))
-        return Sandbox(workers=self.workers, preload=preload, lazy=lazy, profile="eval")
-
     def grade(
         self, pairs: Sequence[tuple[Item, str]], progress: Callable[[int], None] | None = None
     ) -> list[CodeResult]:
         """``pairs`` = [(item, program text), ...] for EvalPlus or LiveCodeBench items."""
-        from populora.evaluate.evalplus_grading import grade_evalplus
+        from populora.evaluate import ground_truth as gtm
+        from populora.evaluate.evalplus_grading import grade_evalplus, phases
 
+        if not pairs:
+            return []
         results: list[CodeResult | None] = [None] * len(pairs)
         ep = [i for i, (item, _c) in enumerate(pairs) if item.kind != "lcb"]
         lcb = [i for i, (item, _c) in enumerate(pairs) if item.kind == "lcb"]
-        with self._sandbox() as sb:
+        gts = {}
+        if ep:
+            # First, in their own pool (started only if something is not cached, closed before candidates run).
+            items = {pairs[i][0].id: pairs[i][0] for i in ep}
+            needs = [(it, ph) for it in items.values() for ph in phases(self.limits)]
+            gts = gtm.expected_outputs(needs, self.limits.gt_cache, self.workers)
+        with EvalPool(self.workers) as sb:
             if ep:
-                got = grade_evalplus(sb, [pairs[i] for i in ep], self.limits, self.workers, progress)
+                got = grade_evalplus(sb, [pairs[i] for i in ep], gts, self.limits, self.workers, progress)
                 for i, r in zip(ep, got, strict=True):
                     results[i] = r
             if lcb:
@@ -158,7 +145,7 @@ class CodeGrader:
         for s in range(0, len(idxs), chunk):
             part = idxs[s : s + chunk]
             jobs = [lcb_job(pairs[i][0], pairs[i][1], self.limits) for i in part]
-            for i, out in zip(part, sb.run_many(jobs, limits=lim), strict=True):
+            for i, out in zip(part, sb.run_many(jobs, lim), strict=True):
                 results[i] = _lcb_result(pairs[i][0], out)
             if progress:
                 progress(len(part))

@@ -142,7 +142,7 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
             names = parse_benchmarks(benchmarks)
         except DataError as exc:
             _fail(str(exc))
-        from populora.evaluate.runner import EvalOptions, evaluate_target, run_oracle
+        from populora.evaluate.runner import EvalOptions, GradingError, evaluate_target, run_oracle
 
         opts = EvalOptions(
             benchmarks=names,
@@ -180,14 +180,19 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
             tgt = load_target(target, model) if target is not None else Target(resolve_base(model))
             chosen = select_members(tgt, members)
             opts.max_new_tokens_code, opts.max_new_tokens_math = eval_budgets(tgt.run_dir, max_new_tokens)
-            report = evaluate_target(tgt, chosen, opts)
-        except (DataError, TargetError, GenerationError) as exc:
+            if out_dir is None and tgt.run_dir is not None:
+                out_dir = tgt.run_dir / "eval"
+            # Answers are saved as they are generated, beside (not over) an earlier evaluation's samples.jsonl:
+            # a failure while grading loses none of them, and the earlier results stay whole.
+            partial = out_dir / "samples.partial.jsonl" if out_dir is not None else None
+            report = evaluate_target(tgt, chosen, opts, samples_path=partial)
+        except (DataError, TargetError, GenerationError, GradingError) as exc:
             _fail(str(exc))
         _print_report(report, f"eval: {target or model}")
-        if out_dir is None and tgt.run_dir is not None:
-            out_dir = tgt.run_dir / "eval"
         for p in report.write(out_dir, json_out):
             typer.echo(f"wrote {p}")
+        if partial is not None:
+            partial.unlink(missing_ok=True)  # samples.jsonl now holds every answer, graded
 
     @bench.command("eval")
     def bench_eval(

@@ -25,6 +25,7 @@ exactly as the numpy objects behave in evalplus's comparison.
 from __future__ import annotations
 
 import math
+import reprlib
 from typing import Any
 
 from populora.evaluate._harness import Opaque
@@ -107,6 +108,40 @@ def check_output(dataset: str, entry: str, atol: float, inp: list, out: Any, exp
         return False, atol
 
 
+class _Shown(reprlib.Repr):
+    """reprlib with ints that never raise: ``repr`` of an int above 4,300 digits raises ValueError (Python's
+    int/str conversion limit), and one such wrong output used to abort the whole evaluation (issue 29)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.maxstring = self.maxother = 120
+        self.maxlong = 60
+
+    def repr_int(self, x, level):
+        if x.bit_length() > 3000:  # about 900 digits: too long to show anyway, and never converted
+            return f"<int of about {int(x.bit_length() * math.log10(2)) + 1} digits>"
+        return super().repr_int(int(x), level)
+
+    def repr_instance(self, x, level):
+        if isinstance(x, int) and not isinstance(x, bool):  # int subclasses such as NumpyInt
+            return self.repr_int(x, level)
+        return super().repr_instance(x, level)  # reprlib shows a failing repr by type and address
+
+
+_SHOWN = _Shown()
+
+
+def show(value: Any, limit: int = 120) -> str:
+    """A short, bounded description of a candidate's output for a verdict's detail; never raises."""
+    if isinstance(value, Opaque):
+        return f"a {value.type_name} object"
+    try:
+        text = _SHOWN.repr(value)
+    except Exception:  # noqa: BLE001 - the description must never fail the grading
+        text = f"<{type(value).__name__} object>"
+    return text[:limit]
+
+
 def judge_phase(
     dataset: str, entry: str, atol: float, inputs: list, expected: list, run: dict
 ) -> tuple[str, int, str]:
@@ -119,8 +154,7 @@ def judge_phase(
             break
         ok, atol = check_output(dataset, entry, atol, inputs[i], out, expected[i])
         if not ok:
-            shown = repr(out) if not isinstance(out, Opaque) else f"a {out.type_name} object"
-            return "fail", i, f"input {i}: wrong output {shown[:120]}"
+            return "fail", i, f"input {i}: wrong output {show(out)}"
     if run["status"] != "pass":
         return run["status"], len(outputs), run.get("detail", "")
     if len(outputs) != len(expected):

@@ -21,6 +21,10 @@ def _phase_limits(gt: gtm.GroundTruth, limits: CodeLimits) -> tuple[list[float],
     return per, min(limits.task_timeout, sum(per)) + 2.0
 
 
+def phases(limits: CodeLimits) -> list[str]:
+    return ["base", "plus"] if limits.plus else ["base"]
+
+
 def _run_phase(sb, batch, phase, gts, limits, workers, progress):
     """Run one phase's candidate jobs for ``batch`` = [(index, item, code)]; {index: (status, detail)}."""
     from populora.sandbox import Limits
@@ -45,7 +49,7 @@ def _run_phase(sb, batch, phase, gts, limits, workers, progress):
         # outputs (the harness's budget counts only the program's own time), plus start-up slack.
         wall = 2 * max(lims) + 10.0
         lim = Limits(timeout_s=wall, memory_mb=limits.memory_mb, max_output_chars=80_000_000, cpu_s=wall)
-        for (i, item, _code, gt), out in zip(part, sb.run_many(jobs, limits=lim), strict=True):
+        for (i, item, _code, gt), out in zip(part, sb.run_many(jobs, lim), strict=True):
             run = gtm.parse_run(out.value_repr) if out.status == "ok" else None
             if run is None:
                 status = "timeout" if out.status == "timeout" else "fail"
@@ -58,9 +62,12 @@ def _run_phase(sb, batch, phase, gts, limits, workers, progress):
 
                 inputs = mbpp_inputs(gtm.task_number(item), inputs)
             atol = item.meta.get("atol", 0) or 0
-            status, _n, detail = judge_phase(
-                item.meta["dataset"], item.meta["entry_point"], atol, inputs, gt.outputs, run
-            )
+            try:
+                status, _n, detail = judge_phase(
+                    item.meta["dataset"], item.meta["entry_point"], atol, inputs, gt.outputs, run
+                )
+            except Exception as exc:  # noqa: BLE001 - one candidate's outputs never abort the evaluation
+                status, detail = "error", f"grader error {type(exc).__name__}: {str(exc)[:200]}"
             verdicts[i] = (status, f"{phase}: {detail}" if detail else "")
         if progress and phase == "base":
             progress(len(part))
@@ -72,13 +79,13 @@ def _run_phase(sb, batch, phase, gts, limits, workers, progress):
 def grade_evalplus(
     sb,
     pairs: Sequence[tuple[Item, str]],
+    gts: dict[tuple, gtm.GroundTruth],
     limits: CodeLimits,
     workers: int,
     progress: Callable[[int], None] | None = None,
 ) -> list[CodeResult]:
-    phases = ["base", "plus"] if limits.plus else ["base"]
-    items = {item.id: item for item, _c in pairs}
-    gts = gtm.expected_outputs(sb, [(it, ph) for it in items.values() for ph in phases], limits.gt_cache)
+    """Verdicts of ``pairs`` = [(item, candidate program)], run on ``sb`` (the candidates' `EvalPool`), against
+    ``gts`` (`ground_truth.expected_outputs`, computed in another pool)."""
     base = _run_phase(
         sb, [(i, it, c) for i, (it, c) in enumerate(pairs)], "base", gts, limits, workers, progress
     )

@@ -118,6 +118,8 @@ def hf_generate(
 class MergedHFGenerator:
     """``merge`` mode: a fresh base per member, the adapter merged with PEFT, transformers generation."""
 
+    mixes_members = False  # members run one after another: the runner calls it per member (SampleLog)
+
     def __init__(self, base: str | Path, device: str = "cpu", dtype: str = "auto", batch_size: int = 8):
         self.base = str(base)
         self.device = device
@@ -168,6 +170,8 @@ class MergedHFGenerator:
 
 class SlotGenerator:
     """``slot`` mode: every member's adapter in its own slot of one `populora.engine` hf engine."""
+
+    mixes_members = True  # one mixed call for every member
 
     def __init__(self, base: str | Path, device: str = "cpu", batch_size: int = 8):
         self.base = str(base)
@@ -240,6 +244,8 @@ class VLLMGenerator:
     accepts; a later call with a higher rank restarts the engine. ``dtype`` "auto" is float32 on CPU and
     bfloat16 on a GPU, as the hf generators.
     """
+
+    mixes_members = True  # one mixed call for every member
 
     def __init__(
         self, base: str | Path, max_model_len: int | None = None, device: str = "cpu", dtype: str = "auto"

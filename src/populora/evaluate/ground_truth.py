@@ -1,8 +1,10 @@
 """Expected outputs of EvalPlus tasks: the canonical program's outputs and times, computed once and cached.
 
 Each (task, phase) runs the canonical solution in a sandbox job of its own (`_harness.populora_run` with
-``trusted``: inputs deep-copied and timed, as evalplus's ``trusted_exec``); no candidate code ever shares a
-process with it. Results are kept in memory for the life of the process and, unless disabled, on disk under
+``trusted``: inputs deep-copied and timed, as evalplus's ``trusted_exec``), in an evaluation pool of its own
+(`pools.EvalPool`, uid slots from `pools.GT_SLOT`) that is started only when something is not cached and
+closed before this function returns. No candidate ever runs in that pool, nor in a process descended from
+one of its workers, so no candidate can find an expected output in its memory (issue 29). Results are kept in memory for the life of the process and, unless disabled, on disk under
 ``$XDG_CACHE_HOME/populora/evalplus-gt/<key>.json.gz`` where the key hashes the harness source, the task, its
 canonical program and its inputs (so an edited data file or harness never reuses a stale entry). The cached
 times make the time limits those of the first run on this machine, as with evalplus's own cache.
@@ -104,10 +106,12 @@ def _from_run(item: Item, run: dict | None, why: str) -> GroundTruth:
 
 
 def expected_outputs(
-    sandbox, needs: list[tuple[Item, str]], use_disk: bool = True
+    needs: list[tuple[Item, str]], use_disk: bool = True, workers: int = 2
 ) -> dict[tuple, GroundTruth]:
-    """{(item.id, phase): GroundTruth} for every (item, phase) in ``needs``; runs only what is not cached."""
+    """{(item.id, phase): GroundTruth} for every (item, phase) in ``needs``; runs only what is not cached, on
+    ``workers`` workers of a pool used for nothing else."""
     global computed
+    from populora.evaluate.pools import GT_SLOT, EvalPool
     from populora.sandbox import Limits
 
     out: dict[tuple, GroundTruth] = {}
@@ -133,7 +137,9 @@ def expected_outputs(
         return out
     lim = Limits(timeout_s=GT_TIMEOUT_S, memory_mb=8192, max_output_chars=80_000_000, cpu_s=GT_TIMEOUT_S)
     jobs = [job(it, it.gold, phase_inputs(it, ph), None, GT_TIMEOUT_S - 5, True) for it, ph, _k in todo]
-    for (item, phase, key), res in zip(todo, sandbox.run_many(jobs, limits=lim), strict=True):
+    with EvalPool(min(workers, len(jobs)), first_slot=GT_SLOT) as pool:
+        ran = pool.run_many(jobs, lim)
+    for (item, phase, key), res in zip(todo, ran, strict=True):
         computed += 1
         run = parse_run(res.value_repr) if res.status == "ok" else None
         why = "" if res.status == "ok" else f"{res.status}: {res.error_type or ''} {res.error_message or ''}"

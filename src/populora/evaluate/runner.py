@@ -20,7 +20,7 @@ from populora.evaluate.lcb import LCBUnavailable
 from populora.evaluate.math_grader import MathGrader
 from populora.evaluate.oracle import oracle_response
 from populora.evaluate.prompts import Prompt, build_prompt
-from populora.evaluate.table import summary, to_markdown
+from populora.evaluate.table import best_and_worst, summary, to_markdown
 
 Tick = Callable[[int], None] | None
 
@@ -55,6 +55,7 @@ class EvalReport:
         out = {
             "results": self.rows,
             "summary": summary(self.rows, self.roles),
+            "by_role": best_and_worst(self.rows, self.roles),
             "unavailable": self.unavailable,
             "meta": self.meta,
         }
@@ -220,22 +221,67 @@ def token_budget(item, opts: EvalOptions) -> int:
     return opts.max_new_tokens_math if item.kind == "math" else opts.max_new_tokens_code
 
 
-def _generate_by_kind(gen, adapters, flat, prompts, opts: EvalOptions, tick) -> dict[str, list[str]]:
-    """One generation call per distinct budget (code and math differ), answers put back in item order."""
+def _generate_by_kind(
+    gen, adapters, flat, prompts, opts: EvalOptions, tick, record: Callable | None = None
+) -> dict[str, list[str]]:
+    """One generation call per distinct budget (code and math differ), answers put back in item order.
+
+    A generator that runs members one after another anyway (``mixes_members`` false: merge mode) is called
+    once per member, so ``record(member, item indices, texts)`` can save each member's answers as soon as
+    they exist."""
     texts: dict[str, list[str]] = {m: [""] * len(flat) for m in adapters}
     groups: dict[int, list[int]] = {}
     for i, it in enumerate(flat):
         groups.setdefault(token_budget(it, opts), []).append(i)
-    for budget, idxs in groups.items():
-        got = gen.generate(adapters, [prompts[i] for i in idxs], budget, tick)
-        for m in adapters:
-            for i, t in zip(idxs, got[m], strict=True):
-                texts[m][i] = t
+    calls = [adapters] if getattr(gen, "mixes_members", True) else [{m: p} for m, p in adapters.items()]
+    for part in calls:
+        for budget, idxs in groups.items():
+            got = gen.generate(part, [prompts[i] for i in idxs], budget, tick)
+            for m in part:
+                for i, t in zip(idxs, got[m], strict=True):
+                    texts[m][i] = t
+                if record is not None:
+                    record(m, idxs, got[m])
     return texts
 
 
-def evaluate_target(target, members, opts: EvalOptions, generator=None) -> EvalReport:
-    """Generate with every member (base included) and grade; ``generator`` defaults to `make_generator`."""
+class GradingError(RuntimeError):
+    """Grading failed after generation; the message says where the generations were kept."""
+
+
+class SampleLog:
+    """Answers written while generating (``samples.partial.jsonl`` from the CLI): one line per answer,
+    appended and flushed (and fsynced) after every generation call, so a failure in a later generation or in
+    grading loses no answer. The lines have no verdict yet; once `EvalReport.write` has written the graded
+    ``samples.jsonl`` the CLI deletes this file."""
+
+    def __init__(self, path: Path, flat: list[Item]):
+        self.path = path
+        self.flat = flat
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("")  # this evaluation's samples only, never a previous run's
+
+    def __call__(self, member: str, idxs: list[int], texts: list[str]) -> None:
+        lines = "".join(
+            json.dumps(
+                {"member": member, "benchmark": self.flat[i].benchmark, "id": self.flat[i].id, "response": t}
+            )
+            + "\n"
+            for i, t in zip(idxs, texts, strict=True)
+        )
+        with self.path.open("a", encoding="utf-8") as fh:
+            fh.write(lines)
+            fh.flush()
+            os.fsync(fh.fileno())
+
+
+def evaluate_target(
+    target, members, opts: EvalOptions, generator=None, samples_path: Path | None = None
+) -> EvalReport:
+    """Generate with every member (base included) and grade; ``generator`` defaults to `make_generator`.
+
+    With ``samples_path`` every answer is appended there as soon as it is generated (`SampleLog`), and a
+    grading failure raises `GradingError` naming that file."""
     from populora.evaluate.generate import make_generator
 
     t0 = time.time()
@@ -247,18 +293,29 @@ def evaluate_target(target, members, opts: EvalOptions, generator=None) -> EvalR
     roles = {m.id: m.role for m in members}
     rows: list[dict] = []
     samples: list[dict] = []
+    record = SampleLog(Path(samples_path), flat) if samples_path is not None else None
     with _progress() as prog:
         task = prog.add_task(
             f"generate ({len(adapters)} members × {len(flat)} prompts)", total=len(adapters) * len(flat)
         )
         try:
-            texts = _generate_by_kind(gen, adapters, flat, prompts, opts, lambda n: prog.advance(task, n))
+            texts = _generate_by_kind(
+                gen, adapters, flat, prompts, opts, lambda n: prog.advance(task, n), record
+            )
         finally:
             if generator is None and hasattr(gen, "close"):
                 gen.close()  # ours: stop vLLM's engine-core process before grading (a caller's stays open)
         gtask = prog.add_task("grade", total=len(adapters) * len(flat))
         for m in adapters:
-            graded = grade(flat, texts[m], prompts, opts, lambda n: prog.advance(gtask, n))
+            try:
+                graded = grade(flat, texts[m], prompts, opts, lambda n: prog.advance(gtask, n))
+            except Exception as exc:
+                if record is None:
+                    raise
+                raise GradingError(
+                    f"grading {m} failed ({type(exc).__name__}: {str(exc)[:300]}); every generation is kept "
+                    f"in {record.path}"
+                ) from exc
             rows += _rows_for(m, roles[m], items_by_bench, flat, graded)
             samples += [
                 {
@@ -292,6 +349,8 @@ __all__ = [
     "DataError",
     "EvalOptions",
     "EvalReport",
+    "GradingError",
+    "SampleLog",
     "evaluate_target",
     "grade",
     "load_items",

@@ -1,9 +1,18 @@
 """The results table: JSON rows -> per-benchmark columns like the paper's, and Markdown.
 
 Rows are ``{"benchmark", "member", "n", "pass@1", ...}`` with ``pass@1`` a fraction in [0, 1]. Columns: the
-base model, every single-agent / stand-alone adapter, and for teachers and students the population mean and
-the best and worst member on each benchmark (the paper's per-role best, mean and worst). Above the table,
-the generation protocol: greedy pass@1 and the token budget per kind (code / math).
+base model, every single-agent / stand-alone adapter, and for teachers and students (`role_columns`):
+
+- ``<Role> mean``: the population mean on each benchmark;
+- ``<Role> best``: the best member on each benchmark (the paper's "per-benchmark best"; the numbers of one
+  column can come from different members);
+- ``<Role> best member``: the one adapter with the highest aggregate (``overall``), all its numbers;
+- ``<Role> worst``: the one adapter with the lowest aggregate, all its numbers (the paper's "Worst adapter
+  (43.6% aggregate)"); a per-benchmark minimum would be an order statistic no adapter achieves.
+
+Ties between adapters go to the lower member id, so the choice is reproducible. `summary` is the JSON form of
+the columns, `best_and_worst` names the adapters behind the ``best member`` and ``worst`` columns. Above the
+table, the generation protocol: greedy pass@1 and the token budget per kind (code / math).
 Summary rows: code average (HumanEval+, MBPP+, LiveCodeBench), math average (the math benchmarks evaluated)
 and overall = (code avg + math avg) / 2 (AZR's CAvg/MAvg/overall), each over the benchmarks
 measured in that column.
@@ -18,18 +27,50 @@ from populora.evaluate.data import BENCHMARKS, CODE_BENCHMARKS, DISPLAY, MATH_BE
 POP_ROLES = ("teacher", "student")
 
 
-def columns(rows: list[dict], roles: dict[str, str]) -> dict[str, dict[str, float]]:
-    """Column name -> {benchmark: pass@1}."""
+def _by_member(rows: list[dict]) -> dict[str, dict[str, float]]:
     by_member: dict[str, dict[str, float]] = {}
     for r in rows:
         if r.get("pass@1") is not None:
             by_member.setdefault(r["member"], {})[r["benchmark"]] = float(r["pass@1"])
+    return by_member
+
+
+def best_and_worst(rows: list[dict], roles: dict[str, str]) -> dict[str, dict]:
+    """Per population role: its members, and the adapters with the highest and lowest aggregate (``overall``).
+
+    ``{role: {"members": [...], "best_member": id, "best_overall": x, "worst_member": id, "worst_overall": y}}``
+    """
+    by_member = _by_member(rows)
+    out: dict[str, dict] = {}
+    for role in POP_ROLES:
+        scored = sorted(
+            (m for m in by_member if roles.get(m) == role and averages(by_member[m])["overall"] is not None),
+        )
+        if not scored:
+            continue
+        agg = {m: averages(by_member[m])["overall"] for m in scored}
+        best = min(scored, key=lambda m: (-agg[m], m))
+        worst = min(scored, key=lambda m: (agg[m], m))
+        out[role] = {
+            "members": scored,
+            "best_member": best,
+            "best_overall": agg[best],
+            "worst_member": worst,
+            "worst_overall": agg[worst],
+        }
+    return out
+
+
+def columns(rows: list[dict], roles: dict[str, str]) -> dict[str, dict[str, float]]:
+    """Column name -> {benchmark: pass@1} (see the module docstring for the role columns)."""
+    by_member = _by_member(rows)
     cols: dict[str, dict[str, float]] = {}
     if "base" in by_member:
         cols["Base"] = by_member["base"]
     for m, vals in by_member.items():
         if m != "base" and roles.get(m) not in POP_ROLES:
             cols[m] = vals
+    picks = best_and_worst(rows, roles)
     for role in POP_ROLES:
         group = [m for m in by_member if roles.get(m) == role]
         if not group:
@@ -38,7 +79,9 @@ def columns(rows: list[dict], roles: dict[str, str]) -> dict[str, dict[str, floa
         name = role.capitalize()
         cols[f"{name} mean"] = {b: mean(by_member[m][b] for m in group if b in by_member[m]) for b in benches}
         cols[f"{name} best"] = {b: max(by_member[m][b] for m in group if b in by_member[m]) for b in benches}
-        cols[f"{name} worst"] = {b: min(by_member[m][b] for m in group if b in by_member[m]) for b in benches}
+        if role in picks:
+            cols[f"{name} best member"] = dict(by_member[picks[role]["best_member"]])
+            cols[f"{name} worst"] = dict(by_member[picks[role]["worst_member"]])
     return cols
 
 
@@ -88,6 +131,16 @@ def to_markdown(
         return "\n".join(out) + "\n"
     cols = columns(rows, roles)
     names = list(cols)
+    picks = best_and_worst(rows, roles)
+    heads = []
+    for c in names:
+        role = c.split(" ", 1)[0].lower()
+        if c.endswith(" best member") and role in picks:
+            heads.append(f"{c} ({picks[role]['best_member']})")
+        elif c.endswith(" worst") and role in picks:
+            heads.append(f"{c} ({picks[role]['worst_member']})")
+        else:
+            heads.append(c)
     if max_new_tokens is not None:
         budget = (
             f"code {max_new_tokens.get('code')}, math {max_new_tokens.get('math')}"
@@ -96,7 +149,7 @@ def to_markdown(
         )
         out.append(f"Greedy pass@1 (%); generation budget (max new tokens): {budget}.")
         out.append("")
-    out.append("| benchmark | " + " | ".join(names) + " |")
+    out.append("| benchmark | " + " | ".join(heads) + " |")
     out.append("|---|" + "---:|" * len(names))
     for b in benches:
         if b in unavailable:
@@ -106,6 +159,12 @@ def to_markdown(
     avgs = {c: averages(v) for c, v in cols.items()}
     for key, label in (("code_avg", "Code avg"), ("math_avg", "Math avg"), ("overall", "Overall")):
         out.append(f"| **{label}** | " + " | ".join(_pct(avgs[c][key]) for c in names) + " |")
+    if picks:
+        out.append("")
+        out.append(
+            "Per role: *mean* and *best* per benchmark (best may mix members); *best member* and *worst* are "
+            "the adapters with the highest and lowest overall score (ties: the lower id)."
+        )
     out.append("")
     out.append("Per member (pass@1 %, n problems):")
     out.append("")
