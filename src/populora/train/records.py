@@ -30,7 +30,7 @@ class ProposalTrace:
 
     Single mode with `population.single_solver=buffer` (AZR) has two more kinds: a proposal whose answers are
     the n estimation rollouts (`estimate=True`: they set its reward and are never trained on), and a solver
-    problem drawn from the buffers (`gen is None`: no proposal, only the solver's trained answers).
+    problem drawn from the buffers (`from_buffer=True`: no proposal, only the solver's trained answers).
     """
 
     teacher: str
@@ -49,11 +49,12 @@ class ProposalTrace:
     answer_rewards: list[float] = field(default_factory=list)
     reward: float = 0.0
     estimate: bool = False  # the answers only estimate rho (single mode, AZR): no training rows
+    from_buffer: bool = False  # a solver problem drawn from the buffers (single mode, AZR): no proposal
 
     @property
     def proposed(self) -> bool:
         """A teacher proposal (False: a solver problem drawn from the buffers, single mode)."""
-        return self.gen is not None
+        return not self.from_buffer
 
     @property
     def valid(self) -> bool:

@@ -391,7 +391,7 @@ class Trainer:
             pool = chosen or list(self.buffers[name])
             while len(chosen) < k:
                 chosen.append(self.rng.choice(pool))
-            out += [ProposalTrace("A0", "A0", name, problem=p) for p in chosen]
+            out += [ProposalTrace("A0", "A0", name, problem=p, from_buffer=True) for p in chosen]
         return out
 
     def score(self, traces: list[ProposalTrace]) -> None:
