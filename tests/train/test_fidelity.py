@@ -195,6 +195,7 @@ def test_the_lineage_records_the_operator_applied(stepper, monkeypatch):
     assert events and all(e["operator"] == "X5" for e in events)
     assert {stepper.pop[e["child"]].operator for e in events} == {"X5"}
     assert all(e["planned"] in stepper.cfg.evolution.operators for e in events)
+    assert all("declined" in e and "cos" in e for e in events)  # what the operator did (null: nothing to say)
 
 
 # ------------------------------------------------------------------------------------------ 6. AZR seeds
