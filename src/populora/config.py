@@ -106,6 +106,10 @@ class PopulationConfig:
     """Exponent p of the f_hard weighting (2 is AlphaStar's 'squared')."""
     balanced: bool = True
     """When N_T == N_S, pair every student exactly once per step (PFSP-weighted sampling without replacement)."""
+    single_solver: Literal["buffer", "estimation"] = "buffer"
+    """Single mode's solver data: 'buffer' (AZR: the step's valid proposals first, the rest uniformly from the
+    buffers, one matchup's problems x rl.rollouts; the n estimation rollouts only set the proposer's reward) or
+    'estimation' (the old baseline: trains on its estimation rollouts)."""
 
 
 @dataclass
@@ -119,9 +123,10 @@ class RatingsConfig:
     tau: float = 0.25
     """Dynamics noise added to sigma before each update; above TrueSkill's 0.083 because members keep training."""
     draw_probability: float = 0.10
-    """TrueSkill draw probability; matches whose solve rate is within draw_margin of 1/2 are draws."""
+    """TrueSkill draw probability (its prior belief in draws; the outcome itself comes from draw_margin)."""
     draw_margin: float = 0.10
-    """Match outcome from solve rate s: student wins if s >= 0.5 + m, teacher wins if s <= 0.5 - m, else draw."""
+    """m of the game (population/ratings.py): the teacher's share of points >= 0.5 + m is a teacher win, <= 0.5 - m
+    a student win, else a draw."""
     lcb_k: float = 1.0
     """k in the lower confidence bound mu - k*sigma used to rank members for evolution."""
 

@@ -5,21 +5,9 @@ from statistics import NormalDist
 
 import pytest
 
-from populora.population.ratings import Rating, RatingSystem, match_outcome
+from populora.population.ratings import Rating, RatingSystem
 
 N = NormalDist()
-
-
-def test_outcome_thresholds():
-    assert match_outcome(0.0) == "teacher"
-    assert match_outcome(0.4) == "teacher"
-    assert match_outcome(0.41) == "draw"
-    assert match_outcome(0.59) == "draw"
-    assert match_outcome(0.6) == "student"
-    assert match_outcome(1.0) == "student"
-    assert match_outcome(None) == "student"  # no valid problem: the teacher forfeits
-    assert match_outcome(0.3, margin=0.0) == "teacher"
-    assert match_outcome(0.5, margin=0.0) == "student"
 
 
 def _closed_form_win(winner: Rating, loser: Rating, beta: float, tau: float, p_draw: float):
@@ -37,8 +25,7 @@ def _closed_form_win(winner: Rating, loser: Rating, beta: float, tau: float, p_d
 
 def test_teacher_win_from_prior_matches_closed_form():
     rs = RatingSystem(mu=25, sigma=25 / 3, beta=25 / 6, tau=0.25, draw_probability=0.1)
-    t, s, outcome = rs.update(rs.prior(), rs.prior(), solve_rate=0.0)
-    assert outcome == "teacher"
+    t, s = rs.rate_game(rs.prior(), rs.prior(), "teacher")
     win, lose = _closed_form_win(rs.prior(), rs.prior(), 25 / 6, 0.25, 0.1)
     assert (t.mu, t.sigma) == pytest.approx((win.mu, win.sigma), abs=1e-3)
     assert (s.mu, s.sigma) == pytest.approx((lose.mu, lose.sigma), abs=1e-3)
@@ -48,8 +35,7 @@ def test_teacher_win_from_prior_matches_closed_form():
 def test_student_win_unequal_ratings():
     rs = RatingSystem(tau=0.25)
     teacher, student = Rating(28.0, 5.0), Rating(22.0, 7.0)
-    t, s, outcome = rs.update(teacher, student, solve_rate=0.9)
-    assert outcome == "student"
+    t, s = rs.rate_game(teacher, student, "student")
     win, lose = _closed_form_win(student, teacher, 25 / 6, 0.25, 0.1)
     assert (s.mu, s.sigma) == pytest.approx((win.mu, win.sigma), abs=1e-3)
     assert (t.mu, t.sigma) == pytest.approx((lose.mu, lose.sigma), abs=1e-3)
@@ -58,8 +44,7 @@ def test_student_win_unequal_ratings():
 
 def test_draw_keeps_equal_means_and_shrinks_sigma():
     rs = RatingSystem()
-    t, s, outcome = rs.update(rs.prior(), rs.prior(), solve_rate=0.5)
-    assert outcome == "draw"
+    t, s = rs.rate_game(rs.prior(), rs.prior(), "draw")
     assert t.mu == pytest.approx(25.0) and s.mu == pytest.approx(25.0)
     assert t.sigma < 25 / 3
 

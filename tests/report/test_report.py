@@ -45,6 +45,7 @@ def test_population_report(pop_report):
         "Solve rate per task type",
         "Policy entropy and response length",
         "TrueSkill ratings",
+        "Games won, drawn and lost",
         "Student × teacher solve rates",
         "Evolution: operator usage and child recovery",
         "Problem complexity",
@@ -180,6 +181,8 @@ def test_run_where_every_proposal_is_invalid(tmp_path):
                 "coverage_cells": 0,
                 "members": members,
                 "matchups": [{"teacher": "T0", "student": "S0", "solve_rate": None, "n_problems": 0}],
+                # every proposal invalid: each is a student point, so the student wins every game
+                "games": {"T0": {"win": 0, "draw": 0, "loss": 1}, "S0": {"win": 1, "draw": 0, "loss": 0}},
             },
         )
         for reason in ("format: no ```python block", "nondeterministic"):
@@ -210,6 +213,7 @@ def test_run_where_every_proposal_is_invalid(tmp_path):
         "Invalid proposals by reason",
         "Policy entropy and response length",
         "TrueSkill ratings",
+        "Games won, drawn and lost",
         "Time per step by phase",
     ]
     assert "No valid problem yet, so nothing to solve." in html

@@ -112,31 +112,38 @@ def _matchup(teacher: str, student: str, kinds: list) -> list[ProposalTrace]:
 
 def test_a_teacher_posing_unsolvable_or_invalid_problems_is_not_rated_up(tmp_path):
     tr = _trainer(tmp_path, "r", ["population.teachers=3", "population.students=3"], n_slots=6)
-    # three teachers face equally rated students: solvable-but-hard (reward 7/8 each), unsolved by all
-    # (reward 0), invalid (reward -1)
+    # three teachers face equally rated students: solvable-but-hard (1 of 8 rollouts right: three teacher
+    # points), unsolved by all (void: a draw), mostly invalid (two student points, one teacher point)
     traces = (
         _matchup("T0", "S0", [1, 1, 1])
         + _matchup("T1", "S1", [0, 0, 0])
         + _matchup("T2", "S2", ["invalid", "invalid", 1])
     )
     res = {m["teacher"]: m for m in tr.rate([("T0", "S0"), ("T1", "S1"), ("T2", "S2")], traces, step=1)}
-    mu = {m: tr.pop[m].mu for m in ("T0", "T1", "T2", "S0", "S1")}
-    assert mu["T0"] > mu["T1"] and mu["T1"] < 25 and mu["T2"] < 25  # the rule's point, checked first
-    assert res["T0"]["teacher_outcome"] == "win" and mu["T0"] > 25  # earned 7/8: rated up
-    assert res["T1"]["teacher_outcome"] == "loss" and mu["T1"] < 25  # earned 0: no win (it was one before)
-    assert res["T2"]["teacher_outcome"] == "loss" and mu["T2"] < 25  # mostly invalid: no win
-    assert mu["T0"] > mu["T1"]  # more reward, better rating: evolution culls T1, not T0
-    # the student that solved nothing of T1's is not rated up for it; S0 solved 1/8: a loss as before
-    assert res["T1"]["student_outcome"] == "loss" and mu["S1"] < 25
-    assert res["T0"]["student_outcome"] == "loss" and res["T0"]["outcome"] == "teacher"
+    mu = {m: tr.pop[m].mu for m in ("T0", "T1", "T2", "S0", "S1", "S2")}
+    assert mu["T0"] > mu["T1"] > mu["T2"]  # more reward, better rating: evolution culls T2, then T1
+    assert (res["T0"]["outcome"], res["T0"]["teacher_points"], res["T0"]["student_points"]) == (
+        "teacher",
+        3,
+        0,
+    )
+    assert (res["T1"]["outcome"], res["T1"]["teacher_points"], res["T1"]["student_points"]) == ("draw", 0, 0)
+    assert (res["T2"]["outcome"], res["T2"]["teacher_points"], res["T2"]["student_points"]) == (
+        "student",
+        1,
+        2,
+    )
+    assert mu["T1"] == pytest.approx(25) and mu["S1"] == pytest.approx(25)  # nobody earned anything
+    for t, s in (("T0", "S0"), ("T2", "S2")):  # one game: what one side gains the other loses
+        assert mu[t] + mu[s] == pytest.approx(50.0)
     tr.run.close()
 
 
-def test_no_valid_problem_leaves_the_student_unrated(tmp_path):
+def test_no_valid_problem_is_a_student_win(tmp_path):
     tr = _trainer(tmp_path, "r", [], n_slots=4)
     [m] = tr.rate([("T0", "S0")], _matchup("T0", "S0", ["invalid", "invalid"]), step=1)
-    assert m["teacher_outcome"] == "loss" and m["student_outcome"] is None
-    assert tr.pop["S0"].mu == 25 and tr.pop["S0"].games == 0 and tr.pop["T0"].games == 1
+    assert m["outcome"] == "student" and m["n_problems"] == 0 and m["solve_rate"] is None
+    assert tr.pop["S0"].mu > 25 > tr.pop["T0"].mu and tr.pop["S0"].games == tr.pop["T0"].games == 1
     tr.run.close()
 
 
@@ -188,6 +195,7 @@ def test_the_lineage_records_the_operator_applied(stepper, monkeypatch):
     assert events and all(e["operator"] == "X5" for e in events)
     assert {stepper.pop[e["child"]].operator for e in events} == {"X5"}
     assert all(e["planned"] in stepper.cfg.evolution.operators for e in events)
+    assert all("declined" in e and "cos" in e for e in events)  # what the operator did (null: nothing to say)
 
 
 # ------------------------------------------------------------------------------------------ 6. AZR seeds

@@ -105,21 +105,22 @@ def test_validate_solve_score_update_rate_metrics(trainer):
     assert any(not torch.equal(before[k][1], after[k][1]) for k in before)  # the student's B moved
 
     matchups = tr.rate([("T0", "S0")], items, step=1)
-    # each side on its own reward: the teacher's mean reward (0.5 - 1) / 2 < 0.4 is a loss (its invalid
-    # proposal is no win); the student's answers (1 - 0.5) / 2 rescale to 0.5, a draw
+    # one game: rho = 1/2 is half a point each, the invalid proposal a student point -> teacher share
+    # 0.5 / 2 = 0.25 <= 0.5 - 0.1: the student wins, the teacher loses, by the same amount from equal ratings
     assert matchups == [
         {
             "teacher": "T0",
             "student": "S0",
             "solve_rate": 0.5,
             "n_problems": 1,
-            "outcome": "neither",
-            "teacher_outcome": "loss",
-            "student_outcome": "draw",
+            "outcome": "student",
+            "teacher_points": 0.5,
+            "student_points": 1.5,
         }
     ]
     assert tr.pop["T0"].mu < 25.0 and tr.pop["T0"].sigma < 25 / 3 and tr.pop["T0"].games == 1
-    assert tr.pop["S0"].mu == pytest.approx(25.0) and tr.pop["S0"].games == 1  # a draw from equal ratings
+    assert tr.pop["S0"].mu > 25.0 and tr.pop["S0"].games == 1
+    assert tr.pop["T0"].mu + tr.pop["S0"].mu == pytest.approx(50.0)  # zero-sum from equal sigmas
 
     timings = dict.fromkeys(PHASES, 0.1)
     rec = metrics_record(
@@ -148,6 +149,15 @@ def test_validate_solve_score_update_rate_metrics(trainer):
         len(g.token_ids) for g in good.answers
     )
     assert "step    1/6" in summary_line(rec, [], 6)
+    zero = {"win": 0, "draw": 0, "loss": 0}
+    assert rec["games"] == {
+        "T0": {"win": 0, "draw": 0, "loss": 1},
+        "T1": zero,
+        "S0": {"win": 1, "draw": 0, "loss": 0},
+        "S1": zero,
+    }
+    assert rec["self_solve_rate"] is None  # population mode
+    assert "outcome" not in rec["matchups"][0]  # the game's details are in events.jsonl
     probs = problem_records(1, items)
     assert probs[0]["valid"] and probs[0]["outputs"] == ["12"] and probs[0]["solve_rate"] == 0.5
     assert not probs[1]["valid"] and probs[1]["program"] is None

@@ -22,6 +22,7 @@ __all__ = [
     "TASK_KEYS",
     "ROLES",
     "check_metrics_record",
+    "check_games",
     "check_probe",
     "check_problem_record",
     "check_event_record",
@@ -39,7 +40,9 @@ METRICS_KEYS = (
     "coverage_cells",
     "members",
     "matchups",
+    "games",
 )
+GAME_RESULTS = ("win", "draw", "loss")
 MEMBER_KEYS = (
     "role",
     "reward",
@@ -74,17 +77,30 @@ PROBLEM_KEYS = (
     "features",
 )
 EVENT_KEYS = {
-    "matchup": ("step", "type", "teacher", "student", "solve_rate", "n_problems"),
+    "matchup": (
+        "step",
+        "type",
+        "teacher",
+        "student",
+        "solve_rate",
+        "n_problems",
+        "outcome",
+        "teacher_points",
+        "student_points",
+    ),
     "evolution": (
         "step",
         "type",
         "role",
         "operator",
+        "planned",
         "parents",
         "child",
         "replaced",
         "child_mu",
         "child_sigma",
+        "declined",
+        "cos",
         "seconds",
     ),
     "checkpoint": ("step", "type", "path"),
@@ -169,7 +185,29 @@ def check_metrics_record(rec: Mapping[str, Any]) -> list[str]:
             errs.append(f"{mw}: single mode has null mu/sigma")
     for mu in rec.get("matchups") or []:
         errs += _missing(mu, MATCHUP_KEYS, f"{where} matchup")
+    errs += check_games(rec.get("games", {}), where, single=rec.get("mode") == "single")
+    ss = rec.get("self_solve_rate")
+    if ss is not None and not (_is_num(ss) and 0 <= ss <= 1):
+        errs.append(f"{where}: 'self_solve_rate' must be in [0, 1] or null")
     return errs
+
+
+def check_games(games: Any, where: str, single: bool = False) -> list[str]:
+    """Violations in a `games` value: {member_id: {"win": n, "draw": n, "loss": n}} with counts >= 0 ({} in
+    single mode)."""
+    if not isinstance(games, Mapping):
+        return [f"{where}: 'games' must be an object {{member_id: {{'win', 'draw', 'loss'}}}}"]
+    if single and games:
+        return [f"{where}: single mode plays no rated games ('games' is {{}})"]
+    return [
+        f"{where}: games[{mid!r}] must map {GAME_RESULTS} to counts >= 0"
+        for mid, g in games.items()
+        if not (
+            isinstance(g, Mapping)
+            and set(g) == set(GAME_RESULTS)
+            and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in g.values())
+        )
+    ]
 
 
 def check_problem_record(rec: Mapping[str, Any]) -> list[str]:

@@ -346,6 +346,7 @@ def x4_extrapolate(
         return out, {
             **info,
             "cos": cos,
+            "extrapolated": False,
             "applied": {"operator": "X5", "params": {"weight": 0.5}, "reason": reason},
         }
     r = p1.rank
@@ -361,7 +362,7 @@ def x4_extrapolate(
                 capped += 1
         out[name] = _cast(*refactor(u, s, v, r, rng.gen(name)), la, lb)
         loss.add(kept, total)
-    return out, {**loss.info(), "cos": cos, "norm_capped_slots": capped}
+    return out, {**loss.info(), "cos": cos, "extrapolated": True, "norm_capped_slots": capped}
 
 
 def _adapter_cos(p1: LoRAAdapter, p2: LoRAAdapter) -> float:

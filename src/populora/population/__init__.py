@@ -5,6 +5,6 @@ unit-tested on hand-computed numbers. The trainer (`populora.train`) applies the
 """
 
 from populora.population.members import Member, Population
-from populora.population.ratings import Rating, RatingSystem, match_outcome
+from populora.population.ratings import Game, Rating, RatingSystem, score_game
 
-__all__ = ["Member", "Population", "Rating", "RatingSystem", "match_outcome"]
+__all__ = ["Game", "Member", "Population", "Rating", "RatingSystem", "score_game"]

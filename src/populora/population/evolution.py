@@ -107,6 +107,28 @@ def plan_role(
     return plan
 
 
+def crossover_warning(cfg) -> str | None:
+    """A one-line warning when a role evolves but can never run a crossover although `evolution.operators`
+    lists some: a crossover needs two surviving parents, N - n_replace(N, gamma) >= 2 (N = 2 leaves one)."""
+    ev = cfg.evolution
+    crossovers = sorted(op for op in ev.operators if default_arity(op) == 2)
+    if not ev.every or not crossovers:
+        return None
+    sizes = {"teachers": cfg.population.teachers, "students": cfg.population.students}
+    blocked = [
+        f"{n} {role}"
+        for role, n in sizes.items()
+        if n_replace(n, ev.gamma) and n - n_replace(n, ev.gamma) < 2
+    ]
+    if not blocked:
+        return None
+    return (
+        f"no crossover ({', '.join(crossovers)}) can run with {' and '.join(blocked)} at "
+        f"evolution.gamma={ev.gamma:g}: fewer than 2 parents survive an evolution step, so only mutations are "
+        "drawn there (a role needs 3 or more members for crossovers)."
+    )
+
+
 def plan_evolution(
     pop: Population, cfg, prior: Rating, rng: random.Random, arity: Mapping[str, int] | None = None
 ) -> list[Replacement]:

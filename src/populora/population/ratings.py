@@ -1,24 +1,25 @@
-"""TrueSkill ratings of teachers and students, updated once per matchup; each side is rated on its own reward.
+"""TrueSkill ratings of teachers and students: ONE zero-sum game per matchup, which either side can win.
 
-A matchup is one teacher's batch of problems against one student. Ratings must agree with the rewards: a
-member that earns more reward in a matchup is never rated down for it. So each side's result comes from a
-score that is a function of its own reward only (`train.records.matchup_scores`), banded with
-m = `ratings.draw_margin` (default 0.1):
+A matchup is one teacher's batch of problems against one student. Its game is scored problem by problem:
+the side that earned more reward on a problem takes its point (`problem_points`). On a valid problem that the
+student's n rollouts solve at rate rho, the teacher earns 1 - rho and the student rho (the teacher's reward and
+the student's solve rate), so
 
-    score >= 0.5 + m   -> win        0.5 - m < score < 0.5 + m -> draw        score <= 0.5 - m -> loss
+    0 < rho < 0.5   teacher point          rho > 0.5   student point          rho = 0.5   half a point each
+    rho = 0         void: no one solved it (too hard, or broken); both earned nothing (the teacher's reward is 0)
+    invalid         student point: the teacher posed nothing (its reward is `rl.invalid_reward`, -1)
 
-    teacher score x_T  its mean reward over all its proposals: 1 - rho on a valid problem solved at rate
-                       rho > 0, 0 on a valid problem no rollout solved, `rl.invalid_reward` (-1) on an invalid
-                       one. Unsolved-by-all and invalid proposals pull x_T down: they are never wins.
-    student score x_S  its mean answer reward rescaled so right = 1, parsed-but-wrong = 0: the solve rate s
-                       when every answer parses. No valid problem: the student is not rated (None).
+The teacher's share is s = teacher points / (teacher + student points); with m = `ratings.draw_margin`:
 
-When every problem is valid, solved at least once and every answer parses, x_T = 1 - s = 1 - x_S, the two
-results are one game (teacher wins <=> student loses) and the update is the usual 1-vs-1 TrueSkill game:
-exactly the old solve-rate rule. Otherwise (the teacher posed invalid or unsolvable problems) both sides can
-lose: each side's update is its half of a 1-vs-1 game with its own result against the other's pre-match
-rating, so a teacher is never credited for problems that earned it nothing and a student is never debited
-for a problem it solved. The outcome (x_T >= 0.5 + m implies x_S <= 0.5 - m) is never a double win.
+    s >= 0.5 + m -> teacher wins        s <= 0.5 - m -> student wins        else (or every problem void) draw
+
+and the ratings move by `trueskill.rate_1vs1(winner, loser)` (drawn=True for a draw). Why this rule, and the
+outcome shares measured on tiny-learn: docs/paper-choices.md. A teacher can win only with problems its
+student solves at least once and less than half the time, which is exactly what earns it reward (the paper's
+"hard for the matched student" with the zero-reward case for unsolved ones); a student wins by solving most of
+what it is posed, and an invalid or trivial proposal is a point for the student. So the two sides' results
+are one game: one wins exactly when the other loses, the sum of the two mu moves only by TrueSkill's
+uncertainty weighting (by exactly 0 when both sigmas are equal) and no role drifts down as a whole.
 
 One rated game per matchup, as the n rollouts on one teacher's problems are correlated and counting them as
 n games collapses sigma. Teachers and students live in one TrueSkill environment (prior mu 25, sigma 25/3),
@@ -28,12 +29,13 @@ but are only ranked within their role.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
 import trueskill
 
-Outcome = Literal["student", "teacher", "draw", "neither"]
+Outcome = Literal["teacher", "student", "draw"]
 Result = Literal["win", "draw", "loss"]
 
 
@@ -47,46 +49,58 @@ class Rating:
         return self.mu - k * self.sigma
 
 
-def side_result(score: float, margin: float = 0.1) -> Result:
-    """One side's result from its score (module docstring): win / draw / loss, monotone in the score."""
-    if score >= 0.5 + margin:
-        return "win"
-    if score <= 0.5 - margin:
-        return "loss"
-    return "draw"
-
-
-def joint_outcome(teacher: Result, student: Result | None) -> Outcome:
-    """The matchup's label for events.jsonl: who won, 'draw' when both drew, 'neither' when no one won."""
-    if teacher == "win":
-        return "teacher"
-    if student == "win":
-        return "student"
-    if teacher == "draw" and student in ("draw", None):
-        return "draw"
-    return "neither"
+def problem_points(rho: float | None) -> tuple[float, float]:
+    """(teacher, student) points of one proposal from its solve rate; `rho=None` is an invalid proposal.
+    A void problem (rho == 0) gives (0, 0)."""
+    if rho is None:
+        return 0.0, 1.0
+    if not 0.0 <= rho <= 1.0:
+        raise ValueError(f"a solve rate is a fraction in [0, 1], got {rho!r}")
+    if rho == 0.0:
+        return 0.0, 0.0
+    if rho < 0.5:
+        return 1.0, 0.0
+    if rho > 0.5:
+        return 0.0, 1.0
+    return 0.5, 0.5
 
 
 @dataclass(frozen=True)
-class MatchupResult:
-    """New ratings after one matchup, each side's result, and the joint label."""
+class Game:
+    """The points of one matchup's game and its outcome."""
 
-    teacher: Rating
-    student: Rating
-    teacher_outcome: Result
-    student_outcome: Result | None
+    teacher_points: float
+    student_points: float
     outcome: Outcome
 
+    @property
+    def teacher_share(self) -> float | None:
+        """Teacher points / all points; None when every problem was void."""
+        total = self.teacher_points + self.student_points
+        return self.teacher_points / total if total else None
 
-def match_outcome(solve_rate: float | None, margin: float = 0.1) -> Outcome:
-    """Who won a matchup, from the student's solve rate on the teacher's valid problems (None: none valid)."""
-    if solve_rate is None:
-        return "student"
-    if solve_rate >= 0.5 + margin:
-        return "student"
-    if solve_rate <= 0.5 - margin:
-        return "teacher"
-    return "draw"
+    def result(self, role: str) -> Result:
+        """'win' / 'draw' / 'loss' of the side `role` ('teacher' or 'student')."""
+        if self.outcome == "draw":
+            return "draw"
+        return "win" if self.outcome == role else "loss"
+
+
+def score_game(rhos: Iterable[float | None], margin: float = 0.1) -> Game:
+    """The game of one matchup from its proposals' solve rates (None: an invalid proposal); module docstring."""
+    t = s = 0.0
+    for rho in rhos:
+        dt, ds = problem_points(rho)
+        t, s = t + dt, s + ds
+    if t + s == 0:
+        return Game(t, s, "draw")
+    share = t / (t + s)
+    # A hair of tolerance so that share 3/5 at m = 0.1 is a win, whatever the float rounding of 0.5 + 0.1.
+    if share >= 0.5 + margin - 1e-9 and share > 0.5:
+        return Game(t, s, "teacher")
+    if share <= 0.5 - margin + 1e-9 and share < 0.5:
+        return Game(t, s, "student")
+    return Game(t, s, "draw")
 
 
 class RatingSystem:
@@ -114,45 +128,20 @@ class RatingSystem:
     def prior(self) -> Rating:
         return Rating(self.mu, self.sigma)
 
-    def _half(self, me: Rating, other: Rating, result: Result) -> Rating:
-        """My new rating after a 1-vs-1 game with `result` against `other` (whose rating is not returned)."""
-        a = self.env.create_rating(me.mu, me.sigma)
-        b = self.env.create_rating(other.mu, other.sigma)
-        if result == "win":
-            a, _ = trueskill.rate_1vs1(a, b, env=self.env)
-        elif result == "loss":
-            _, a = trueskill.rate_1vs1(b, a, env=self.env)
-        else:
-            a, _ = trueskill.rate_1vs1(a, b, drawn=True, env=self.env)
-        return Rating(a.mu, a.sigma)
-
-    def rate_matchup(
-        self, teacher: Rating, student: Rating, teacher_score: float, student_score: float | None
-    ) -> MatchupResult:
-        """Both sides' new ratings from their own scores (module docstring); an unrated student (None) keeps
-        its rating. When the results are one game (teacher wins <=> student loses, or both draw), this equals
-        `trueskill.rate_1vs1` of that game."""
-        t_res = side_result(teacher_score, self.draw_margin)
-        s_res = None if student_score is None else side_result(student_score, self.draw_margin)
-        new_t = self._half(teacher, student, t_res)
-        new_s = student if s_res is None else self._half(student, teacher, s_res)
-        return MatchupResult(new_t, new_s, t_res, s_res, joint_outcome(t_res, s_res))
-
-    def update(
-        self, teacher: Rating, student: Rating, solve_rate: float | None
-    ) -> tuple[Rating, Rating, Outcome]:
-        """New (teacher, student) ratings after one game decided by the solve rate alone (the rule before
-        `rate_matchup`; it agrees with it when every problem is valid and solved at least once)."""
-        outcome = match_outcome(solve_rate, self.draw_margin)
+    def rate_game(self, teacher: Rating, student: Rating, outcome: Outcome) -> tuple[Rating, Rating]:
+        """New (teacher, student) ratings after one game: `trueskill.rate_1vs1` of the winner against the
+        loser, or drawn."""
         t = self.env.create_rating(teacher.mu, teacher.sigma)
         s = self.env.create_rating(student.mu, student.sigma)
         if outcome == "teacher":
             t, s = trueskill.rate_1vs1(t, s, env=self.env)
         elif outcome == "student":
             s, t = trueskill.rate_1vs1(s, t, env=self.env)
-        else:
+        elif outcome == "draw":
             t, s = trueskill.rate_1vs1(t, s, drawn=True, env=self.env)
-        return Rating(t.mu, t.sigma), Rating(s.mu, s.sigma), outcome
+        else:
+            raise ValueError(f"a game's outcome is 'teacher', 'student' or 'draw', not {outcome!r}")
+        return Rating(t.mu, t.sigma), Rating(s.mu, s.sigma)
 
     def win_probability(self, a: Rating, b: Rating) -> float:
         """P(a beats b) = Phi((mu_a - mu_b) / sqrt(2 beta^2 + sigma_a^2 + sigma_b^2)) (draw margin ignored)."""

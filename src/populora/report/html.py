@@ -32,6 +32,7 @@ from populora.diagnostics.probe import probe_by_role
 from populora.diagnostics.run import Run, load_run
 from populora.names import TASKS
 from populora.report import plots
+from populora.report.games import RESULTS, operator_counts, role_games
 
 __all__ = ["render_report", "write_report", "render_compare", "write_compare"]
 
@@ -267,6 +268,32 @@ def _cap_matchups(run: Run) -> str:
     )
 
 
+def _share(n: int, total: int) -> str:
+    return f"{n} ({100 * n / total:.0f}%)" if total else str(n)
+
+
+def _cap_games(run: Run) -> str:
+    s = (
+        "One zero-sum TrueSkill game per matchup, scored problem by problem: the teacher takes a problem its "
+        "student solves in under half of its rollouts (but at least once), the student one it solves more "
+        "often or that was invalid, and a problem no rollout solved is void; the side with 0.5 + "
+        "ratings.draw_margin of the points wins, else it is a draw (docs/paper-choices.md). "
+    )
+    _, by_role = role_games(run)
+    parts = []
+    for role in ("teacher", "student"):
+        if role in by_role:
+            tot = {k: int(by_role[role][k][-1]) for k in RESULTS}
+            n = sum(tot.values())
+            parts.append(
+                f"{plots.ROLE_LABEL[role]} won {_share(tot['win'], n)}, drew {_share(tot['draw'], n)} and lost "
+                f"{_share(tot['loss'], n)} of their {n} games"
+            )
+    if parts:
+        s += "Over the run, " + "; ".join(parts) + "."
+    return _esc(s)
+
+
 def _cap_evolution(run: Run) -> str:
     recs = child_recovery(run)
     scored = [r for r in recs if r.parent_level is not None]
@@ -288,6 +315,17 @@ def _cap_evolution(run: Run) -> str:
         s += "."
     if unseen:
         s += f" {unseen} born at the last logged step {'is' if unseen == 1 else 'are'} not observed yet."
+    ops = operator_counts(run)
+    if ops.applied:
+        s += " Applied: " + ", ".join(f"{op} {n}" for op, n in sorted(ops.applied.items())) + "."
+    if ops.x4_planned:
+        cos = (
+            f"; cos(D1, D2) ranged from {min(ops.x4_cos):.2f} to {max(ops.x4_cos):.2f}" if ops.x4_cos else ""
+        )
+        s += (
+            f" X4 was drawn {ops.x4_planned} times: it extrapolated {ops.x4_extrapolated} times and fell back to "
+            f"averaging (X5, parents below its cosine gate) {ops.x4_fell_back} times{cos}."
+        )
     return _esc(s)
 
 
@@ -650,6 +688,15 @@ def render_report(run: Run) -> str:
             lambda: plots.ratings_figure(run),
             lambda: _cap_ratings(run),
             "A single-agent run has no ratings." if single else "No ratings logged.",
+        ),
+        _figure_card(
+            "games",
+            "Games won, drawn and lost",
+            lambda: plots.games_figure(run),
+            lambda: _cap_games(run),
+            "A single-agent run plays no rated games."
+            if single
+            else "No games logged (runs before the games key have none).",
         ),
         _figure_card(
             "matchups",

@@ -31,6 +31,7 @@ from populora.diagnostics.dynamics import (
 from populora.diagnostics.features import FEATURE_LABELS, FEATURES
 from populora.diagnostics.probe import probe_by_role
 from populora.diagnostics.run import Run
+from populora.report.games import RESULTS, member_games, role_games
 
 ROLE_COLOR = {"teacher": "#d9480f", "student": "#1c7ed6", "single": "#7048e8"}
 ROLE_LABEL = {"teacher": "teachers", "student": "students", "single": "single agent"}
@@ -388,6 +389,49 @@ def matchup_figure(run: Run) -> Figure | None:
                     color="#212529",
                 )
     fig.colorbar(im, ax=ax, label="solve rate", shrink=0.9)
+    return fig
+
+
+RESULT_COLOR = {"win": "#2b8a3e", "draw": "#adb5bd", "loss": "#c92a2a"}
+
+
+def games_figure(run: Run) -> Figure | None:
+    """Left: each role's cumulative wins, draws and losses over steps. Right: each member's totals (stacked)."""
+    steps, by_role = role_games(run)
+    totals = member_games(run)
+    if not by_role or not totals:
+        return None
+    fig, axes = _fig(ncols=2, width_ratios=[3, 2])
+    ax = axes[0, 0]
+    for role in ("teacher", "student"):
+        if role not in by_role:
+            continue
+        style = "-" if role == "teacher" else "--"
+        for k in RESULTS:
+            _plot_line(
+                ax,
+                steps,
+                by_role[role][k],
+                color=RESULT_COLOR[k],
+                linestyle=style,
+                label=f"{ROLE_LABEL[role]} {k}",
+            )
+    ax.set_title("cumulative games per role (solid: teachers, dashed: students)", fontsize=10)
+    ax.set_xlabel("step")
+    ax.set_ylabel("games")
+    _single_point_xlim(ax, steps)
+    _legend(ax, loc="upper left", ncol=2)
+    ax = axes[0, 1]
+    mids = [m for m in run.members if m in totals] + sorted(m for m in totals if m not in run.members)
+    left = np.zeros(len(mids))
+    for k in RESULTS:
+        vals = np.array([totals[m][k] for m in mids], dtype=float)
+        ax.barh(mids, vals, left=left, color=RESULT_COLOR[k], label=k)
+        left += vals
+    ax.invert_yaxis()
+    ax.set_title("games per member", fontsize=10)
+    ax.tick_params(axis="y", labelsize=7 if len(mids) > 16 else 8)
+    _legend(ax, loc="lower right", ncol=3)
     return fig
 
 

@@ -21,6 +21,7 @@ from populora.diagnostics.coverage import CoverageArchive
 from populora.diagnostics.features import summarize
 from populora.diagnostics.sinks import append_jsonl
 from populora.names import LIVE_OPERATORS, PHASES, TASKS
+from populora.population.ratings import score_game
 
 __all__ = ["write_synthetic_run", "program_features"]
 
@@ -166,6 +167,7 @@ def write_synthetic_run(
         frac = k / max(1, steps - 1)
         members: dict[str, dict[str, Any]] = {}
         matchups = []
+        games: dict[str, dict[str, int]] = {}
         feats_by_member: dict[str, list] = {m: [] for m in tids}
         solved: dict[str, dict[str, list[float]]] = {m: {t: [] for t in TASKS} for m in sids}
         teacher_solved: dict[str, dict[str, list[float]]] = {m: {t: [] for t in TASKS} for m in tids}
@@ -178,7 +180,7 @@ def write_synthetic_run(
         else:
             pairs = [("A0", "A0")]
         for t, s in pairs:
-            pair_rates = []
+            pair_rates, rhos = [], []
             for j in range(problems_per_teacher):
                 task = TASKS[j % 3]
                 if mode == "population":
@@ -216,6 +218,7 @@ def write_synthetic_run(
                     solved[s][task].append(rho)
                     teacher_solved[t][task].append(rho)
                     pair_rates.append(rho)
+                    rhos.append(rho)
                     n_valid[t] += 1
                     if mode == "population":
                         t_rewards[t].append(0.0 if rho == 0 else 1.0 - rho)
@@ -232,12 +235,14 @@ def write_synthetic_run(
                             ]
                         )
                     )
+                    rhos.append(None)
                     if rec["reason"].startswith("format"):
                         rec["program"] = None
                     t_rewards[t].append(-1.0)
                 append_jsonl(run_dir / "problems.jsonl", rec)
-            if mode == "population" and pair_rates:
-                sr = float(np.mean(pair_rates))
+            if mode == "population":
+                sr = float(np.mean(pair_rates)) if pair_rates else None
+                game = score_game(rhos)  # one zero-sum game, as populora.population.ratings scores a matchup
                 matchups.append({"teacher": t, "student": s, "solve_rate": sr, "n_problems": len(pair_rates)})
                 append_jsonl(
                     run_dir / "events.jsonl",
@@ -248,12 +253,16 @@ def write_synthetic_run(
                         "student": s,
                         "solve_rate": sr,
                         "n_problems": len(pair_rates),
+                        "outcome": game.outcome,
+                        "teacher_points": game.teacher_points,
+                        "student_points": game.student_points,
                     },
                 )
-                # banded win/draw/loss, as populora.population.ratings scores a matchup
-                if sr >= 0.6:
+                for mid, role in ((t, "teacher"), (s, "student")):
+                    games.setdefault(mid, {"win": 0, "draw": 0, "loss": 0})[game.result(role)] += 1
+                if game.outcome == "student":
                     rating[s], rating[t] = trueskill.rate_1vs1(rating[s], rating[t], env=env)
-                elif sr <= 0.4:
+                elif game.outcome == "teacher":
                     rating[t], rating[s] = trueskill.rate_1vs1(rating[t], rating[s], env=env)
                 else:
                     rating[s], rating[t] = trueskill.rate_1vs1(rating[s], rating[t], drawn=True, env=env)
@@ -320,6 +329,10 @@ def write_synthetic_run(
             "coverage_cells": archive.cells_filled,
             "members": members,
             "matchups": matchups,
+            "games": {}
+            if mode == "single"
+            else {m: games.get(m, {"win": 0, "draw": 0, "loss": 0}) for m in members},
+            "self_solve_rate": None,
         }
         if evolve:
             record["phase_s"]["evolution"] = 0.4
@@ -341,18 +354,24 @@ def write_synthetic_run(
                 sigma = max(float(np.mean([rating[p].sigma for p in parents])), env.sigma / 2)
                 rating[child] = env.create_rating(mu=mu, sigma=sigma)
                 ids[ids.index(loser)] = child
+                # X4's parents' cosine (here from their offsets): below 0.5 it averages instead (X5)
+                cos = 0.9 - 8.0 * abs(offset[parents[0]] - offset[parents[-1]]) if op == "X4" else None
+                applied = "X5" if cos is not None and cos < 0.5 else op
                 append_jsonl(
                     run_dir / "events.jsonl",
                     {
                         "step": step,
                         "type": "evolution",
                         "role": role,
-                        "operator": op,
+                        "operator": applied,
+                        "planned": op,
                         "parents": list(parents),
                         "child": child,
                         "replaced": loser,
                         "child_mu": mu,
                         "child_sigma": sigma,
+                        "declined": None if applied == op else f"cos(D1, D2) = {cos:.3f} < cos_gate = 0.5",
+                        "cos": cos,
                         "seconds": 0.4,
                     },
                 )

@@ -27,6 +27,10 @@ class ProposalTrace:
     - (3) student solve: `answers`, the student's n Generations of a valid problem;
     - (4) score: per answer `formatted` (did it parse), `solves` (did the sandbox accept it) and
       `answer_rewards` (the student's reward, the format penalty included); `reward`, the proposer's reward.
+
+    Single mode with `population.single_solver=buffer` (AZR) has two more kinds: a proposal whose answers are
+    the n estimation rollouts (`estimate=True`: they set its reward and are never trained on), and a solver
+    problem drawn from the buffers (`from_buffer=True`: no proposal, only the solver's trained answers).
     """
 
     teacher: str
@@ -44,6 +48,13 @@ class ProposalTrace:
     solves: list[bool] = field(default_factory=list)
     answer_rewards: list[float] = field(default_factory=list)
     reward: float = 0.0
+    estimate: bool = False  # the answers only estimate rho (single mode, AZR): no training rows
+    from_buffer: bool = False  # a solver problem drawn from the buffers (single mode, AZR): no proposal
+
+    @property
+    def proposed(self) -> bool:
+        """A teacher proposal (False: a solver problem drawn from the buffers, single mode)."""
+        return not self.from_buffer
 
     @property
     def valid(self) -> bool:
@@ -70,24 +81,24 @@ def solve_rate(traces: Iterable[ProposalTrace]) -> float | None:
     return sum(solves) / len(solves) if solves else None
 
 
-def matchup_scores(traces: list[ProposalTrace], rewards: Any) -> tuple[float, float | None]:
-    """The two sides' scores of one matchup, each a function of that side's own reward only
-    (`population.ratings.rate_matchup` turns them into outcomes; the rule is documented there):
+def matchup_rhos(traces: Iterable[ProposalTrace]) -> list[float | None]:
+    """Each proposal's solve rate for the matchup's game (`population.ratings.score_game`): None for an
+    invalid proposal, 0.0 for a valid one no rollout solved."""
+    return [(t.solve_rate or 0.0) if t.valid else None for t in traces]
 
-    - teacher: its mean reward over every proposal of the matchup (invalid ones at `rl.invalid_reward`,
-      valid ones no rollout solved at 0, the others 1 - rho), which is 1 - solve rate when every problem is
-      valid and solved at least once;
-    - student: its mean answer reward mapped so that right = 1 and parsed-but-wrong = 0,
-      (R - wrong) / (correct - wrong): the solve rate when every answer parses, lower for unparsable ones;
-      None when the teacher posed no valid problem (nothing to rate the student on).
-    `rewards` is the run's `tasks.rewards.RewardConfig`.
-    """
-    teacher = sum(t.reward for t in traces) / len(traces) if traces else rewards.invalid_proposal
-    answers = [r for t in traces for r in t.answer_rewards]
-    if not answers:
-        return teacher, None
-    student = (sum(answers) / len(answers) - rewards.wrong) / (rewards.correct - rewards.wrong)
-    return teacher, student
+
+def games_record(members: list, matchups: list[dict]) -> dict[str, dict[str, int]]:
+    """metrics.jsonl `games`: each member's wins, draws and losses in this step's matchups (per step; the
+    report sums them). Every member that played the step is listed, with zeros when it played no game."""
+    out = {m.id: {"win": 0, "draw": 0, "loss": 0} for m in members}
+    for mu in matchups:
+        outcome = mu.get("outcome")
+        if outcome is None:
+            continue
+        for role in ("teacher", "student"):
+            res = "draw" if outcome == "draw" else ("win" if outcome == role else "loss")
+            out.setdefault(mu[role], {"win": 0, "draw": 0, "loss": 0})[res] += 1
+    return out
 
 
 def mean(xs: Iterable[float | None]) -> float | None:
@@ -96,7 +107,7 @@ def mean(xs: Iterable[float | None]) -> float | None:
     return sum(vals) / len(vals) if vals else None
 
 
-_EVENT_ONLY = ("outcome", "teacher_outcome", "student_outcome")  # matchup keys kept in events.jsonl only
+_EVENT_ONLY = ("outcome", "teacher_points", "student_points")  # matchup keys kept in events.jsonl only
 
 
 def metrics_record(
@@ -114,14 +125,15 @@ def metrics_record(
 ) -> dict:
     """The metrics.jsonl line of a step (docs/run-folder.md) for `members` (the ones that played it)."""
     tm = train_metrics
-    gen_tokens = sum(len(t.gen.token_ids) for t in traces) + sum(
+    gen_tokens = sum(len(t.gen.token_ids) for t in traces if t.proposed) + sum(
         len(g.token_ids) for t in traces for g in t.answers
     )
     out = {}
     for m in members:
         slot = m.slot
-        as_teacher = [t for t in traces if t.teacher == m.id]
-        as_student = [t for t in traces if t.student == m.id and t.valid]
+        as_teacher = [t for t in traces if t.teacher == m.id and t.proposed]
+        # what it trained on as a solver (single mode's estimation rollouts are the proposer's, not these)
+        as_student = [t for t in traces if t.student == m.id and t.valid and not t.estimate]
         teacher_like, student_like = m.role in ("teacher", "single"), m.role in ("student", "single")
         rewards, lens = [], []
         if teacher_like:
@@ -163,6 +175,11 @@ def metrics_record(
         "coverage_cells": coverage.cells_filled,
         "members": out,
         "matchups": [{k: v for k, v in m.items() if k not in _EVENT_ONLY} for m in matchups],
+        # each member's win/draw/loss in this step's games ({} in single mode: no games)
+        "games": {} if mode == "single" else games_record(members, matchups),
+        # single mode: the mean solve rate of its estimation rollouts on its own valid proposals, the s of
+        # AZR's learnability reward (null in population mode, or when no proposal was valid)
+        "self_solve_rate": solve_rate(t for t in traces if t.proposed) if mode == "single" else None,
         # rows and seconds per worker with dist.workers > 1 (populora.engine.dist); null in one process
         "dist": dist,
     }
@@ -172,6 +189,8 @@ def problem_records(step: int, traces: list[ProposalTrace]) -> list[dict]:
     """The problems.jsonl lines of a step: one per proposal, valid or not."""
     out = []
     for t in traces:
+        if not t.proposed:
+            continue  # a solver problem drawn from the buffers was logged when it was proposed
         p = t.problem
         out.append(
             {
@@ -197,7 +216,8 @@ def problem_records(step: int, traces: list[ProposalTrace]) -> list[dict]:
 __all__ = [
     "ProposalTrace",
     "StepResult",
-    "matchup_scores",
+    "games_record",
+    "matchup_rhos",
     "mean",
     "metrics_record",
     "problem_records",

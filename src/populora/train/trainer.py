@@ -9,16 +9,20 @@
     (4) rewards and update  student: +1 right, -0.5 parsed but wrong, -1 unparsable; teacher: 1 - rho on a
                             valid problem (0 when rho = 0), `rl.invalid_reward` (-1) on an invalid one;
                             REINFORCE++-baseline advantages; ONE mixed batch of every member's rows ->
-                            `engine.train_step`; one TrueSkill update per matchup, each side rated on its
-                            own reward (population/ratings.py)
+                            `engine.train_step`; one zero-sum TrueSkill game per matchup, won by the side
+                            that took more of its problems' points (population/ratings.py)
     (5) evolution           every `evolution.every` steps (never after the last step) the bottom gamma of each
                             role by LCB is replaced by children of top-ranked parents made by an operator; the
                             slot's optimiser is reset
 
 Single mode (`population.mode=single`, the AZR baseline) runs the same code with one member `A0` in both roles
 of a single matchup: it proposes, estimates learnability with n samples of itself at the training temperature
-(reward 1 - s for 0 < s < 1, else 0: the same formula as the teacher's 1 - rho with rho = s), and trains on its
-proposals and those solver samples in one batch. It differs from the population only in agent count: the same
+(reward 1 - s for 0 < s < 1, else 0: the same formula as the teacher's 1 - rho with rho = s), and, as AZR does,
+never trains on those estimation samples: its solver trains on problems drawn from the buffers (the step's valid
+proposals first, the rest uniformly; `solver_problems`), as many per task type as a student faces in one
+matchup, n rollouts each (`population.single_solver=estimation` keeps the older baseline that trains on the
+estimation samples instead). It trains on its proposals and solver rollouts in one batch. It differs from the
+population only in agent count: the same
 whitening scope (`rl.whiten_scope`, batch; TRR++ is `task_role`) and the same loss normalisation per role
 (`rl.loss_norm=role`: its proposer rows weigh in its loss as a teacher's rows in a teacher's). Its per-step
 work is one matchup's: the same prompts, rollouts, tokens and one update, i.e. what each pair does.
@@ -49,10 +53,10 @@ from populora.diagnostics.features import program_features
 from populora.engine import GenRequest, PolicyEngine, TrainBatch, TrainRow
 from populora.names import PHASES
 from populora.operators import REGISTRY, apply
-from populora.population.evolution import plan_evolution
+from populora.population.evolution import crossover_warning, plan_evolution
 from populora.population.matchmaking import match
 from populora.population.members import Population
-from populora.population.ratings import RatingSystem
+from populora.population.ratings import RatingSystem, score_game
 from populora.rl.advantages import reinforce_pp_baseline, scope_key
 from populora.sandbox import Limits, Sandbox
 from populora.tasks.buffers import TaskBuffers
@@ -65,7 +69,7 @@ from populora.train.progress import StepProgress, accepts_progress, note, summar
 from populora.train.records import (
     ProposalTrace,
     StepResult,
-    matchup_scores,
+    matchup_rhos,
     metrics_record,
     problem_records,
     solve_rate,
@@ -132,6 +136,8 @@ class Trainer:
         deadline = self.cfg.sandbox.score_deadline_s
         self.tasks = {name: tasks.get(name, score_deadline_s=deadline) for name in self.cfg.tasks.types}
         self.coverage = CoverageArchive()
+        if not self.single and (warning := crossover_warning(self.cfg)):
+            print(f"warning: {warning}", file=sys.stderr, flush=True)
         if self.engine is None:
             note(f"loading the model {self.cfg.model.name!r} ({self.cfg.model.backend})", self.quiet)
             self.engine = build_engine(self.cfg)
@@ -246,8 +252,13 @@ class Trainer:
             self.validate(traces, step)
 
         # (3) Student solve: n rollouts per valid problem at the training temperature, one mixed batch; then the
-        # sandbox scores every answer and every reward of the step is computed, once.
+        # sandbox scores every answer and every reward of the step is computed, once. The AZR single agent's
+        # rollouts on its own proposals only estimate s; it solves problems drawn from the buffers as well.
         with self._phase(timings, "student"):
+            if self.single and cfg.population.single_solver == "buffer":
+                for trace in traces:
+                    trace.estimate = True
+                traces = traces + self.solver_problems(traces)
             self.solve(traces, step)
         with self._phase(timings, "score"):
             self.score(traces)
@@ -360,6 +371,30 @@ class Trainer:
         for trace, gen in zip(owners, self._generate(requests, step, "student"), strict=True):
             trace.answers.append(gen)
 
+    def solver_problems(self, proposals: list[ProposalTrace]) -> list[ProposalTrace]:
+        """The single agent's solver problems (AZR's `max_new` mix, per task type): the step's valid proposals
+        first, the rest uniformly from that type's buffer (with repeats only when it holds too few), as many
+        as it proposed of that type: a student's problems in one matchup whose teacher posed them all validly.
+        AZR's solver trains on the previous step's proposals (its loaders are built before the step); here the
+        step's own, as the paper's Algorithm 1 reads."""
+        out = []
+        for name in self.cfg.tasks.types:
+            mine = [t for t in proposals if t.task == name]
+            new, seen = [], set()
+            for t in mine:
+                if t.valid and t.problem.id not in seen:
+                    seen.add(t.problem.id)
+                    new.append(t.problem)
+            k = len(mine)
+            chosen = new[:k]
+            rest = [p for p in self.buffers[name] if p.id not in seen]
+            chosen += [rest[i] for i in self.rng.sample(range(len(rest)), min(k - len(chosen), len(rest)))]
+            pool = chosen or list(self.buffers[name])
+            while len(chosen) < k:
+                chosen.append(self.rng.choice(pool))
+            out += [ProposalTrace("A0", "A0", name, problem=p, from_buffer=True) for p in chosen]
+        return out
+
     def score(self, traces: list[ProposalTrace]) -> None:
         """Every reward of the step, computed here once: each answer's and each proposal's."""
         proposer_reward = learnability_reward if self.single else teacher_reward
@@ -414,7 +449,18 @@ class Trainer:
         for i, trace in enumerate(traces):
             # The `rl.teacher_group` proposals of one prompt (consecutive traces) share its baseline; at 1, the
             # paper's, a prompt sampled once is a group of one and keeps its reward.
-            add(trace.teacher, "teacher", trace.task, trace.gen, trace.reward, ("teacher", i // group), trace)
+            if trace.proposed:  # a single agent's solver problem from the buffers has no proposal row
+                add(
+                    trace.teacher,
+                    "teacher",
+                    trace.task,
+                    trace.gen,
+                    trace.reward,
+                    ("teacher", i // group),
+                    trace,
+                )
+            if trace.estimate:  # AZR: the estimation rollouts set the proposer's reward, never trained on
+                continue
             for gen, reward in zip(trace.answers, trace.answer_rewards, strict=True):
                 # The n rollouts of one student on one problem share the baseline (prompt x slot).
                 add(trace.student, "student", trace.task, gen, reward, ("student", i))
@@ -450,26 +496,25 @@ class Trainer:
                 row.advantages = per_token
 
     def rate(self, pairs: list[tuple[str, str]], traces: list[ProposalTrace], step: int) -> list[dict]:
-        """One TrueSkill update per matchup; each side is rated on its own reward (population/ratings.py)."""
+        """One zero-sum TrueSkill game per matchup, scored problem by problem (population/ratings.py)."""
         out = []
         for teacher, student in pairs:
-            mine = [tr for tr in traces if tr.teacher == teacher and tr.student == student]
+            mine = [tr for tr in traces if tr.teacher == teacher and tr.student == student and tr.proposed]
             rho = solve_rate(mine)
             n_valid = sum(tr.valid for tr in mine)
             entry = {"teacher": teacher, "student": student, "solve_rate": rho, "n_problems": n_valid}
             if not self.single:
                 t, s = self.pop[teacher], self.pop[student]
-                t_score, s_score = matchup_scores(mine, self.rewards)
-                res = self.ratings.rate_matchup(t.rating, s.rating, t_score, s_score)
-                t.set_rating(res.teacher)
+                game = score_game(matchup_rhos(mine), self.ratings.draw_margin)
+                new_t, new_s = self.ratings.rate_game(t.rating, s.rating, game.outcome)
+                t.set_rating(new_t)
+                s.set_rating(new_s)
                 t.games += 1
-                if res.student_outcome is not None:  # a student with no problem to solve is not rated
-                    s.set_rating(res.student)
-                    s.games += 1
+                s.games += 1
                 entry.update(
-                    outcome=res.outcome,
-                    teacher_outcome=res.teacher_outcome,
-                    student_outcome=res.student_outcome,
+                    outcome=game.outcome,
+                    teacher_points=game.teacher_points,
+                    student_points=game.student_points,
                 )
             out.append(entry)
         return out
@@ -501,7 +546,8 @@ class Trainer:
             # (X4 falls back to averaging when its parents disagree); the child's lineage metadata names the
             # one applied (what `operators.applied_operator(child)` returns), and the population's lineage and
             # the event record that one, never the planned name; `planned` keeps the draw.
-            applied = (child.metadata.get("lineage") or {}).get("operator") or r.operator
+            lineage = child.metadata.get("lineage") or {}
+            applied = lineage.get("operator") or r.operator
             slot = self.pop[r.replaced].slot
             # A child starts with fresh AdamW moments: its parent's moments describe other weights.
             self.engine.set_adapter(slot, child, reset_optimizer=True)
@@ -519,6 +565,10 @@ class Trainer:
                     "child_mu": member.mu,
                     "child_sigma": member.sigma,
                     "seed": r.seed,
+                    # what the operator did: why it declined its recipe (X4 below its cosine gate falls back to
+                    # X5) or null, and X4's cos(D1, D2) (null for operators that do not measure it)
+                    "declined": lineage.get("declined"),
+                    "cos": (child.metadata.get("info") or {}).get("cos"),
                     "seconds": time.perf_counter() - t0,
                 }
             )
