@@ -4,7 +4,6 @@ the bootstrap intervals and the real-minus-shuffled difference, the JSON and fig
 import json
 
 import pytest
-
 from typer.testing import CliRunner
 
 from populora.cli import app

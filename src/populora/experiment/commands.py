@@ -119,6 +119,8 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
             how = "paired by seed" if d["paired"] else "unpaired"
             typer.echo(f"{name}: {fmt(d)} points ({how}; bootstrap over {d['resampled']})")
 
+    _register_control(exp)
+
     @exp.command("retention")
     def retention(
         out: Path = typer.Option(..., "--out", help="Experiment folder."),
@@ -153,6 +155,27 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
             _fail(str(exc))
         head, rows = retention_rows(result)
         _print_table(head, rows)
+
+
+def _register_control(exp: typer.Typer) -> None:
+    from populora.experiment.controlled import CONTROLS
+
+    @exp.command(
+        "control",
+        context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []},
+    )
+    def control(
+        ctx: typer.Context,
+        name: str = typer.Argument(..., help=f"Which control: {', '.join(CONTROLS)}."),
+    ) -> None:
+        """The controlled experiments of docs/learning.md (`NAME --help` lists each one's options):
+        gold (the update on gold answers), rl (RL of one student without teachers), teacher (one teacher
+        rewarded for validity alone), trace-share RUN... (what a run's students learned on code_o)."""
+        import importlib
+
+        if name not in CONTROLS:
+            _fail(f"control {name!r}: unknown; use one of {', '.join(CONTROLS)}")
+        importlib.import_module(CONTROLS[name]).main(list(ctx.args))
 
 
 def _print_table(head: list[str], rows: list[list[str]]) -> None:
