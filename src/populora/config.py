@@ -183,6 +183,10 @@ class RLConfig:
     """Which tokens of an invalid proposal carry its negative advantage: 'sequence' (the paper's: all of them) or
     'span' (only the block validation rejected, e.g. code_f's third input; 0 on the rest; sequence credit when
     the reason names no block). Valid proposals and students are unchanged (docs/learning.md, "Span credit")."""
+    student_rewards: Literal["real", "shuffled"] = "real"
+    """'shuffled' is the control of `populora experiment learning --control shuffled`: the update gets the students'
+    answer rewards permuted across all student answers of each step (a fixed permutation per seed and step);
+    everything else sees the real ones (the teachers' 1 - rho, the ratings, the logged rewards)."""
 
 
 @dataclass

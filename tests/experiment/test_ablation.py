@@ -24,8 +24,9 @@ def test_mean_ci_is_the_student_t_interval():
 def test_arms_are_compute_matched_population_settings_only(tmp_path):
     runs = specs(tmp_path, "tiny-learn", [0, 1], quick=False)
     assert [r.meta["arm"] for r in runs] == [a for a in ARMS for _ in range(2)]
-    for r in runs:  # an arm changes who plays, nothing else; the seed is the run's
-        assert all(o.startswith("population.") for o in r.overrides[:-1])
+    for r in runs:  # an arm changes who plays (the shuffled control also the students' reward), nothing else
+        extra = ["rl.student_rewards=shuffled"] if r.meta["arm"] == "shuffled" else []
+        assert [o for o in r.overrides[:-1] if not o.startswith("population.")] == extra
         assert r.overrides[-1] == f"train.seed={r.meta['seed']}"
 
 
@@ -48,6 +49,12 @@ def test_quick_ablation_runs_every_arm_writes_json_and_html_and_resumes(tmp_path
             assert 0.0 <= start <= 1.0
         assert run["step_s"] > 0
         assert f"probe.{sorted(roles)[0]}.all.mean.change" in entry["summary"]
+    # the contrasts: every population arm minus single, 2T+2S minus its shuffled control, best vs best-of-k
+    c = data["contrasts"]
+    assert set(c["differences"]) == {"1T+1S - single", "2T+2S - single", "4T+4S - single", "2T+2S - shuffled"}
+    assert all(d["paired"] and d["n_seeds"] == [1, 1] for d in c["differences"].values())
+    assert c["best_vs_single"]["4T+4S"]["k"] == 4
+    assert "2T+2S - shuffled" in res.output and "best of 4 single seeds" in res.output
     # 4T+4S has four members per role: its rating spread is measured, the single agent has none.
     assert data["results"]["4T+4S"]["runs"][0]["rating_spread"]["teacher"] is not None
     assert data["results"]["single"]["runs"][0]["rating_spread"]["teacher"] is None
@@ -58,7 +65,7 @@ def test_quick_ablation_runs_every_arm_writes_json_and_html_and_resumes(tmp_path
     before = {p: p.stat().st_mtime for p in out.glob("runs/*/seed0/metrics.jsonl")}
     res = runner.invoke(app, ["experiment", "ablation", "--quick", "--out", str(out)])
     assert res.exit_code == 0, res.output
-    assert res.output.count(": done in") == 4
+    assert res.output.count(": done in") == len(ARMS)
     assert {p: p.stat().st_mtime for p in out.glob("runs/*/seed0/metrics.jsonl")} == before
 
 

@@ -1,7 +1,9 @@
-"""`populora experiment learning` on two short seeds: per-seed numbers, the paired CI, the JSON and figure."""
+"""`populora experiment learning` on two short seeds with the shuffled control: per-seed numbers, the paired CI,
+the bootstrap intervals and the real-minus-shuffled difference, the JSON and figure."""
 
 import json
 
+import pytest
 from typer.testing import CliRunner
 
 from populora.cli import app
@@ -21,7 +23,7 @@ SHORT = [
 
 
 def test_learning_reports_the_paired_change_over_seeds(tmp_path):
-    args = ["experiment", "learning", "--out", str(tmp_path / "l"), "--seeds", "2"]
+    args = ["experiment", "learning", "--out", str(tmp_path / "l"), "--seeds", "2", "--control", "shuffled"]
     args += [x for s in SHORT for x in ("--set", s)] + ["--json", str(tmp_path / "learning.json")]
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.output
@@ -44,3 +46,22 @@ def test_learning_reports_the_paired_change_over_seeds(tmp_path):
     assert (tmp_path / "l" / "learning.png").stat().st_size > 1000
     assert "students' mean probe accuracy" in res.output
     assert "teachers' valid-proposal rate on fixed prompts" in res.output
+    # the control: the same seeds with the students' rewards shuffled, in runs/shuffled/seed<S>
+    assert data["control"] == "shuffled" and set(data["control_per_seed"]) == {"0", "1"}
+    cfg = (tmp_path / "l" / "runs" / "shuffled" / "seed1" / "config.yaml").read_text()
+    assert "student_rewards: shuffled" in cfg
+    assert "student_rewards: real" in (tmp_path / "l" / "runs" / "seed1" / "config.yaml").read_text()
+    iv = data["intervals"]
+    real = iv["arms"]["real"]["mean_change"]
+    assert real["mean"] == pytest.approx(sum(changes) / 2)  # the bootstrap's point is the seeds' mean change
+    assert real["n_seeds"] == 2 and real["lo"] <= real["mean"] <= real["hi"]
+    shuffled = [d["student_probe"]["change"] for d in data["control_per_seed"].values()]
+    diff = iv["differences"]["real - shuffled"]
+    assert diff["paired"] and diff["n_seeds"] == [2, 2]
+    assert diff["mean"] == pytest.approx(sum(changes) / 2 - sum(shuffled) / 2)
+    assert "real - shuffled:" in res.output and "paired by seed" in res.output
+
+
+def test_an_unknown_control_is_named(tmp_path):
+    res = CliRunner().invoke(app, ["experiment", "learning", "--out", str(tmp_path), "--control", "nope"])
+    assert res.exit_code == 2 and "--control 'nope'" in res.output

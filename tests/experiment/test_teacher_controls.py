@@ -85,7 +85,7 @@ def test_validity_rows_skip_a_step_with_nothing_to_tell_apart(tmp_path):
 @pytest.mark.slow
 def test_the_negated_validity_update_drives_the_valid_rate_down(model_name, tmp_path):
     # Power, not sign: at high rates the signed update degrades validity too (lr 1e-2 in
-    # bench/learning_teacher_controls.py), which is the finding docs/learning.md reports; the sign is pinned by
+    # populora experiment control teacher), which is the finding docs/learning.md reports; the sign is pinned by
     # the hand-computed advantages above.
     cfg = load_config(
         "tiny-learn",

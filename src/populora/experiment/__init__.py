@@ -3,7 +3,10 @@
 - ablation.py: the compute-matched population-size ablation (single, 1T+1S, 2T+2S, 4T+4S) over seeds;
 - retention.py: the crossover retention test (two single-task specialists, every crossover's child probed at
   birth and after recovery);
-- controls.py: RL of one student without teachers (does the update fit? does it transfer?);
+- learning.py: does a preset learn (seeds, `--control shuffled`); contrasts.py: the arms' probe changes and
+  differences with intervals, from stats.py (bootstrap over seeds and probe items) on probe_data.py's arrays;
+- controls.py / teacher_controls.py: RL of one student without teachers, one teacher on validity alone; the
+  commands that run them and the older controls: controlled/ (`populora experiment control NAME`);
 - runs.py: resumable runs with progress; measures.py: the per-run numbers (from populora.diagnostics) and
   confidence intervals; evaluation.py: `--eval` through `populora eval`; page.py: experiment.html.
 

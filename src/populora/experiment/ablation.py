@@ -2,10 +2,13 @@
 
 Arms: the single-agent AZR baseline and populations of 1T+1S, 2T+2S and 4T+4S, each a preset plus overrides
 of `population.*` only, so every adapter does the same work per step (same prompts, rollouts, tokens and one
-update: the paper's per-adapter compute match). Every arm runs for every seed into
+update: the paper's per-adapter compute match); and `shuffled`, 2T+2S with the students' rewards permuted
+within each step (`rl.student_rewards=shuffled`), the null for "the population learns from the reward". Every arm runs for every seed into
 `OUT/runs/<arm>/seed<S>/`; the command is resumable run by run (runs.py). At the end it reduces each run with
 `measures.run_measures`, aggregates the seeds per arm (mean and 95% CI) and writes `OUT/experiment.json` and
-`OUT/experiment.html`.
+`OUT/experiment.html`. The claims are read from `contrasts` (experiment/contrasts.py): each arm's probe change
+with a bootstrap over seeds and probe items together; every population arm minus single and 2T+2S minus
+shuffled, paired by seed; each population arm's best member against the best of as many single-agent seeds.
 """
 
 from __future__ import annotations
@@ -22,7 +25,21 @@ ARMS: dict[str, list[str]] = {
     "1T+1S": ["population.mode=population", "population.teachers=1", "population.students=1"],
     "2T+2S": ["population.mode=population", "population.teachers=2", "population.students=2"],
     "4T+4S": ["population.mode=population", "population.teachers=4", "population.students=4"],
+    "shuffled": [
+        "population.mode=population",
+        "population.teachers=2",
+        "population.students=2",
+        "rl.student_rewards=shuffled",
+    ],
 }
+SINGLE = "single"
+# arm minus arm, each with its interval: the population against the baseline, and against its own shuffled control
+CONTRASTS: list[tuple[str, str]] = [
+    ("1T+1S", "single"),
+    ("2T+2S", "single"),
+    ("4T+4S", "single"),
+    ("2T+2S", "shuffled"),
+]
 # --quick: every arm, one seed, a few steps, a small probe. It checks the pipeline end to end and gives the
 # table's shape; its numbers are too short to show learning.
 QUICK: list[str] = [
@@ -136,6 +153,9 @@ def run_ablation(
         "run_seconds": {k: round(v, 1) for k, v in seconds.items()},
         "results": aggregate(dirs),
     }
+    from populora.experiment.contrasts import contrasts
+
+    result["contrasts"] = contrasts(dirs, dict.fromkeys(dirs, seeds), CONTRASTS, single=SINGLE)
     if eval_benchmarks:
         from populora.experiment.evaluation import evaluate_runs
 

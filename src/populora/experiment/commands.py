@@ -1,4 +1,4 @@
-"""CLI: `populora experiment ablation ...` and `populora experiment retention ...`.
+"""CLI: `populora experiment ablation|learning|retention|control ...`.
 
 Heavy imports happen inside the commands; a config error prints one line and exits with code 2. Both commands
 are resumable: run the same command again after a kill and finished runs are kept.
@@ -38,7 +38,7 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         """Single agent vs 1T+1S, 2T+2S, 4T+4S (compute-matched per adapter), S seeds each."""
         from populora.config import ConfigError
         from populora.experiment.ablation import run_ablation
-        from populora.experiment.page import ablation_rows
+        from populora.experiment.page import ablation_rows, contrast_rows
 
         if seeds is not None and seeds < 1:
             _fail("--seeds must be >= 1")
@@ -50,24 +50,41 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
             _fail(str(exc))
         head, rows = ablation_rows(result)
         _print_table(head, rows)
+        _print_table(*contrast_rows(result))
 
     @exp.command("learning")
     def learning(
         out: Path = typer.Option(..., "--out", help="Experiment folder (runs/seed<S>/, learning.json/.png)."),
         preset: str = typer.Option("tiny-learn", "--preset", help="The preset to test."),
-        seeds: int = typer.Option(3, "--seeds", help="Seeds 0..S-1."),
+        seeds: int = typer.Option(None, "--seeds", help="Seeds 0..S-1; default 3, 1 with --quick."),
+        control: str = typer.Option(
+            None,
+            "--control",
+            help="Also run every seed as a control and report the paired difference: 'shuffled' "
+            "(the students' rewards permuted within each step, rl.student_rewards=shuffled).",
+        ),
+        quick: bool = typer.Option(
+            False, "--quick", help="Two steps per run, a small probe: a pipeline check."
+        ),
         json_out: Path = typer.Option(None, "--json", help="Also write the JSON here (bench/results/...)."),
         figure: Path = typer.Option(None, "--figure", help="Where the PNG goes (default OUT/learning.png)."),
         overrides: list[str] = typer.Option([], "--set", help="key=value for every seed (repeatable)."),
     ) -> None:
-        """Does a preset learn? Students' probe change and teachers' valid-rate change, 95% CI over seeds."""
+        """Does a preset learn? Students' probe change (bootstrap over seeds and probe items), teachers'
+        valid-rate change; with --control shuffled, the part of the change that follows the reward."""
         from populora.config import ConfigError
-        from populora.experiment.learning import run_learning
+        from populora.experiment.contrasts import fmt
+        from populora.experiment.learning import CONTROLS, run_learning
 
+        seeds = seeds if seeds is not None else (1 if quick else 3)
         if seeds < 1:
             _fail("--seeds must be >= 1")
+        if control is not None and control not in CONTROLS:
+            _fail(f"--control {control!r}: unknown control; use one of {', '.join(CONTROLS)}")
         try:
-            r = run_learning(out, preset, seeds, overrides, json_out, figure, log=typer.echo)
+            r = run_learning(
+                out, preset, seeds, overrides, json_out, figure, log=typer.echo, control=control, quick=quick
+            )
         except ConfigError as exc:
             _fail(str(exc))
 
@@ -90,6 +107,19 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
             f"change {ci(r['teacher_valid_probe_change'])} points; on the run's own prompts (last quarter "
             f"minus first): {ci(r['teacher_valid_rate_change'])} points"
         )
+        iv = r["intervals"]
+        for arm, a in iv["arms"].items():
+            m = a["mean_change"]
+            typer.echo(
+                f"{arm}: students' probe change {fmt(m)} points (mean member), best of {a['members']} members "
+                f"{fmt(a['best_change'])}; 95% bootstrap over {m['resampled']} "
+                f"({m['n_seeds']} seeds, {m['n_items']} items; {iv['source']})"
+            )
+        for name, d in iv["differences"].items():
+            how = "paired by seed" if d["paired"] else "unpaired"
+            typer.echo(f"{name}: {fmt(d)} points ({how}; bootstrap over {d['resampled']})")
+
+    _register_control(exp)
 
     @exp.command("retention")
     def retention(
@@ -125,6 +155,27 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
             _fail(str(exc))
         head, rows = retention_rows(result)
         _print_table(head, rows)
+
+
+def _register_control(exp: typer.Typer) -> None:
+    from populora.experiment.controlled import CONTROLS
+
+    @exp.command(
+        "control",
+        context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []},
+    )
+    def control(
+        ctx: typer.Context,
+        name: str = typer.Argument(..., help=f"Which control: {', '.join(CONTROLS)}."),
+    ) -> None:
+        """The controlled experiments of docs/learning.md (`NAME --help` lists each one's options):
+        gold (the update on gold answers), rl (RL of one student without teachers), teacher (one teacher
+        rewarded for validity alone), trace-share RUN... (what a run's students learned on code_o)."""
+        import importlib
+
+        if name not in CONTROLS:
+            _fail(f"control {name!r}: unknown; use one of {', '.join(CONTROLS)}")
+        importlib.import_module(CONTROLS[name]).main(list(ctx.args))
 
 
 def _print_table(head: list[str], rows: list[list[str]]) -> None:

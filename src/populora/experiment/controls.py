@@ -4,7 +4,7 @@ The pieces of the trainer's student update (engine rollouts, verifier rewards +1
 baseline advantages with one group per problem and one whitening set, one `train_step`), stripped of
 matchmaking and proposals, so that an experiment can ask two questions the self-play run cannot separate:
 does the update fit the problems it trains on (`rl_step` on the same problems every step), and does what it
-learns transfer to held-out problems (new problems every step, greedy probe)? `bench/learning_rl_controls.py`
+learns transfer to held-out problems (new problems every step, greedy probe)? `populora experiment control rl`
 runs both; `tests/experiment/test_controls.py` checks the first on the bundled model.
 """
 

@@ -7,6 +7,12 @@ every step (prompts from the run's own buffers) in the first and last quarter of
 each mean change and its 95% Student-t confidence interval (a paired comparison: each seed's end minus its
 own start). Writes OUT/learning.json (and `--json` elsewhere,
 e.g. bench/results/learning.json) and a figure of every seed's curves (OUT/learning.png, or `--figure`).
+
+The intervals that decide a claim are under `intervals` (experiment/contrasts.py): the mean and best solver's
+probe change with a bootstrap over seeds and probe items together. `--control shuffled` also runs every seed
+with the students' rewards permuted within each step (`rl.student_rewards=shuffled`, into
+OUT/runs/shuffled/seed<S>/) and reports the real minus the shuffled change, paired by seed: the part of the
+gain that follows the reward.
 """
 
 from __future__ import annotations
@@ -20,6 +26,8 @@ from pathlib import Path
 import numpy as np
 
 from populora.experiment.runs import RunSpec, run_all
+
+CONTROLS: dict[str, list[str]] = {"shuffled": ["rl.student_rewards=shuffled"]}
 
 
 def _solver_role(run) -> str:
@@ -131,17 +139,42 @@ def run_learning(
     json_out: Path | None = None,
     figure: Path | None = None,
     log: Callable[[str], None] = print,
+    control: str | None = None,
+    quick: bool = False,
 ) -> dict:
+    from populora.experiment.ablation import QUICK
+    from populora.experiment.contrasts import contrasts
     from populora.experiment.measures import mean_ci
 
+    if control is not None and control not in CONTROLS:
+        from populora.config import ConfigError
+
+        raise ConfigError(f"--control {control!r}: unknown control; use one of {', '.join(CONTROLS)}.")
     out = Path(out)
+    overrides = [*(QUICK if quick else []), *overrides]
     specs = [
         RunSpec(f"seed {s}", preset, [*overrides, f"train.seed={s}"], out / "runs" / f"seed{s}", {"seed": s})
         for s in range(seeds)
     ]
+    controls = [
+        RunSpec(
+            f"{control} seed {s}",
+            preset,
+            [*overrides, *CONTROLS[control], f"train.seed={s}"],
+            out / "runs" / control / f"seed{s}",
+            {"seed": s},
+        )
+        for s in range(seeds)
+        if control
+    ]
     t0 = time.time()
-    seconds = run_all(specs, log=log)
+    seconds = run_all(specs + controls, log=log)
     per_seed = {s.meta["seed"]: seed_numbers(s.path) for s in specs}
+    dirs = {"real": [s.path for s in specs]}
+    if control:
+        dirs[control] = [s.path for s in controls]
+    seed_lists = dict.fromkeys(dirs, list(range(seeds)))
+    intervals = contrasts(dirs, seed_lists, [("real", control)] if control else [])
     result = {
         "kind": "learning",
         "preset": preset,
@@ -158,11 +191,16 @@ def run_learning(
         ),
         "teacher_valid_probe_start": mean_ci([d["teacher_valid_probe"]["start"] for d in per_seed.values()]),
         "teacher_valid_rate_change": mean_ci([d["teacher_valid_rate"]["change"] for d in per_seed.values()]),
+        "intervals": intervals,
+        "control": control,
+        "quick": quick,
         "per_seed": {str(k): v for k, v in per_seed.items()},
         "run_seconds": {k: round(v, 1) for k, v in seconds.items()},
         "command_seconds": round(time.time() - t0, 1),
         "load_average": os.getloadavg()[0],
     }
+    if control:
+        result["control_per_seed"] = {str(s.meta["seed"]): seed_numbers(s.path) for s in controls}
     ci = result["student_probe_change"]
     result["excludes_zero"] = bool(ci["lo"] is not None and (ci["lo"] > 0 or ci["hi"] < 0))
     out.mkdir(parents=True, exist_ok=True)

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from populora.diagnostics.features import FEATURE_LABELS, FEATURES
+from populora.experiment.contrasts import fmt
 from populora.report import plots
 from populora.report.html import _page
 
@@ -154,7 +155,7 @@ def ablation_rows(result: dict) -> tuple[list[str], list[list[str]]]:
         "seeds",
         "s / step",
         "solver probe: step 0 → end (mean member)",
-        "solver probe change (best / mean / worst)",
+        "solver probe change, mean member [bootstrap CI]",
         "proposer valid rate start → end",
         "proposer valid, fixed prompts: step 0 → end",
         "AST-depth slope / step",
@@ -163,9 +164,11 @@ def ablation_rows(result: dict) -> tuple[list[str], list[list[str]]]:
         "rating spread T / S",
     ]
     rows = []
+    boot = (result.get("contrasts") or {}).get("arms", {})
     for arm, data in result["results"].items():
         s = data["summary"]
         proposer, role = _roles_of(data["runs"])
+        change = boot.get(arm, {}).get("mean_change")
         pre = f"probe.{role}.all"
         vpre = f"probe_valid.{proposer}.all.mean"
         rows.append(
@@ -174,7 +177,7 @@ def ablation_rows(result: dict) -> tuple[list[str], list[list[str]]]:
                 str(len(data["runs"])),
                 _ci(s.get("step_s"), 3),
                 f"{_ci(s.get(pre + '.mean.start'), 2, True)} → {_ci(s.get(pre + '.mean.end'), 2, True)}",
-                " / ".join(_ci(s.get(f"{pre}.{k}.change"), 2, True) for k in ("best", "mean", "worst")),
+                fmt(change) if change else _ci(s.get(f"{pre}.mean.change"), 2, True),
                 f"{_ci(s.get('valid_rate.start'), 2)} → {_ci(s.get('valid_rate.end'), 2)}",
                 f"{_ci(s.get(vpre + '.start'), 2, True)} → {_ci(s.get(vpre + '.end'), 2, True)}",
                 _ci(s.get("complexity.ast_depth.slope"), 2),
@@ -183,6 +186,28 @@ def ablation_rows(result: dict) -> tuple[list[str], list[list[str]]]:
                 f"{_ci(s.get('rating_spread.teacher'), 2)} / {_ci(s.get('rating_spread.student'), 2)}",
             ]
         )
+    return head, rows
+
+
+def contrast_rows(result: dict) -> tuple[list[str], list[list[str]]]:
+    """Arm differences and best member vs the best of k single seeds, each with its bootstrap interval."""
+    c = result.get("contrasts") or {}
+    head = ["contrast", "probe change difference, points [95% CI]", "resampled", "seeds", "items"]
+    rows = []
+    for name, d in c.get("differences", {}).items():
+        pairing = "paired by seed" if d.get("paired") else "unpaired"
+        rows.append(
+            [
+                _esc(f"{name} (mean member)"),
+                fmt(d),
+                f"{d['resampled']}, {pairing}",
+                _esc(d["n_seeds"]),
+                str(d["n_items"]),
+            ]
+        )
+    for arm, d in c.get("best_vs_single", {}).items():
+        label = f"{arm} best member - best of {d['k']} single seeds"
+        rows.append([_esc(label), fmt(d), d["resampled"], _esc(d["n_seeds"]), str(d["n_items"])])
     return head, rows
 
 
@@ -237,6 +262,14 @@ def write_ablation_page(result: dict, path: Path) -> Path:
         "filled by the end and added in the second half. Direction changes: turns of the smoothed solver "
         "solve rate beyond its noise. Rating spread: std of TrueSkill mu over each role's members at the "
         "end.</p></section>"
+        '<section class="card"><h2>Arm differences</h2>'
+        + _table(*contrast_rows(result))
+        + '<p class="cap">Probe change (last probe minus step 0, points) of one arm minus another, with a '
+        "percentile bootstrap over seeds and probe items together (over seeds only where per-item probe results "
+        "were not logged); arms that ran the same seeds are paired by seed. A best member is compared with the "
+        "expected best of as many single-agent seeds, never with the single mean: the best of k noisy members "
+        f"beats the mean with no effect at all. Source: {_esc((result.get('contrasts') or {}).get('source', '-'))}."
+        "</p></section>"
         '<section class="card"><h2>Fixed probe over training</h2>'
         + _img(probe_arms_figure(res), "probe per arm")
         + '<p class="cap">Mean member (line, 95% CI over seeds as band), best member (dashed), worst member '

@@ -13,7 +13,7 @@ Reward: 0 for a valid proposal, `rl.invalid_reward` (-1) for an invalid one, tur
 trainer's own `build_rows` (so `rl.whiten_scope`, `rl.token_weighted` and `rl.teacher_group` act as in the game:
 a group of one keeps its reward; with `rl.teacher_group` m, a prompt's m proposals share a baseline). Valid proposals
 enter the buffers as in the game. The valid rate is measured before and after on `eval_rounds` extra rounds
-of proposals that touch no state. `bench/learning_teacher_controls.py` runs the arms;
+of proposals that touch no state. `populora experiment control teacher` runs the arms;
 `tests/experiment/test_teacher_controls.py` checks that the update controls validity on the bundled model.
 """
 

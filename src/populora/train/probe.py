@@ -14,7 +14,7 @@ Every task type is probed whatever `tasks.types` trains, so a specialist's loss 
 The teachers get a probe of their own at the same steps, `probe_valid` (`{teacher_id: {task: valid rate}}`):
 the valid-proposal rate logged every step reads proposals to prompts built from the run's own buffers, which
 fill with the teachers' proposals, so it moves when the prompts change even if the teachers do not (the
-validity control measures that drift: bench/learning_teacher_controls.py). This probe holds everything but the
+validity control measures that drift: populora experiment control teacher). This probe holds everything but the
 adapters fixed: `diagnostics.probe_proposals` prompts per trained task type (a teacher proposes only those)
 whose references are probe-set problems (taken from the end of each set, the same in every run), one proposal
 per prompt per teacher at `rl.teacher_temperature`, all drawn from one fixed seed, validated by the run's own

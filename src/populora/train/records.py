@@ -26,11 +26,17 @@ class ProposalTrace:
       program's structural `features`;
     - (3) student solve: `answers`, the student's n Generations of a valid problem;
     - (4) score: per answer `formatted` (did it parse), `solves` (did the sandbox accept it) and
-      `answer_rewards` (the student's reward, the format penalty included); `reward`, the proposer's reward.
+      `answer_rewards` (the student's reward, the format penalty included); `reward`, the proposer's reward;
+      `train_rewards`, what the update uses for the answers when it is not `answer_rewards` (the shuffled
+      control, train/controls.py).
 
     Single mode with `population.single_solver=buffer` (AZR) has two more kinds: a proposal whose answers are
     the n estimation rollouts (`estimate=True`: they set its reward and are never trained on), and a solver
     problem drawn from the buffers (`from_buffer=True`: no proposal, only the solver's trained answers).
+
+    `probe_collision` (set in validation, train/probe_guard.py): the program is a probe program, exactly or
+    with its constants masked; such a proposal counts as invalid with reason "probe collision" but earns no
+    reward and gives no training row, no buffer entry and no rating (it is out of the game).
     """
 
     teacher: str
@@ -50,6 +56,8 @@ class ProposalTrace:
     reward: float = 0.0
     estimate: bool = False  # the answers only estimate rho (single mode, AZR): no training rows
     from_buffer: bool = False  # a solver problem drawn from the buffers (single mode, AZR): no proposal
+    train_rewards: list[float] | None = None
+    probe_collision: bool = False
 
     @property
     def proposed(self) -> bool:
@@ -129,11 +137,12 @@ def metrics_record(
         len(g.token_ids) for t in traces for g in t.answers
     )
     out = {}
+    played = [t for t in traces if not t.probe_collision]  # a probe collision is out of the game
     for m in members:
         slot = m.slot
-        as_teacher = [t for t in traces if t.teacher == m.id and t.proposed]
+        as_teacher = [t for t in played if t.teacher == m.id and t.proposed]
         # what it trained on as a solver (single mode's estimation rollouts are the proposer's, not these)
-        as_student = [t for t in traces if t.student == m.id and t.valid and not t.estimate]
+        as_student = [t for t in played if t.student == m.id and t.valid and not t.estimate]
         teacher_like, student_like = m.role in ("teacher", "single"), m.role in ("student", "single")
         rewards, lens = [], []
         if teacher_like:
@@ -173,6 +182,7 @@ def metrics_record(
         "train_tokens": tm.get("tokens"),
         "coverage": coverage.coverage,
         "coverage_cells": coverage.cells_filled,
+        "probe_collisions": probe_collisions(traces),
         "members": out,
         "matchups": [{k: v for k, v in m.items() if k not in _EVENT_ONLY} for m in matchups],
         # each member's win/draw/loss in this step's games ({} in single mode: no games)
@@ -183,6 +193,15 @@ def metrics_record(
         # rows and seconds per worker with dist.workers > 1 (populora.engine.dist); null in one process
         "dist": dist,
     }
+
+
+def probe_collisions(traces: Iterable[ProposalTrace]) -> dict[str, int]:
+    """Proposals of the step dropped as probe collisions, per task type proposed (`{task: n}`, zeros kept)."""
+    traces = list(traces)
+    out = dict.fromkeys(dict.fromkeys(t.task for t in traces), 0)
+    for t in traces:
+        out[t.task] += t.probe_collision
+    return out
 
 
 def problem_records(step: int, traces: list[ProposalTrace]) -> list[dict]:
@@ -220,6 +239,7 @@ __all__ = [
     "matchup_rhos",
     "mean",
     "metrics_record",
+    "probe_collisions",
     "problem_records",
     "solve_rate",
 ]

@@ -3,7 +3,8 @@
     (1) matchmaking         PFSP over TrueSkill ratings -> one (teacher, student) pair per teacher
     (2) teacher generation  each teacher proposes `tasks.prompts` problems split equally across the task types,
                             each prompt showing K reference problems from the buffers; proposals are parsed and
-                            validated in the sandbox; valid ones enter the buffers
+                            validated in the sandbox; valid ones enter the buffers; one whose program is a
+                            probe program (constants masked) is dropped (train/probe_guard.py)
     (3) student solve       the matched student answers every valid problem n = `rl.rollouts` times at the
                             training temperature; the sandbox scores every answer
     (4) rewards and update  student: +1 right, -0.5 parsed but wrong, -1 unparsable; teacher: 1 - rho on a
@@ -62,9 +63,11 @@ from populora.sandbox import Limits, Sandbox
 from populora.tasks.buffers import TaskBuffers
 from populora.tasks.rewards import RewardConfig, learnability_reward, student_reward, teacher_reward
 from populora.train import checkpoint as ckpt
+from populora.train.controls import shuffle_student_rewards
 from populora.train.credit import blamed_tokens, failure_span, span_advantages
 from populora.train.errors import TrainError
 from populora.train.probe import Prober
+from populora.train.probe_guard import ProbeGuard
 from populora.train.progress import StepProgress, accepts_progress, note, summary_line
 from populora.train.records import (
     ProposalTrace,
@@ -117,6 +120,7 @@ class Trainer:
         self.engine: PolicyEngine | None = engine
         self._pending_checkpoint_s = 0.0
         self.prober = Prober.from_config(cfg)  # the fixed held-out probe (train/probe.py); off when every=0
+        self.probe_guard: ProbeGuard | None = None  # proposals equal to a probe program are dropped (setup)
         self._evolution_pending = False  # the final step skipped its evolution; a longer resume runs it
         self.live: StepProgress | None = None  # the console while `fit` runs (the live phase line)
 
@@ -138,6 +142,7 @@ class Trainer:
         self.coverage = CoverageArchive()
         if not self.single and (warning := crossover_warning(self.cfg)):
             print(f"warning: {warning}", file=sys.stderr, flush=True)
+        self.probe_guard = ProbeGuard.from_probe_sets()
         if self.engine is None:
             note(f"loading the model {self.cfg.model.name!r} ({self.cfg.model.backend})", self.quiet)
             self.engine = build_engine(self.cfg)
@@ -165,7 +170,8 @@ class Trainer:
                 self.quiet,
             )
             for p in synthetic_seeds(tk.seed_synthetic, self.sandbox, self.cfg.train.seed):
-                self.buffers.add(p)
+                if not self.probe_guard.collides(p.program):  # the probe's twins never enter the buffers
+                    self.buffers.add(p)
 
     def close(self) -> None:
         if self.engine is not None:
@@ -261,7 +267,7 @@ class Trainer:
                 traces = traces + self.solver_problems(traces)
             self.solve(traces, step)
         with self._phase(timings, "score"):
-            self.score(traces)
+            self.score(traces, step)
 
         # (4) Advantages from those rewards, ONE mixed batch for every member, rating updates.
         with self._phase(timings, "update"):
@@ -323,10 +329,22 @@ class Trainer:
     def validate(self, traces: list[ProposalTrace], step: int) -> None:
         """Parse and validate every proposal in the sandbox; valid problems enter the buffers and coverage."""
         self.check_proposals(traces, step)
+        self.drop_probe_collisions(traces)
         for trace in traces:
             if trace.valid:
                 self.buffers.add(trace.problem)
         self.coverage.add([t.features for t in traces if t.valid])
+
+    def drop_probe_collisions(self, traces: list[ProposalTrace]) -> None:
+        """Take every proposal whose program is a probe program (train/probe_guard.py) out of the game: it
+        becomes invalid with reason "probe collision" and `probe_collision` set, which `score`, `build_rows`,
+        `rate` and the metrics read as "not played". Not part of `check_proposals`: the validity probe's
+        teachers are shown probe programs on purpose and are measured, not trained."""
+        if self.probe_guard is None:
+            return
+        for trace in traces:
+            if self.probe_guard.collides(trace.program):
+                trace.probe_collision, trace.problem, trace.reason = True, None, "probe collision"
 
     def check_proposals(self, traces: list[ProposalTrace], step: int) -> None:
         """Parse and sandbox-validate proposals, filling `problem`/`reason`/`features`; touches no run state
@@ -395,10 +413,14 @@ class Trainer:
             out += [ProposalTrace("A0", "A0", name, problem=p, from_buffer=True) for p in chosen]
         return out
 
-    def score(self, traces: list[ProposalTrace]) -> None:
-        """Every reward of the step, computed here once: each answer's and each proposal's."""
+    def score(self, traces: list[ProposalTrace], step: int = 0) -> None:
+        """Every reward of the step, computed here once: each answer's and each proposal's. Under
+        `rl.student_rewards=shuffled` the update's copy of the answer rewards is permuted (train/controls.py)."""
         proposer_reward = learnability_reward if self.single else teacher_reward
         for trace in traces:
+            if trace.probe_collision:
+                trace.reward = 0.0  # out of the game: no row is built from it (build_rows)
+                continue
             if not trace.valid:
                 trace.reward = self.rewards.invalid_proposal
                 continue
@@ -411,6 +433,9 @@ class Trainer:
                 for fmt, ok in zip(trace.formatted, trace.solves, strict=True)
             ]
             trace.reward = proposer_reward(trace.solve_rate, True, self.rewards)
+        if self.cfg.rl.student_rewards == "shuffled":
+            # its own stream (seed, step): the same permutation on a resume, and the run's rng draws unchanged
+            shuffle_student_rewards(traces, random.Random(derive_seed(self.cfg.train.seed, step, "shuffle")))
 
     # (4) ------------------------------------------------------------------------------------------------
     def update(self, traces: list[ProposalTrace]) -> dict[str, float]:
@@ -447,6 +472,8 @@ class Trainer:
 
         group = self.cfg.rl.teacher_group
         for i, trace in enumerate(traces):
+            if trace.probe_collision:
+                continue  # out of the game: neither side trains on a probe program
             # The `rl.teacher_group` proposals of one prompt (consecutive traces) share its baseline; at 1, the
             # paper's, a prompt sampled once is a group of one and keeps its reward.
             if trace.proposed:  # a single agent's solver problem from the buffers has no proposal row
@@ -461,7 +488,8 @@ class Trainer:
                 )
             if trace.estimate:  # AZR: the estimation rollouts set the proposer's reward, never trained on
                 continue
-            for gen, reward in zip(trace.answers, trace.answer_rewards, strict=True):
+            answer_rewards = trace.answer_rewards if trace.train_rewards is None else trace.train_rewards
+            for gen, reward in zip(trace.answers, answer_rewards, strict=True):
                 # The n rollouts of one student on one problem share the baseline (prompt x slot).
                 add(trace.student, "student", trace.task, gen, reward, ("student", i))
         if not rows:
@@ -499,7 +527,11 @@ class Trainer:
         """One zero-sum TrueSkill game per matchup, scored problem by problem (population/ratings.py)."""
         out = []
         for teacher, student in pairs:
-            mine = [tr for tr in traces if tr.teacher == teacher and tr.student == student and tr.proposed]
+            mine = [
+                tr
+                for tr in traces
+                if tr.teacher == teacher and tr.student == student and tr.proposed and not tr.probe_collision
+            ]
             rho = solve_rate(mine)
             n_valid = sum(tr.valid for tr in mine)
             entry = {"teacher": teacher, "student": student, "solve_rate": rho, "n_problems": n_valid}

@@ -7,8 +7,8 @@ other probe problems (items 0-47) is measured every 2 steps. If the update is si
 trained problems' accuracy rises within a few steps; a flat line means the step is too small to change
 greedy outputs, which is what a 30-step RL run would then also show.
 
-python bench/learning_controls.py [--lrs 1e-3,3e-3,1e-2] [--model tiny]
-Writes bench/results/learning_controls.json.
+populora experiment control gold [--lrs 1e-3,3e-3,1e-2] [--model tiny]
+Writes runs/controls/learning_controls.json (--out; the recorded history: bench/results/learning_controls.json).
 """
 
 from __future__ import annotations
@@ -63,12 +63,12 @@ def run_lr(lr: float, model: str, sb, steps: int = 8) -> dict:
     return {"lr": lr, "curve": curve}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="populora experiment control gold", description=__doc__.splitlines()[0])
     ap.add_argument("--lrs", default="1e-3,3e-3,1e-2")
     ap.add_argument("--model", default="tiny")
-    ap.add_argument("--out", default="bench/results/learning_controls.json")
-    args = ap.parse_args()
+    ap.add_argument("--out", default="runs/controls/learning_controls.json")
+    args = ap.parse_args(argv)
     t0 = time.time()
     with Sandbox(workers=2) as sb:
         results = [run_lr(float(x), args.model, sb) for x in args.lrs.split(",")]
@@ -78,6 +78,7 @@ def main() -> None:
         "results": results,
         "seconds": round(time.time() - t0, 1),
     }
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
     print(f"{'lr':>8} {'trained 0 -> 8':>16} {'held-out 0 -> 8':>16}")
     for r in results:

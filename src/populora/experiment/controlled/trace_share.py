@@ -8,8 +8,8 @@ greedy: the share of answers that carry a trace and the accuracy of traced and b
 model (step 0) on the same problems. It also forces the trace (the prompt ends with "```trace") on the base
 model, which bounds what learning to trace can give.
 
-python bench/learning_trace_share.py runs/learning/runs/seed0 [more run folders] [--out JSON]
-Writes bench/results/learning_trace_share.json by default (docs/learning.md).
+populora experiment control trace-share runs/learning/runs/seed0 [more run folders] [--out JSON]
+Writes runs/controls/learning_trace_share.json (--out; the recorded history: bench/results/learning_trace_share.json) by default (docs/learning.md).
 """
 
 from __future__ import annotations
@@ -64,12 +64,14 @@ def style_numbers(engine, slot: int, problems: list, sandbox, prefix: str = "") 
     }
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(
+        prog="populora experiment control trace-share", description=__doc__.split("\n\n")[0]
+    )
     ap.add_argument("runs", nargs="+", type=Path, help="run folders (each with a checkpoint)")
-    ap.add_argument("--out", type=Path, default=Path("bench/results/learning_trace_share.json"))
+    ap.add_argument("--out", type=Path, default=Path("runs/controls/learning_trace_share.json"))
     ap.add_argument("--threads", type=int, default=2)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     t0 = time.time()
     results = {"runs": {}}
@@ -108,6 +110,7 @@ def main() -> None:
         f"{'students at the end (mean)':<34} accuracy {results['students_mean']['accuracy']:.3f}  "
         f"trace share {results['students_mean']['trace_share']:.3f}"
     )
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=1) + "\n")
     print(f"wrote {args.out}")

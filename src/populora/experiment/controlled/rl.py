@@ -13,8 +13,8 @@ Three measurements:
               seen yet, and the greedy probe at step 0 and every `--probe-every` steps. Only this one says
               whether what the update learns transfers to held-out problems.
 
-python bench/learning_rl_controls.py [--lrs 3e-3,1e-2] [--model tiny] [--quick]
-Writes bench/results/learning_rl_controls.json (docs/learning.md, "Chasing it on the bundled asset").
+populora experiment control rl [--lrs 3e-3,1e-2] [--model tiny] [--quick]
+Writes runs/controls/learning_rl_controls.json (--out; the recorded history: bench/results/learning_rl_controls.json) (docs/learning.md, "Chasing it on the bundled asset").
 """
 
 from __future__ import annotations
@@ -93,8 +93,8 @@ def run(mode: str, lr: float, args, sb, pool: dict, probe: dict) -> dict:
     }
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="populora experiment control rl", description=__doc__.splitlines()[0])
     ap.add_argument("--lrs", default="3e-3,1e-2", help="learning rates, comma-separated")
     ap.add_argument("--model", default="tiny")
     ap.add_argument("--per-type", type=int, default=8, help="problems per task type and step")
@@ -113,8 +113,8 @@ def main() -> None:
         action="store_true",
         help="a smoke run: 1 problem per type, 2 rollouts, 2 steps, 4 probe problems",
     )
-    ap.add_argument("--out", default="bench/results/learning_rl_controls.json")
-    args = ap.parse_args()
+    ap.add_argument("--out", default="runs/controls/learning_rl_controls.json")
+    args = ap.parse_args(argv)
     if args.quick:
         args.per_type, args.rollouts, args.steps_fixed, args.steps_fresh = 1, 2, 2, 2
         args.probe_every, args.probe_size = 2, 4
@@ -148,6 +148,7 @@ def main() -> None:
         "results": results,
         "seconds": round(time.time() - t0, 1),
     }
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
     k = args.rollouts
     if room:

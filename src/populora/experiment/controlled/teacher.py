@@ -18,11 +18,11 @@ The valid rate is measured at T=1 (tiny-learn's teacher temperature) on --eval-r
 proposals before and after (no update, no buffer change); so is the mean per-token log-probability of the
 sampled proposals (it falls when the distribution spreads). Compared against `none` in the same run.
 
-python bench/learning_teacher_controls.py [--seeds 2] [--steps 30] [--prompts 24] [--lrs 1e-3,3e-3,1e-2]
+populora experiment control teacher [--seeds 2] [--steps 30] [--prompts 24] [--lrs 1e-3,3e-3,1e-2]
        [--per-prompt 4 --prompts 6 --eval-rounds 32] [--credits sequence,span] [--negated-lr 0] [--workers 2]
        [--set rl.token_weighted=false] [--out JSON]
        [--quick]
-Writes bench/results/learning_teacher_controls.json (docs/learning.md, "Why the teachers' valid rate is flat").
+Writes runs/controls/learning_teacher_controls.json (--out; the recorded history: bench/results/learning_teacher_controls.json) (docs/learning.md, "Why the teachers' valid rate is flat").
 """
 
 from __future__ import annotations
@@ -80,8 +80,10 @@ def run_arm(arm: dict, args: dict) -> dict:
     }
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(
+        prog="populora experiment control teacher", description=__doc__.splitlines()[0]
+    )
     ap.add_argument("--seeds", type=int, default=2)
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--prompts", type=int, default=24, help="prompts per step (tiny-learn: 6 per matchup)")
@@ -111,8 +113,8 @@ def main() -> None:
         "e.g. rl.token_weighted=false (whiten per proposal instead of per token)",
     )
     ap.add_argument("--quick", action="store_true", help="smoke: 1 seed, 3 steps, 6 prompts, 1 eval round")
-    ap.add_argument("--out", default="bench/results/learning_teacher_controls.json")
-    args = ap.parse_args()
+    ap.add_argument("--out", default="runs/controls/learning_teacher_controls.json")
+    args = ap.parse_args(argv)
     if args.quick:
         args.seeds, args.steps, args.prompts, args.eval_rounds, args.lrs = 1, 3, 6, 1, "3e-3"
         args.credits, args.negated_lr = "sequence,span", 1e-2
@@ -167,6 +169,7 @@ def main() -> None:
         "results": results,
         "seconds": round(time.time() - t0, 1),
     }
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
     n_eval = args.eval_rounds * args.prompts

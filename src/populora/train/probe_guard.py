@@ -1,0 +1,70 @@
+"""Keeping the probe out of training: a proposal whose program is a probe program is dropped (issue 28 §4).
+
+The probe (train/probe.py) is only a held-out measure while no member trains on its programs. The teachers
+write programs from the same small grammar as the probe sets, so they can hit one: exactly, or with other
+constants (`total = 2 * 3` for the probe's `total = 2 * 8`), which for a student is the same exercise. The guard
+compares a proposal's program with every program of the shipped probe sets (all task types, all items, not only
+the probed subset) after parsing both with `ast` and replacing every literal number and string by one
+placeholder (names, operators and structure kept; formatting and comments never matter). A match makes the trace
+a *probe collision* (`ProposalTrace.probe_collision`): the trainer treats it as out of the game (no reward, no
+training row, no buffer entry, no rating, no student rollouts) and counts it per task type in metrics.jsonl
+(`probe_collisions`). The synthetic seed problems pass the same guard before they enter the buffers.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable
+
+MASK = "<const>"
+
+
+class _MaskConstants(ast.NodeTransformer):
+    """Every literal number or string (a signed number counts as one literal) becomes MASK."""
+
+    def visit_Constant(self, node: ast.Constant) -> ast.AST:
+        v = node.value
+        if isinstance(v, bool) or v is None or v is Ellipsis:
+            return node  # True / False / None / ... are structure, not data
+        return ast.copy_location(ast.Constant(MASK), node)
+
+    def visit_UnaryOp(self, node: ast.UnaryOp) -> ast.AST:
+        if isinstance(node.op, ast.USub | ast.UAdd) and isinstance(node.operand, ast.Constant):
+            v = node.operand.value
+            if isinstance(v, int | float | complex) and not isinstance(v, bool):
+                return ast.copy_location(ast.Constant(MASK), node)
+        return self.generic_visit(node)
+
+
+def program_key(program: str, masked: bool = True) -> str | None:
+    """A canonical form of `program`: its AST dump, constants masked when `masked`; None when it does not parse."""
+    try:
+        tree = ast.parse(program)
+    except (SyntaxError, ValueError):  # ValueError: a NUL byte in the source
+        return None
+    if masked:
+        tree = _MaskConstants().visit(tree)
+    return ast.dump(tree, annotate_fields=False, include_attributes=False)
+
+
+class ProbeGuard:
+    """The masked keys of a set of probe programs; `collides(program)` says whether a program is one of them."""
+
+    def __init__(self, programs: Iterable[str]) -> None:
+        self.keys = {k for k in (program_key(p) for p in programs) if k is not None}
+
+    @classmethod
+    def from_probe_sets(cls) -> ProbeGuard:
+        """The guard over every problem of the shipped probe sets (pretrain/probe.py), all task types."""
+        from populora.pretrain.probe import load_probes
+
+        return cls(p.program for problems in load_probes().values() for p in problems)
+
+    def collides(self, program: str | None) -> bool:
+        if not program:
+            return False
+        key = program_key(program)
+        return key is not None and key in self.keys
+
+
+__all__ = ["MASK", "ProbeGuard", "program_key"]

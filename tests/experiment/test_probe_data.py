@@ -1,0 +1,63 @@
+"""experiment/probe_data.py: a run's probe change as `[member, item]`, per item from probe_items.jsonl when
+logged, else per task from metrics.jsonl; read from hand-written run folders."""
+
+import json
+
+import numpy as np
+import pytest
+
+from populora.experiment.probe_data import ITEMS_FILE, arm_changes, probe_change
+
+
+def _run(path, items: bool, end: dict[str, dict[str, float]], start_acc: float = 0.5):
+    path.mkdir(parents=True)
+    members = {m: {"role": "teacher" if m.startswith("T") else "student"} for m in ("T0", "S0", "S1")}
+    recs = [
+        {
+            "step": 0,
+            "time": 0,
+            "mode": "population",
+            "probe": {m: dict.fromkeys(("code_i", "code_o", "code_f"), start_acc) for m in members},
+        },
+        {"step": 1, "members": members},
+        {"step": 2, "members": members, "probe": end},
+    ]
+    (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    if items:
+        lines = []
+        # two items of code_o: at step 0 every member right on item 0, wrong on item 1
+        for m in members:
+            lines += [
+                {"step": 0, "member": m, "task": "code_o", "item": i, "correct": i == 0} for i in (0, 1)
+            ]
+        # at step 2: S0 right on both, S1 wrong on both, T0 as at the start
+        for m, ok in (("S0", [True, True]), ("S1", [False, False]), ("T0", [True, False])):
+            lines += [{"step": 2, "member": m, "task": "code_o", "item": i, "correct": ok[i]} for i in (0, 1)]
+        (path / ITEMS_FILE).write_text("".join(json.dumps(x) + "\n" for x in lines) + '{"step": 2, "memb')
+    return path
+
+
+END = {m: {"code_i": a, "code_o": a, "code_f": a} for m, a in (("T0", 0.5), ("S0", 0.8), ("S1", 0.4))}
+
+
+def test_per_item_changes_by_hand(tmp_path):
+    c = probe_change(_run(tmp_path / "r", True, END))
+    assert c.source == "items" and c.members == ["S0", "S1"] and c.items == ["code_o/0", "code_o/1"]
+    # base: item 0 right (1), item 1 wrong (0); S0 ends 1, 1; S1 ends 0, 0 (the cut last line is skipped)
+    assert c.values.tolist() == [[0.0, 1.0], [-1.0, 0.0]]
+
+
+def test_per_task_fallback_by_hand(tmp_path):
+    c = probe_change(_run(tmp_path / "r", False, END))
+    assert c.source == "tasks" and c.items == ["tasks"]
+    assert c.values[:, 0] == pytest.approx([0.3, -0.1])
+
+
+def test_an_arm_mixing_item_and_task_logs_falls_back_to_tasks(tmp_path):
+    a = _run(tmp_path / "a", True, END)
+    b = _run(tmp_path / "b", False, END)
+    arr, source = arm_changes([a, b])
+    assert source == "tasks" and arr.shape == (2, 2, 1)
+    arr, source = arm_changes([a, _run(tmp_path / "c", True, END)])
+    assert source == "items" and arr.shape == (2, 2, 2)
+    assert np.allclose(arr[0], arr[1])
