@@ -16,7 +16,8 @@ def test_problem_points_follow_who_earned_more():
     assert problem_points(0.75) == (0.0, 1.0)
     assert problem_points(1.0) == (0.0, 1.0)  # trivial: the teacher earned 0, the student 1
     assert problem_points(0.5) == (0.5, 0.5)
-    assert problem_points(0.0) == (0.0, 0.0)  # no rollout solved it: void
+    assert problem_points(0.0) == (1.0, 0.0)  # too hard for this student, in a batch it solved some of
+    assert problem_points(0.0, solvable=False) == (0.0, 1.0)  # nothing in the batch solved: the teacher forfeits
     assert problem_points(INVALID) == (0.0, 1.0)  # the teacher posed nothing
     with pytest.raises(ValueError, match="fraction in"):
         problem_points(1.5)
@@ -34,9 +35,11 @@ def test_problem_points_follow_who_earned_more():
         ([0.25, 0.25, 0.25, 0.25, 1.0, 1.0, 1.0], 4.0, 3.0, "draw"),  # share 4/7 = 0.571 < 0.6
         ([1.0, 1.0, 1.0], 0.0, 3.0, "student"),  # a trivial teacher
         ([INVALID, INVALID], 0.0, 2.0, "student"),  # an invalid teacher forfeits
-        ([0.0, 0.0, 0.0], 0.0, 0.0, "draw"),  # nobody solved anything: every problem void
-        ([0.0, 0.0, 0.25], 1.0, 0.0, "teacher"),  # void problems do not dilute the share
-        ([0.0, INVALID], 0.0, 1.0, "student"),
+        ([0.0, 0.0, 0.0], 0.0, 3.0, "student"),  # nothing solved: no sign the batch is solvable, a forfeit
+        ([0.0, 0.0, 0.25], 3.0, 0.0, "teacher"),  # too hard, in a batch shown solvable by the 0.25
+        ([0.0, 0.0, 1.0, 1.0, 1.0], 2.0, 3.0, "student"),  # share 2/5
+        ([0.0, 0.0, 0.0, 1.0, 1.0], 3.0, 2.0, "teacher"),  # share 3/5
+        ([0.0, INVALID], 0.0, 2.0, "student"),
     ],
 )
 def test_score_game_by_hand(rhos, t, s, outcome):
@@ -52,7 +55,7 @@ def test_margin():
     assert score_game(rhos, margin=0.2).outcome == "draw"
     assert score_game([0.25, 0.25, 0.25, 0.75, 0.75], margin=0.0).outcome == "teacher"
     assert score_game([0.25, 0.75], margin=0.0).outcome == "draw"  # exactly half stays a draw at m = 0
-    assert score_game([0.25, 0.75]).teacher_share == 0.5 and score_game([0.0]).teacher_share is None
+    assert score_game([0.25, 0.75]).teacher_share == 0.5 and score_game([]).teacher_share is None
 
 
 @pytest.mark.parametrize("outcome", ["teacher", "student", "draw"])
@@ -115,10 +118,18 @@ def test_degenerate_teachers_end_below_a_normal_one():
             "T_normal": normal,
             "T_invalid": [[INVALID] * 4],
             "T_trivial": [[1.0] * 4],
-            "T_impossible": [[0.0] * 4],  # never solved: void, drawn; earns no rating either
+            "T_impossible": [[0.0] * 4],  # never solved: a forfeit, like an invalid batch
         },
         n_students=2,
         rounds=40,
     )
-    assert r["T_normal"].mu > r["T_impossible"].mu > r["T_invalid"].mu
-    assert r["T_normal"].mu > r["T_impossible"].mu > r["T_trivial"].mu
+    for degenerate in ("T_invalid", "T_trivial", "T_impossible"):
+        assert r["T_normal"].mu > r[degenerate].mu + 5.0
+
+
+def test_a_teacher_that_mostly_loses_still_ends_above_an_impossible_one():
+    """Where teachers are weak (the bundled model: they lose most games), a teacher of only unsolvable
+    problems must not rank above them by drawing: its batches are forfeits, so it is culled first."""
+    weak = [[1.0, 1.0, 0.25, INVALID], [1.0, 0.75, 0.0, 0.25], [0.0, 0.0, 0.0, 1.0]]  # loss, draw, win
+    r = _series({"T_weak": weak, "T_impossible": [[0.0] * 4]}, n_students=2, rounds=60)
+    assert r["T_weak"].mu > r["T_impossible"].mu

@@ -1,25 +1,28 @@
 """TrueSkill ratings of teachers and students: ONE zero-sum game per matchup, which either side can win.
 
-A matchup is one teacher's batch of problems against one student. Its game is scored problem by problem:
-the side that earned more reward on a problem takes its point (`problem_points`). On a valid problem that the
-student's n rollouts solve at rate rho, the teacher earns 1 - rho and the student rho (the teacher's reward and
-the student's solve rate), so
+A matchup is one teacher's batch of problems against one student. Its game is scored problem by problem
+(`problem_points`). On a valid problem that the student's n rollouts solve at rate rho, the teacher earns
+1 - rho and the student rho, so the side that earned more takes the point:
 
     0 < rho < 0.5   teacher point          rho > 0.5   student point          rho = 0.5   half a point each
-    rho = 0         void: no one solved it (too hard, or broken); both earned nothing (the teacher's reward is 0)
+    rho = 0         teacher point: too hard for this student (the paper's "teachers dominate -- their problems
+                    are too hard for the matched students") -- but only when the student solved some other
+                    valid problem of the batch at least once. When it solved none, nothing shows that the
+                    batch is solvable at all (impossible, broken, or out of reach), the teacher earned 0 on
+                    every problem, and its unsolved problems are student points: the teacher forfeits.
     invalid         student point: the teacher posed nothing (its reward is `rl.invalid_reward`, -1)
 
 The teacher's share is s = teacher points / (teacher + student points); with m = `ratings.draw_margin`:
 
-    s >= 0.5 + m -> teacher wins        s <= 0.5 - m -> student wins        else (or every problem void) draw
+    s >= 0.5 + m -> teacher wins        s <= 0.5 - m -> student wins        else draw
 
-and the ratings move by `trueskill.rate_1vs1(winner, loser)` (drawn=True for a draw). Why this rule, and the
-outcome shares measured on tiny-learn: docs/paper-choices.md. A teacher can win only with problems its
-student solves at least once and less than half the time, which is exactly what earns it reward (the paper's
-"hard for the matched student" with the zero-reward case for unsolved ones); a student wins by solving most of
-what it is posed, and an invalid or trivial proposal is a point for the student. So the two sides' results
-are one game: one wins exactly when the other loses, the sum of the two mu moves only by TrueSkill's
-uncertainty weighting (by exactly 0 when both sigmas are equal) and no role drifts down as a whole.
+and the ratings move by `trueskill.rate_1vs1(winner, loser)` (drawn=True for a draw). Why this rule, the
+alternatives and the outcome shares measured on tiny-learn: docs/paper-choices.md. A teacher wins with
+problems its student fails, provided the batch shows they are solvable by it; a student wins by solving most of
+what it is posed; an invalid, trivial or impossible-only batch is a loss for the teacher, so such teachers end
+below one that poses hard, solvable problems (they are the first culled). The two sides' results are one game:
+one wins exactly when the other loses, the sum of the two mu moves only by TrueSkill's uncertainty weighting
+(by exactly 0 when both sigmas are equal) and no role drifts down as a whole.
 
 One rated game per matchup, as the n rollouts on one teacher's problems are correlated and counting them as
 n games collapses sigma. Teachers and students live in one TrueSkill environment (prior mu 25, sigma 25/3),
@@ -49,15 +52,16 @@ class Rating:
         return self.mu - k * self.sigma
 
 
-def problem_points(rho: float | None) -> tuple[float, float]:
+def problem_points(rho: float | None, solvable: bool = True) -> tuple[float, float]:
     """(teacher, student) points of one proposal from its solve rate; `rho=None` is an invalid proposal.
-    A void problem (rho == 0) gives (0, 0)."""
+    `solvable`: the student solved some valid problem of the same batch at least once (module docstring);
+    without it an unsolved problem (rho == 0) is the student's point, with it the teacher's."""
     if rho is None:
         return 0.0, 1.0
     if not 0.0 <= rho <= 1.0:
         raise ValueError(f"a solve rate is a fraction in [0, 1], got {rho!r}")
     if rho == 0.0:
-        return 0.0, 0.0
+        return (1.0, 0.0) if solvable else (0.0, 1.0)
     if rho < 0.5:
         return 1.0, 0.0
     if rho > 0.5:
@@ -75,7 +79,7 @@ class Game:
 
     @property
     def teacher_share(self) -> float | None:
-        """Teacher points / all points; None when every problem was void."""
+        """Teacher points / all points; None for a game without proposals."""
         total = self.teacher_points + self.student_points
         return self.teacher_points / total if total else None
 
@@ -88,9 +92,11 @@ class Game:
 
 def score_game(rhos: Iterable[float | None], margin: float = 0.1) -> Game:
     """The game of one matchup from its proposals' solve rates (None: an invalid proposal); module docstring."""
+    rhos = list(rhos)
+    solvable = any(rho is not None and rho > 0.0 for rho in rhos)
     t = s = 0.0
     for rho in rhos:
-        dt, ds = problem_points(rho)
+        dt, ds = problem_points(rho, solvable)
         t, s = t + dt, s + ds
     if t + s == 0:
         return Game(t, s, "draw")

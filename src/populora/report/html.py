@@ -276,7 +276,8 @@ def _cap_games(run: Run) -> str:
     s = (
         "One zero-sum TrueSkill game per matchup, scored problem by problem: the teacher takes a problem its "
         "student solves in under half of its rollouts (but at least once), the student one it solves more "
-        "often or that was invalid, and a problem no rollout solved is void; the side with 0.5 + "
+        "often or that was invalid; a problem no rollout solved is the teacher's when the student solved some other "
+        "problem of the batch, else the student's (a forfeit); the side with 0.5 + "
         "ratings.draw_margin of the points wins, else it is a draw (docs/paper-choices.md). "
     )
     _, by_role = role_games(run)
