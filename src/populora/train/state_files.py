@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import pickle
 import random
 from pathlib import Path
 from typing import Any
@@ -230,8 +231,14 @@ def read_legacy(path: Path) -> Any:
         reconstruct,
         (reconstruct, "numpy.core.multiarray._reconstruct"),  # the name numpy 1.x wrote
     ]
-    with torch.serialization.safe_globals(allowed):
-        return torch.load(path, map_location="cpu", weights_only=True)
+    try:
+        with torch.serialization.safe_globals(allowed):
+            return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:
+        raise StateFileError(
+            "it holds objects other than tensors, numbers and containers (a pickle that would run code); "
+            "refused unread"
+        ) from None
 
 
 def _numpy_reconstruct() -> Any:
