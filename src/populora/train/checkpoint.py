@@ -12,7 +12,7 @@ renamed to `step_NNNNNN` in one `os.rename`: a folder with that name is complete
 any moment leaves either the previous checkpoints or the new one (plus a temp folder the next save removes).
 
 Resume reads a checkpoint whole into memory (`read_checkpoint`) before anything is applied; a checkpoint whose
-files cannot be read back (a truncated state.json, optimizer.pt or adapter, an empty rng.pt) raises
+files cannot be read back (a truncated state.json, optimizer state or adapter, an empty rng.json) raises
 `CheckpointDamaged` naming the file, and the trainer falls back to the next older one. A damaged checkpoint is
 renamed `damaged-step_NNNNNN`, never deleted: it stays for inspection and no longer shadows the re-run step.
 
