@@ -17,6 +17,7 @@ import dataclasses
 import difflib
 import inspect
 import math
+import reprlib
 import textwrap
 import types
 import typing
@@ -44,6 +45,47 @@ RESUMABLE_KEYS: tuple[str, ...] = (
 
 class ConfigError(ValueError):
     """A user-fixable configuration problem; `str(err)` is one line naming the field and the fix."""
+
+
+# -- YAML input and quoted values (issue 29). A config is small plain data: aliases (`*name`, `<<: *name`),
+# which let a few hundred bytes stand for a structure whose repr runs to hundreds of MB, are refused, and a
+# message quotes any value through `show`, at most SHOW_CHARS characters.
+SHOW_CHARS = 200
+_SHOW = reprlib.Repr()
+_SHOW.maxlevel, _SHOW.maxstring, _SHOW.maxother = 3, SHOW_CHARS, SHOW_CHARS
+_SHOW.maxlist = _SHOW.maxtuple = _SHOW.maxdict = _SHOW.maxset = 8
+
+
+class _PlainYamlLoader(yaml.SafeLoader):
+    """`yaml.SafeLoader` that refuses aliases."""
+
+    def compose_node(self, parent, index):  # noqa: ANN001, ANN201 - PyYAML's signature
+        if self.check_event(yaml.AliasEvent):
+            raise yaml.composer.ComposerError(
+                None,
+                None,
+                "aliases (*name) are not allowed in a config; write the value out",
+                self.peek_event().start_mark,
+            )
+        return super().compose_node(parent, index)
+
+
+def read_yaml(text: str) -> Any:
+    """Parse config YAML (plain data, no aliases); raises `yaml.YAMLError`."""
+    return yaml.load(text, Loader=_PlainYamlLoader)  # noqa: S506 - a SafeLoader subclass
+
+
+def show(value: Any) -> str:
+    """`repr(value)` for a message: nested and long values abbreviated, at most SHOW_CHARS characters."""
+    text = _SHOW.repr(value)
+    return text if len(text) <= SHOW_CHARS else text[: SHOW_CHARS - 1] + "…"
+
+
+def yaml_problem(err: yaml.YAMLError) -> str:
+    """The first line of a YAML error (what is wrong), cut to SHOW_CHARS characters."""
+    lines = str(err).strip().splitlines()
+    first = lines[0] if lines else type(err).__name__
+    return first if len(first) <= SHOW_CHARS else first[: SHOW_CHARS - 1] + "…"
 
 
 @dataclass
@@ -392,15 +434,15 @@ def _coerce(key: str, value: Any) -> Any:
         tp = inner
     origin = typing.get_origin(tp)
     bad = ConfigError(
-        f"{key}: expected {_describe(tp)}{' or null' if inner else ''}, got {value!r}; set it like `--set {key}=...`."
+        f"{key}: expected {_describe(tp)}{' or null' if inner else ''}, got {show(value)}; set it like `--set {key}=...`."
     )
     if origin is Literal:
         choices = typing.get_args(tp)
         if value not in choices:
-            hint = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1)
+            hint = difflib.get_close_matches(show(value).strip("'"), [str(c) for c in choices], n=1)
             extra = f" (did you mean {hint[0]!r}?)" if hint else ""
             raise ConfigError(
-                f"{key}: {value!r} is not allowed{extra}; use one of {', '.join(map(str, choices))}."
+                f"{key}: {show(value)} is not allowed{extra}; use one of {', '.join(map(str, choices))}."
             )
         return value
     if origin is list:
@@ -441,12 +483,16 @@ def _coerce(key: str, value: Any) -> Any:
 
 
 def _unknown_key(key: str) -> ConfigError:
+    if len(key) > SHOW_CHARS:  # no config key is this long; skip the (quadratic) close-match search
+        return ConfigError(
+            f"unknown config key {show(key)}; run `populora train --help-config` for the keys."
+        )
     hint = difflib.get_close_matches(key, all_keys(), n=1, cutoff=0.5)
     if not hint and "." not in key:
         hint = difflib.get_close_matches(key, [k.split(".", 1)[1] for k in all_keys()], n=1)
         hint = [k for k in all_keys() if k.endswith("." + hint[0])][:1] if hint else []
     extra = f"; did you mean {hint[0]!r}?" if hint else "; run `populora train --help-config` for the keys."
-    return ConfigError(f"unknown config key {key!r}{extra}")
+    return ConfigError(f"unknown config key {show(key)}{extra}")
 
 
 def set_value(cfg: Config, key: str, value: Any) -> None:
@@ -460,11 +506,11 @@ def set_value(cfg: Config, key: str, value: Any) -> None:
 def parse_override(text: str) -> tuple[str, Any]:
     """`"rl.lr=1e-4"` -> `("rl.lr", 1e-4)`; values are parsed as YAML scalars (so `1e-4`, `true`, `[a, b]`)."""
     if "=" not in text:
-        raise ConfigError(f"--set {text!r}: expected key=value, e.g. --set train.steps=20.")
+        raise ConfigError(f"--set {show(text)}: expected key=value, e.g. --set train.steps=20.")
     key, raw = text.split("=", 1)
     key = key.strip()
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = read_yaml(raw) if raw.strip() else ""
     except yaml.YAMLError:
         value = raw
     return key, value
@@ -482,7 +528,9 @@ def apply_mapping(cfg: Config, data: dict, where: str) -> None:
         if section not in _sections():
             raise _unknown_key(str(section))
         if not isinstance(values, dict):
-            raise ConfigError(f"{where}: section {section!r} must be a mapping of keys, got {values!r}.")
+            raise ConfigError(
+                f"{where}: section {show(section)} must be a mapping of keys, got {show(values)}."
+            )
         for name, value in values.items():
             set_value(cfg, f"{section}.{name}", value)
 
@@ -501,10 +549,10 @@ def _preset_path(name: str) -> Path:
         return path
     candidate = PRESET_DIR / f"{name}.yaml"
     if not candidate.exists():
-        hint = difflib.get_close_matches(name, preset_names(), n=1)
+        hint = difflib.get_close_matches(name, preset_names(), n=1) if len(name) <= SHOW_CHARS else []
         extra = f"did you mean {hint[0]!r}? " if hint else ""
         raise ConfigError(
-            f"--preset: unknown preset {name!r}; {extra}available: {', '.join(preset_names())} "
+            f"--preset: unknown preset {show(name)}; {extra}available: {', '.join(preset_names())} "
             "(or a path to a .yaml file)."
         )
     return candidate
@@ -517,11 +565,9 @@ def _load_preset_into(cfg: Config, name: str, seen: tuple[str, ...] = ()) -> Non
         )
     path = _preset_path(name)
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = read_yaml(path.read_text()) or {}
     except yaml.YAMLError as err:
-        raise ConfigError(
-            f"preset {path}: not valid YAML ({str(err).splitlines()[0]}); fix the file."
-        ) from None
+        raise ConfigError(f"preset {path}: not valid YAML ({yaml_problem(err)}); fix the file.") from None
     if isinstance(data, dict) and data.get("base"):
         _load_preset_into(cfg, str(data["base"]), seen + (name,))
     apply_mapping(cfg, data, str(path))
@@ -657,7 +703,7 @@ def validate(cfg: Config) -> Config:
             hint = difflib.get_close_matches(op.upper(), OPERATORS, n=1)
             extra = f"did you mean {hint[0]!r}? " if hint and hint[0] != op else ""
             raise ConfigError(
-                f"evolution.operators: unknown operator {op!r}; {extra}choose from "
+                f"evolution.operators: unknown operator {show(op)}; {extra}choose from "
                 f"{', '.join(OPERATORS)} (the paper's live set is {','.join(LIVE_OPERATORS)})."
             )
     _require(e.min_games >= 0, f"evolution.min_games: must be >= 0, got {e.min_games}.")
@@ -694,7 +740,7 @@ def validate(cfg: Config) -> Config:
     )
     _require(bool(tk.types), "tasks.types: is empty; use code_i,code_o,code_f.")
     for tt in tk.types:
-        _require(tt in TASKS, f"tasks.types: unknown task type {tt!r}; choose from {', '.join(TASKS)}.")
+        _require(tt in TASKS, f"tasks.types: unknown task type {show(tt)}; choose from {', '.join(TASKS)}.")
     _require(len(set(tk.types)) == len(tk.types), "tasks.types: lists a task type twice; list each once.")
     _require(
         tk.prompts >= len(tk.types),
@@ -708,7 +754,7 @@ def validate(cfg: Config) -> Config:
     )
     _require(
         tk.template in TEMPLATE_NAMES or Path(tk.template).expanduser().is_dir(),
-        f"tasks.template: {tk.template!r} is not one of {', '.join(TEMPLATE_NAMES)} or an existing template folder.",
+        f"tasks.template: {show(tk.template)} is not one of {', '.join(TEMPLATE_NAMES)} or an existing template folder.",
     )
     _require(tk.seed_synthetic >= 0, f"tasks.seed_synthetic: must be >= 0, got {tk.seed_synthetic}.")
     _require(tk.buffer_size >= 1, f"tasks.buffer_size: must be >= 1, got {tk.buffer_size}.")
@@ -776,7 +822,7 @@ def check_model_path(name: str) -> None:
     if path.exists():
         if not (path / "config.json").exists():
             raise ConfigError(
-                f"model.name: {name!r} has no config.json; point it at a Hugging Face model folder."
+                f"model.name: {show(name)} has no config.json; point it at a Hugging Face model folder."
             )
         return
     looks_like_hub_id = (
@@ -784,7 +830,7 @@ def check_model_path(name: str) -> None:
     )
     if not looks_like_hub_id:
         raise ConfigError(
-            f"model.name: path {name!r} does not exist; use 'tiny', 'smol', an existing model folder "
+            f"model.name: path {show(name)} does not exist; use 'tiny', 'smol', an existing model folder "
             "or a hub id like Qwen/Qwen2.5-Coder-7B."
         )
 

@@ -160,8 +160,8 @@ def test_run_dir_read_only(tmpfs, fast):
 
 
 def test_disk_full_at_checkpoint(tmpfs, fast):
-    # 1 MiB holds the config and the logs of a step, not a checkpoint (~1.6 MB): the adapters fit and torch's
-    # optimizer.pt write fails half-way ("unexpected pos"), the case users saw as a traceback.
+    # 1 MiB holds the config and the logs of a step, not a checkpoint (~1.6 MB): the adapters fit and the
+    # optimizer state's write fails half-way, the case users saw as a traceback.
     small = tmpfs("1m")
     run = small / "run"
     res = _train(["--run-dir", str(run), *_sets(fast, "train.steps=1")])
@@ -175,9 +175,9 @@ def test_disk_full_at_checkpoint(tmpfs, fast):
     "damage,needle",
     [
         ("state.json", "state.json cannot be read"),
-        ("optimizer.pt", "optimizer.pt cannot be read"),
+        ("optimizer.safetensors", "optimizer.safetensors cannot be read"),
         ("adapters/T0/adapter_model.safetensors", "adapters/T0 cannot be read"),
-        ("rng.pt:empty", "rng.pt is empty"),
+        ("rng.json:empty", "rng.json is empty"),
     ],
 )
 def test_damaged_only_checkpoint_one_line(two_step_run, tmp_path, damage, needle):
@@ -196,16 +196,16 @@ def test_damaged_only_checkpoint_one_line(two_step_run, tmp_path, damage, needle
 
 def test_resume_falls_back_to_newest_intact(two_step_run, tmp_path):
     run = _copy(two_step_run, tmp_path)
-    opt = run / "checkpoints" / "step_000002" / "optimizer.pt"
+    opt = run / "checkpoints" / "step_000002" / "optimizer.safetensors"
     opt.write_bytes(opt.read_bytes()[:1000])
     res = _train(["--resume", str(run), "--set", "train.steps=3"])
     assert res.returncode == 0, res.stderr
     assert "Traceback" not in res.stderr
     warn = [ln for ln in res.stderr.splitlines() if ln.startswith("warning:")]
-    assert len(warn) == 1 and "step_000002: optimizer.pt cannot be read" in warn[0]
+    assert len(warn) == 1 and "step_000002: optimizer.safetensors cannot be read" in warn[0]
     assert "resuming from step_000001" in warn[0]
     # The damaged checkpoint is kept under another name; steps 2 and 3 are re-run and checkpointed.
-    assert (run / "checkpoints" / "damaged-step_000002" / "optimizer.pt").stat().st_size == 1000
+    assert (run / "checkpoints" / "damaged-step_000002" / "optimizer.safetensors").stat().st_size == 1000
     assert [s for s, _ in list_checkpoints(run)] == [1, 2, 3]
     events = [json.loads(x) for x in (run / "events.jsonl").read_text().splitlines()]
     assert {"step": 1, "type": "resume", "from": "checkpoints/step_000001"} in events

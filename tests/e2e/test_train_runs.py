@@ -93,7 +93,7 @@ def test_checkpoints_hold_peft_adapters(runs):
     for m in state["members"]:
         ad = load_peft(path / "adapters" / m["id"])
         assert ad.rank == 4
-    for name in ("optimizer.pt", "rng.pt", "buffers.jsonl"):
+    for name in ("optimizer.safetensors", "rng.json", "buffers.jsonl"):
         assert (path / name).is_file()
 
 

@@ -6,9 +6,11 @@ from pathlib import Path
 
 import typer
 
+from populora.report.text import display  # paths and messages may hold a non-UTF-8 folder name
+
 
 def _fail(msg: str) -> None:
-    typer.echo(f"error: {msg}", err=True)
+    typer.echo(f"error: {display(msg)}", err=True)
     raise typer.Exit(2)
 
 
@@ -30,13 +32,13 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
 
         try:
             for w in load_run(run_dir).warnings:  # never skip run data silently
-                typer.echo(f"warning: {w}", err=True)
+                typer.echo(f"warning: {display(w)}", err=True)
             path = write_report(run_dir, out)
         except NotARunError as exc:
             _fail(str(exc))
         except OSError as exc:
             _fail(f"could not write the report: {exc}")
-        typer.echo(f"wrote {path}")
+        typer.echo(f"wrote {display(path)}")
         if shot is not None:
             from populora.report.screenshot import ScreenshotError, screenshot
 
@@ -62,4 +64,4 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
             _fail(str(exc))
         except OSError as exc:
             _fail(f"could not write {out}: {exc}")
-        typer.echo(f"wrote {path}")
+        typer.echo(f"wrote {display(path)}")

@@ -33,6 +33,7 @@ from populora.diagnostics.run import Run, load_run
 from populora.names import TASKS
 from populora.report import plots
 from populora.report.games import RESULTS, operator_counts, role_games
+from populora.report.text import display, plain_figures
 
 __all__ = ["render_report", "write_report", "render_compare", "write_compare"]
 
@@ -90,7 +91,8 @@ CONFIG_ROWS = [
 
 
 def _esc(x: object) -> str:
-    return html.escape(str(x), quote=True)
+    # run-folder text is data: shown literally, and encodable whatever bytes its folder name holds
+    return html.escape(display(x), quote=True)
 
 
 def _fmt(x: object, digits: int = 3) -> str:
@@ -636,6 +638,12 @@ def _any_matchup(run: Run) -> bool:
 
 def render_report(run: Run) -> str:
     """The report page of one run, as an HTML string."""
+    run.label = display(run.label)
+    with plain_figures():  # reasons, ids and folder names are drawn literally (never as mathtext)
+        return _render_report(run)
+
+
+def _render_report(run: Run) -> str:
     single = run.mode == "single"
     cards = [
         _figure_card(
@@ -747,7 +755,7 @@ def render_report(run: Run) -> str:
 
 def _atomic_write(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
+    tmp.write_text(display(text), encoding="utf-8")
     os.replace(tmp, path)
 
 
@@ -761,6 +769,13 @@ def write_report(run_dir: str | Path, out: str | Path | None = None) -> Path:
 
 def render_compare(runs: Sequence[Run]) -> str:
     """A page overlaying several runs on the same axes."""
+    for run in runs:
+        run.label = display(run.label)
+    with plain_figures():
+        return _render_compare(runs)
+
+
+def _render_compare(runs: Sequence[Run]) -> str:
     rows = []
     for run, color in zip(runs, plots._run_styles(runs), strict=True):
         _, cov, _ = coverage_curve(run)

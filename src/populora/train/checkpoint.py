@@ -3,24 +3,31 @@
     RUN_DIR/checkpoints/step_NNNNNN/
         adapters/<member>/   PEFT LoRA folders, one per live member
         state.json           step, population (ids, roles, ratings, lineage), coverage archive, trainer state
-        optimizer.pt         every slot's AdamW moments and step counts
+        optimizer.safetensors  every slot's AdamW moments and step counts (structure in its metadata)
         buffers.jsonl        the task buffers (one problem per line)
-        rng.pt               python / numpy / torch RNG states
+        rng.json             python / numpy / torch RNG states
 
 A checkpoint is first written under `checkpoints/.tmp-step_NNNNNN-<pid>/`, every file flushed to disk, and then
 renamed to `step_NNNNNN` in one `os.rename`: a folder with that name is complete by construction, and a kill at
 any moment leaves either the previous checkpoints or the new one (plus a temp folder the next save removes).
 
 Resume reads a checkpoint whole into memory (`read_checkpoint`) before anything is applied; a checkpoint whose
-files cannot be read back (a truncated state.json, optimizer.pt or adapter, an empty rng.pt) raises
+files cannot be read back (a truncated state.json, optimizer state or adapter, an empty rng.json) raises
 `CheckpointDamaged` naming the file, and the trainer falls back to the next older one. A damaged checkpoint is
 renamed `damaged-step_NNNNNN`, never deleted: it stays for inspection and no longer shadows the re-run step.
+
+A run folder holds data, never code (issue 29): no file is unpickled beyond torch's restricted loader
+(`state_files`), every member id is checked against `ID_RE` before it names a path, every path read stays
+inside the checkpoint, and a file that reads but does not fit (`check_state`, `state_files.misfit`) is damaged
+like one that does not read.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import json
+import math
 import os
 import re
 import shutil
@@ -28,12 +35,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import torch
-
+from populora.population.members import ROLE_PREFIX, Member
+from populora.train import state_files as sf
 from populora.train.errors import TrainError
+from populora.train.state_files import restore_rng, rng_state  # noqa: F401 - re-exported
 
 CKPT_RE = re.compile(r"^step_(\d{6,})$")
+# Member ids the trainer makes are T0, S3, A0, ...; anything else in a state.json (`../x`, `/etc`) is refused
+# before it can name a path.
+ID_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
 
 
 class CheckpointDamaged(Exception):
@@ -139,16 +149,87 @@ def _short(err: BaseException) -> str:
     return f"{type(err).__name__}: {msg[:160]}" if msg else type(err).__name__
 
 
+def _is_int(x: Any, lo: int = 0) -> bool:
+    return type(x) is int and x >= lo
+
+
+def _is_number(x: Any) -> bool:
+    return type(x) in (int, float) and math.isfinite(x)
+
+
+def check_state(state: Any) -> str | None:
+    """Why `state.json` cannot be resumed from (the first problem found), or None when it fits: the population
+    (ids matching ID_RE with their role's prefix, distinct slots, finite ratings), the coverage archive and
+    the trainer flags, each of the type the trainer writes."""
+    if not isinstance(state, dict):
+        return "is not a JSON object"
+    pop = state.get("population")
+    if not isinstance(pop, dict) or not isinstance(pop.get("members"), list) or not pop["members"]:
+        return "lacks the population (population.members)"
+    nxt = pop.get("next_index")
+    if not isinstance(nxt, dict) or not all(k in ROLE_PREFIX.values() and _is_int(v) for k, v in nxt.items()):
+        return "population.next_index is not a map of role prefixes to counts"
+    fields = {f.name for f in dataclasses.fields(Member)}
+    slots = set()
+    for m in pop["members"]:
+        if not isinstance(m, dict) or not {"id", "role", "slot", "mu", "sigma"} <= set(m) <= fields:
+            return "a population member lacks id/role/slot/mu/sigma or has unknown keys"
+        mid = m["id"]
+        if not isinstance(mid, str) or not ID_RE.match(mid):
+            return f"member id {str(mid)[:40]!r} is not an id (letters, digits, _ and -, from a letter)"
+        if m["role"] not in ROLE_PREFIX or not mid.startswith(ROLE_PREFIX[m["role"]]):
+            return f"member {mid}: role {str(m['role'])[:20]!r} does not match its id"
+        if not _is_int(m["slot"]) or m["slot"] in slots:
+            return f"member {mid}: slot {str(m['slot'])[:20]!r} is not a distinct slot number"
+        slots.add(m["slot"])
+        if not (_is_number(m["mu"]) and _is_number(m["sigma"]) and m["sigma"] > 0):
+            return f"member {mid}: rating mu/sigma is not a pair of finite numbers (sigma > 0)"
+        parents = m.get("parents", [])
+        if not isinstance(parents, list) or not all(isinstance(p, str) and ID_RE.match(p) for p in parents):
+            return f"member {mid}: parents is not a list of ids"
+        if not (_is_int(m.get("born_step", 0)) and _is_int(m.get("games", 0))):
+            return f"member {mid}: born_step/games is not a count"
+        if m.get("operator") is not None and not isinstance(m["operator"], str):
+            return f"member {mid}: operator is not a name"
+    if len({m["id"] for m in pop["members"]}) != len(pop["members"]):
+        return "two members share an id"
+    cov = state.get("coverage")
+    if not isinstance(cov, dict) or not _is_int(cov.get("n_cells"), 1):
+        return "coverage lacks n_cells"
+    cells, counts = cov.get("cells"), cov.get("counts")
+    if not (
+        isinstance(cells, list)
+        and isinstance(counts, list)
+        and len(cells) == len(counts)
+        and all(_is_int(c) and c < cov["n_cells"] for c in cells)
+        and all(_is_int(c) for c in counts)
+    ):
+        return "coverage cells/counts are not matching lists of cell numbers and counts"
+    if not isinstance(state.get("evolution_pending", False), bool):
+        return "evolution_pending is not true/false"
+    return None
+
+
 def read_checkpoint(
-    ckpt: Path, load_adapter: Callable[[Path], Any], load_buffers: Callable[[Path], Any]
+    ckpt: Path,
+    load_adapter: Callable[[Path], Any],
+    load_buffers: Callable[[Path], Any],
+    optimizer_like: Any = None,
 ) -> dict[str, Any]:
-    """Every file of checkpoint `ckpt`, read into memory: state, adapters (by member id), optimizer, rng,
-    buffers. Raises `CheckpointDamaged` naming the first file that cannot be read (nothing is applied here,
-    so a damaged checkpoint leaves the trainer untouched)."""
+    """Every file of checkpoint `ckpt`, read into memory and checked: state, adapters (by member id),
+    optimizer, rng, buffers. Raises `CheckpointDamaged` naming the first file that cannot be read or does
+    not fit (nothing is applied here, so a damaged checkpoint leaves the trainer untouched). With
+    `optimizer_like` (the running engine's `optimizer_state()`), the optimizer state must match its layout.
+
+    RNG and optimizer state come from `rng.json` / `optimizer.safetensors`; a checkpoint written before
+    those existed is read from `rng.pt` / `optimizer.pt` with torch's restricted (weights-only) unpickler."""
     ckpt = Path(ckpt)
+    inside = ckpt.resolve()
 
     def read(name: str, fn: Callable[[Path], Any]) -> Any:
         path = ckpt / name
+        if path.is_symlink() or not path.resolve().is_relative_to(inside):
+            raise CheckpointDamaged(f"{name} is a link; a checkpoint holds its own files")
         if path.is_file() and path.stat().st_size == 0:
             raise CheckpointDamaged(f"{name} is empty")
         try:
@@ -156,17 +237,30 @@ def read_checkpoint(
         except Exception as err:  # noqa: BLE001 - any failure to read back a file means the checkpoint is damaged
             raise CheckpointDamaged(f"{name} cannot be read ({_short(err)})") from None
 
+    def pick(new: str, legacy: str) -> str:
+        return legacy if not (ckpt / new).exists() and (ckpt / legacy).exists() else new
+
     state = read("state.json", lambda p: json.loads(p.read_text()))
-    try:
-        members = [m["id"] for m in state["population"]["members"]]
-    except (KeyError, TypeError) as err:
-        raise CheckpointDamaged(f"state.json lacks the population ({_short(err)})") from None
+    problem = check_state(state)
+    if problem:
+        raise CheckpointDamaged(f"state.json does not fit: {problem}")
+    members = [m["id"] for m in state["population"]["members"]]
     adapters = {mid: read(f"adapters/{mid}", load_adapter) for mid in members}
+    opt_name = pick(sf.OPTIMIZER_FILE, sf.LEGACY_OPTIMIZER_FILE)
+    optimizer = read(opt_name, sf.read_tree if opt_name == sf.OPTIMIZER_FILE else sf.read_legacy)
+    if optimizer_like is not None:
+        problem = sf.misfit(optimizer, optimizer_like)
+        if problem:
+            raise CheckpointDamaged(f"{opt_name} does not fit this run: {problem}")
+    rng_name = pick(sf.RNG_FILE, sf.LEGACY_RNG_FILE)
+    rng = read(
+        rng_name, sf.read_rng if rng_name == sf.RNG_FILE else lambda p: sf.check_rng(sf.read_legacy(p))
+    )
     return {
         "state": state,
         "adapters": adapters,
-        "optimizer": read("optimizer.pt", lambda p: torch.load(p, weights_only=False)),
-        "rng": read("rng.pt", lambda p: torch.load(p, weights_only=False)),
+        "optimizer": optimizer,
+        "rng": rng,
         "buffers": read("buffers.jsonl", load_buffers),
     }
 
@@ -181,17 +275,6 @@ def set_aside(ckpt: Path) -> Path:
         k += 1
     os.rename(ckpt, target)
     return target
-
-
-def rng_state(py_rng) -> dict:
-    """Python (the trainer's `random.Random`), numpy-global and torch RNG states, for `rng.pt`."""
-    return {"python": py_rng.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
-
-
-def restore_rng(state: dict, py_rng) -> None:
-    py_rng.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-    torch.set_rng_state(state["torch"])
 
 
 def checkpoint_write_error(err: BaseException, run_dir: Path, step: int) -> BaseException:

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import yaml
 
-from populora.config import load_config, resume_config, to_yaml
+from populora.config import load_config, read_yaml, resume_config, to_yaml
 from populora.engine import PolicyEngine
 from populora.train import checkpoint as ckpt
 from populora.train.errors import TrainError
-from populora.train.run_folder import PRIVATE_UMASK, RunFolderError, prepare_run_dir
+from populora.train.run_folder import PRIVATE_UMASK, RunFolderError, lock_run_dir, prepare_run_dir
 from populora.train.trainer import Trainer
 
 
@@ -37,7 +37,7 @@ def train(
                 f"--resume {run_path}: no config.yaml there; pass a run folder written by `populora train`."
             )
         try:
-            saved = yaml.safe_load(cfg_file.read_text())
+            saved = read_yaml(cfg_file.read_text())  # plain data: aliases refused (config.read_yaml)
         except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
             raise TrainError(
                 f"--resume {run_path}: config.yaml cannot be read ({type(err).__name__}); restore it from "
@@ -53,18 +53,21 @@ def train(
             if run_dir
             else Path("runs") / f"{Path(preset).stem}-{time.strftime('%Y%m%d-%H%M%S')}"
         )
-        if (run_path / "metrics.jsonl").exists() or ckpt.list_checkpoints(run_path):
+    # Owner-only run folder (0700) and files (umask 077): the buffers hold the run's gold programs.
+    old_umask = os.umask(PRIVATE_UMASK)
+    lock_fd = None
+    try:
+        try:
+            prepare_run_dir(run_path, "--resume" if resume is not None else "--run-dir")
+            lock_fd = lock_run_dir(run_path)  # held until this function returns (or the process ends)
+        except RunFolderError as err:
+            raise TrainError(str(err)) from None
+        # checked under the lock: two new runs started on one folder at once cannot both pass
+        if resume is None and ((run_path / "metrics.jsonl").exists() or ckpt.list_checkpoints(run_path)):
             raise TrainError(
                 f"--run-dir {run_path}: already holds a run; continue it with "
                 f"`populora train --resume {run_path}` or choose another --run-dir."
             )
-    # Owner-only run folder (0700) and files (umask 077): the buffers hold the run's gold programs.
-    old_umask = os.umask(PRIVATE_UMASK)
-    try:
-        try:
-            prepare_run_dir(run_path, "--resume" if resume is not None else "--run-dir")
-        except RunFolderError as err:
-            raise TrainError(str(err)) from None
         trainer = Trainer(cfg, run_path, engine=engine, quiet=quiet)
         try:
             trainer.setup()
@@ -88,4 +91,6 @@ def train(
             trainer.close()
     finally:
         os.umask(old_umask)
+        if lock_fd is not None:
+            os.close(lock_fd)
     return run_path

@@ -4,13 +4,18 @@ Every JSONL record is appended as one complete line (`populora.diagnostics.sinks
 the checkpoint of step S, `repair` drops a line cut by a kill and every record with step > S (those steps are
 re-run), so no line is ever duplicated or corrupt.
 
-Run folders are private: `prepare_run_dir` makes the folder owner-only (0700) and the trainer writes under
-umask 077 (files 0600), so other users' jobs on a shared machine (sandboxed or not) cannot read the run's
-gold programs (buffers.jsonl, problems.jsonl) or adapters.
+Run folders are private: `prepare_run_dir` creates a missing folder owner-only (0700) and the trainer writes
+under umask 077 (files 0600, folders 0700), so other users' jobs on a shared machine (sandboxed or not) cannot
+read the run's gold programs (buffers.jsonl, problems.jsonl) or adapters. A folder that already exists keeps
+its mode: it may be a shared directory (1777) or a symlink's target that the project did not create.
+
+One process at a time: `lock_run_dir` holds `RUN_DIR/.lock` (fcntl.flock) for the life of the process; a
+second `populora train` on the same folder exits with one line naming the pid that holds it.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -27,7 +32,8 @@ class RunFolderError(RuntimeError):
 
 
 def prepare_run_dir(path: str | os.PathLike, flag: str = "--run-dir") -> Path:
-    """Create `path` owner-only (0700) and check that files can be written there, before any work starts."""
+    """Create `path` owner-only (0700) if it is missing and check that files can be written there, before any
+    work starts. An existing folder's mode is left alone (never chmod what the project did not create)."""
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise RunFolderError(
@@ -35,8 +41,8 @@ def prepare_run_dir(path: str | os.PathLike, flag: str = "--run-dir") -> Path:
         )
     probe = path / f".write-test-{os.getpid()}"
     try:
+        # mode 0o700 is masked by the umask, so a created folder is at most 0700; nothing else is chmodded
         path.mkdir(parents=True, exist_ok=True, mode=0o700)
-        os.chmod(path, 0o700)
         fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         os.close(fd)
         os.unlink(probe)
@@ -46,6 +52,28 @@ def prepare_run_dir(path: str | os.PathLike, flag: str = "--run-dir") -> Path:
             f"{flag} {path}: cannot write there ({reason}); choose a writable folder, e.g. --run-dir runs/NAME."
         ) from None
     return path
+
+
+LOCK_NAME = ".lock"
+
+
+def lock_run_dir(path: str | os.PathLike) -> int:
+    """Take `RUN_DIR/.lock` for this process (released when the returned fd is closed or the process ends);
+    raise RunFolderError naming the folder and the holder's pid when another process has it."""
+    lock = Path(path) / LOCK_NAME
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+        os.close(fd)
+        raise RunFolderError(
+            f"{path} is in use by another populora process (pid {holder}); wait for it to finish or stop it, "
+            "then run again (two processes on one run folder would duplicate its steps)."
+        ) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
 
 
 def write_text_atomic(path: Path, text: str) -> None:

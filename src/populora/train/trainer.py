@@ -51,7 +51,7 @@ from populora import tasks
 from populora.config import Config, to_dict
 from populora.diagnostics.coverage import CoverageArchive
 from populora.diagnostics.features import program_features
-from populora.engine import GenRequest, PolicyEngine, TrainBatch, TrainRow
+from populora.engine import EngineError, GenRequest, PolicyEngine, TrainBatch, TrainRow
 from populora.names import PHASES
 from populora.operators import REGISTRY, apply
 from populora.population.evolution import crossover_warning, plan_evolution
@@ -80,6 +80,7 @@ from populora.train.records import (
 from populora.train.run_folder import RunFolder
 from populora.train.seed_files import SeedFileError, resolve_seed_file
 from populora.train.setup import build_engine, derive_seed, preflight, synthetic_seeds
+from populora.train.state_files import OPTIMIZER_FILE, RNG_FILE, write_rng, write_tree
 
 
 def task_schedule(types: list[str], prompts: int) -> list[str]:
@@ -614,8 +615,8 @@ class Trainer:
         def write(d: Path) -> None:
             for m in self.pop.ordered():
                 self.engine.save_adapter(m.slot, d / "adapters" / m.id)
-            torch.save(self.engine.optimizer_state(), d / "optimizer.pt")
-            torch.save(ckpt.rng_state(self.rng), d / "rng.pt")
+            write_tree(d / OPTIMIZER_FILE, self.engine.optimizer_state())  # data, never a pickle
+            write_rng(d / RNG_FILE, self.rng)
             self.buffers.save(d / "buffers.jsonl")
             ckpt.write_json(
                 d / "state.json",
@@ -656,11 +657,12 @@ class Trainer:
 
         damaged: list[str] = []
         chosen = None
+        like = self.engine.optimizer_state()  # a checkpoint's optimizer state must have this layout
         for candidate in reversed(found):
             try:
-                data = ckpt.read_checkpoint(candidate[1], load_peft, TaskBuffers.load)
-                pop = Population.from_dict(data["state"]["population"])
-            except (ckpt.CheckpointDamaged, KeyError, TypeError, ValueError) as err:
+                data = ckpt.read_checkpoint(candidate[1], load_peft, TaskBuffers.load, optimizer_like=like)
+                self._apply_checkpoint(data)
+            except ckpt.CheckpointDamaged as err:
                 damaged.append(f"{candidate[1].name}: {err}")
                 continue
             chosen = candidate
@@ -680,13 +682,6 @@ class Trainer:
                 flush=True,
             )
         state = data["state"]
-        self.pop = pop
-        for m in self.pop.ordered():
-            self.engine.set_adapter(m.slot, data["adapters"][m.id], reset_optimizer=True)
-        self.engine.load_optimizer_state(data["optimizer"])
-        ckpt.restore_rng(data["rng"], self.rng)
-        self.buffers = data["buffers"]
-        self.coverage.load_state_dict(state["coverage"])
         self.run.repair(step)
         rel = path.relative_to(self.run.path).as_posix()
         if not any(
@@ -700,6 +695,31 @@ class Trainer:
         if state.get("evolution_pending") and step < self.cfg.train.steps:
             self._deferred_evolution(step)
         return step
+
+    def _apply_checkpoint(self, data: dict) -> None:
+        """Load checkpoint `data` (read and checked by `ckpt.read_checkpoint`) into the engine, RNGs, buffers
+        and coverage. A part the engine still refuses (e.g. an adapter of another shape) raises
+        CheckpointDamaged; every part is overwritten by the next candidate, so a half-applied one leaves
+        nothing behind."""
+        try:
+            pop = Population.from_dict(data["state"]["population"])
+            for m in pop.ordered():
+                self.engine.set_adapter(m.slot, data["adapters"][m.id], reset_optimizer=True)
+            self.engine.load_optimizer_state(data["optimizer"])
+            self.coverage.load_state_dict(data["state"]["coverage"])
+        except (
+            EngineError,
+            KeyError,
+            TypeError,
+            ValueError,
+            IndexError,
+        ) as err:  # AdapterError: a ValueError
+            raise ckpt.CheckpointDamaged(
+                f"does not fit this run ({type(err).__name__}: {str(err)[:160]})"
+            ) from None
+        ckpt.restore_rng(data["rng"], self.rng)  # checked against scratch generators when read
+        self.pop = pop
+        self.buffers = data["buffers"]
 
     def _deferred_evolution(self, step: int) -> None:
         """A run extended past its old final step runs the evolution that step skipped, so it continues as an
