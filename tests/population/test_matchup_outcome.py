@@ -17,7 +17,10 @@ def test_problem_points_follow_who_earned_more():
     assert problem_points(1.0) == (0.0, 1.0)  # trivial: the teacher earned 0, the student 1
     assert problem_points(0.5) == (0.5, 0.5)
     assert problem_points(0.0) == (1.0, 0.0)  # too hard for this student, in a batch it solved some of
-    assert problem_points(0.0, solvable=False) == (0.0, 1.0)  # nothing in the batch solved: the teacher forfeits
+    assert problem_points(0.0, solvable=False) == (
+        0.0,
+        1.0,
+    )  # nothing in the batch solved: the teacher forfeits
     assert problem_points(INVALID) == (0.0, 1.0)  # the teacher posed nothing
     with pytest.raises(ValueError, match="fraction in"):
         problem_points(1.5)

@@ -128,7 +128,11 @@ def test_a_teacher_posing_unsolvable_or_invalid_problems_is_not_rated_up(tmp_pat
         3,
         0,
     )
-    assert (res["T1"]["outcome"], res["T1"]["teacher_points"], res["T1"]["student_points"]) == ("student", 0, 3)
+    assert (res["T1"]["outcome"], res["T1"]["teacher_points"], res["T1"]["student_points"]) == (
+        "student",
+        0,
+        3,
+    )
     assert (res["T2"]["outcome"], res["T2"]["teacher_points"], res["T2"]["student_points"]) == (
         "student",
         1,
