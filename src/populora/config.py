@@ -270,6 +270,9 @@ class SandboxConfig:
     """Address-space limit of one program run."""
     score_deadline_s: float = 30.0
     """Scoring one problem's answers stops after this many seconds; answers not finished score False (issue 29)."""
+    score_step_deadline_s: float = 600.0
+    """A whole step's scoring stops after this many seconds: the problems still unscored then get no sandbox
+    job and their answers score False (metrics.jsonl `score_past_deadline` counts every answer cut)."""
 
 
 @dataclass
@@ -777,6 +780,10 @@ def validate(cfg: Config) -> Config:
     _require(
         0 < cfg.sandbox.score_deadline_s <= 86400,
         f"sandbox.score_deadline_s: must be in (0, 86400] seconds, got {cfg.sandbox.score_deadline_s}.",
+    )
+    _require(
+        0 < cfg.sandbox.score_step_deadline_s <= 86400,
+        f"sandbox.score_step_deadline_s: must be in (0, 86400] seconds, got {cfg.sandbox.score_step_deadline_s}.",
     )
     _require(
         cfg.model.memory_gb >= 0, f"model.memory_gb: must be >= 0 (0 = detect), got {cfg.model.memory_gb}."

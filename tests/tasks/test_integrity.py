@@ -170,6 +170,19 @@ def test_scoring_deadline_for_code_f_students(sandbox):
     assert scored.solves == [False] * 8 and scored.past_deadline == 8
 
 
+def test_step_deadline_bounds_every_later_problem(sandbox):
+    """The trainer's deadline for a whole step's scoring (`until`): once it has passed, a later problem runs no
+    job at all; its answers, right or wrong, score False and are counted, while the problem's own deadline
+    (`score_deadline_s`) would still have allowed them."""
+    import time
+
+    t = T.get("code_i", score_deadline_s=60.0)
+    p = t.problem_from(sandbox, program="def f(x):\n    return x * 2", inputs=["3"])
+    assert t.score(p, ["3", "4"], sandbox, until=time.monotonic() + 60) == [True, False]
+    scored = t.score_detailed(p, ["3", "4"], sandbox, until=time.monotonic() - 1.0)
+    assert scored.solves == [False, False] and scored.past_deadline == 2
+
+
 @pytest.mark.parametrize(
     "kw",
     [

@@ -186,6 +186,9 @@ def check_metrics_record(rec: Mapping[str, Any]) -> list[str]:
     for mu in rec.get("matchups") or []:
         errs += _missing(mu, MATCHUP_KEYS, f"{where} matchup")
     errs += check_games(rec.get("games", {}), where, single=rec.get("mode") == "single")
+    cut = rec.get("score_past_deadline", 0)
+    if not (isinstance(cut, int) and not isinstance(cut, bool) and cut >= 0):
+        errs.append(f"{where}: 'score_past_deadline' must be a count >= 0")
     ss = rec.get("self_solve_rate")
     if ss is not None and not (_is_num(ss) and 0 <= ss <= 1):
         errs.append(f"{where}: 'self_solve_rate' must be in [0, 1] or null")

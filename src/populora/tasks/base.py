@@ -499,15 +499,26 @@ class CodeTask:
             return FormatError(f"format: unparsable ({type(e).__name__})")
 
     def score(
-        self, problem: Problem, answers: Sequence[Answer | FormatError | str], sandbox: Sandbox | None
+        self,
+        problem: Problem,
+        answers: Sequence[Answer | FormatError | str],
+        sandbox: Sandbox | None,
+        *,
+        until: float | None = None,
     ) -> list[bool]:
         """One bool per answer: True iff the answer is right. FormatErrors score False. A plain `str` is taken
         as the answer block's text. All sandbox jobs of a round go out in one `run_many`, within the
-        `score_deadline_s` of the call (answers unfinished by then score False; see `score_detailed`)."""
-        return self.score_detailed(problem, answers, sandbox).solves
+        `score_deadline_s` of the call and before `until` (a `time.monotonic()` value: the trainer's deadline
+        for a whole step's scoring); answers unfinished by then score False (see `score_detailed`)."""
+        return self.score_detailed(problem, answers, sandbox, until=until).solves
 
     def score_detailed(
-        self, problem: Problem, answers: Sequence[Answer | FormatError | str], sandbox: Sandbox | None
+        self,
+        problem: Problem,
+        answers: Sequence[Answer | FormatError | str],
+        sandbox: Sandbox | None,
+        *,
+        until: float | None = None,
     ) -> Scored:
         """`score` with the count of answers that scored False because the deadline passed (also added to
         `self.past_deadline`, the running total the trainer can log)."""
@@ -524,9 +535,13 @@ class CodeTask:
             return [_DEADLINE] * len(jobs)
         return list(sandbox.run_many(jobs, deadline_s=left))
 
-    def _deadline(self) -> float | None:
+    def _deadline(self, until: float | None = None) -> float | None:
+        """The end of this problem's scoring: `score_deadline_s` from now, or `until` if that comes first."""
         d = self.config.score_deadline_s
-        return None if d is None else time.monotonic() + d
+        end = None if d is None else time.monotonic() + d
+        if until is not None:
+            end = until if end is None else min(end, until)
+        return end
 
 
 @dataclass(frozen=True)
@@ -630,13 +645,18 @@ class CodeI(CodeIO):
         return Answer(text)
 
     def score_detailed(
-        self, problem: Problem, answers: Sequence[Answer | FormatError | str], sandbox: Sandbox | None
+        self,
+        problem: Problem,
+        answers: Sequence[Answer | FormatError | str],
+        sandbox: Sandbox | None,
+        *,
+        until: float | None = None,
     ) -> Scored:
         try:
             gold = parse_literal(problem.outputs[0])
         except LiteralError:  # a hand-made problem with a non-literal gold output can never be matched
             return Scored([False] * len(answers))
-        end = self._deadline()
+        end = self._deadline(until)
         calls: list[str | None] = []
         for a in map(self._coerce, answers):
             if not isinstance(a, Answer):
@@ -685,12 +705,22 @@ class CodeO(CodeIO):
         return Answer(text)
 
     def score_detailed(
-        self, problem: Problem, answers: Sequence[Answer | FormatError | str], sandbox: Sandbox | None = None
+        self,
+        problem: Problem,
+        answers: Sequence[Answer | FormatError | str],
+        sandbox: Sandbox | None = None,
+        *,
+        until: float | None = None,
     ) -> Scored:
-        return Scored(self._compare(problem, answers))
+        return Scored(self._compare(problem, answers))  # no sandbox job, so no deadline to meet
 
     def score(
-        self, problem: Problem, answers: Sequence[Answer | FormatError | str], sandbox: Sandbox | None = None
+        self,
+        problem: Problem,
+        answers: Sequence[Answer | FormatError | str],
+        sandbox: Sandbox | None = None,
+        *,
+        until: float | None = None,
     ) -> list[bool]:
         return self._compare(problem, answers)
 
@@ -789,7 +819,12 @@ class CodeF(CodeTask):
         return Answer(code)
 
     def score_detailed(
-        self, problem: Problem, answers: Sequence[Answer | FormatError | str], sandbox: Sandbox | None
+        self,
+        problem: Problem,
+        answers: Sequence[Answer | FormatError | str],
+        sandbox: Sandbox | None,
+        *,
+        until: float | None = None,
     ) -> Scored:
         hidden = problem.hidden
         try:
@@ -797,7 +832,7 @@ class CodeF(CodeTask):
             calls = [job_call(inp) for inp, _ in hidden]
         except LiteralError:
             return Scored([False] * len(answers))
-        end = self._deadline()
+        end = self._deadline(until)
         programs: list[str | None] = []
         for a in map(self._coerce, answers):
             try:

@@ -141,6 +141,7 @@ class Trainer:
         deadline = self.cfg.sandbox.score_deadline_s
         self.tasks = {name: tasks.get(name, score_deadline_s=deadline) for name in self.cfg.tasks.types}
         self.coverage = CoverageArchive()
+        self.score_past_deadline = 0  # set by score(): answers the step's scoring deadlines cut
         if not self.single and (warning := crossover_warning(self.cfg)):
             print(f"warning: {warning}", file=sys.stderr, flush=True)
         self.probe_guard = ProbeGuard.from_probe_sets()
@@ -296,6 +297,8 @@ class Trainer:
             coverage=self.coverage,
             dist=self.engine.last_dist_stats() if hasattr(self.engine, "last_dist_stats") else None,
         )
+        # answers scored False only because a scoring deadline passed (a problem's or the step's)
+        record["score_past_deadline"] = self.score_past_deadline
         return StepResult(step, record, traces, events)
 
     # (2) ------------------------------------------------------------------------------------------------
@@ -418,6 +421,10 @@ class Trainer:
         """Every reward of the step, computed here once: each answer's and each proposal's. Under
         `rl.student_rewards=shuffled` the update's copy of the answer rewards is permuted (train/controls.py)."""
         proposer_reward = learnability_reward if self.single else teacher_reward
+        # One deadline for the whole step's scoring (besides each problem's own): a program that is instant
+        # on its own input and loops on every answer costs at most this much, whatever the number of problems.
+        until = time.monotonic() + self.cfg.sandbox.score_step_deadline_s
+        cut_before = sum(t.past_deadline for t in self.tasks.values())
         for trace in traces:
             if trace.probe_collision:
                 trace.reward = 0.0  # out of the game: no row is built from it (build_rows)
@@ -428,12 +435,13 @@ class Trainer:
             task = self.tasks[trace.task]
             answers = [task.parse_answer(g.text, template=self.cfg.tasks.template) for g in trace.answers]
             trace.formatted = [not isinstance(a, tasks.FormatError) for a in answers]
-            trace.solves = [bool(x) for x in task.score(trace.problem, answers, self.sandbox)]
+            trace.solves = [bool(x) for x in task.score(trace.problem, answers, self.sandbox, until=until)]
             trace.answer_rewards = [
                 student_reward(fmt, ok, self.rewards)
                 for fmt, ok in zip(trace.formatted, trace.solves, strict=True)
             ]
             trace.reward = proposer_reward(trace.solve_rate, True, self.rewards)
+        self.score_past_deadline = sum(t.past_deadline for t in self.tasks.values()) - cut_before
         if self.cfg.rl.student_rewards == "shuffled":
             # its own stream (seed, step): the same permutation on a resume, and the run's rng draws unchanged
             shuffle_student_rewards(traces, random.Random(derive_seed(self.cfg.train.seed, step, "shuffle")))
