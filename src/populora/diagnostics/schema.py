@@ -40,8 +40,8 @@ METRICS_KEYS = (
     "coverage_cells",
     "members",
     "matchups",
-    "games",
 )
+# Keys added later are checked when present, never required: a run folder written before them stays valid.
 GAME_RESULTS = ("win", "draw", "loss")
 MEMBER_KEYS = (
     "role",
