@@ -76,5 +76,9 @@ for _package in COMMAND_PACKAGES:
     if _module is not None:
         _module.register(app, bench)
 
+from populora import export as _export  # noqa: E402 - a module, not a package; light (heavy imports inside)
+
+_export.register(app, bench)
+
 if __name__ == "__main__":
     app()

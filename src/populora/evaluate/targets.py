@@ -143,8 +143,9 @@ def _is_peft(p: Path) -> bool:
     return (p / "adapter_config.json").is_file()
 
 
-def load_target(path: str | Path, model: str | None = None) -> Target:
-    """Resolve TARGET (see module docstring); ``model`` overrides the base."""
+def load_target(path: str | Path, model: str | None = None, resolve: bool = True) -> Target:
+    """Resolve TARGET (see module docstring); ``model`` overrides the base. ``resolve=False`` keeps the base's
+    name as written (no model lookup or download: `populora export` only names it)."""
     p = Path(path).expanduser()
     if not p.exists():
         raise TargetError(f"TARGET {p} does not exist; give a run folder or a PEFT adapter folder")
@@ -191,7 +192,7 @@ def load_target(path: str | Path, model: str | None = None) -> Target:
         raise TargetError(f"cannot tell the base model of {p}; pass --model NAME_OR_PATH")
     if not members and run_dir is not None:
         raise TargetError(f"checkpoint {ckpt} has no adapters/<member>/ PEFT folders")
-    return Target(resolve_base(str(base)), members, run_dir, ckpt)
+    return Target(resolve_base(str(base)) if resolve else str(base), members, run_dir, ckpt)
 
 
 def select_members(target: Target, spec: list[str] | None) -> list[Member]:
