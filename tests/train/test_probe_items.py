@@ -178,3 +178,39 @@ def test_probe_items_reader_keeps_logged_probes_and_the_last_line_of_a_step(tmp_
         (True, "trace"),
     ]
     assert len(run.probe_items("all")) == 4 and run.probe_items("bare") == []
+
+
+def test_the_probe_shows_its_progress_and_a_line_on_the_console(tmp_path):
+    import io
+
+    from rich.console import Console
+
+    from populora.engine import build
+    from populora.engine.testing import random_model
+    from populora.train.trainer import Trainer
+
+    buf = io.StringIO()
+    model, tok = random_model(seed=0)
+    engine = build(model=model, tokenizer=tok, n_slots=4, rank=4, alpha=8, lr=1e-3)
+    over = ["train.steps=1", "tasks.prompts=3", "rl.rollouts=1", "tasks.teacher_max_new_tokens=8"]
+    over += [
+        "tasks.student_max_new_tokens=8",
+        "tasks.seed_synthetic=2",
+        "sandbox.workers=1",
+        "train.threads=1",
+    ]
+    over += ["diagnostics.probe_every=1", "diagnostics.probe_size=2", "diagnostics.probe_proposals=1"]
+    tr = Trainer(load_config("tiny", over), tmp_path / "run", engine=engine, quiet=False)
+    tr.console = Console(file=buf, force_terminal=True, width=300)
+    tr.prober.budget = dict.fromkeys(tr.prober.budget, 4)
+    tr.setup()
+    try:
+        tr.fit(0)
+    finally:
+        tr.close()
+    out = buf.getvalue()
+    # 4 members x 3 tasks x 2 items free; the random model opens with neither style: both forced, 4 x 2 x 2
+    assert "probe 0/24 answers" in out and "probe 24/24 answers" in out
+    assert "probe, answer style forced 16/16 answers" in out
+    assert "probe, teachers' fixed prompts 6/6 proposals" in out
+    assert "probe     0/1  students code_i" in out and "probe     1/1  students" in out
