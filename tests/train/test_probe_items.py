@@ -209,8 +209,41 @@ def test_the_probe_shows_its_progress_and_a_line_on_the_console(tmp_path):
     finally:
         tr.close()
     out = buf.getvalue()
-    # 4 members x 3 tasks x 2 items free; the random model opens with neither style: both forced, 4 x 2 x 2
-    assert "probe 0/24 answers" in out and "probe 24/24 answers" in out
-    assert "probe, answer style forced 16/16 answers" in out
+    # step 0: the 4 members are the base model, so one answers: 3 tasks x 2 items free; the random model
+    # opens with neither style, so both are forced on its 2 code_o items
+    assert "probe 0/6 answers" in out and "probe 6/6 answers" in out
+    assert "probe, answer style forced 4/4 answers" in out
     assert "probe, teachers' fixed prompts 6/6 proposals" in out
     assert "probe     0/1  students code_i" in out and "probe     1/1  students" in out
+
+
+def test_members_with_equal_adapters_are_asked_once_and_copied():
+    import torch
+
+    from populora.engine import build
+    from populora.engine.testing import random_model
+    from populora.train.probe import adapter_key, same_adapters
+
+    model, tok = random_model(seed=0)
+    engine = build(model=model, tokenizer=tok, n_slots=4, rank=4, alpha=8, lr=1e-3)
+    ad = engine.get_adapter(0)
+    for _, b in ad.modules.values():
+        b.copy_(torch.randn(b.shape, generator=torch.Generator().manual_seed(1)))
+    engine.set_adapter(0, ad)
+    engine.set_adapter(2, ad)  # slot 2 = slot 0; slots 1 and 3 are fresh (B = 0: the base model)
+    assert adapter_key(engine, 1) == adapter_key(engine, 3) == "base" != adapter_key(engine, 0)
+    assert same_adapters(engine, {"T0": 0, "T1": 1, "S0": 2, "S1": 3}) == {
+        "T0": "T0",
+        "T1": "T1",
+        "S0": "T0",
+        "S1": "T1",
+    }
+    s = ProbeScores(["T0", "T1"], {"code_o": []})
+    s.correct = {"free": {"T0": {"code_o": [1, 0]}, "T1": {"code_o": [0, 0]}}}
+    s.style = {"T0": {"code_o": ["trace", "bare"]}}
+    s.texts = {("free", "code_o", 0, "T0"): "a"}
+    c = s.copied({"T0": "T0", "S0": "T0", "T1": "T1"})
+    assert c.members == ["T0", "S0", "T1"]
+    assert c.correct["free"] == {"T0": {"code_o": [1, 0]}, "S0": {"code_o": [1, 0]}, "T1": {"code_o": [0, 0]}}
+    assert c.style == {"T0": {"code_o": ["trace", "bare"]}, "S0": {"code_o": ["trace", "bare"]}}
+    assert c.texts == {("free", "code_o", 0, "T0"): "a", ("free", "code_o", 0, "S0"): "a"}

@@ -25,10 +25,12 @@ style is generated, one extra answer per code_o item instead of two.
 
 **Cost.** The first `diagnostics.probe_size` problems of each set; every member's prompts in ONE mixed-slot
 `engine.generate` (temperature 0; the engine sorts by prompt length and chunks), then one for the forced
-styles; one sandbox `score` per problem for all answers to it. Token budgets are `MAX_NEW_TOKENS` (greedy
-answers end with EOS well inside them). Every task type is probed whatever `tasks.types` trains, so a
-specialist's loss on the other types shows. The live console line counts the answers ("probe 120/1536
-answers"), and a line after each probe gives the mean accuracies and its seconds.
+styles; one sandbox `score` per problem for all answers to it. Members whose adapters are equal answer alike,
+so only one of them is asked (`same_adapters`; at step 0 every member is the base model, so that probe costs
+one member's answers). Token budgets are `MAX_NEW_TOKENS` (greedy answers end with EOS well inside them).
+Every task type is probed whatever `tasks.types` trains, so a specialist's loss on the other types shows.
+The live console line counts the answers ("probe 120/1536 answers"), and a line after each probe gives the
+mean accuracies and its seconds.
 
 The teachers get a probe of their own at the same steps, `probe_valid` (`{teacher_id: {task: valid rate}}`):
 the valid-proposal rate logged every step reads proposals to prompts built from the run's own buffers, which
@@ -46,6 +48,7 @@ probe generates reaches a buffer or an update: it only means both probes read so
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -74,6 +77,27 @@ def probe_subset(size: int, types: Sequence[str] = TASKS) -> dict[str, list]:
     return {t: load_probe(t)[:size] for t in types}
 
 
+def adapter_key(engine, slot: int) -> str:
+    """A key equal for two slots exactly when their adapters give the same model: "base" for an adapter whose
+    B factors are all zero (its update is exactly zero: every fresh member), else a hash of its factors."""
+    ad = engine.get_adapter(slot)
+    if not any(bool(b.any()) for _, b in ad.modules.values()):
+        return "base"
+    h = hashlib.sha256(repr(float(ad.alpha)).encode())
+    for name in sorted(ad.modules):
+        h.update(name.encode())
+        for t in ad.modules[name]:
+            h.update(t.detach().float().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+def same_adapters(engine, slots: Mapping[str, int]) -> dict[str, str]:
+    """`{member: the first member (in `slots` order) with the same adapter}`: greedy answers of members with
+    equal adapters are equal, so only the first is asked (at step 0 every member is the base model)."""
+    first: dict[str, str] = {}
+    return {m: first.setdefault(adapter_key(engine, slot), m) for m, slot in slots.items()}
+
+
 def answer_style(text: str, styles: Mapping[str, str]) -> str | None:
     """The style whose opening line starts `text` (`styles`: {style: opening}), or None (neither)."""
     return next((name for name, opening in styles.items() if text.startswith(opening)), None)
@@ -91,6 +115,18 @@ class ProbeScores:
     style: dict[str, dict[str, list[str | None]]] = field(default_factory=dict)
     # (answers, task, item index, member) -> the answer text scored (a forced answer starts with its opening)
     texts: dict[tuple[str, str, int, str], str] = field(default_factory=dict, repr=False)
+
+    def copied(self, aliases: Mapping[str, str]) -> ProbeScores:
+        """These scores with every member of `aliases` (`{member: member it answers like}`) given the
+        verdicts, styles and texts of the member it maps to, in the order of `aliases`."""
+        out = ProbeScores(list(aliases), self.problems, style={})
+        for which, by_member in self.correct.items():
+            out.correct[which] = {m: by_member[src] for m, src in aliases.items() if src in by_member}
+        out.style = {m: self.style[src] for m, src in aliases.items() if src in self.style}
+        for (which, t, i, src), text in self.texts.items():
+            for m in (m for m, s in aliases.items() if s == src):
+                out.texts[which, t, i, m] = text
+        return out
 
     def accuracy(self, answers: str = "free") -> dict[str, dict[str, float]]:
         """`{member: {task: accuracy}}` of one answer set (metrics.jsonl `probe` for "free")."""
@@ -339,9 +375,12 @@ class Prober:
     def scores(self, trainer: Any) -> ProbeScores:
         """Every verdict of the members alive now (after this step's evolution)."""
         slots = {m.id: m.slot for m in trainer.pop.ordered()}
-        return probe_members(
+        # Members with equal adapters answer alike (greedy): ask one of them (all four at step 0).
+        aliases = same_adapters(trainer.engine, slots) if hasattr(trainer.engine, "get_adapter") else {}
+        asked = {m: slot for m, slot in slots.items() if aliases.get(m, m) == m}
+        scores = probe_members(
             trainer.engine,
-            slots,
+            asked,
             self.problems,
             trainer.sandbox,
             self.template,
@@ -349,6 +388,7 @@ class Prober:
             self.styles,
             self._phase(trainer),
         )
+        return scores.copied({m: aliases.get(m, m) for m in slots})
 
     def score(self, trainer: Any) -> dict[str, dict[str, float]]:
         """`{member_id: {task: acc}}` for the members alive now (after this step's evolution)."""
@@ -375,7 +415,9 @@ class Prober:
         t0 = time.perf_counter()
         if trainer.live is not None and trainer.live.bar is None:  # a log file: say what the wait is
             n = len(trainer.pop.ordered())
-            note(f"probe at step {step}: up to {self.answers(n)} greedy answers of {n} members", trainer.quiet)
+            note(
+                f"probe at step {step}: up to {self.answers(n)} greedy answers of {n} members", trainer.quiet
+            )
         scores = self.scores(trainer)
         out: dict = {"probe": scores.accuracy()}
         if scores.style:
@@ -446,10 +488,12 @@ __all__ = [
     "VALID_PROBE_SEED",
     "ProbeScores",
     "Prober",
+    "adapter_key",
     "answer_style",
     "probe_line",
     "probe_members",
     "probe_subset",
+    "same_adapters",
     "score_members",
     "score_teachers",
     "teacher_probe_prompts",
