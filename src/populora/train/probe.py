@@ -372,12 +372,20 @@ class Prober:
 
         return phase
 
-    def scores(self, trainer: Any) -> ProbeScores:
+    def scores(self, trainer: Any, step: int | None = None) -> ProbeScores:
         """Every verdict of the members alive now (after this step's evolution)."""
         slots = {m.id: m.slot for m in trainer.pop.ordered()}
         # Members with equal adapters answer alike (greedy): ask one of them (all four at step 0).
         aliases = same_adapters(trainer.engine, slots) if hasattr(trainer.engine, "get_adapter") else {}
         asked = {m: slot for m, slot in slots.items() if aliases.get(m, m) == m}
+        if (
+            step is not None and trainer.live is not None and trainer.live.bar is None
+        ):  # a log: say what waits
+            note(
+                f"probe at step {step}: up to {self.answers(len(asked))} greedy answers "
+                f"({len(asked)} of {len(slots)} members; equal adapters answer alike)",
+                trainer.quiet,
+            )
         scores = probe_members(
             trainer.engine,
             asked,
@@ -413,12 +421,7 @@ class Prober:
         from populora.diagnostics.sinks import append_jsonl
 
         t0 = time.perf_counter()
-        if trainer.live is not None and trainer.live.bar is None:  # a log file: say what the wait is
-            n = len(trainer.pop.ordered())
-            note(
-                f"probe at step {step}: up to {self.answers(n)} greedy answers of {n} members", trainer.quiet
-            )
-        scores = self.scores(trainer)
+        scores = self.scores(trainer, step)
         out: dict = {"probe": scores.accuracy()}
         if scores.style:
             out["probe_style"] = scores.style_summary()
