@@ -12,11 +12,11 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from populora.checkpoint_ref import CheckpointRefError, resolve_alias_path, resolve_checkpoint
 from populora.cli import app
 from populora.evaluate.targets import TargetError, load_target
 from populora.lora.peft_io import load_peft, portable_base
 from populora.paths import TINY_MODEL_DIR
-from populora.train.checkpoint_ref import CheckpointRefError, resolve_alias_path, resolve_checkpoint
 
 
 @pytest.fixture(scope="module")

@@ -114,8 +114,8 @@ def _checkpoint_folder(p: Path) -> bool:
 
 def load_target(path: str | Path, model: str | None = None, checkpoint: str | None = None) -> Target:
     """Resolve TARGET (see module docstring); ``model`` overrides the base; ``checkpoint`` picks a run
-    folder's checkpoint (latest, final, a step number; `populora.train.checkpoint_ref`)."""
-    from populora.train.checkpoint_ref import CheckpointRefError, resolve_alias_path, resolve_checkpoint
+    folder's checkpoint (latest, final, a step number; `populora.checkpoint_ref`)."""
+    from populora.checkpoint_ref import CheckpointRefError, resolve_alias_path, resolve_checkpoint
 
     try:
         p = resolve_alias_path(Path(path).expanduser())  # RUN/checkpoints/latest -> .../step_NNNNNN

@@ -92,16 +92,12 @@ def portable_base(name: str | None) -> tuple[str | None, str | None]:
         repo = parts[-3][len("models--") :].split("--")
         if len(repo) == 2 and all(repo):
             return "/".join(repo), parts[-1]
-    from populora.paths import TINY_MODEL_DIR
+    from populora.paths import TINY_MODEL_DIR, model_cache_dir
 
     real = path.resolve()
     if real == TINY_MODEL_DIR.resolve():
         return "tiny", None
-    try:
-        from populora.engine.models import cache_dir
-    except ImportError:  # pragma: no cover - the engine ships with the package
-        return name, None
-    if real == (cache_dir() / "smol").resolve():
+    if real == (model_cache_dir() / "smol").resolve():
         return "smol", None
     return name, None
 
