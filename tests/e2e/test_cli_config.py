@@ -81,6 +81,10 @@ def test_config_show_of_a_run_folder(tmp_path):
     _one_line_error(_cli("config", "show", str(run), "lora.rank=8"), "cannot change on --resume")
     _one_line_error(_cli("config", "show", str(run), "--preset", "smol"), "drop --preset/--config")
     _one_line_error(_cli("config", "show", str(tmp_path)), "no config.yaml there")
+    res = _cli("train", "--resume", str(run), "--help-config", "train.steps=11")
+    assert res.exit_code == 0 and f"config keys resolved from run {run} + --set" in res.output
+    assert "train.steps = 11  [--set]" in res.output.splitlines()
+    assert f"rl.lr = 0.0003  [run {run}]" in res.output.splitlines()
 
 
 def _write(path, text: str):

@@ -13,7 +13,7 @@ from pathlib import Path
 import typer
 
 from populora.config import ConfigError
-from populora.config_sources import bare_overrides, resolve
+from populora.config_sources import bare_overrides, read_run_config, resolve
 
 OVERRIDES_HELP = "Config overrides KEY=VALUE, as with --set (e.g. train.steps=5 rl.lr=1e-4)."
 
@@ -121,7 +121,10 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
             from populora.config_cli import print_config_help
 
             try:
-                print_config_help(resolve(preset, config_file, sets))
+                # with --resume: the run's saved config, as the resumed run will use it
+                print_config_help(
+                    read_run_config(resume, sets) if resume else resolve(preset, config_file, sets)
+                )
             except ConfigError as err:
                 _fail(str(err))
             return
