@@ -12,7 +12,7 @@ from pathlib import Path
 
 import typer
 
-from populora import __version__
+from populora import __version__, config_cli
 
 app = typer.Typer(
     name="populora",
@@ -75,6 +75,7 @@ for _package in COMMAND_PACKAGES:
     _module = _load_commands(_package)
     if _module is not None:
         _module.register(app, bench)
+config_cli.register(app, bench)  # `populora config show`: config modules only, no package __init__ to skip
 
 from populora import export as _export  # noqa: E402 - a module, not a package; light (heavy imports inside)
 

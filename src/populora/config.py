@@ -298,12 +298,16 @@ class DiagnosticsConfig:
     probe_every: int = 0
     """Score every member greedy on the fixed probe sets every this many steps and at step 0 (metrics.jsonl
     `probe`); 0 disables the probe."""
-    probe_size: int = 64
-    """Probe problems per task type (the first ones of each fixed set, the same every time); at most 256."""
+    probe_size: int = 256
+    """Probe problems per task type (the first ones of each fixed set, the same every time); at most 256.
+    Every answer's verdict goes to probe_items.jsonl, so intervals can resample items as well as seeds."""
     probe_proposals: int = 32
     """Fixed teacher prompts per task type for the teachers' validity probe (metrics.jsonl `probe_valid`),
     taken when the probe is: each teacher proposes once per prompt at rl.teacher_temperature with one fixed
     seed, and the sandbox validates; 0 disables it. At most 128 (the references come from the probe sets)."""
+    probe_styles: bool = True
+    """Also score code_o with the answer's opening forced to the execution trace and to the bare answer
+    (metrics.jsonl `probe_style`: style and skill apart), on templates with two answer styles (compact)."""
 
 
 @dataclass

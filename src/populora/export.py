@@ -1,8 +1,9 @@
 """`populora export RUN --out DIR`: a run's adapters as Hugging Face Hub-ready PEFT folders with a model card.
 
-Owns choosing the members (``--best``: per role the highest LCB ``mu - k sigma`` with the run's
-``ratings.lcb_k``, the rule evolution and ``eval --members best`` use; ``--member ID``; ``--all``), copying
-their PEFT folders out of the newest complete checkpoint byte for byte, and writing each one's ``README.md``
+Owns choosing the checkpoint (the newest complete one, or ``--checkpoint final|STEP``, `populora.checkpoint_ref`)
+and the members (``--best``: per role the highest LCB ``mu - k sigma`` with the run's ``ratings.lcb_k``, the
+rule evolution and ``eval --members best`` use; ``--member ID``; ``--all``), copying their PEFT folders out
+byte for byte (the adapter config naming a hub base by its id), and writing each one's ``README.md``
 model card: Hub metadata (base_model, library_name, license, tags), the base model, rank / alpha / targets, a
 summary of the run's config, the member's lineage and rating, and how to load it with PEFT. Reading the run
 folder is `populora.evaluate.targets.load_target` (the same member list `populora eval` sees).
@@ -64,7 +65,9 @@ def _is_hub_id(name: str) -> bool:
     )
 
 
-def choose(run_dir: Path, best: bool, member_ids: list[str] | None, every: bool):
+def choose(
+    run_dir: Path, best: bool, member_ids: list[str] | None, every: bool, checkpoint: str | None = None
+):
     """(target, members) for the selection flags; exactly one of them (none means ``--best``)."""
     from populora.evaluate.targets import TargetError, load_target, select_members
 
@@ -77,7 +80,9 @@ def choose(run_dir: Path, best: bool, member_ids: list[str] | None, every: bool)
             "(a PEFT folder is already in the Hub's format)"
         )
     try:
-        target = load_target(run_dir, resolve=False)  # the base only names it in the card: nothing downloaded
+        target = load_target(
+            run_dir, checkpoint=checkpoint, resolve=False
+        )  # the base only names it in the card: nothing downloaded
         spec = ["all"] if every else (member_ids or ["best"])
         chosen = [m for m in select_members(target, spec) if m.id != "base"]
     except TargetError as exc:
@@ -200,11 +205,12 @@ def export(
     member_ids: list[str] | None = None,
     every: bool = False,
     force: bool = False,
+    checkpoint: str | None = None,
 ) -> list[Path]:
     """Write ``out/<member>/`` (PEFT files + README.md) for the chosen members; returns the folders."""
     from populora.evaluate.targets import lcb_k
 
-    target, chosen = choose(run_dir, best, member_ids, every)
+    target, chosen = choose(run_dir, best, member_ids, every, checkpoint)
     run_dir = Path(run_dir).expanduser()
     cfg = _read_yaml(run_dir / "config.yaml")
     out = Path(out).expanduser()
@@ -263,10 +269,13 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:  # noqa: ARG001 - th
         ),
         every: bool = typer.Option(False, "--all", help="Every member of the newest checkpoint."),
         force: bool = typer.Option(False, "--force", help="Replace existing OUT/<member>/ folders."),
+        checkpoint: str = typer.Option(
+            None, "--checkpoint", help="latest (default), final or a step number: which checkpoint to export."
+        ),
     ) -> None:
         """Export a run's adapters as Hub-ready PEFT folders, each with a README.md model card."""
         try:
-            folders = export(run_dir, out, best, member, every, force)
+            folders = export(run_dir, out, best, member, every, force, checkpoint)
         except ExportError as exc:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(2) from None

@@ -3,6 +3,7 @@ without loading torch."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 ASSETS_DIR = Path(__file__).resolve().parent / "assets"
@@ -10,3 +11,9 @@ ASSETS_DIR = Path(__file__).resolve().parent / "assets"
 
 TINY_MODEL_DIR = ASSETS_DIR / "tiny-coder"
 """The bundled tiny base model (`model.name=tiny`), a standard Hugging Face folder written by `pretrain-tiny`."""
+
+
+def model_cache_dir() -> Path:
+    """Where converted models live (`model.name=smol` under `smol/`): `$POPULORA_CACHE` or `~/.cache/populora`,
+    then `models/`. Here so that code outside the engine (the PEFT writer naming a base) finds it too."""
+    return Path(os.environ.get("POPULORA_CACHE", Path.home() / ".cache" / "populora")) / "models"

@@ -24,16 +24,22 @@ def _run(path, items: bool, end: dict[str, dict[str, float]], start_acc: float =
     ]
     (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
     if items:
-        lines = []
-        # two items of code_o: at step 0 every member right on item 0, wrong on item 1
-        for m in members:
-            lines += [
-                {"step": 0, "member": m, "task": "code_o", "item": i, "correct": i == 0} for i in (0, 1)
-            ]
-        # at step 2: S0 right on both, S1 wrong on both, T0 as at the start
-        for m, ok in (("S0", [True, True]), ("S1", [False, False]), ("T0", [True, False])):
-            lines += [{"step": 2, "member": m, "task": "code_o", "item": i, "correct": ok[i]} for i in (0, 1)]
-        (path / ITEMS_FILE).write_text("".join(json.dumps(x) + "\n" for x in lines) + '{"step": 2, "memb')
+        # the trainer's format: one line per probe (train/probe.py items_record), two code_o items;
+        # at step 0 every member right on item 0 and wrong on item 1; at step 2 S0 right on both, S1 wrong on
+        # both, T0 as at the start
+        def line(step, verdicts):
+            return {
+                "step": step,
+                "items": {"code_o": {"index": [0, 1], "id": ["p0", "p1"]}},
+                "answers": {"free": {m: {"code_o": ok} for m, ok in verdicts.items()}},
+                "style": {},
+            }
+
+        lines = [
+            line(0, dict.fromkeys(members, [True, False])),
+            line(2, {"S0": [True, True], "S1": [False, False], "T0": [True, False]}),
+        ]
+        (path / ITEMS_FILE).write_text("".join(json.dumps(x) + "\n" for x in lines) + '{"step": 2, "answ')
     return path
 
 

@@ -106,3 +106,14 @@ def test_population_ids_are_never_reused():
     assert [m.id for m in Population.create(0, 0, PRIOR, single=True).ordered()] == ["A0"]
     with pytest.raises(KeyError):
         pop.replace("T1", PRIOR, [], 1, "M1")
+
+
+def test_crossover_note_names_the_roles_that_cannot_cross():
+    from populora.config import load_config
+    from populora.population.evolution import crossover_warning
+
+    two = load_config("tiny", ["population.teachers=2", "population.students=4", "evolution.gamma=0.25"])
+    why = crossover_warning(two)
+    assert why is not None and "2 teachers" in why and "students" not in why
+    assert crossover_warning(load_config("tiny", ["population.teachers=4", "population.students=4"])) is None
+    assert crossover_warning(load_config("tiny", ["evolution.every=0"])) is None

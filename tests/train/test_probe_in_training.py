@@ -156,6 +156,23 @@ def test_trainer_logs_the_probe_at_step_0_and_every_k_steps(tmp_path):
     assert check_run(run_dir) == []
     run = load_run(run_dir)
     assert run.n_steps == 3 and list(run.probe_steps) == [0, 2]  # the step-0 probe is not a step
+    # probe_items.jsonl: one verdict per (probe, member, task, item), the same accuracies as `probe`
+    for which in ("free", "trace", "bare"):
+        items = run.probe_items(which)
+        for rec in (recs[0], recs[2]):
+            for m, accs in rec["probe"].items():
+                for t in accs:
+                    mine = [r for r in items if (r["step"], r["member"], r["task"]) == (rec["step"], m, t)]
+                    if which != "free" and t != "code_o":
+                        assert mine == []  # only code_o has two answer styles
+                        continue
+                    assert [r["item"] for r in mine] == [0, 1]
+                    acc = sum(r["correct"] for r in mine) / len(mine)
+                    row = rec["probe_style"][m]["code_o"] if t == "code_o" else {}
+                    assert acc == (accs[t] if which == "free" else row[which])
+                    if t == "code_o" and which == "free":
+                        assert row["free"] == accs["code_o"]
+                        assert row["trace_share"] == sum(r["style"] == "trace" for r in mine) / len(mine)
     curves = probe_by_role(run)
     assert set(curves) == {"teacher", "student"}
     assert list(curves["student"]["all"].steps) == [0, 2]

@@ -151,6 +151,49 @@ class Run:
         `which="probe_valid"`: a teacher's valid-proposal rate on the fixed teacher prompts."""
         return np.array([_num(((p.get(which) or {}).get(member) or {}).get(task)) for p in self.probes])
 
+    def probe_items(self, answers: str = "free") -> list[dict[str, Any]]:
+        """Every probe verdict of the run, one record per (probe step, member, task, item), from
+        probe_items.jsonl (docs/run-folder.md): `{"step", "member", "task", "item", "id", "correct", "style",
+        "answers"}`. `item` is the problem's index in its fixed probe set (the same problem in every run of one
+        asset), `id` its problem id, `correct` a bool.
+
+        `answers`: "free" (the greedy answers, the ones metrics.jsonl `probe` counts), "trace" or "bare" (the
+        answers with that opening forced, tasks with two styles only) or "all". `style` is the style a free
+        answer opened with ("trace", "bare", or None: neither, or a task with one style) and the forced style
+        for forced answers. Only probes that metrics.jsonl logged count (a probe cut by a kill is re-run);
+        of lines for the same step the last wins. A run without the file (older runs) gives []."""
+        logged = set(self.probe_steps.tolist())
+        lines: dict[int, dict[str, Any]] = {}
+        for line in read_jsonl(self.path / "probe_items.jsonl", missing_ok=True):
+            if isinstance(line.get("step"), int) and line["step"] in logged:
+                lines[line["step"]] = line
+        out: list[dict[str, Any]] = []
+        for step in sorted(lines):
+            line = lines[step]
+            items, styles = line.get("items") or {}, line.get("style") or {}
+            for which, by_member in (line.get("answers") or {}).items():
+                if answers not in ("all", which):
+                    continue
+                for member, by_task in by_member.items():
+                    for task, verdicts in by_task.items():
+                        index, ids = items[task]["index"], items[task]["id"]
+                        seen = (styles.get(member) or {}).get(task)
+                        for k, ok in enumerate(verdicts):
+                            style = (seen[k] if seen else None) if which == "free" else which
+                            out.append(
+                                {
+                                    "step": step,
+                                    "member": member,
+                                    "task": task,
+                                    "item": index[k],
+                                    "id": ids[k],
+                                    "correct": bool(ok),
+                                    "style": style,
+                                    "answers": which,
+                                }
+                            )
+        return out
+
     def events_of(self, kind: str) -> list[dict[str, Any]]:
         return [e for e in self.events if e.get("type") == kind]
 

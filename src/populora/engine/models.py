@@ -13,13 +13,14 @@ from pathlib import Path
 
 from populora.engine.types import EngineError
 from populora.paths import TINY_MODEL_DIR as TINY_DIR
+from populora.paths import model_cache_dir
 
 SMOL_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 def cache_dir() -> Path:
     """Where converted models live: `$POPULORA_CACHE` or `~/.cache/populora`, then `models/<name>`."""
-    return Path(os.environ.get("POPULORA_CACHE", Path.home() / ".cache" / "populora")) / "models"
+    return model_cache_dir()
 
 
 def resolve_model(name: str | os.PathLike) -> Path:

@@ -125,6 +125,11 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
             "--out-dir",
             help="Where results.json/.md and samples.jsonl go (default RUN_DIR/eval for run folders).",
         ),
+        checkpoint: str = typer.Option(
+            None,
+            "--checkpoint",
+            help="Which checkpoint of a run folder: latest (default), final, or a step number.",
+        ),
         oracle: str = typer.Option(
             None,
             "--oracle",
@@ -173,6 +178,10 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
             for p in report.write(out_dir, json_out):
                 typer.echo(f"wrote {p}")
             return
+        if target is None and checkpoint is not None:
+            _fail(
+                f"--checkpoint {checkpoint}: give the run folder as TARGET (populora eval RUN --checkpoint REF)"
+            )
         if target is None and model is None:
             _fail(
                 "give a TARGET (run folder or PEFT folder), --model NAME for the base model alone, or "
@@ -182,7 +191,9 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         from populora.evaluate.targets import Target, TargetError, load_target, resolve_base, select_members
 
         try:
-            tgt = load_target(target, model) if target is not None else Target(resolve_base(model))
+            tgt = (
+                load_target(target, model, checkpoint) if target is not None else Target(resolve_base(model))
+            )
             chosen = select_members(tgt, members)
             opts.max_new_tokens_code, opts.max_new_tokens_math = eval_budgets(tgt.run_dir, max_new_tokens)
             if out_dir is None and tgt.run_dir is not None:

@@ -1,7 +1,9 @@
 """What `populora eval TARGET` evaluates: a run folder, a single PEFT folder, or a folder of PEFT folders.
 
 - Run folder (``config.yaml`` + ``checkpoints/``, docs/run-folder.md): the newest complete checkpoint's
-  ``adapters/<member>/``; the base model is ``config.yaml``'s ``model.name`` (resolved with
+  ``adapters/<member>/`` (``--checkpoint latest|final|STEP`` picks another; ``RUN/checkpoints/step_NNNNNN``,
+  ``RUN/checkpoints/latest`` and ``.../final`` work as TARGET too); the base model is ``config.yaml``'s
+  ``model.name`` (resolved with
   `populora.engine.resolve_model`: "tiny", "smol", a path or a hub id); roles and ratings from ``state.json``.
 - PEFT folder (``adapter_config.json``): one member named after the folder; the base is the adapter's
   ``base_model_name_or_path``.
@@ -56,16 +58,6 @@ def _role_from_id(mid: str) -> str:
         if re.fullmatch(r"[TSA]\d+", mid)
         else "adapter"
     )
-
-
-def _latest_checkpoint(run_dir: Path) -> Path | None:
-    best = None
-    for p in (run_dir / "checkpoints").glob("step_*"):
-        m = re.fullmatch(r"step_(\d+)", p.name)
-        if m and p.is_dir() and (p / "state.json").is_file() and (p / "adapters").is_dir():
-            if best is None or int(m.group(1)) > best[0]:
-                best = (int(m.group(1)), p)
-    return best[1] if best else None
 
 
 def _state_members(state: dict) -> dict[str, dict]:
@@ -143,10 +135,23 @@ def _is_peft(p: Path) -> bool:
     return (p / "adapter_config.json").is_file()
 
 
-def load_target(path: str | Path, model: str | None = None, resolve: bool = True) -> Target:
-    """Resolve TARGET (see module docstring); ``model`` overrides the base. ``resolve=False`` keeps the base's
-    name as written (no model lookup or download: `populora export` only names it)."""
-    p = Path(path).expanduser()
+def _checkpoint_folder(p: Path) -> bool:
+    """A run's checkpoint folder given as TARGET (RUN/checkpoints/step_NNNNNN, or .../latest resolved)."""
+    return p.parent.name == "checkpoints" and (p / "state.json").is_file() and (p / "adapters").is_dir()
+
+
+def load_target(
+    path: str | Path, model: str | None = None, checkpoint: str | None = None, resolve: bool = True
+) -> Target:
+    """Resolve TARGET (see module docstring); ``model`` overrides the base; ``checkpoint`` picks a run
+    folder's checkpoint (latest, final, a step number; `populora.checkpoint_ref`). ``resolve=False`` keeps the
+    base's name as written (no model lookup or download: `populora export` only names it)."""
+    from populora.checkpoint_ref import CheckpointRefError, resolve_alias_path, resolve_checkpoint
+
+    try:
+        p = resolve_alias_path(Path(path).expanduser())  # RUN/checkpoints/latest -> .../step_NNNNNN
+    except CheckpointRefError as exc:
+        raise TargetError(str(exc)) from None
     if not p.exists():
         raise TargetError(f"TARGET {p} does not exist; give a run folder or a PEFT adapter folder")
     if not p.is_dir():
@@ -156,24 +161,27 @@ def load_target(path: str | Path, model: str | None = None, resolve: bool = True
         )
     members: list[Member] = []
     run_dir = ckpt = None
-    if (p / "checkpoints").is_dir() or (p / "config.yaml").is_file():
-        run_dir = p
-        ckpt = _latest_checkpoint(p)
-        if ckpt is None:
-            raise TargetError(
-                f"run folder {p} has no complete checkpoint (checkpoints/step_*/ with state.json "
-                "and adapters/); train longer or pass a PEFT folder"
-            )
+    is_run = (p / "checkpoints").is_dir() or (p / "config.yaml").is_file()
+    if checkpoint is not None and not is_run:
+        raise TargetError(
+            f"--checkpoint {checkpoint}: {p} is not a run folder; give the run folder as TARGET"
+        )
+    if is_run or _checkpoint_folder(p):
+        run_dir, ckpt = (p, None) if is_run else (p.parent.parent, p)
+        try:
+            ckpt = ckpt or resolve_checkpoint(p, checkpoint or "latest")
+        except CheckpointRefError as exc:
+            raise TargetError(f"{exc} (or pass a PEFT folder)") from None
         try:
             state = json.loads((ckpt / "state.json").read_text())
         except (OSError, json.JSONDecodeError):
             state = {}
         info = _state_members(state)
-        k = lcb_k(p)
-        for sub in sorted((ckpt / "adapters").iterdir()):
+        k = lcb_k(run_dir)
+        for sub in sorted((ckpt / "adapters").iterdir()) if (ckpt / "adapters").is_dir() else []:
             if sub.is_dir() and _is_peft(sub):
                 members.append(_member(sub, info.get(sub.name, {}), k))
-        base = model or _read_model_name(p)
+        base = model or _read_model_name(run_dir)
     elif _is_peft(p):
         members.append(Member(p.name, _role_from_id(p.name), p))
         base = model or json.loads((p / "adapter_config.json").read_text()).get("base_model_name_or_path")

@@ -118,6 +118,16 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         for name, d in iv["differences"].items():
             how = "paired by seed" if d["paired"] else "unpaired"
             typer.echo(f"{name}: {fmt(d)} points ({how}; bootstrap over {d['resampled']})")
+        for style, sv in r["style_fixed"].items():  # code_o with its answer style forced: skill, not style
+            for arm, a in sv["arms"].items():
+                typer.echo(f"{arm}, code_o with the {style} style forced: {fmt(a['mean_change'])} points")
+            for name, d in sv["differences"].items():
+                typer.echo(f"{name}, code_o with the {style} style forced: {fmt(d)} points")
+        for arm, roles in r["games"].items():
+            for role, g in roles.items():
+                typer.echo(
+                    f"{arm}: {role}s won {g['win']}, drew {g['draw']}, lost {g['loss']} of {g['games']} games"
+                )
 
     _register_control(exp)
 

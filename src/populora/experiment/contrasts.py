@@ -30,20 +30,22 @@ def contrasts(
     seeds: dict[str, list[int]],
     pairs: Sequence[tuple[str, str]],
     single: str | None = None,
+    answers: str = "free",
 ) -> dict:
     """`{"arms": {arm: summary}, "differences": {"a - b": interval}, "best_vs_single": {arm: ...}, "source"}`.
 
     `seeds[arm]` are the seeds the arm ran (pairing needs the same list); `single` names the single-agent
     arm, against which every population arm's best member is also compared. Arms without a probe at step 0
-    and later are left out (with a note under "missing")."""
+    and later are left out (with a note under "missing"). `answers`: "free" (the greedy answers) or a forced
+    answer style ("trace", "bare": code_o's items with that opening forced, so style and skill are apart)."""
     arrays, sources, missing = {}, set(), []
     for arm, run_dirs in dirs.items():
-        arr, source = arm_changes(run_dirs)
+        arr, source = arm_changes(run_dirs, answers)
         if arr is None:
             missing.append(arm)
             continue
         arrays[arm], _ = arr, sources.add(source)
-    if len(sources) > 1:  # an arm with items and one without: compare on what both have (per task)
+    if len(sources) > 1 and answers == "free":  # an arm with items, one without: compare per task
         from populora.experiment.probe_data import arm_array, per_task_fallback
 
         arrays = {a: arm_array(per_task_fallback(dirs[a])) for a in arrays}

@@ -131,6 +131,26 @@ def learning_figure(seeds: dict[int, dict], path: Path) -> Path:
     return path
 
 
+def game_shares(run_dirs: list[Path]) -> dict:
+    """{role: {"win", "draw", "loss": count, "games": n, "win_share": w / n, ...}} summed over the runs' rated
+    games (metrics.jsonl `games`); {} for runs without games (single mode, older runs)."""
+    from populora.diagnostics.run import load_run
+    from populora.report.games import RESULTS, role_games
+
+    totals: dict[str, dict[str, int]] = {}
+    for d in run_dirs:
+        _, by_role = role_games(load_run(d))
+        for role, counts in by_role.items():
+            t = totals.setdefault(role, dict.fromkeys(RESULTS, 0))
+            for k in RESULTS:
+                t[k] += int(counts[k][-1]) if len(counts[k]) else 0
+    out = {}
+    for role, t in totals.items():
+        n = sum(t.values())
+        out[role] = {**t, "games": n, **{f"{k}_share": (t[k] / n if n else None) for k in RESULTS}}
+    return out
+
+
 def run_learning(
     out: Path,
     preset: str = "tiny-learn",
@@ -174,7 +194,11 @@ def run_learning(
     if control:
         dirs[control] = [s.path for s in controls]
     seed_lists = dict.fromkeys(dirs, list(range(seeds)))
-    intervals = contrasts(dirs, seed_lists, [("real", control)] if control else [])
+    pairs = [("real", control)] if control else []
+    intervals = contrasts(dirs, seed_lists, pairs)
+    # The same changes with code_o's answer style forced (the probe's `probe_style`): a gain that survives
+    # with the style held fixed is skill, one that vanishes was the switch of style.
+    style_fixed = {style: contrasts(dirs, seed_lists, pairs, answers=style) for style in ("trace", "bare")}
     result = {
         "kind": "learning",
         "preset": preset,
@@ -192,6 +216,8 @@ def run_learning(
         "teacher_valid_probe_start": mean_ci([d["teacher_valid_probe"]["start"] for d in per_seed.values()]),
         "teacher_valid_rate_change": mean_ci([d["teacher_valid_rate"]["change"] for d in per_seed.values()]),
         "intervals": intervals,
+        "style_fixed": style_fixed,
+        "games": {arm: game_shares(paths) for arm, paths in dirs.items()},
         "control": control,
         "quick": quick,
         "per_seed": {str(k): v for k, v in per_seed.items()},

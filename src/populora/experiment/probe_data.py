@@ -2,8 +2,8 @@
 
 Two sources, the finer one first:
 
-- per item: `RUN_DIR/probe_items.jsonl`, one line per (probe, member, item), `{"step", "member", "task",
-  "item", "correct"}` (written by the trainer's probe when it logs items). The change of member m on item i is
+- per item: `RUN_DIR/probe_items.jsonl` (one line per probe, written by the trainer's probe; read record by
+  record with `Run.probe_items`, `{"step", "member", "task", "item", "correct", ...}`). The change of member m on item i is
   its correctness at the last probe minus the mean correctness of the step-0 members on that item (at step 0
   every member is the base model, and evolution may have replaced the members that were probed then);
 - per task (every run with a probe): metrics.jsonl `probe`, `{member: {task: accuracy}}`. The item axis then
@@ -15,7 +15,6 @@ Members are the run's solvers (`student`, or the single agent `single`) alive at
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,16 +39,13 @@ def solver_members(run, members) -> list[str]:
     return [m for m in members if run.role_of(m) in ("student", "single")]
 
 
-def _from_items(run, path: Path) -> ProbeChange | None:
-    rows = []
-    for line in path.read_text().splitlines():
-        try:
-            r = json.loads(line)
-            rows.append(
-                (int(r["step"]), str(r["member"]), f"{r['task']}/{r['item']}", float(bool(r["correct"])))
-            )
-        except (ValueError, KeyError, TypeError):
-            continue  # a line cut by a kill
+def _from_items(run, answers: str = "free") -> ProbeChange | None:
+    """Per item from the run's probe_items.jsonl; `answers`: "free" (the greedy answers), or "trace"/"bare"
+    (code_o with that answer style forced: the skill with the style held fixed, tasks with two styles only)."""
+    rows = [
+        (int(r["step"]), str(r["member"]), f"{r['task']}/{r['item']}", float(bool(r["correct"])))
+        for r in run.probe_items(answers)
+    ]
     steps = sorted({s for s, *_ in rows})
     if len(steps) < 2 or steps[0] != 0:
         return None
@@ -89,14 +85,16 @@ def _from_tasks(run) -> ProbeChange | None:
     return ProbeChange(members, ["tasks"], values, "tasks")
 
 
-def probe_change(run_dir: Path) -> ProbeChange | None:
+def probe_change(run_dir: Path, answers: str = "free") -> ProbeChange | None:
     """The run's solvers' probe change per item (or per run when only per-task accuracy is logged); None
-    when the run has no probe at step 0 and at a later step."""
+    when the run has no probe at step 0 and at a later step. `answers` other than "free" (a forced answer
+    style) has no per-task fallback: None without per-item verdicts."""
     from populora.diagnostics.run import load_run
 
     run = load_run(run_dir)
-    path = Path(run_dir) / ITEMS_FILE
-    found = _from_items(run, path) if path.is_file() else None
+    found = _from_items(run, answers) if (Path(run_dir) / ITEMS_FILE).is_file() else None
+    if answers != "free":
+        return found
     return found or _from_tasks(run)
 
 
@@ -117,13 +115,15 @@ def per_task_fallback(run_dirs: list[Path]) -> list[ProbeChange | None]:
     return [_from_tasks(load_run(d)) for d in run_dirs]
 
 
-def arm_changes(run_dirs: list[Path]) -> tuple[np.ndarray | None, str]:
+def arm_changes(run_dirs: list[Path], answers: str = "free") -> tuple[np.ndarray | None, str]:
     """`([seed, member, item] array or None, source)` for the runs of one arm, per item when every seed has
-    items on the same probe, else per task."""
-    changes = [probe_change(d) for d in run_dirs]
+    items on the same probe, else per task (for free answers; a forced style has no per-task fallback)."""
+    changes = [probe_change(d, answers) for d in run_dirs]
     arr = arm_array(changes)
     if arr is not None:
         return arr, changes[0].source
+    if answers != "free":
+        return None, "none"
     changes = per_task_fallback(run_dirs)
     arr = arm_array(changes)
     return arr, "tasks"

@@ -76,6 +76,32 @@ def _default_config(adapter: LoRAAdapter, base: str | None, targets: list[str]) 
     return out
 
 
+def portable_base(name: str | None) -> tuple[str | None, str | None]:
+    """`(base, revision)` for adapter_config.json: a base model folder written as the name any machine resolves
+    (`populora.engine.resolve_model`) instead of this machine's absolute path (issue 33). The bundled tiny
+    model's folder -> "tiny", the converted smol cache -> "smol", a Hugging Face cache snapshot
+    `.../models--ORG--NAME/snapshots/REV` -> ("ORG/NAME", REV), so PEFT's own loaders fetch the same weights.
+    Names, hub ids and other folders come back unchanged (revision None)."""
+    if not name:
+        return name, None
+    path = Path(name).expanduser()
+    if not path.is_absolute() or not path.is_dir():
+        return name, None  # already a name or hub id (or a relative path the user chose)
+    parts = path.parts
+    if len(parts) >= 3 and parts[-2] == "snapshots" and parts[-3].startswith("models--"):
+        repo = parts[-3][len("models--") :].split("--")
+        if len(repo) == 2 and all(repo):
+            return "/".join(repo), parts[-1]
+    from populora.paths import TINY_MODEL_DIR, model_cache_dir
+
+    real = path.resolve()
+    if real == TINY_MODEL_DIR.resolve():
+        return "tiny", None
+    if real == (model_cache_dir() / "smol").resolve():
+        return "smol", None
+    return name, None
+
+
 def _alpha_json(alpha: float) -> int | float:
     return int(alpha) if float(alpha).is_integer() else float(alpha)
 
@@ -113,6 +139,12 @@ def save_peft(
             cfg["base_model_name_or_path"] = base_model_name_or_path
     else:
         cfg = _default_config(adapter, base_model_name_or_path, targets)  # type: ignore[arg-type]
+    # A named base ("tiny", "smol", a hub id at its revision), not this machine's path: `populora eval` and
+    # `resolve_model` turn it back into a folder; plain PEFT takes the base model object (docs/operators.md).
+    base, revision = portable_base(cfg.get("base_model_name_or_path"))
+    cfg["base_model_name_or_path"] = base
+    if revision is not None and not cfg.get("revision"):
+        cfg["revision"] = revision
     cfg.update(
         r=adapter.rank,
         lora_alpha=_alpha_json(adapter.alpha),

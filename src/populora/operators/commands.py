@@ -186,6 +186,12 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
             _fail("give the parent adapter folder(s) with --parent DIR.")
         if out is None:
             _fail("give the child's folder with --out DIR.")
+        from populora.checkpoint_ref import CheckpointRefError, resolve_alias_path
+
+        try:  # RUN/checkpoints/latest/adapters/T0 (or .../final/...) -> the checkpoint it names
+            parent = [resolve_alias_path(p) for p in parent]
+        except CheckpointRefError as e:
+            _fail(str(e))
         _check_out(out, parent, force)
         import time
 

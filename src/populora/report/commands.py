@@ -6,7 +6,13 @@ from pathlib import Path
 
 import typer
 
-from populora.report.text import display  # paths and messages may hold a non-UTF-8 folder name
+
+def display(s: object) -> str:
+    """`populora.report.text.display` (paths and messages may hold a non-UTF-8 folder name), imported when
+    first used: `populora.report`'s __init__ loads matplotlib (1-2 s), which every other command would pay."""
+    from populora.report.text import display as safe
+
+    return safe(s)
 
 
 def _fail(msg: str) -> None:

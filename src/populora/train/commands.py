@@ -12,7 +12,10 @@ from pathlib import Path
 
 import typer
 
-from populora.config import Config, ConfigError, field_docs, to_dict
+from populora.config import ConfigError
+from populora.config_sources import bare_overrides, read_run_config, resolve
+
+OVERRIDES_HELP = "Config overrides KEY=VALUE, as with --set (e.g. train.steps=5 rl.lr=1e-4)."
 
 
 def _fail(msg: str) -> None:
@@ -20,29 +23,51 @@ def _fail(msg: str) -> None:
     raise typer.Exit(2)
 
 
-def _print_config_help() -> None:
-    defaults = to_dict(Config())
-    for key, doc in field_docs().items():
-        section, name = key.split(".", 1)
-        typer.echo(f"{key} = {defaults[section][name]!r}\n    {doc}")
+def _overrides(set_: list[str], bare: list[str] | None) -> list[str]:
+    """`--set` values, then bare `key=value` arguments (torchtune / Hydra style) in the order given."""
+    try:
+        return list(set_) + bare_overrides(bare)
+    except ConfigError as err:
+        _fail(str(err))
+        raise AssertionError("unreachable") from None
 
 
 def run_training(
-    preset: str, run_dir: Path | None, overrides: list[str], resume: Path | None, quiet: bool = False
+    preset: str | None,
+    run_dir: Path | None,
+    overrides: list[str],
+    resume: Path | None,
+    quiet: bool = False,
+    config_file: Path | None = None,
 ) -> Path:
-    """Shared by `train` and `demo`: resolve the config, run, and turn user errors into one line."""
-    from populora.engine.types import EngineError
+    """Shared by `train` and `demo`: resolve the config, run, and turn user errors into one line.
+
+    `launch.train` resolves and checks the config before it imports torch, so a config error costs no
+    import; the engine's error class is only looked up once something failed after that point.
+    """
+    from populora.train.errors import TrainError
 
     try:
-        from populora.train.errors import TrainError
         from populora.train.launch import train
 
-        return train(preset=preset, run_dir=run_dir, overrides=overrides, resume=resume, quiet=quiet)
+        return train(
+            preset=preset,
+            run_dir=run_dir,
+            overrides=overrides,
+            resume=resume,
+            quiet=quiet,
+            config_file=config_file,
+        )
     except ConfigError as err:
         _fail(str(err))
     except TrainError as err:
         _fail(str(err))
-    except EngineError as err:  # e.g. a dist worker died mid-run: the message says how to resume
+    except Exception as err:  # not KeyboardInterrupt (a BaseException): handled below
+        from populora.engine.types import EngineError
+
+        if not isinstance(err, EngineError):
+            raise
+        # e.g. a dist worker died mid-run: the message says how to resume
         where = resume or run_dir
         _fail(str(err) if where is None else str(err).replace("RUN_DIR", str(where)))
     except KeyboardInterrupt:
@@ -57,8 +82,19 @@ def run_training(
 def register(app: typer.Typer, bench: typer.Typer) -> None:
     @app.command("train")
     def train_cmd(
+        overrides: list[str] = typer.Argument(None, metavar="[KEY=VALUE]...", help=OVERRIDES_HELP),
         preset: str = typer.Option(
-            "tiny", "--preset", "-p", help="Preset name (tiny, smol, paper-7b, ablation-*) or a YAML file."
+            None,
+            "--preset",
+            "-p",
+            help="Preset name (tiny, smol, paper-7b, ablation-*) or a YAML file; default tiny.",
+        ),
+        config_file: Path = typer.Option(
+            None,
+            "--config",
+            "-c",
+            help="Your YAML file shaped like a preset, only the keys you change; its base is its `base:`, "
+            "else --preset, else tiny.",
         ),
         run_dir: Path = typer.Option(
             None, "--run-dir", "-o", help="Run folder (default runs/<preset>-<time>)."
@@ -73,24 +109,38 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
             False, "--quiet", "-q", help="No progress bar; one summary line per step."
         ),
         help_config: bool = typer.Option(
-            False, "--help-config", help="List every config key with its default and meaning, then exit."
+            False,
+            "--help-config",
+            help="List every config key with its value under --preset/--config/--set, where that value "
+            "comes from and what the key means, then exit.",
         ),
     ) -> None:
         """Self-play training: teachers propose, matched students solve, the population evolves."""
+        sets = _overrides(set_, overrides)
         if help_config:
-            _print_config_help()
+            from populora.config_cli import print_config_help
+
+            try:
+                # with --resume: the run's saved config, as the resumed run will use it
+                print_config_help(
+                    read_run_config(resume, sets) if resume else resolve(preset, config_file, sets)
+                )
+            except ConfigError as err:
+                _fail(str(err))
             return
-        out = run_training(preset, run_dir, list(set_), resume, quiet)
+        out = run_training(preset, run_dir, sets, resume, quiet, config_file)
         typer.echo(f"run folder: {out}")
 
     @app.command("demo")
     def demo_cmd(
+        overrides: list[str] = typer.Argument(None, metavar="[KEY=VALUE]...", help=OVERRIDES_HELP),
         run_dir: Path = typer.Option(None, "--run-dir", "-o", help="Run folder (default runs/demo-<time>)."),
         set_: list[str] = typer.Option([], "--set", "-s", help="Override a config key (repeatable)."),
     ) -> None:
         """Train the tiny 2T+2S preset on this machine, then write the HTML report."""
+        sets = _overrides(set_, overrides)
         out = run_dir or Path("runs") / f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
-        out = run_training("tiny", out, list(set_), None)
+        out = run_training("tiny", out, sets, None)
         typer.echo(f"run folder: {out}")
         report = _write_report(out)
         if report is not None:

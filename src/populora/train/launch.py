@@ -9,15 +9,17 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
-from populora.config import load_config, read_yaml, resume_config, to_yaml
-from populora.engine import PolicyEngine
-from populora.train import checkpoint as ckpt
+from populora.config import read_yaml, resume_config, to_yaml
+from populora.config_sources import resolve
 from populora.train.errors import TrainError
 from populora.train.run_folder import PRIVATE_UMASK, RunFolderError, lock_run_dir, prepare_run_dir
-from populora.train.trainer import Trainer
+
+if TYPE_CHECKING:
+    from populora.engine import PolicyEngine
 
 
 def train(
@@ -27,8 +29,18 @@ def train(
     resume: str | Path | None = None,
     quiet: bool = False,
     engine: PolicyEngine | None = None,
+    config_file: str | Path | None = None,
 ) -> Path:
-    """Run (or resume) training; returns the run folder. Raises ConfigError / TrainError on user errors."""
+    """Run (or resume) training; returns the run folder. Raises ConfigError / TrainError on user errors.
+
+    `preset` None means the default (tiny), or the `base:` of `config_file` (`populora.config_sources`).
+    The config is resolved and checked before torch and the trainer are imported: a config error is instant.
+    """
+    if resume is not None and config_file is not None:
+        raise TrainError(
+            f"--config {config_file} with --resume {resume}: a run keeps its config; drop --config "
+            "(only the keys --resume may change can be set with --set)."
+        )
     if resume is not None:
         run_path = Path(resume)
         cfg_file = run_path / "config.yaml"
@@ -47,12 +59,13 @@ def train(
             raise TrainError(f"--resume {run_path}: config.yaml is not a config; start a new run.")
         cfg = resume_config(saved, overrides)
     else:
-        cfg = load_config(preset, overrides)
-        run_path = (
-            Path(run_dir)
-            if run_dir
-            else Path("runs") / f"{Path(preset).stem}-{time.strftime('%Y%m%d-%H%M%S')}"
-        )
+        cfg = resolve(preset, config_file, overrides).cfg
+        name = Path(config_file or preset or "tiny").stem
+        run_path = Path(run_dir) if run_dir else Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    # Heavy imports (torch, transformers) only now, after the config has been resolved and checked.
+    from populora.train import checkpoint as ckpt
+    from populora.train.trainer import Trainer
+
     # Owner-only run folder (0700) and files (umask 077): the buffers hold the run's gold programs.
     old_umask = os.umask(PRIVATE_UMASK)
     lock_fd = None

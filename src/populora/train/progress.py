@@ -48,6 +48,9 @@ PHASE_LABELS = {
     "teacher": ("teacher generation", "prompts"),
     "student": ("student solve", "rollouts"),
     "update": ("update", "micro-batches"),
+    "probe": ("probe", "answers"),  # the fixed probe (train/probe.py): greedy answers of every member
+    "probe_style": ("probe, answer style forced", "answers"),
+    "probe_valid": ("probe, teachers' fixed prompts", "proposals"),
 }
 
 
@@ -57,6 +60,7 @@ PHASE_NAMES = {
     "score": "scoring answers in the sandbox",
     "evolution": "evolution",
     "matchmaking": "matchmaking",
+    "probe_score": "probe, scoring answers in the sandbox",
 }
 
 
@@ -133,6 +137,13 @@ class StepProgress:
         """Clear the phase text (after each engine call), so a finished phase is not shown as running."""
         if self.bar is not None:
             self.bar.update(self.task, phase="")
+
+    def line(self, text: str) -> None:
+        """Print a summary line that is not a step's (the probe's), above the bar on a terminal."""
+        if self.bar is not None:
+            self.bar.console.print(text, highlight=False)
+        else:
+            print(text, flush=True)
 
     def advance(self, line: str) -> None:
         if self.bar is not None:

@@ -142,8 +142,9 @@ class Trainer:
         self.tasks = {name: tasks.get(name, score_deadline_s=deadline) for name in self.cfg.tasks.types}
         self.coverage = CoverageArchive()
         self.score_past_deadline = 0  # set by score(): answers the step's scoring deadlines cut
-        if not self.single and (warning := crossover_warning(self.cfg)):
-            print(f"warning: {warning}", file=sys.stderr, flush=True)
+        if not self.single and (why := crossover_warning(self.cfg)):
+            # a fact of the configuration, not a fault (the bundled presets run 2T+2S): a note, not a warning
+            note(why, self.quiet)
         self.probe_guard = ProbeGuard.from_probe_sets()
         if self.engine is None:
             note(f"loading the model {self.cfg.model.name!r} ({self.cfg.model.backend})", self.quiet)

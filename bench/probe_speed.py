@@ -1,0 +1,109 @@
+"""What the fixed probe costs on the bundled model (train/probe.py), per probe size and scoring mode.
+
+For 2 members (fresh adapters) at each probe size: the free greedy answers only (the probe before answer
+styles were scored), the free answers plus both code_o styles forced and generated (forcing without reuse), and
+the probe as it runs (the free answer reused as the forced answer of its own style, only the other style
+generated). CPU seconds are this process's (the sandbox's workers are not counted; scoring is a small part),
+wall seconds the clock's. Also counts the answers that ran into their token budget: stop strings at the end of
+the answer block would save only those.
+
+python bench/probe_speed.py [--sizes 64,256] [--members 2] [--out bench/results/probe_speed.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+from populora.config import load_config
+from populora.engine import GenRequest
+from populora.pretrain.probe import MAX_NEW_TOKENS
+from populora.sandbox import Sandbox
+from populora.tasks import get
+from populora.train.probe import ANSWER_STYLES, PROBE_SEED, probe_members, probe_subset
+from populora.train.setup import build_engine
+
+STYLES = ANSWER_STYLES["compact"]
+
+
+class Counting:
+    """The engine, counting requests, generated tokens and answers cut by their token budget."""
+
+    def __init__(self, engine):
+        self.engine, self.requests, self.tokens, self.cut = engine, 0, 0, 0
+
+    def generate(self, requests, seed=None, **kw):
+        gens = self.engine.generate(requests, seed=seed, **kw)
+        self.requests += len(gens)
+        self.tokens += sum(len(g.token_ids) for g in gens)
+        self.cut += sum(g.finish_reason == "length" for g in gens)
+        return gens
+
+
+def measure(fn) -> dict:
+    w0, c0 = time.perf_counter(), time.process_time()
+    counted = fn()
+    return {
+        "wall_s": round(time.perf_counter() - w0, 2),
+        "cpu_s": round(time.process_time() - c0, 2),
+        "answers": counted.requests,
+        "tokens": counted.tokens,
+        "cut_by_budget": counted.cut,
+        "load_1min": round(os.getloadavg()[0], 2),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sizes", default="64,256")
+    ap.add_argument("--members", type=int, default=2)
+    ap.add_argument("--out", type=Path, default=Path("bench/results/probe_speed.json"))
+    args = ap.parse_args()
+    cfg = load_config("tiny-learn", [f"population.teachers={args.members}"])
+    engine = build_engine(cfg)
+    slots = {f"M{k}": k for k in range(args.members)}
+    code_o = get("code_o")
+    results: dict = {"members": args.members, "threads": engine.gen_threads, "sizes": {}}
+    with Sandbox(workers=2) as sb:
+        probe_members(engine, slots, probe_subset(4), sb)  # warm-up
+        for size in map(int, args.sizes.split(",")):
+            problems = probe_subset(size)
+
+            def free(problems=problems):
+                eng = Counting(engine)
+                probe_members(eng, slots, problems, sb)
+                return eng
+
+            def no_reuse(problems=problems):
+                eng = Counting(engine)
+                probe_members(eng, slots, problems, sb)
+                reqs = [
+                    GenRequest(
+                        s, code_o.student_prompt(p, template="compact") + o, MAX_NEW_TOKENS["code_o"], 0.0
+                    )
+                    for o in STYLES["code_o"].values()
+                    for p in problems["code_o"]
+                    for s in slots.values()
+                ]
+                eng.generate(reqs, seed=PROBE_SEED)
+                return eng
+
+            def styled(problems=problems):
+                eng = Counting(engine)
+                probe_members(eng, slots, problems, sb, styles=STYLES)
+                return eng
+
+            row = {"free": measure(free), "styles_no_reuse": measure(no_reuse), "styles": measure(styled)}
+            results["sizes"][size] = row
+            for name, m in row.items():
+                print(f"size {size:>3} {name:<16} {m}", flush=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=1) + "\n")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
