@@ -33,7 +33,7 @@ CARD_KEYS = (
     ("lora", "rank"),
     ("lora", "alpha"),
     ("rl", "lr"),
-    ("rl", "n_rollouts"),
+    ("rl", "rollouts"),
     ("evolution", "every"),
     ("evolution", "gamma"),
     ("ratings", "lcb_k"),
@@ -282,4 +282,4 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:  # noqa: ARG001 - th
         for f in folders:
             typer.echo(f"wrote {f} (PEFT adapter + README.md model card)")
         if folders:
-            typer.echo(f"upload one with: huggingface-cli upload USER/NAME {folders[0]}")
+            typer.echo(f"upload one with: hf upload USER/NAME {folders[0]}")

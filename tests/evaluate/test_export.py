@@ -155,3 +155,12 @@ def test_existing_folder_needs_force(run_dir, tmp_path):
     assert r.exit_code == 2 and "--force" in r.output
     r = _invoke(run_dir, "--member", "T0", "--out", out, "--force")
     assert r.exit_code == 0 and sorted(p.name for p in out.iterdir()) == ["T0"]  # no temp folder left
+
+
+def test_checkpoint_choice(run_dir, tmp_path):
+    r = _invoke(run_dir, "--checkpoint", "latest", "--member", "T0", "--out", tmp_path / "l")
+    assert r.exit_code == 0, r.output
+    assert "checkpoint step 2" in (tmp_path / "l" / "T0" / "README.md").read_text()
+    r = _invoke(run_dir, "--checkpoint", "1", "--out", tmp_path / "one")  # step 1 holds no adapters
+    assert r.exit_code == 2 and "step_000001 has no adapters" in r.output and "Traceback" not in r.output
+    assert not (tmp_path / "one").exists()
