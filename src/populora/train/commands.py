@@ -28,7 +28,12 @@ def _print_config_help() -> None:
 
 
 def run_training(
-    preset: str, run_dir: Path | None, overrides: list[str], resume: Path | None, quiet: bool = False
+    preset: str | None,
+    run_dir: Path | None,
+    overrides: list[str],
+    resume: Path | None,
+    quiet: bool = False,
+    from_checkpoint: str | None = None,
 ) -> Path:
     """Shared by `train` and `demo`: resolve the config, run, and turn user errors into one line."""
     from populora.engine.types import EngineError
@@ -37,7 +42,14 @@ def run_training(
         from populora.train.errors import TrainError
         from populora.train.launch import train
 
-        return train(preset=preset, run_dir=run_dir, overrides=overrides, resume=resume, quiet=quiet)
+        return train(
+            preset=preset,
+            run_dir=run_dir,
+            overrides=overrides,
+            resume=resume,
+            quiet=quiet,
+            from_checkpoint=from_checkpoint,
+        )
     except ConfigError as err:
         _fail(str(err))
     except TrainError as err:
@@ -45,11 +57,8 @@ def run_training(
     except EngineError as err:  # e.g. a dist worker died mid-run: the message says how to resume
         where = resume or run_dir
         _fail(str(err) if where is None else str(err).replace("RUN_DIR", str(where)))
-    except KeyboardInterrupt:
-        typer.echo(
-            "interrupted; resume with `populora train --resume RUN_DIR` (the newest checkpoint is kept)",
-            err=True,
-        )
+    except KeyboardInterrupt as err:  # TrainingInterrupted names the run folder and what was saved
+        typer.echo(str(err) or "interrupted; the newest checkpoint is kept", err=True)
         raise typer.Exit(130) from None
     raise AssertionError("unreachable")
 
@@ -58,7 +67,10 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
     @app.command("train")
     def train_cmd(
         preset: str = typer.Option(
-            "tiny", "--preset", "-p", help="Preset name (tiny, smol, paper-7b, ablation-*) or a YAML file."
+            None,
+            "--preset",
+            "-p",
+            help="Preset name (tiny, smol, paper-7b, ablation-*) or a YAML file (default tiny).",
         ),
         run_dir: Path = typer.Option(
             None, "--run-dir", "-o", help="Run folder (default runs/<preset>-<time>)."
@@ -67,7 +79,15 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
             [], "--set", "-s", help="Override a config key: --set rl.lr=1e-4 (repeatable)."
         ),
         resume: Path = typer.Option(
-            None, "--resume", help="Continue the run in this folder from its newest checkpoint."
+            None,
+            "--resume",
+            help="Continue the run in this folder (or RUN/checkpoints/step_N) from its newest checkpoint.",
+        ),
+        from_checkpoint: str = typer.Option(
+            None,
+            "--from-checkpoint",
+            help="With --resume RUN and --run-dir NEW: copy RUN up to this checkpoint (step_N, N or latest) "
+            "into NEW and continue there; RUN is not changed.",
         ),
         quiet: bool = typer.Option(
             False, "--quiet", "-q", help="No progress bar; one summary line per step."
@@ -80,7 +100,7 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         if help_config:
             _print_config_help()
             return
-        out = run_training(preset, run_dir, list(set_), resume, quiet)
+        out = run_training(preset, run_dir, list(set_), resume, quiet, from_checkpoint)
         typer.echo(f"run folder: {out}")
 
     @app.command("demo")

@@ -16,26 +16,31 @@ from populora.config import load_config, read_yaml, resume_config, to_yaml
 from populora.engine import PolicyEngine
 from populora.train import checkpoint as ckpt
 from populora.train.errors import TrainError
+from populora.train.interrupt import TrainingInterrupted
+from populora.train.resume import branch_run, plan_resume, resume_line
 from populora.train.run_folder import PRIVATE_UMASK, RunFolderError, lock_run_dir, prepare_run_dir
 from populora.train.trainer import Trainer
 
 
 def train(
-    preset: str = "tiny",
+    preset: str | None = None,
     run_dir: str | Path | None = None,
     overrides: list[str] | tuple = (),
     resume: str | Path | None = None,
     quiet: bool = False,
     engine: PolicyEngine | None = None,
+    from_checkpoint: str | None = None,
 ) -> Path:
-    """Run (or resume) training; returns the run folder. Raises ConfigError / TrainError on user errors."""
+    """Run (or resume, or branch) training; returns the run folder. `preset` None means "tiny" for a new run
+    (with `resume` it must stay None: the run keeps its config). Raises ConfigError / TrainError on user
+    errors and `TrainingInterrupted` (a KeyboardInterrupt naming the run folder) on Ctrl-C."""
+    plan = None
+    if resume is None and from_checkpoint is not None:
+        raise TrainError("--from-checkpoint needs --resume RUN (the run whose checkpoint is branched).")
     if resume is not None:
-        run_path = Path(resume)
+        plan = plan_resume(resume, run_dir, from_checkpoint, preset)  # refuses contradictory flags
+        run_path = plan.branch_from[0] if plan.branch_from else plan.run  # the config comes from the source
         cfg_file = run_path / "config.yaml"
-        if not cfg_file.is_file():
-            raise TrainError(
-                f"--resume {run_path}: no config.yaml there; pass a run folder written by `populora train`."
-            )
         try:
             saved = read_yaml(cfg_file.read_text())  # plain data: aliases refused (config.read_yaml)
         except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
@@ -46,7 +51,9 @@ def train(
         if not isinstance(saved, dict):
             raise TrainError(f"--resume {run_path}: config.yaml is not a config; start a new run.")
         cfg = resume_config(saved, overrides)
+        run_path = plan.run
     else:
+        preset = preset or "tiny"
         cfg = load_config(preset, overrides)
         run_path = (
             Path(run_dir)
@@ -58,7 +65,9 @@ def train(
     lock_fd = None
     try:
         try:
-            prepare_run_dir(run_path, "--resume" if resume is not None else "--run-dir")
+            if plan is not None and plan.branch_from:
+                branch_run(*plan.branch_from, run_path)  # a new folder: the source run is never changed
+            prepare_run_dir(run_path, "--resume" if plan and not plan.branch_from else "--run-dir")
             lock_fd = lock_run_dir(run_path)  # held until this function returns (or the process ends)
         except RunFolderError as err:
             raise TrainError(str(err)) from None
@@ -71,7 +80,11 @@ def train(
         trainer = Trainer(cfg, run_path, engine=engine, quiet=quiet)
         try:
             trainer.setup()
-            start = trainer.restore() if resume is not None else 0
+            start = 0
+            if plan is not None:
+                source = plan.branch_from[0] if plan.branch_from else None
+                start = trainer.restore(branched_from=str(source) if source else None)
+                print(resume_line(run_path, start, cfg.train.steps, plan), file=sys.stderr, flush=True)
             trainer.run.write_config(to_yaml(cfg))  # on resume: records a changed train.steps
             if start >= cfg.train.steps:
                 print(
@@ -87,6 +100,10 @@ def train(
                     f"continue with `populora train --resume {run_path}` (the newest checkpoint is intact)."
                 ) from None
             raise
+        except TrainingInterrupted:
+            raise
+        except KeyboardInterrupt:  # before the step loop (loading the model) or a second Ctrl-C
+            raise TrainingInterrupted(run_path, None) from None
         finally:
             trainer.close()
     finally:
