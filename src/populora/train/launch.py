@@ -12,7 +12,8 @@ from pathlib import Path
 
 import yaml
 
-from populora.config import load_config, read_yaml, resume_config, to_yaml
+from populora.config import ConfigError, load_config, read_yaml, resume_config, to_yaml
+from populora.diagnostics.sinks import missing_tracker
 from populora.engine import PolicyEngine
 from populora.train import checkpoint as ckpt
 from populora.train.errors import TrainError
@@ -60,6 +61,9 @@ def train(
             if run_dir
             else Path("runs") / f"{Path(preset).stem}-{time.strftime('%Y%m%d-%H%M%S')}"
         )
+    missing = missing_tracker(cfg.log.tensorboard, cfg.log.wandb, cfg.log.mlflow)
+    if missing:  # before any folder or model: one line, not the tracker's import traceback
+        raise ConfigError(missing)
     # Owner-only run folder (0700) and files (umask 077): the buffers hold the run's gold programs.
     old_umask = os.umask(PRIVATE_UMASK)
     lock_fd = None
