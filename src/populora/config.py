@@ -291,6 +291,14 @@ class LogConfig:
     """Also log to Weights & Biases (needs `pip install wandb` and a login); off by default."""
     mlflow: bool = False
     """Also log to MLflow (needs `pip install mlflow`); off by default."""
+    project: str = "populora"
+    """The W&B project and the MLflow experiment the run is logged under."""
+    entity: str | None = None
+    """The W&B entity (user or team); null: your default entity."""
+    run_name: str | None = None
+    """The run's name in W&B and MLflow; null: the run folder's name."""
+    tags: list[str] = field(default_factory=list)
+    """Tags of the run in W&B and MLflow, e.g. --set log.tags=ablation,seed1."""
 
 
 @dataclass
