@@ -59,6 +59,7 @@ from populora.population.matchmaking import match
 from populora.population.members import Population
 from populora.population.ratings import RatingSystem, score_game
 from populora.rl.advantages import reinforce_pp_baseline, scope_key
+from populora.rl.schedule import lr_at
 from populora.sandbox import Limits, Sandbox
 from populora.tasks.buffers import TaskBuffers
 from populora.tasks.rewards import RewardConfig, learnability_reward, student_reward, teacher_reward
@@ -275,6 +276,7 @@ class Trainer:
 
         # (4) Advantages from those rewards, ONE mixed batch for every member, rating updates.
         with self._phase(timings, "update"):
+            lr = self.schedule_lr(step)
             train_metrics = self.update(traces)
             matchups = self.rate(pairs, traces, step)
         events += [{"step": step, "type": "matchup", **m} for m in matchups]
@@ -301,7 +303,21 @@ class Trainer:
         )
         # answers scored False only because a scoring deadline passed (a problem's or the step's)
         record["score_past_deadline"] = self.score_past_deadline
+        record["lr"] = lr  # every adapter's learning rate in this step's update (rl.lr_schedule)
         return StepResult(step, record, traces, events)
+
+    def schedule_lr(self, step: int) -> float:
+        """Set every adapter's learning rate for `step` (`rl.lr_schedule`, `rl.warmup_steps`) and return it.
+
+        A function of the step alone: a resumed run sets the same rates, and a child born at evolution takes
+        the run's current rate (its slot's rate is set here every step). A constant schedule without warm-up
+        leaves the engine's rates as built (rl.lr)."""
+        r = self.cfg.rl
+        lr = lr_at(step, self.cfg.train.steps, r.lr, r.lr_schedule, r.warmup_steps)
+        if r.lr_schedule != "constant" or r.warmup_steps:
+            for slot in range(self.cfg.n_slots):
+                self.engine.set_lr(slot, lr)
+        return lr
 
     # (2) ------------------------------------------------------------------------------------------------
     def propose(
