@@ -40,6 +40,9 @@ RESUMABLE_KEYS: tuple[str, ...] = (
     "train.threads",
     "dist.workers",  # e.g. resume on the workers left after losing a node: same maths, other layout
     "dist.address",
+    # memory settings: the same update up to float rounding, so a run that ran out of memory can continue
+    "rl.micro_batch_tokens",
+    "rl.activation_checkpointing",
 )
 
 
@@ -120,6 +123,10 @@ class ModelConfig:
     """backend=vllm on a GPU: share of GPU memory vLLM reserves (its copy of the base + KV cache); training uses the rest."""
     vllm_kv_cache_gb: float = 0.0
     """backend=vllm on CPU: KV-cache size in GiB; 0 derives it from the model (its weight size, at most 4 GiB)."""
+    revision: str = ""
+    """Hub models: the branch, tag or commit to load (from_pretrained's `revision`); '' = the default branch."""
+    trust_remote_code: bool = False
+    """Run the model folder's own Python code (from_pretrained's and vLLM's `trust_remote_code`); only for models you trust."""
 
 
 @dataclass
@@ -130,6 +137,9 @@ class LoRAConfig:
     """LoRA scaling alpha; the weight update is (alpha / r) * B @ A."""
     targets: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
     """Module names the adapters attach to (the paper uses the attention projections q/k/v/o)."""
+    dropout: float = 0.0
+    """PEFT's lora_dropout: dropout on each LoRA input in train steps only (generation and log-probs never drop);
+    written to adapter_config.json. The paper uses 0."""
 
 
 @dataclass
@@ -229,6 +239,18 @@ class RLConfig:
     """'shuffled' is the control of `populora experiment learning --control shuffled`: the update gets the students'
     answer rewards permuted across all student answers of each step (a fixed permutation per seed and step);
     everything else sees the real ones (the teachers' 1 - rho, the ratings, the logged rewards)."""
+    lr_schedule: Literal["constant", "linear", "cosine"] = "constant"
+    """Learning rate over train.steps (rl.lr at its peak): 'constant' (the paper's), 'linear' or 'cosine' decay;
+    a function of the step, so resume and children born at evolution follow the run's schedule."""
+    warmup_steps: int = 0
+    """Linear warm-up: step t <= warmup_steps trains at rl.lr * t / warmup_steps; 0 = none."""
+    micro_batch_tokens: int = 4096
+    """Padded tokens per forward/backward in a train step; the step's gradients are accumulated over its
+    micro-batches and each adapter takes ONE optimizer step, so this changes memory, not the update (that is
+    the gradient accumulation). A longer row runs alone; 0 = the whole step in one batch."""
+    activation_checkpointing: bool = False
+    """Recompute each decoder layer's activations in the backward pass instead of keeping them (less memory,
+    about one more forward of compute); the same gradients."""
 
 
 @dataclass
@@ -291,6 +313,14 @@ class LogConfig:
     """Also log to Weights & Biases (needs `pip install wandb` and a login); off by default."""
     mlflow: bool = False
     """Also log to MLflow (needs `pip install mlflow`); off by default."""
+    project: str = "populora"
+    """The W&B project and the MLflow experiment the run is logged under."""
+    entity: str | None = None
+    """The W&B entity (user or team); null: your default entity."""
+    run_name: str | None = None
+    """The run's name in W&B and MLflow; null: the run folder's name."""
+    tags: list[str] = field(default_factory=list)
+    """Tags of the run in W&B and MLflow, e.g. --set log.tags=ablation,seed1."""
 
 
 @dataclass
@@ -820,6 +850,22 @@ def validate(cfg: Config) -> Config:
     _require(
         cfg.dist.workers >= 1,
         f"dist.workers: must be >= 1 (1 = one process, no Ray), got {cfg.dist.workers}; use one per GPU.",
+    )
+    _require(0 <= lo.dropout < 1, f"lora.dropout: must be in [0, 1), got {lo.dropout}; PEFT's usual is 0.05.")
+    _require(
+        r.micro_batch_tokens >= 0,
+        f"rl.micro_batch_tokens: must be >= 0 (0 = one batch), got {r.micro_batch_tokens}; e.g. 4096.",
+    )
+    _require(
+        r.warmup_steps >= 0 and (r.warmup_steps == 0 or r.warmup_steps < t.steps),
+        f"rl.warmup_steps: must be >= 0 and below train.steps ({t.steps}), got {r.warmup_steps}; "
+        "the run would never reach rl.lr.",
+    )
+    _require(
+        not cfg.model.revision
+        or (cfg.model.name not in ("tiny", "smol") and not Path(cfg.model.name).expanduser().exists()),
+        f"model.revision: applies to hub ids only, but model.name={show(cfg.model.name)} is a bundled name or "
+        "a local folder; set model.revision=''.",
     )
     check_model_path(cfg.model.name)
     return cfg

@@ -8,6 +8,7 @@ import pytest
 
 from populora.diagnostics.sinks import (
     MetricLogger,
+    TrackerError,
     append_jsonl,
     flatten_scalars,
     read_jsonl,
@@ -128,8 +129,9 @@ def test_metric_logger_jsonl_only(tmp_path):
 
 def test_metric_logger_tensorboard_missing_is_clear(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "tensorboard", None)  # simulate the package being absent
-    with pytest.raises(RuntimeError, match="pip install tensorboard"):
+    with pytest.raises(TrackerError, match="pip install tensorboard") as info:
         MetricLogger(tmp_path, tensorboard=True)
+    assert "\n" not in str(info.value) and info.value.__cause__ is None
 
 
 def test_metric_logger_tensorboard_scalars(tmp_path):
@@ -138,12 +140,14 @@ def test_metric_logger_tensorboard_scalars(tmp_path):
 
     log = MetricLogger(tmp_path, tensorboard=True)
     for s in range(3):
-        log.log({"step": s, "coverage": 0.1 * s, "members": {"S0": {"reward": 1.0 - s}}})
+        log.log({"step": s, "coverage": 0.1 * s, "members": {"S0": {"role": "student", "reward": 1.0 - s}}})
     log.close()
     acc = EventAccumulator(str(tmp_path / "tensorboard"))
     acc.Reload()
-    assert {"coverage", "members/S0/reward"} <= set(acc.Tags()["scalars"])
-    vals = [(e.step, e.value) for e in acc.Scalars("members/S0/reward")]
+    assert {"run/coverage", "member/student-0/reward", "role/student/reward_mean"} <= set(
+        acc.Tags()["scalars"]
+    )
+    vals = [(e.step, e.value) for e in acc.Scalars("member/student-0/reward")]
     assert vals == [(0, 1.0), (1, 0.0), (2, -1.0)]
-    assert math.isclose(acc.Scalars("coverage")[2].value, 0.2, rel_tol=1e-6)
+    assert math.isclose(acc.Scalars("run/coverage")[2].value, 0.2, rel_tol=1e-6)
     assert len(read_jsonl(tmp_path / "metrics.jsonl")) == 3

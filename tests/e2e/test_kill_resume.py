@@ -1,7 +1,9 @@
-"""SIGKILL a training subprocess at a random moment after its first checkpoint, resume it, check the folder.
+"""SIGKILL a training subprocess at a random moment after its first checkpoint, resume it, check the folder;
+SIGINT (Ctrl-C) one mid-run: it checkpoints the step in flight, and the resume matches an uninterrupted run;
+branch a finished run from an older checkpoint into a new folder: the branch replays it, the original is unchanged.
 
-The moment is drawn from a seeded generator: `POPULORA_TEST_SEED` (default 0) picks it, and the test prints the
-seed and the delay so a failing kill can be replayed with the same seed."""
+The kill's moment is drawn from a seeded generator: `POPULORA_TEST_SEED` (default 0) picks it, and the test
+prints the seed and the delay so a failing kill can be replayed with the same seed."""
 
 import json
 import os
@@ -12,11 +14,14 @@ import sys
 import time
 from collections import Counter
 
+import pytest
+
 from populora.diagnostics.sinks import read_jsonl
 from populora.train.checkpoint import list_checkpoints, read_state
 
 STEPS = 4
 SEED = int(os.environ.get("POPULORA_TEST_SEED", "0"))
+ENV = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE", "PYTHONUNBUFFERED": "1"}
 
 
 def _cli(*args: str) -> list[str]:
@@ -93,3 +98,119 @@ def test_sigkill_then_resume_leaves_a_consistent_run(tmp_path, fast):
     live = sorted(m["id"] for m in read_state(last)["members"])
     assert sorted(p.name for p in (last / "adapters").iterdir()) == live
     assert live == sorted(metrics[-1]["members"]) and live != sorted(metrics[0]["members"])
+
+
+TIMING = {"time", "phase_s", "step_s", "tokens_per_s"}
+
+
+def _stable(run) -> list[dict]:
+    """metrics.jsonl without its wall-clock fields: what a deterministic replay must reproduce."""
+    return [{k: v for k, v in m.items() if k not in TIMING} for m in read_jsonl(run / "metrics.jsonl")]
+
+
+def _games(run) -> list[dict]:
+    keep = ("matchup", "evolution")
+    return [
+        {k: v for k, v in e.items() if k != "seconds"}
+        for e in read_jsonl(run / "events.jsonl")
+        if e["type"] in keep
+    ]
+
+
+def _sets(fast, *extra: str) -> list[str]:
+    keys = [*fast, f"train.steps={STEPS}", "evolution.every=2", *extra]
+    return [x for kv in keys for x in ("--set", kv)]
+
+
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory, fast):
+    """The reference: STEPS steps without interruption, a checkpoint after every step (all kept)."""
+    run = tmp_path_factory.mktemp("straight") / "a"
+    res = subprocess.run(
+        _cli(
+            "train",
+            "--run-dir",
+            str(run),
+            "--quiet",
+            *_sets(fast, "train.checkpoint_every=1", "train.keep_checkpoints=0"),
+        ),
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    return run
+
+
+def test_sigint_checkpoints_the_current_step_and_the_resume_matches(straight, tmp_path, fast):
+    run = tmp_path / "b"
+    # checkpoints only at the end: the one found after Ctrl-C is the interrupt's own
+    proc = subprocess.Popen(
+        _cli("train", "--run-dir", str(run), "--quiet", *_sets(fast, "train.checkpoint_every=100")),
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.time() + 240
+    while time.time() < deadline and proc.poll() is None:
+        if (run / "metrics.jsonl").exists() and read_jsonl(run / "metrics.jsonl"):
+            break  # step 1 is logged: the step loop (and its Ctrl-C handler) is running
+        time.sleep(0.1)
+    assert proc.poll() is None, proc.stderr.read()[-2000:]
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-2000:]
+    done = len(read_jsonl(run / "metrics.jsonl"))
+    assert 1 <= done < STEPS, err[-2000:]
+    assert [s for s, _ in list_checkpoints(run)] == [done]  # the step in flight finished and was saved
+    assert "interrupt: finishing the current step, then saving a checkpoint" in err
+    assert err.strip().splitlines()[-1] == (
+        f"interrupted: checkpoint checkpoints/step_{done:06d} saved after step {done} of {STEPS}; "
+        f"continue with `populora train --resume {run}`"
+    )
+
+    res = subprocess.run(
+        _cli("train", "--resume", str(run), "--quiet"), env=ENV, capture_output=True, text=True, timeout=300
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert f"resuming {run} from checkpoint step_{done:06d} (step {done} of {STEPS})" in res.stderr
+    # nothing was redone or lost: the interrupted-and-resumed run is the uninterrupted one, step for step
+    assert _stable(run) == _stable(straight)
+    assert _games(run) == _games(straight)
+
+
+def test_branch_from_an_older_checkpoint_replays_the_run_in_a_new_folder(straight, tmp_path):
+    before = {p: p.read_bytes() for p in straight.rglob("*") if p.is_file() and p.name != ".lock"}
+    new = tmp_path / "branch"
+    res = subprocess.run(
+        _cli(
+            "train",
+            "--resume",
+            str(straight),
+            "--from-checkpoint",
+            "step_000002",
+            "--run-dir",
+            str(new),
+            "--quiet",
+        ),
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert (
+        f"branched {straight} at step_000002 into {new}; resuming {new} from checkpoint step_000002 "
+        f"(step 2 of {STEPS})"
+    ) in res.stderr
+    after = {p: p.read_bytes() for p in straight.rglob("*") if p.is_file() and p.name != ".lock"}
+    assert after == before  # the original run is not touched
+    # the branch holds the steps up to 2 (copied) and 3..STEPS (trained again from the same state)
+    assert _stable(new) == _stable(straight)
+    assert _games(new) == _games(straight)
+    resumes = [e for e in read_jsonl(new / "events.jsonl") if e["type"] == "resume"]
+    assert resumes == [
+        {"step": 2, "type": "resume", "from": "checkpoints/step_000002", "branched_from": str(straight)}
+    ]

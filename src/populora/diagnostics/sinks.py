@@ -8,16 +8,29 @@ skips such a line; `repair_jsonl` (used by `--resume`) truncates it and can drop
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import os
+import sys
 import tempfile
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["append_jsonl", "read_jsonl", "iter_jsonl", "repair_jsonl", "flatten_scalars", "MetricLogger"]
+from populora.diagnostics.tracker_scalars import Lineages, tracker_scalars
+
+__all__ = [
+    "append_jsonl",
+    "read_jsonl",
+    "iter_jsonl",
+    "repair_jsonl",
+    "flatten_scalars",
+    "MetricLogger",
+    "TrackerError",
+    "missing_tracker",
+]
 
 
 def _default(obj: Any) -> Any:
@@ -183,13 +196,48 @@ def _flatten_params(obj: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
     return out
 
 
+# flag -> (module to import, what to install)
+TRACKERS = {
+    "tensorboard": ("tensorboard", "pip install tensorboard"),
+    "wandb": ("wandb", "pip install wandb"),
+    "mlflow": ("mlflow", "pip install mlflow"),
+}
+
+
+class TrackerError(RuntimeError):
+    """A tracker was asked for but cannot be used; `str(err)` is one line naming the fix."""
+
+
+def _installed(module: str) -> bool:
+    if module in sys.modules:
+        return sys.modules[module] is not None  # None: the import is blocked
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def missing_tracker(tensorboard: bool = False, wandb: bool = False, mlflow: bool = False) -> str | None:
+    """One line for the first tracker asked for whose package is not installed, else None. Cheap (nothing is
+    imported), so `populora train` checks it before loading a model."""
+    for flag, on in (("tensorboard", tensorboard), ("wandb", wandb), ("mlflow", mlflow)):
+        module, install = TRACKERS[flag]
+        if on and not _installed(module):
+            return (
+                f"log.{flag}=true needs the {module} package, which is not installed: {install} "
+                f"(or pip install 'populora[tracking]'), or drop log.{flag}."
+            )
+    return None
+
+
 class MetricLogger:
     """Per-step metric logging: `RUN_DIR/metrics.jsonl` always, plus optional trackers.
 
-    `tensorboard=True` writes flattened scalars under `RUN_DIR/tensorboard/` (needs `pip install
-    tensorboard`); `wandb=True` / `mlflow=True` log the same scalars to those services (optional extras
-    `populora[tracking]`; both read their usual environment variables for the server and project).
-    Records must carry an integer `"step"`.
+    `tensorboard=True` writes under `RUN_DIR/tensorboard/`; `wandb=True` / `mlflow=True` log to those services
+    (their usual environment variables pick the server; `project` is the W&B project and MLflow experiment,
+    `entity` the W&B entity, `run_name` and `tags` name the run in both). Trackers get the per-role aggregates
+    and per-lineage member curves of `diagnostics.tracker_scalars`, not every JSONL number. A missing package
+    raises TrackerError (one line). Records must carry an integer `"step"`.
     """
 
     def __init__(
@@ -201,6 +249,8 @@ class MetricLogger:
         config: Mapping[str, Any] | None = None,
         project: str = "populora",
         run_name: str | None = None,
+        entity: str | None = None,
+        tags: list[str] | tuple[str, ...] = (),
     ) -> None:
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -208,35 +258,44 @@ class MetricLogger:
         self._tb = None
         self._wandb = None
         self._mlflow = None
+        missing = missing_tracker(tensorboard, wandb, mlflow)
+        if missing:
+            raise TrackerError(missing)
+        self.lineages = Lineages()
+        if tensorboard or wandb or mlflow:  # a resumed run: its lineages so far, from its own logs
+            first = next(iter_jsonl(self.path, missing_ok=True), None)
+            if first and isinstance(first.get("members"), Mapping):
+                self.lineages.start(first["members"])
+                self.lineages.replay(iter_jsonl(self.run_dir / "events.jsonl", missing_ok=True))
         name = run_name or self.run_dir.name
         if tensorboard:
-            try:
-                import tensorboard  # noqa: F401  (torch's SummaryWriter needs it and fails obscurely without)
-                from torch.utils.tensorboard import SummaryWriter
-            except ImportError as exc:
-                raise RuntimeError(
-                    "log.tensorboard=true needs TensorBoard: pip install tensorboard "
-                    "(or pip install 'populora[tracking]')"
-                ) from exc
+            from torch.utils.tensorboard import SummaryWriter
+
             self._tb = SummaryWriter(log_dir=str(self.run_dir / "tensorboard"))
         if wandb:
-            try:
-                import wandb as _wandb
-            except ImportError as exc:
-                raise RuntimeError("log.wandb=true needs Weights & Biases: pip install wandb") from exc
+            import wandb as _wandb
+
             self._wandb = _wandb.init(
-                project=project, name=name, dir=str(self.run_dir), config=dict(config or {}), reinit=True
+                project=project,
+                entity=entity or None,
+                name=name,
+                tags=list(tags) or None,
+                dir=str(self.run_dir),
+                config=dict(config or {}),
             )
         if mlflow:
-            try:
-                import mlflow as _mlflow
-            except ImportError as exc:
-                raise RuntimeError("log.mlflow=true needs MLflow: pip install mlflow") from exc
+            import mlflow as _mlflow
+
             _mlflow.set_experiment(project)
-            self._mlflow = _mlflow.start_run(run_name=name)
+            self._mlflow = _mlflow.start_run(run_name=name, tags={t: "" for t in tags} or None)
             if config:
                 _mlflow.log_params(_flatten_params(config))
             self._mlflow_mod = _mlflow
+
+    def observe(self, event: Mapping[str, Any]) -> None:
+        """See an events.jsonl record: an evolution's child takes over the lineage of the member it replaced."""
+        if event.get("type") == "evolution" and event.get("child") and event.get("replaced"):
+            self.lineages.inherit(str(event["child"]), str(event["replaced"]))
 
     def log(self, step_metrics: Mapping[str, Any]) -> None:
         """Append one step's record to metrics.jsonl and send its scalars to the enabled trackers."""
@@ -246,7 +305,7 @@ class MetricLogger:
         if self._tb is None and self._wandb is None and self._mlflow is None:
             return
         step = int(step_metrics["step"])
-        scalars = flatten_scalars({k: v for k, v in step_metrics.items() if k not in ("step", "time")})
+        scalars = tracker_scalars(step_metrics, self.lineages)
         if self._tb is not None:
             for key, val in scalars.items():
                 self._tb.add_scalar(key, val, global_step=step)

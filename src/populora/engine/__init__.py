@@ -53,8 +53,10 @@ def build(
     CUDA; LoRA factors are always float32). `targets`: None (q/k/v/o projections), "all-linear", a list of module-name suffixes
     or a regex. Options for the hf engine (defaults in brackets): lr [5e-5], weight_decay [0], betas
     [(0.9, 0.999)], eps [1e-8], max_grad_norm [1.0], clip_eps [None = REINFORCE], clip_eps_high [clip_eps],
-    entropy_coef [0], loss_agg ["token-mean"], micro_batch_tokens [4096], gen_batch_size [64],
-    gen_threads [1], train_threads [2], seed [0].
+    entropy_coef [0], loss_agg ["token-mean"], micro_batch_tokens [4096; 0 = one batch], gen_batch_size [64],
+    gen_threads [1], train_threads [2], seed [0], lora_dropout [0], activation_checkpointing [False].
+    Loading by name: revision [None] (hub ids: branch, tag or commit), trust_remote_code [False] (also
+    passed to vLLM).
     `workers` > 1: a `DistributedEngine` of that many Ray actors (one GPU each on CUDA), each holding the base
     and every slot; `address` joins an existing Ray cluster ("auto", "host:port"), else Ray starts locally.
     """
@@ -87,6 +89,12 @@ def build(
         require_vllm()
     import torch
 
+    # Only loading by name reads these; vLLM runs the folder's own code too when it is trusted.
+    revision = options.pop("revision", None) or None
+    trust_remote_code = bool(options.pop("trust_remote_code", False))
+    if backend == "vllm" and trust_remote_code:
+        options["trust_remote_code"] = True
+
     from populora.engine.models import load_model_and_tokenizer
 
     # Base weights: float32 on CPU; bfloat16 on GPUs (a 7B base in fp32 would not leave room for activations).
@@ -98,7 +106,9 @@ def build(
         name = getattr(getattr(model, "config", None), "_name_or_path", None) or None
         net, tok = model, tokenizer
     else:
-        net, tok, folder = load_model_and_tokenizer(model, device=device, dtype=dtype)
+        net, tok, folder = load_model_and_tokenizer(
+            model, device=device, dtype=dtype, revision=revision, trust_remote_code=trust_remote_code
+        )
         name = str(folder)
         if tokenizer is not None:
             tok = tokenizer

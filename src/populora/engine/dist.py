@@ -110,6 +110,7 @@ class DistWorker:
             torch.set_num_threads(int(threads))
         self.engine = build(model=model, tokenizer=tokenizer, **build_kwargs)
         self.hf = getattr(self.engine, "hf", self.engine)  # the vllm engine trains in its HFEngine
+        self.hf.dropout_salt = self.rank  # lora.dropout: each worker's rows get their own masks
 
     def info(self) -> dict:
         return {

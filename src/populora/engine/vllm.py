@@ -146,6 +146,7 @@ class VLLMEngine:
         vllm_dtype: str | None = None,
         enforce_eager: bool = False,
         scratch_dir: str | None = None,
+        trust_remote_code: bool = False,
         **hf_options,
     ) -> None:
         vllm = require_vllm()
@@ -195,6 +196,8 @@ class VLLMEngine:
             enforce_eager=enforce_eager,
             seed=self.hf.seed,
         )
+        if trust_remote_code:  # model.trust_remote_code: vLLM loads the same folder the trainer did
+            kwargs["trust_remote_code"] = True
         if max_model_len:
             kwargs["max_model_len"] = max_model_len
         if cpu_kv:

@@ -65,6 +65,22 @@ def run_one(spec: RunSpec) -> str:
     return "trained"
 
 
+def interrupted_line(specs: Sequence[RunSpec], i: int, err: BaseException) -> str:
+    """What an experiment interrupted during run `i` (1-based) kept, and how to go on."""
+    spec = specs[i - 1]
+    saved = getattr(err, "step", None)  # TrainingInterrupted: the step its Ctrl-C checkpoint holds
+    if saved is None:
+        from populora.train import checkpoint as ckpt
+
+        newest = ckpt.latest_checkpoint(spec.path) if spec.path.is_dir() else None
+        saved = newest[0] if newest else None
+    where = f"checkpoint at step {saved}" if saved else "no checkpoint yet (it starts over)"
+    return (
+        f"[{i}/{len(specs)}] interrupted during {spec.name}: {i - 1} of {len(specs)} runs finished, "
+        f"{spec.name} has a {where}; give the same command again to continue (finished runs are kept)."
+    )
+
+
 def run_all(specs: Sequence[RunSpec], log: Callable[[str], None] = print) -> dict[str, float]:
     """Run every spec in order with one progress line each; returns {name: seconds} of the runs made here."""
     seconds: dict[str, float] = {}
@@ -72,7 +88,11 @@ def run_all(specs: Sequence[RunSpec], log: Callable[[str], None] = print) -> dic
     for i, spec in enumerate(specs, 1):
         t0 = time.perf_counter()
         log(f"[{i}/{len(specs)}] {spec.name}: {spec.path} ...")
-        what = run_one(spec)
+        try:
+            what = run_one(spec)
+        except KeyboardInterrupt as err:
+            log(interrupted_line(specs, i, err))
+            raise
         dt = time.perf_counter() - t0
         if what != "done":
             seconds[spec.name] = dt

@@ -4,8 +4,9 @@
 of a batch gets `base(x_i) + alpha/r * B[s_i] A[s_i] x_i` where `s_i` is its slot (`-1` = base only).
 All layers of one model share a `SlotContext` that carries the per-row slots, so one forward pass (also
 inside a KV-cached decode loop) serves rows of different adapters, and autograd sends each slot only the
-gradient of its own rows. This is the maths of PEFT's LoRA (`lora_B(lora_A(x)) * scaling`, dropout 0) with
-the adapters stacked instead of kept in a dict.
+gradient of its own rows. This is the maths of PEFT's LoRA (`lora_B(lora_A(dropout(x))) * scaling`) with
+the adapters stacked instead of kept in a dict. Dropout (`SlotContext.dropout`, PEFT's `lora_dropout`) is 0
+unless the engine turns it on for a train step.
 
 Exact evaluation paths (same result up to float rounding; `SlotContext.mode`):
 - "bmm" (default): rows are grouped into segments of consecutive equal slots (the engine sorts rows by
@@ -47,6 +48,9 @@ class SlotContext:
         self.mode = "auto"  # "auto": "bmm", or "runs" when padding segments would add > 25% rows
         self._state: tuple = (None, [], False, None)
         self._device_cache: dict = {}
+        # Dropout probability on every LoRA input right now (PEFT's lora_dropout). The engine sets it only
+        # inside a train step, so generation and log-probs never drop.
+        self.dropout = 0.0
 
     @property
     def idx(self) -> torch.Tensor | None:
@@ -90,6 +94,21 @@ class SlotContext:
                     plan[k] = plan[k].to(device)
             self._device_cache[key] = plan
         return self._device_cache[key]
+
+    def snapshot(self) -> tuple:
+        """Everything a forward reads from the context (slots, segment plan, dropout), for `restored`."""
+        return (self._state, self._device_cache, self.dropout)
+
+    @contextmanager
+    def restored(self, snap: tuple) -> Iterator[None]:
+        """Run the block with a `snapshot` in force: activation checkpointing recomputes a layer in the backward
+        pass, after the forward's `use` block has ended, and must see the slots that forward saw."""
+        prev = self.snapshot()
+        self._state, self._device_cache, self.dropout = snap
+        try:
+            yield
+        finally:
+            self._state, self._device_cache, self.dropout = prev
 
     @contextmanager
     def use(self, slots: torch.Tensor | Iterable[int] | None) -> Iterator[None]:
@@ -189,6 +208,8 @@ class MultiLoRALinear(nn.Module):
         if x.shape[0] != idx.shape[0]:
             raise RuntimeError(f"batch has {x.shape[0]} rows but {idx.shape[0]} slot indices were set")
         xa = x.to(self.lora_A.dtype)
+        if ctx.dropout:  # PEFT's lora_dropout: on the LoRA branch's input only, the base sees x unchanged
+            xa = nn.functional.dropout(xa, ctx.dropout, training=True)
         mode = ctx.mode
         runs = ctx.runs
         if len(runs) == 1 and mode != "gather":  # one slot for the whole batch: two plain matmuls

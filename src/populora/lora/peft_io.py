@@ -152,6 +152,8 @@ def save_peft(
         inference_mode=True,
         peft_type="LORA",
     )
+    if adapter.metadata.get("lora_dropout") is not None:  # what the engine trained with (lora.dropout)
+        cfg["lora_dropout"] = float(adapter.metadata["lora_dropout"])
 
     tensors: dict[str, torch.Tensor] = {}
     for name, (a, b) in adapter.modules.items():

@@ -1,4 +1,5 @@
-"""RL maths: REINFORCE++-baseline advantages (`advantages`) and the token-level policy loss (`loss`).
+"""RL maths: REINFORCE++-baseline advantages (`advantages`), the token-level policy loss (`loss`) and the
+learning-rate schedule (`schedule`).
 
-Pure torch functions, no model or engine imports.
+Pure functions (torch for the first two, plain Python for the schedule), no model or engine imports.
 """

@@ -39,6 +39,7 @@ def run_training(
     resume: Path | None,
     quiet: bool = False,
     config_file: Path | None = None,
+    from_checkpoint: str | None = None,
 ) -> Path:
     """Shared by `train` and `demo`: resolve the config, run, and turn user errors into one line.
 
@@ -57,6 +58,7 @@ def run_training(
             resume=resume,
             quiet=quiet,
             config_file=config_file,
+            from_checkpoint=from_checkpoint,
         )
     except ConfigError as err:
         _fail(str(err))
@@ -70,11 +72,8 @@ def run_training(
         # e.g. a dist worker died mid-run: the message says how to resume
         where = resume or run_dir
         _fail(str(err) if where is None else str(err).replace("RUN_DIR", str(where)))
-    except KeyboardInterrupt:
-        typer.echo(
-            "interrupted; resume with `populora train --resume RUN_DIR` (the newest checkpoint is kept)",
-            err=True,
-        )
+    except KeyboardInterrupt as err:  # TrainingInterrupted names the run folder and what was saved
+        typer.echo(str(err) or "interrupted; the newest checkpoint is kept", err=True)
         raise typer.Exit(130) from None
     raise AssertionError("unreachable")
 
@@ -103,7 +102,15 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
             [], "--set", "-s", help="Override a config key: --set rl.lr=1e-4 (repeatable)."
         ),
         resume: Path = typer.Option(
-            None, "--resume", help="Continue the run in this folder from its newest checkpoint."
+            None,
+            "--resume",
+            help="Continue the run in this folder (or RUN/checkpoints/step_N) from its newest checkpoint.",
+        ),
+        from_checkpoint: str = typer.Option(
+            None,
+            "--from-checkpoint",
+            help="With --resume RUN and --run-dir NEW: copy RUN up to this checkpoint (step_N, N or latest) "
+            "into NEW and continue there; RUN is not changed.",
         ),
         quiet: bool = typer.Option(
             False, "--quiet", "-q", help="No progress bar; one summary line per step."
@@ -128,7 +135,7 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
             except ConfigError as err:
                 _fail(str(err))
             return
-        out = run_training(preset, run_dir, sets, resume, quiet, config_file)
+        out = run_training(preset, run_dir, sets, resume, quiet, config_file, from_checkpoint)
         typer.echo(f"run folder: {out}")
 
     @app.command("demo")

@@ -13,9 +13,11 @@ from typing import TYPE_CHECKING
 
 import yaml
 
-from populora.config import read_yaml, resume_config, to_yaml
+from populora.config import ConfigError, read_yaml, resume_config, to_yaml
 from populora.config_sources import resolve
+from populora.diagnostics.sinks import missing_tracker
 from populora.train.errors import TrainError
+from populora.train.interrupt import TrainingInterrupted
 from populora.train.run_folder import PRIVATE_UMASK, RunFolderError, lock_run_dir, prepare_run_dir
 
 if TYPE_CHECKING:
@@ -23,31 +25,36 @@ if TYPE_CHECKING:
 
 
 def train(
-    preset: str = "tiny",
+    preset: str | None = None,
     run_dir: str | Path | None = None,
     overrides: list[str] | tuple = (),
     resume: str | Path | None = None,
     quiet: bool = False,
     engine: PolicyEngine | None = None,
     config_file: str | Path | None = None,
+    from_checkpoint: str | None = None,
 ) -> Path:
-    """Run (or resume) training; returns the run folder. Raises ConfigError / TrainError on user errors.
+    """Run (or resume, or branch) training; returns the run folder. Raises ConfigError / TrainError on user
+    errors and `TrainingInterrupted` (a KeyboardInterrupt naming the run folder) on Ctrl-C.
 
-    `preset` None means the default (tiny), or the `base:` of `config_file` (`populora.config_sources`).
-    The config is resolved and checked before torch and the trainer are imported: a config error is instant.
+    `preset` None means the default (tiny), or the `base:` of `config_file` (`populora.config_sources`);
+    with `resume` it must stay None (the run keeps its config). The config is resolved and checked before
+    torch and the trainer are imported: a config error is instant.
     """
+    plan = None
+    if resume is None and from_checkpoint is not None:
+        raise TrainError("--from-checkpoint needs --resume RUN (the run whose checkpoint is branched).")
     if resume is not None and config_file is not None:
         raise TrainError(
             f"--config {config_file} with --resume {resume}: a run keeps its config; drop --config "
             "(only the keys --resume may change can be set with --set)."
         )
     if resume is not None:
-        run_path = Path(resume)
+        from populora.train.resume import plan_resume  # reads checkpoints (torch): only when resuming
+
+        plan = plan_resume(resume, run_dir, from_checkpoint, preset)  # refuses contradictory flags
+        run_path = plan.branch_from[0] if plan.branch_from else plan.run  # the config comes from the source
         cfg_file = run_path / "config.yaml"
-        if not cfg_file.is_file():
-            raise TrainError(
-                f"--resume {run_path}: no config.yaml there; pass a run folder written by `populora train`."
-            )
         try:
             saved = read_yaml(cfg_file.read_text())  # plain data: aliases refused (config.read_yaml)
         except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
@@ -58,12 +65,17 @@ def train(
         if not isinstance(saved, dict):
             raise TrainError(f"--resume {run_path}: config.yaml is not a config; start a new run.")
         cfg = resume_config(saved, overrides)
+        run_path = plan.run
     else:
         cfg = resolve(preset, config_file, overrides).cfg
         name = Path(config_file or preset or "tiny").stem
         run_path = Path(run_dir) if run_dir else Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    missing = missing_tracker(cfg.log.tensorboard, cfg.log.wandb, cfg.log.mlflow)
+    if missing:  # before any folder or model: one line, not the tracker's import traceback
+        raise ConfigError(missing)
     # Heavy imports (torch, transformers) only now, after the config has been resolved and checked.
     from populora.train import checkpoint as ckpt
+    from populora.train.resume import branch_run, resume_line
     from populora.train.trainer import Trainer
 
     # Owner-only run folder (0700) and files (umask 077): the buffers hold the run's gold programs.
@@ -71,7 +83,9 @@ def train(
     lock_fd = None
     try:
         try:
-            prepare_run_dir(run_path, "--resume" if resume is not None else "--run-dir")
+            if plan is not None and plan.branch_from:
+                branch_run(*plan.branch_from, run_path)  # a new folder: the source run is never changed
+            prepare_run_dir(run_path, "--resume" if plan and not plan.branch_from else "--run-dir")
             lock_fd = lock_run_dir(run_path)  # held until this function returns (or the process ends)
         except RunFolderError as err:
             raise TrainError(str(err)) from None
@@ -84,7 +98,11 @@ def train(
         trainer = Trainer(cfg, run_path, engine=engine, quiet=quiet)
         try:
             trainer.setup()
-            start = trainer.restore() if resume is not None else 0
+            start = 0
+            if plan is not None:
+                source = plan.branch_from[0] if plan.branch_from else None
+                start = trainer.restore(branched_from=str(source) if source else None)
+                print(resume_line(run_path, start, cfg.train.steps, plan), file=sys.stderr, flush=True)
             trainer.run.write_config(to_yaml(cfg))  # on resume: records a changed train.steps
             if start >= cfg.train.steps:
                 print(
@@ -100,6 +118,10 @@ def train(
                     f"continue with `populora train --resume {run_path}` (the newest checkpoint is intact)."
                 ) from None
             raise
+        except TrainingInterrupted:
+            raise
+        except KeyboardInterrupt:  # before the step loop (loading the model) or a second Ctrl-C
+            raise TrainingInterrupted(run_path, None) from None
         finally:
             trainer.close()
     finally:

@@ -98,12 +98,17 @@ class RunFolder:
     ) -> None:
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
+        log = dict((config or {}).get("log") or {})  # the tracker's names: project, entity, run name, tags
         self.logger = MetricLogger(
             self.path,
             tensorboard=tensorboard,
             wandb=wandb,
             mlflow=mlflow,
             config=dict(config) if config else None,
+            project=log.get("project") or "populora",
+            entity=log.get("entity"),
+            run_name=log.get("run_name"),
+            tags=log.get("tags") or (),
         )
 
     @property
@@ -125,6 +130,7 @@ class RunFolder:
 
     def event(self, record: Mapping[str, Any], fsync: bool = False) -> None:
         append_jsonl(self.path / "events.jsonl", record, fsync=fsync)
+        self.logger.observe(record)  # evolution: the child continues its predecessor's tracker curves
 
     def repair(self, last_step: int) -> dict[str, int]:
         """Drop cut lines and records after `last_step` from every log; returns lines removed per file."""

@@ -54,7 +54,7 @@ def synthetic_seeds(n: int, sandbox: Sandbox, seed: int) -> list:
 def preflight(cfg: Config) -> str:
     """Check the model exists and base + slots fit in memory (one clear line if not); return the device."""
     try:
-        folder = resolve_model(cfg.model.name)
+        folder = resolve_model(cfg.model.name, cfg.model.revision or None)
     except EngineError as err:
         raise TrainError(f"model.name: {err}") from None
     device = cfg.model.device
@@ -102,6 +102,11 @@ def build_engine(cfg: Config) -> PolicyEngine:
             max_grad_norm=cfg.rl.grad_clip or None,
             seed=cfg.train.seed,
             train_threads=cfg.train.threads,
+            micro_batch_tokens=cfg.rl.micro_batch_tokens,
+            activation_checkpointing=cfg.rl.activation_checkpointing,
+            lora_dropout=cfg.lora.dropout,
+            revision=cfg.model.revision or None,
+            trust_remote_code=cfg.model.trust_remote_code,
             dtype=getattr(torch, name),
             workers=cfg.dist.workers,
             address=cfg.dist.address or None,

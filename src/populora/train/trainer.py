@@ -59,6 +59,7 @@ from populora.population.matchmaking import match
 from populora.population.members import Population
 from populora.population.ratings import RatingSystem, score_game
 from populora.rl.advantages import reinforce_pp_baseline, scope_key
+from populora.rl.schedule import lr_at
 from populora.sandbox import Limits, Sandbox
 from populora.tasks.buffers import TaskBuffers
 from populora.tasks.rewards import RewardConfig, learnability_reward, student_reward, teacher_reward
@@ -66,6 +67,7 @@ from populora.train import checkpoint as ckpt
 from populora.train.controls import shuffle_student_rewards
 from populora.train.credit import blamed_tokens, failure_span, span_advantages
 from populora.train.errors import TrainError
+from populora.train.interrupt import StopRequest, TrainingInterrupted
 from populora.train.probe import Prober
 from populora.train.probe_guard import ProbeGuard
 from populora.train.progress import StepProgress, accepts_progress, note, summary_line
@@ -274,6 +276,7 @@ class Trainer:
 
         # (4) Advantages from those rewards, ONE mixed batch for every member, rating updates.
         with self._phase(timings, "update"):
+            lr = self.schedule_lr(step)
             train_metrics = self.update(traces)
             matchups = self.rate(pairs, traces, step)
         events += [{"step": step, "type": "matchup", **m} for m in matchups]
@@ -300,7 +303,21 @@ class Trainer:
         )
         # answers scored False only because a scoring deadline passed (a problem's or the step's)
         record["score_past_deadline"] = self.score_past_deadline
+        record["lr"] = lr  # every adapter's learning rate in this step's update (rl.lr_schedule)
         return StepResult(step, record, traces, events)
+
+    def schedule_lr(self, step: int) -> float:
+        """Set every adapter's learning rate for `step` (`rl.lr_schedule`, `rl.warmup_steps`) and return it.
+
+        A function of the step alone: a resumed run sets the same rates, and a child born at evolution takes
+        the run's current rate (its slot's rate is set here every step). A constant schedule without warm-up
+        leaves the engine's rates as built (rl.lr)."""
+        r = self.cfg.rl
+        lr = lr_at(step, self.cfg.train.steps, r.lr, r.lr_schedule, r.warmup_steps)
+        if r.lr_schedule != "constant" or r.warmup_steps:
+            for slot in range(self.cfg.n_slots):
+                self.engine.set_lr(slot, lr)
+        return lr
 
     # (2) ------------------------------------------------------------------------------------------------
     def propose(
@@ -653,8 +670,9 @@ class Trainer:
         self._pending_checkpoint_s = seconds
         return path
 
-    def restore(self) -> int:
-        """Load the newest intact checkpoint; repair the logs to it; return its step.
+    def restore(self, branched_from: str | None = None) -> int:
+        """Load the newest intact checkpoint; repair the logs to it; return its step. `branched_from` (the
+        source run of a branch, train/resume.py) is recorded on the resume event.
 
         A damaged newer checkpoint (a file that cannot be read back) is reported, renamed `damaged-step_N`
         (kept, never deleted) and the next older one is tried; when none is intact, a TrainError says so."""
@@ -700,7 +718,8 @@ class Trainer:
             self.run.event({"step": step, "type": "checkpoint", "path": rel, "seconds": None})
         for line in damaged:
             self.run.event({"step": step, "type": "damaged_checkpoint", "reason": line})
-        self.run.event({"step": step, "type": "resume", "from": rel}, fsync=True)
+        origin = {"branched_from": branched_from} if branched_from else {}
+        self.run.event({"step": step, "type": "resume", "from": rel, **origin}, fsync=True)
         if state.get("evolution_pending") and step < self.cfg.train.steps:
             self._deferred_evolution(step)
         return step
@@ -749,24 +768,39 @@ class Trainer:
     def fit(self, start: int = 0) -> None:
         cfg = self.cfg
         progress = self.live = StepProgress(cfg.train.steps, start, self.console, self.quiet)
+        saved = self.step_done = start  # the newest step with a checkpoint, the newest step done
         try:
             self.prober.at_start(self, start)  # step 0: probe before any update
-            for step in range(start + 1, cfg.train.steps + 1):
-                res = self.step(step)
-                self.prober.after_step(self, step, res.record)
-                # Logs of a step are written before its checkpoint, so a resume from it never loses them.
-                for rec in problem_records(step, res.traces):
-                    self.run.problem(rec)
-                for ev in res.events:
-                    self.run.event(ev)
-                self.run.metric(res.record)
-                self.step_done = step
-                if step % cfg.train.checkpoint_every == 0 or step == cfg.train.steps:
-                    self.save(step)
-                progress.advance(summary_line(res.record, res.events, cfg.train.steps))
+            with StopRequest() as stop:  # Ctrl-C: finish the step, checkpoint it, stop (train/interrupt.py)
+                for step in range(start + 1, cfg.train.steps + 1):
+                    if stop.requested:
+                        break
+                    saved = self._fit_step(step, progress, saved)
+                if stop.requested and self.step_done < cfg.train.steps:
+                    if saved != self.step_done:
+                        self.save(self.step_done)
+                    raise TrainingInterrupted(self.run.path, self.step_done, cfg.train.steps)
         finally:
             progress.stop()
             self.live = None
+
+    def _fit_step(self, step: int, progress: StepProgress, saved: int) -> int:
+        """One step of `fit` with its logs and its scheduled checkpoint; returns the newest checkpointed step."""
+        cfg = self.cfg
+        res = self.step(step)
+        self.prober.after_step(self, step, res.record)
+        # Logs of a step are written before its checkpoint, so a resume from it never loses them.
+        for rec in problem_records(step, res.traces):
+            self.run.problem(rec)
+        for ev in res.events:
+            self.run.event(ev)
+        self.run.metric(res.record)
+        self.step_done = step
+        if step % cfg.train.checkpoint_every == 0 or step == cfg.train.steps:
+            self.save(step)
+            saved = step
+        progress.advance(summary_line(res.record, res.events, cfg.train.steps))
+        return saved
 
 
 def evolves_at(step: int, cfg: Config, final: bool = True) -> bool:
