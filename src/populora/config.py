@@ -180,7 +180,7 @@ class RatingsConfig:
     """m of the game (population/ratings.py): the teacher's share of points >= 0.5 + m is a teacher win, <= 0.5 - m
     a student win, else a draw."""
     lcb_k: float = 1.0
-    """k in the lower confidence bound mu - k*sigma used to rank members for evolution."""
+    """k in the lower confidence bound mu - k*sigma that ranks members: evolution, `eval --members best`, `export --best`."""
 
 
 @dataclass

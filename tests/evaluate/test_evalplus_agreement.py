@@ -61,3 +61,36 @@ def test_numpy_and_thread_samples_agree(result):
         assert not [
             d for d in result["expected_differences"] if d["kind"] in ("numpy", "numpy_scalar", "thread")
         ]
+
+
+def test_reference_timeouts_are_told_from_verdicts():
+    """A correct program that evalplus's time limit cuts short (a slow first call, as under load) is a timeout
+    and leaves the disagreements; a real difference (an always-equal object) stays a disagreement."""
+    item = agreement.choose_tasks(1, 0)[0]
+    gt = agreement.official_ground_truth([item])
+    call = f"_canon_{item.meta['entry_point']}(*args)"
+    slow = agreement.Sample(
+        item,
+        "slow_first_call",
+        agreement._wrap(
+            item,
+            f"    if _SLOW:\n        _SLOW.pop()\n        __import__('time').sleep(1.5)\n    return {call}",
+            prelude="_SLOW = [1]\n",
+        ),
+    )
+    # at evalplus's own limits (1 s floor) the first test of each phase times out: a failure in its verdict
+    assert agreement.grade_official([slow], gt, workers=1) == [(False, False)]
+    assert agreement.settle(slow, gt, (False, False), (True, True)) == (
+        (True, True),
+        (True, True),
+        "evalplus",
+    )
+    gamed = agreement.Sample(item, "always_eq", agreement._pathological(item, "always_eq"))
+    official, ours, who = agreement.settle(gamed, gt, (True, True), (False, False))
+    assert who is None and official == (True, True) and ours == (False, False)
+
+
+def test_compare_reports_timeouts_apart(result):
+    for t in result["timeouts"]:  # empty on a quiet machine; under load, settled samples land here
+        assert t["timed_out"] in ("evalplus", "populora", "both") and t["verdict"], t
+        assert t not in result["disagreements"]

@@ -63,12 +63,32 @@ def test_evolve_mutation_is_reproducible(folders):
     assert all(torch.equal(x.modules[k][0], y.modules[k][0]) for k in x.modules)
 
 
-def test_evolve_list_shows_all_operators():
-    res = runner.invoke(app, ["evolve", "--list"], terminal_width=200)
+def test_evolve_list_shows_all_operators_one_line_each_at_80_columns():
+    res = runner.invoke(app, ["evolve", "--list"], terminal_width=80)
     assert res.exit_code == 0
+    lines = res.output.splitlines()
     for name in [f"M{i}" for i in range(1, 7)] + [f"X{i}" for i in range(1, 10)] + ["I1", "I2"]:
-        assert name in res.output
+        assert sum(line.split()[:1] in ([name], [name + "*"]) for line in lines) == 1, name
     assert "fraction=0.33" in res.output
+    assert len(lines) <= 24 and max(map(len, lines)) <= 80  # was 151 lines with the maths folded in
+    one = runner.invoke(app, ["evolve", "X4", "--list"], terminal_width=80)
+    assert one.exit_code == 0 and "cos_gate=0.5" in one.output and "extrapolating" in one.output
+
+
+@pytest.mark.parametrize(
+    "setting, message",
+    [
+        ("sigma=big", "--set sigma='big': M1's parameter sigma is a number (default 0.1)"),
+        ("sigma=true", "parameter sigma is a number"),
+    ],
+)
+def test_evolve_set_of_the_wrong_type_names_the_parameter(folders, setting, message):
+    fa, _, tmp = folders
+    res = runner.invoke(app, ["evolve", "M1", "-p", str(fa), "-o", str(tmp / "o"), "--set", setting])
+    assert res.exit_code == 2 and message in res.output and "Traceback" not in res.output, res.output
+    res = runner.invoke(app, ["evolve", "M2", "-p", str(fa), "-o", str(tmp / "o"), "--set", "canonicalize=1"])
+    assert res.exit_code == 2 and "canonicalize is true or false (default true)" in res.output, res.output
+    assert not (tmp / "o").exists()
 
 
 @pytest.mark.parametrize(

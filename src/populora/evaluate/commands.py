@@ -141,6 +141,11 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         from populora.evaluate.data import DataError, parse_benchmarks
         from populora.evaluate.prompts import PROMPT_STYLES
 
+        if limit is not None and limit < 1:
+            _fail(
+                f"--limit must be at least 1 (the first N problems of each benchmark), got {limit}; omit it "
+                "for the whole set"
+            )
         if prompt not in PROMPT_STYLES:
             _fail(f"unknown --prompt {prompt!r}; choose azr or chat")
         try:

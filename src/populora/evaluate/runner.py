@@ -93,14 +93,27 @@ class EvalReport:
 
 
 def load_items(opts: EvalOptions) -> tuple[dict[str, list[Item]], dict[str, str]]:
-    """Items per benchmark; LiveCodeBench without a local copy goes to ``unavailable`` (other gaps raise)."""
+    """Items per benchmark; LiveCodeBench without a local copy goes to ``unavailable`` (other gaps raise).
+
+    Raises `DataError` when ``opts.limit`` is below 1 or when no benchmark is left to evaluate (an lcb-only run
+    without a local copy): an empty table would read as a result."""
+    if opts.limit is not None and opts.limit < 1:
+        raise DataError(
+            f"--limit must be at least 1 (the first N problems of each benchmark), got {opts.limit}"
+        )
     items: dict[str, list[Item]] = {}
     unavailable: dict[str, str] = {}
     for b in opts.benchmarks:
         try:
             items[b] = load_benchmark(b, opts.data_dir, opts.limit, opts.lcb_path)
         except LCBUnavailable as exc:
+            if len(opts.benchmarks) == 1:
+                raise  # the only benchmark asked for: its own message (what is missing, how to give it)
             unavailable[b] = str(exc).split(";")[0].removeprefix("LiveCodeBench unavailable: ")
+    if not items:
+        raise DataError(
+            "no benchmark has data: " + "; ".join(f"{b}: {why}" for b, why in unavailable.items())
+        )
     return items, unavailable
 
 

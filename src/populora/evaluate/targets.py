@@ -10,8 +10,9 @@
 - A folder whose sub-folders are PEFT folders (e.g. a checkpoint's ``adapters/``): one member per sub-folder.
 
 ``--model`` overrides the base in every case. The base model alone is always evaluated too, as member
-``base``. ``--members``: ``all`` (default), ``best`` (per role, the highest conservative TrueSkill rating
-``mu - 3 sigma``; every member when there are no ratings) or explicit ids.
+``base``. ``--members``: ``all`` (default), ``best`` (per role, the highest lower confidence bound
+``mu - k sigma`` with the run's ``ratings.lcb_k``: the rule evolution ranks by, `Rating.lcb`; every member when
+there are no ratings) or explicit ids. ``populora export --best`` picks the same members.
 """
 
 from __future__ import annotations
@@ -31,7 +32,10 @@ class Member:
     id: str
     role: str  # "teacher" | "student" | "single" | "adapter" | "base"
     adapter: Path | None
-    rating: float | None = None
+    rating: float | None = None  # the LCB mu - k*sigma (k = the run's ratings.lcb_k); None without ratings
+    mu: float | None = None
+    sigma: float | None = None
+    info: dict = field(default_factory=dict)  # the member's state.json entry (lineage, games, ...)
 
 
 @dataclass
@@ -69,12 +73,36 @@ def _state_members(state: dict) -> dict[str, dict]:
     return out
 
 
-def _rating(info: dict) -> float | None:
+def _mu_sigma(info: dict) -> tuple[float | None, float | None]:
     r = info.get("rating") if isinstance(info.get("rating"), dict) else info
     mu, sigma = r.get("mu"), r.get("sigma")
     if mu is None:
-        return None
-    return float(mu) - 3.0 * float(sigma or 0.0)
+        return None, None
+    return float(mu), float(sigma or 0.0)
+
+
+def lcb_k(run_dir: Path | None) -> float:
+    """The run's ``ratings.lcb_k`` (config.yaml), else the default: one LCB rule for evolution, eval and export."""
+    from populora.config import RatingsConfig
+
+    default = RatingsConfig().lcb_k
+    if run_dir is None or not (run_dir / "config.yaml").is_file():
+        return default
+    import yaml
+
+    try:
+        section = (yaml.safe_load((run_dir / "config.yaml").read_text()) or {}).get("ratings") or {}
+        return float(section.get("lcb_k", default)) if isinstance(section, dict) else default
+    except (OSError, yaml.YAMLError, TypeError, ValueError):
+        return default  # load_target reads this file too and reports an unreadable one
+
+
+def _member(sub: Path, info: dict, k: float) -> Member:
+    from populora.population.ratings import Rating
+
+    mu, sigma = _mu_sigma(info)
+    lcb = Rating(mu, sigma).lcb(k) if mu is not None else None
+    return Member(sub.name, str(info.get("role") or _role_from_id(sub.name)), sub, lcb, mu, sigma, info)
 
 
 def _read_model_name(run_dir: Path) -> str:
@@ -112,9 +140,12 @@ def _checkpoint_folder(p: Path) -> bool:
     return p.parent.name == "checkpoints" and (p / "state.json").is_file() and (p / "adapters").is_dir()
 
 
-def load_target(path: str | Path, model: str | None = None, checkpoint: str | None = None) -> Target:
+def load_target(
+    path: str | Path, model: str | None = None, checkpoint: str | None = None, resolve: bool = True
+) -> Target:
     """Resolve TARGET (see module docstring); ``model`` overrides the base; ``checkpoint`` picks a run
-    folder's checkpoint (latest, final, a step number; `populora.checkpoint_ref`)."""
+    folder's checkpoint (latest, final, a step number; `populora.checkpoint_ref`). ``resolve=False`` keeps the
+    base's name as written (no model lookup or download: `populora export` only names it)."""
     from populora.checkpoint_ref import CheckpointRefError, resolve_alias_path, resolve_checkpoint
 
     try:
@@ -146,12 +177,10 @@ def load_target(path: str | Path, model: str | None = None, checkpoint: str | No
         except (OSError, json.JSONDecodeError):
             state = {}
         info = _state_members(state)
+        k = lcb_k(run_dir)
         for sub in sorted((ckpt / "adapters").iterdir()) if (ckpt / "adapters").is_dir() else []:
             if sub.is_dir() and _is_peft(sub):
-                i = info.get(sub.name, {})
-                members.append(
-                    Member(sub.name, str(i.get("role") or _role_from_id(sub.name)), sub, _rating(i))
-                )
+                members.append(_member(sub, info.get(sub.name, {}), k))
         base = model or _read_model_name(run_dir)
     elif _is_peft(p):
         members.append(Member(p.name, _role_from_id(p.name), p))
@@ -171,7 +200,7 @@ def load_target(path: str | Path, model: str | None = None, checkpoint: str | No
         raise TargetError(f"cannot tell the base model of {p}; pass --model NAME_OR_PATH")
     if not members and run_dir is not None:
         raise TargetError(f"checkpoint {ckpt} has no adapters/<member>/ PEFT folders")
-    return Target(resolve_base(str(base)), members, run_dir, ckpt)
+    return Target(resolve_base(str(base)) if resolve else str(base), members, run_dir, ckpt)
 
 
 def select_members(target: Target, spec: list[str] | None) -> list[Member]:
@@ -185,7 +214,8 @@ def select_members(target: Target, spec: list[str] | None) -> list[Member]:
         for role in dict.fromkeys(m.role for m in target.members):
             group = [m for m in target.members if m.role == role]
             rated = [m for m in group if m.rating is not None]
-            chosen += [max(rated, key=lambda m: m.rating)] if rated else group
+            # ties go to the lower id, so the choice is reproducible
+            chosen += [min(rated, key=lambda m: (-m.rating, m.id))] if rated else group
     else:
         known = {m.id: m for m in target.members}
         missing = [w for w in wanted if w not in known and w != "base"]

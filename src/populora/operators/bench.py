@@ -417,7 +417,7 @@ def markdown(report: dict) -> tuple[str, str]:
         goal = ("< 10 s, dense ΔW" if r["dense"] else "< 2 s") + (" ✓" if r["meets_goal"] else " ✗")
         ratio = r.get("peft_svd_over_this")
         rows.append(
-            f"| {name}{live} | {r['kind']} | {r['summary'].replace('|', '∣')} | "
+            f"| {name}{live} | {r['kind']} | {r['summary'].replace('|', '∣').replace('<', '&lt;')} | "
             f"{r['seconds_per_child']:.2f} | {_fmt(r.get('seconds_per_child_old'))} | "
             f"{_fmt(r.get('speedup_vs_old'), '.1f')} | {goal} | {_fmt(ratio, '.0f')}× |"
         )

@@ -35,21 +35,69 @@ def parse_set(items: list[str]) -> dict:
     return params
 
 
+def check_param_types(operator, params: dict) -> None:
+    """Raise ValueError naming the parameter, its type and default when a `--set` value has the wrong type.
+
+    A number parameter (default 0.1) needs a number and a flag (default True) true/false; string-valued ones
+    (X1 combine, X3 k, ...) are checked by the operator itself. Unknown names are left to the registry, whose
+    message lists the valid ones."""
+    for key, value in params.items():
+        if key not in operator.defaults:
+            continue
+        default = operator.defaults[key]
+        if isinstance(default, bool):
+            if not isinstance(value, bool):
+                raise ValueError(
+                    f"--set {key}={value!r}: {operator.name}'s parameter {key} is true or false "
+                    f"(default {str(default).lower()}), e.g. --set {key}={str(not default).lower()}."
+                )
+        elif isinstance(default, int | float) and (
+            isinstance(value, bool) or not isinstance(value, int | float)
+        ):
+            kind = "an integer" if isinstance(default, int) else "a number"
+            raise ValueError(
+                f"--set {key}={value!r}: {operator.name}'s parameter {key} is {kind} (default {default}), "
+                f"e.g. --set {key}={default}."
+            )
+
+
 def _list_table():
+    """One line per operator (80 columns hold it): name, kind, parents, defaults; the maths is one
+    operator's view (`populora evolve OP --list`) or docs/operators.md."""
     from rich.table import Table
 
     from populora.operators import LIVE_OPERATORS, REGISTRY
 
-    table = Table(title="PopuLoRA operators (live set: " + ", ".join(LIVE_OPERATORS) + ")")
-    for col in ("op", "kind", "parents", "defaults", "maths"):
-        table.add_column(col, overflow="fold")
+    table = Table(
+        title="PopuLoRA operators (* = the live set)",
+        caption="The maths of one: populora evolve OP --list (or docs/operators.md).",
+        box=None,
+        pad_edge=False,
+    )
+    for col in ("op", "kind", "parents", "defaults (--set key=value)"):
+        table.add_column(col, no_wrap=col != "defaults (--set key=value)")
     for name, op in REGISTRY.items():
-        defaults = ", ".join(f"{k}={v}" for k, v in op.defaults.items()) or "—"
-        live = " *" if name in LIVE_OPERATORS else ""
-        table.add_row(
-            name + live, op.kind + (" (dense ΔW)" if op.dense else ""), str(op.arity), defaults, op.summary
-        )
+        defaults = " ".join(f"{k}={v}" for k, v in op.defaults.items()) or "-"
+        live = "*" if name in LIVE_OPERATORS else ""
+        table.add_row(name + live, op.kind + (", dense" if op.dense else ""), str(op.arity), defaults)
     return table
+
+
+def _describe(operator) -> str:
+    """One operator in full: kind, parents, defaults and the maths."""
+    from populora.operators import LIVE_OPERATORS
+
+    defaults = ", ".join(f"{k}={v}" for k, v in operator.defaults.items()) or "none"
+    return "\n".join(
+        [
+            f"{operator.name}: {operator.kind}"
+            + (" (dense ΔW)" if operator.dense else "")
+            + (", in the live set" if operator.name in LIVE_OPERATORS else ""),
+            f"  parents:  {operator.arity}",
+            f"  defaults: {defaults}",
+            f"  maths:    {operator.summary}",
+        ]
+    )
 
 
 def _retention_table(child, parents, seconds: float):
@@ -108,7 +156,9 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         sets: list[str] = typer.Option(
             None, "--set", help="Operator parameter key=value (repeatable), e.g. --set sigma=0.2."
         ),
-        list_ops: bool = typer.Option(False, "--list", help="List operators, parents, defaults and maths."),
+        list_ops: bool = typer.Option(
+            False, "--list", help="List operators, parents and defaults; with OP, that operator's maths."
+        ),
         force: bool = typer.Option(
             False,
             "--force",
@@ -120,6 +170,14 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
 
         console = Console()
         if list_ops:
+            if op:
+                from populora.operators import OperatorError, get
+
+                try:
+                    typer.echo(_describe(get(op)))
+                except OperatorError as e:
+                    _fail(str(e))
+                return
             console.print(_list_table())
             return
         if not op:
@@ -144,6 +202,7 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         try:
             operator = get(op)
             params = parse_set(sets or [])
+            check_param_types(operator, params)
             if len(parent) != operator.arity:
                 _fail(f"{operator.name} takes {operator.arity} parent(s) (--parent DIR), got {len(parent)}.")
             parents = [load_peft(p) for p in parent]

@@ -4,7 +4,7 @@ All metrics are on the scaled deltas `alpha/r * B A` (gauge-invariant), globally
 numerators and denominators, i.e. the concatenated flattened deltas), in fp64 through r x r Gram matrices and
 factored SVDs, so no d x n matrix is formed.
 
-- `rel_fro`: ||D_c - D_p||_F / ||D_p||_F;  `cos`: <D_c, D_p> / (||D_c|| ||D_p||);  `norm_ratio`: ||D_c|| / ||D_p||.
+- `rel_fro`: ||D_c - D_p||_F / ||D_p||_F;  `cos`: `<D_c, D_p> / (||D_c|| ||D_p||)`;  `norm_ratio`: ||D_c|| / ||D_p||.
 - `erank`: effective rank exp(-sum p_i log p_i), p_i = s_i / sum s (Roy & Vetterli), mean over non-zero slots.
 - `overlap`: subspace overlap ||U_c,k^T U_p,k||_F^2 / k of the top-k left (and right) singular vectors (LoRA
   paper §7), mean over slots; 1 = same top-k subspace, ~k/d for unrelated ones.
@@ -46,7 +46,7 @@ def slot_inner(x: LoRAAdapter, y: LoRAAdapter, name: str) -> float:
 
 @_single_threaded
 def inner(x: LoRAAdapter, y: LoRAAdapter) -> float:
-    """Global <D_x, D_y>_F over all slots."""
+    """Global `<D_x, D_y>_F` over all slots."""
     return sum(slot_inner(x, y, n) for n in x.modules)
 
 

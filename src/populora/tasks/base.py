@@ -256,7 +256,7 @@ class CodeTask:
         raise NotImplementedError
 
     def parse_answer(self, text: str, template: str | TemplateSet | None = None) -> Answer | FormatError:
-        """Parse a student completion: the last ```<lang> block of the answer region. Never raises.
+        """Parse a student completion: the last fenced block (`` ```<lang> ``) of the answer region. Never raises.
 
         Fallbacks, as AZR's: code_f also takes the last bare ``` / ```py block; code_i/code_o
         take the whole inside of an explicit `<answer>...</answer>` that holds no fenced block at all."""

@@ -1,0 +1,285 @@
+"""`populora export RUN --out DIR`: a run's adapters as Hugging Face Hub-ready PEFT folders with a model card.
+
+Owns choosing the checkpoint (the newest complete one, or ``--checkpoint final|STEP``, `populora.checkpoint_ref`)
+and the members (``--best``: per role the highest LCB ``mu - k sigma`` with the run's ``ratings.lcb_k``, the
+rule evolution and ``eval --members best`` use; ``--member ID``; ``--all``), copying their PEFT folders out
+byte for byte (the adapter config naming a hub base by its id), and writing each one's ``README.md``
+model card: Hub metadata (base_model, library_name, license, tags), the base model, rank / alpha / targets, a
+summary of the run's config, the member's lineage and rating, and how to load it with PEFT. Reading the run
+folder is `populora.evaluate.targets.load_target` (the same member list `populora eval` sees).
+
+``DIR/<member>/`` is written in a temporary folder and renamed into place, so a failure never leaves half a
+folder; an existing non-empty ``DIR/<member>/`` is replaced only with ``--force``. Heavy imports: none.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import typer
+
+LICENSE = "apache-2.0"  # populora's own license (pyproject.toml); the base model's license applies as well
+# config.yaml keys summarised in the card, in this order (section, key)
+CARD_KEYS = (
+    ("model", "name"),
+    ("population", "mode"),
+    ("population", "teachers"),
+    ("population", "students"),
+    ("train", "steps"),
+    ("train", "seed"),
+    ("lora", "rank"),
+    ("lora", "alpha"),
+    ("rl", "lr"),
+    ("rl", "rollouts"),
+    ("evolution", "every"),
+    ("evolution", "gamma"),
+    ("ratings", "lcb_k"),
+    ("tasks", "template"),
+)
+BUNDLED = {
+    "tiny": "populora's bundled tiny model",
+    "smol": "SmolLM2-135M-Instruct as populora's `smol` model",
+}
+
+
+class ExportError(Exception):
+    """The run or the destination cannot be exported as asked; the message names the problem and the fix."""
+
+
+def _read_yaml(path: Path) -> dict:
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise ExportError(f"cannot read {path}: {exc}") from exc
+    return data if isinstance(data, dict) else {}
+
+
+def _is_hub_id(name: str) -> bool:
+    return (
+        name.count("/") == 1 and not name.startswith((".", "/", "~")) and not Path(name).expanduser().exists()
+    )
+
+
+def choose(
+    run_dir: Path, best: bool, member_ids: list[str] | None, every: bool, checkpoint: str | None = None
+):
+    """(target, members) for the selection flags; exactly one of them (none means ``--best``)."""
+    from populora.evaluate.targets import TargetError, load_target, select_members
+
+    if sum([bool(best), bool(member_ids), bool(every)]) > 1:
+        raise ExportError("give one of --best, --member ID or --all")
+    run_dir = Path(run_dir).expanduser()
+    if not (run_dir / "config.yaml").is_file():
+        raise ExportError(
+            f"{run_dir} is not a run folder (no config.yaml); give the folder `populora train` wrote "
+            "(a PEFT folder is already in the Hub's format)"
+        )
+    try:
+        target = load_target(
+            run_dir, checkpoint=checkpoint, resolve=False
+        )  # the base only names it in the card: nothing downloaded
+        spec = ["all"] if every else (member_ids or ["best"])
+        chosen = [m for m in select_members(target, spec) if m.id != "base"]
+    except TargetError as exc:
+        raise ExportError(str(exc)) from exc
+    return target, chosen
+
+
+def _fmt(v) -> str:
+    return "–" if v is None else (f"{v:.2f}" if isinstance(v, float) else str(v))
+
+
+def model_card(member, cfg: dict, adapter_cfg: dict, run_dir: Path, step: int | None, k: float) -> str:
+    """The README.md of one exported adapter (Hub model-card format: YAML front matter, then Markdown)."""
+    model_name = str((cfg.get("model") or {}).get("name") or adapter_cfg.get("base_model_name_or_path"))
+    hub_base = model_name if _is_hub_id(model_name) else None
+    front = ["---"]
+    if hub_base:
+        front.append(f"base_model: {hub_base}")
+    front += [
+        "library_name: peft",
+        f"license: {LICENSE}",
+        "tags:",
+        *[
+            f"  - {t}"
+            for t in ("lora", "peft", "populora", "self-play", "reinforcement-learning", member.role)
+        ],
+        "---",
+        "",
+    ]
+    info = member.info or {}
+    targets = adapter_cfg.get("target_modules")
+    targets = ", ".join(targets) if isinstance(targets, list) else str(targets)
+    base_line = (
+        f"[`{hub_base}`](https://huggingface.co/{hub_base})"
+        if hub_base
+        else f"`{model_name}` ({BUNDLED.get(model_name, 'a local model folder')})"
+    )
+    lines = [
+        f"# {member.id}: a PopuLoRA {member.role} adapter",
+        "",
+        "A LoRA adapter trained with PopuLoRA (population-based asymmetric self-play RL: teacher adapters "
+        "propose code problems, student adapters solve them, a sandbox verifies), exported from run "
+        f"`{run_dir.name}`" + (f", checkpoint step {step}." if step is not None else "."),
+        "",
+        "## Adapter",
+        "",
+        "| | |",
+        "|---|---|",
+        f"| base model | {base_line} |",
+        f"| rank / alpha | {adapter_cfg.get('r')} / {adapter_cfg.get('lora_alpha')} |",
+        f"| target modules | {targets} |",
+        f"| role | {member.role} |",
+        "",
+        "## Rating and lineage",
+        "",
+        "| | |",
+        "|---|---|",
+        f"| TrueSkill mu / sigma | {_fmt(member.mu)} / {_fmt(member.sigma)} |",
+        f"| LCB mu - {k:g} sigma (ratings.lcb_k) | {_fmt(member.rating)} |",
+        f"| games played | {_fmt(info.get('games'))} |",
+        f"| born at step | {_fmt(info.get('born_step'))} |",
+        f"| made by operator | {info.get('operator') or 'none (an initial member)'} |",
+        f"| parents | {', '.join(info.get('parents') or []) or 'none'} |",
+        "",
+        "Ratings are within the run's population (one TrueSkill environment, ranked within a role); they do "
+        "not compare across runs.",
+        "",
+        "## Training config (summary)",
+        "",
+        "| key | value |",
+        "|---|---|",
+    ]
+    for section, key in CARD_KEYS:
+        value = (cfg.get(section) or {}).get(key) if isinstance(cfg.get(section), dict) else None
+        if value is not None:
+            lines.append(f"| `{section}.{key}` | `{value}` |")
+    load_base = (
+        f'AutoModelForCausalLM.from_pretrained("{hub_base}")'
+        if hub_base
+        else f'AutoModelForCausalLM.from_pretrained(resolve_model("{model_name}"))'
+    )
+    imports = "" if hub_base else "from populora.engine import resolve_model\n"
+    lines += [
+        "",
+        "The whole resolved config is the run folder's `config.yaml`.",
+        "",
+        "## Load it",
+        "",
+        "```python",
+        "from peft import PeftModel",
+        "from transformers import AutoModelForCausalLM",
+        imports + "",
+        f"base = {load_base}",
+        'model = PeftModel.from_pretrained(base, "PATH_OR_HUB_ID_OF_THIS_FOLDER")',
+        "model = model.merge_and_unload()  # optional: plain weights, as `populora eval` evaluates",
+        "```",
+        "",
+        "## License",
+        "",
+        f"The adapter weights are released under {LICENSE} (PopuLoRA's license); using them also means "
+        "accepting the base model's license.",
+        "",
+    ]
+    return "\n".join(front + lines)
+
+
+def _adapter_config(member, cfg: dict) -> dict:
+    """The member's adapter_config.json, naming the base by its hub id when the run used one."""
+    adapter_cfg = json.loads((member.adapter / "adapter_config.json").read_text(encoding="utf-8"))
+    name = str((cfg.get("model") or {}).get("name") or "")
+    if _is_hub_id(name):
+        adapter_cfg["base_model_name_or_path"] = name  # loadable anywhere, not this machine's cache path
+    return adapter_cfg
+
+
+def export(
+    run_dir: Path,
+    out: Path,
+    best: bool = False,
+    member_ids: list[str] | None = None,
+    every: bool = False,
+    force: bool = False,
+    checkpoint: str | None = None,
+) -> list[Path]:
+    """Write ``out/<member>/`` (PEFT files + README.md) for the chosen members; returns the folders."""
+    from populora.evaluate.targets import lcb_k
+
+    target, chosen = choose(run_dir, best, member_ids, every, checkpoint)
+    run_dir = Path(run_dir).expanduser()
+    cfg = _read_yaml(run_dir / "config.yaml")
+    out = Path(out).expanduser()
+    dest_root = out.resolve()
+    if dest_root == run_dir.resolve() or run_dir.resolve() in dest_root.parents:
+        raise ExportError(f"--out {out} is inside the run folder {run_dir}; export to a folder outside it")
+    if out.exists() and not out.is_dir():
+        raise ExportError(f"--out {out} is a file; give a folder")
+    for m in chosen:
+        d = out / m.id
+        if d.is_dir() and any(d.iterdir()) and not force:
+            raise ExportError(f"{d} already exists and is not empty; choose another --out or pass --force")
+    step = None
+    if target.checkpoint is not None and target.checkpoint.name.startswith("step_"):
+        step = int(target.checkpoint.name.removeprefix("step_"))
+    k = lcb_k(run_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for m in chosen:
+        adapter_cfg = _adapter_config(m, cfg)
+        tmp = out / f".tmp-{m.id}-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        try:
+            for f in sorted(m.adapter.iterdir()):
+                if f.is_file() and f.name != "adapter_config.json":
+                    shutil.copyfile(f, tmp / f.name)
+            (tmp / "adapter_config.json").write_text(
+                json.dumps(adapter_cfg, indent=2) + "\n", encoding="utf-8"
+            )
+            (tmp / "README.md").write_text(
+                model_card(m, cfg, adapter_cfg, run_dir, step, k), encoding="utf-8"
+            )
+            dest = out / m.id
+            if dest.exists():
+                shutil.rmtree(dest)
+            tmp.rename(dest)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        written.append(out / m.id)
+    return written
+
+
+def register(app: typer.Typer, bench: typer.Typer) -> None:  # noqa: ARG001 - the command modules' signature
+    @app.command("export")
+    def export_cmd(
+        run_dir: Path = typer.Argument(..., help="Run folder (config.yaml + checkpoints/)."),
+        out: Path = typer.Option(..., "--out", "-o", help="Folder for the exported adapters: OUT/<member>/."),
+        best: bool = typer.Option(
+            False,
+            "--best",
+            help="Per role, the member with the highest LCB mu - k sigma (ratings.lcb_k; default).",
+        ),
+        member: list[str] = typer.Option(
+            None, "--member", "-m", help="Member id(s) to export (repeatable or comma-separated)."
+        ),
+        every: bool = typer.Option(False, "--all", help="Every member of the newest checkpoint."),
+        force: bool = typer.Option(False, "--force", help="Replace existing OUT/<member>/ folders."),
+        checkpoint: str = typer.Option(
+            None, "--checkpoint", help="latest (default), final or a step number: which checkpoint to export."
+        ),
+    ) -> None:
+        """Export a run's adapters as Hub-ready PEFT folders, each with a README.md model card."""
+        try:
+            folders = export(run_dir, out, best, member, every, force, checkpoint)
+        except ExportError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2) from None
+        for f in folders:
+            typer.echo(f"wrote {f} (PEFT adapter + README.md model card)")
+        if folders:
+            typer.echo(f"upload one with: hf upload USER/NAME {folders[0]}")
