@@ -403,20 +403,22 @@ def games_figure(run: Run) -> Figure | None:
         return None
     fig, axes = _fig(ncols=2, width_ratios=[3, 2])
     ax = axes[0, 0]
-    for role in ("teacher", "student"):
-        if role not in by_role:
-            continue
-        style = "-" if role == "teacher" else "--"
-        for k in RESULTS:
-            _plot_line(
-                ax,
-                steps,
-                by_role[role][k],
-                color=RESULT_COLOR[k],
-                linestyle=style,
-                label=f"{ROLE_LABEL[role]} {k}",
-            )
-    ax.set_title("cumulative games per role (solid: teachers, dashed: students)", fontsize=10)
+    # One game per matchup, zero-sum: a teacher's win is its student's loss, so three lines tell it all (six
+    # would draw each one twice, on top of each other).
+    if "teacher" in by_role:
+        t = by_role["teacher"]
+        lines = {"teachers won": t["win"], "drawn": t["draw"], "students won": t["loss"]}
+    else:
+        s_ = by_role["student"]
+        lines = {"teachers won": s_["loss"], "drawn": s_["draw"], "students won": s_["win"]}
+    colors = {
+        "teachers won": ROLE_COLOR["teacher"],
+        "drawn": RESULT_COLOR["draw"],
+        "students won": ROLE_COLOR["student"],
+    }
+    for label, counts in lines.items():
+        _plot_line(ax, steps, counts, color=colors[label], label=label)
+    ax.set_title("cumulative games (one per matchup)", fontsize=10)
     ax.set_xlabel("step")
     ax.set_ylabel("games")
     _single_point_xlim(ax, steps)
