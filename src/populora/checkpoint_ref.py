@@ -8,8 +8,10 @@
 Every command that takes a checkpoint or a path inside one (`populora eval TARGET --checkpoint REF`,
 `populora evolve --parent`, ...) goes through these two functions, so the aliases mean the same everywhere.
 `final` differs from `latest` only for a run that stopped early: then it is an error naming the newest
-step and how to finish the run. A complete checkpoint is a `step_NNNNNN` folder holding `state.json`, the
-rule `train.checkpoint.list_checkpoints` (resume) uses. Imports only pathlib, re and yaml (no torch).
+step and how to finish the run. A complete checkpoint is a `step_NNNNNN` folder holding `state.json`; the
+folder-naming rule and the listing live here, torch-free, and `train.checkpoint` (save, resume) re-exports
+them, so one rule serves both and a resume can be planned before torch is imported. Imports only pathlib, re
+and yaml (no torch).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from pathlib import Path
 import yaml
 
 ALIASES = ("latest", "final")
-_STEP_DIR = re.compile(r"^step_(\d{6,})$")
+_STEP_DIR = CKPT_RE = re.compile(r"^step_(\d{6,})$")
 _STEP_REF = re.compile(r"^(?:step_)?(\d+)$")
 
 
@@ -39,6 +41,20 @@ def complete_checkpoints(run_dir: str | Path) -> list[tuple[int, Path]]:
         if m and p.is_dir() and (p / "state.json").is_file():
             found.append((int(m.group(1)), p))
     return sorted(found)
+
+
+def step_dir_name(step: int) -> str:
+    """The folder name of step `step`'s checkpoint: step_000024."""
+    return f"step_{step:06d}"
+
+
+list_checkpoints = complete_checkpoints  # the name train.checkpoint has always used
+
+
+def latest_checkpoint(run_dir: str | Path) -> tuple[int, Path] | None:
+    """`(step, path)` of the newest complete checkpoint, None when there is none."""
+    found = complete_checkpoints(run_dir)
+    return found[-1] if found else None
 
 
 def _planned_steps(run_dir: Path) -> int | None:

@@ -35,12 +35,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+# The step folders' naming and listing are torch-free, shared with the checkpoint references (and re-exported).
+from populora.checkpoint_ref import (  # noqa: F401 - re-exported
+    CKPT_RE,
+    latest_checkpoint,
+    list_checkpoints,
+    step_dir_name,
+)
 from populora.population.members import ROLE_PREFIX, Member
 from populora.train import state_files as sf
 from populora.train.errors import TrainError
 from populora.train.state_files import restore_rng, rng_state  # noqa: F401 - re-exported
 
-CKPT_RE = re.compile(r"^step_(\d{6,})$")
 # Member ids the trainer makes are T0, S3, A0, ...; anything else in a state.json (`../x`, `/etc`) is refused
 # before it can name a path.
 ID_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
@@ -48,10 +54,6 @@ ID_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
 
 class CheckpointDamaged(Exception):
     """A checkpoint folder that cannot be read back; the message names the file and what is wrong with it."""
-
-
-def step_dir_name(step: int) -> str:
-    return f"step_{step:06d}"
 
 
 def _fsync_tree(root: Path) -> None:
@@ -119,24 +121,6 @@ def save_checkpoint(
             os.rename(path, doomed)
             shutil.rmtree(doomed, ignore_errors=True)
     return final
-
-
-def list_checkpoints(run_dir: str | os.PathLike) -> list[tuple[int, Path]]:
-    """Complete checkpoints `(step, path)`, oldest first (temp folders are ignored)."""
-    root = Path(run_dir) / "checkpoints"
-    if not root.is_dir():
-        return []
-    out = []
-    for p in root.iterdir():
-        m = CKPT_RE.match(p.name)
-        if m and p.is_dir() and (p / "state.json").is_file():
-            out.append((int(m.group(1)), p))
-    return sorted(out)
-
-
-def latest_checkpoint(run_dir: str | os.PathLike) -> tuple[int, Path] | None:
-    ckpts = list_checkpoints(run_dir)
-    return ckpts[-1] if ckpts else None
 
 
 def read_state(ckpt: Path) -> dict:

@@ -19,9 +19,9 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from populora import checkpoint_ref as ckpt  # torch-free: a resume is planned before torch is imported
 from populora.config import RESUMABLE_KEYS
 from populora.diagnostics.sinks import repair_jsonl
-from populora.train import checkpoint as ckpt
 from populora.train.errors import TrainError
 from populora.train.run_folder import LOGS
 
