@@ -79,7 +79,8 @@ def test_resume_refuses_to_change_the_run(tmp_path):
     assert res.exit_code == 2
     assert res.output.strip() == (
         "error: --set lora.rank: cannot change on --resume (only train.steps, train.checkpoint_every, "
-        "train.keep_checkpoints, train.threads, dist.workers, dist.address); start a new run to change it."
+        "train.keep_checkpoints, train.threads, dist.workers, dist.address, rl.micro_batch_tokens, "
+        "rl.activation_checkpointing); start a new run to change it."
     )
 
 
