@@ -67,3 +67,12 @@ def test_an_arm_mixing_item_and_task_logs_falls_back_to_tasks(tmp_path):
     arr, source = arm_changes([a, _run(tmp_path / "c", True, END)])
     assert source == "items" and arr.shape == (2, 2, 2)
     assert np.allclose(arr[0], arr[1])
+
+
+def test_one_task_types_items(tmp_path):
+    c = probe_change(_run(tmp_path / "r", True, END), task="code_o")
+    assert c.items == ["code_o/0", "code_o/1"]
+    assert probe_change(_run(tmp_path / "q", True, END), task="code_i") is not None  # per-task fallback
+    fallback = probe_change(_run(tmp_path / "p", False, END), task="code_i")
+    assert fallback.source == "tasks" and fallback.items == ["code_i"]
+    assert fallback.values[:, 0] == pytest.approx([0.3, -0.1])

@@ -118,6 +118,11 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         for name, d in iv["differences"].items():
             how = "paired by seed" if d["paired"] else "unpaired"
             typer.echo(f"{name}: {fmt(d)} points ({how}; bootstrap over {d['resampled']})")
+        for task, tv in r["per_task"].items():  # a gain on one task type can hide behind a loss on another
+            for arm, a in tv["arms"].items():
+                typer.echo(f"{arm}, {task} only: {fmt(a['mean_change'])} points")
+            for name, d in tv["differences"].items():
+                typer.echo(f"{name}, {task} only: {fmt(d)} points")
         for style, sv in r["style_fixed"].items():  # code_o with its answer style forced: skill, not style
             for arm, a in sv["arms"].items():
                 typer.echo(f"{arm}, code_o with the {style} style forced: {fmt(a['mean_change'])} points")

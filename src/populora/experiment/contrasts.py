@@ -31,16 +31,18 @@ def contrasts(
     pairs: Sequence[tuple[str, str]],
     single: str | None = None,
     answers: str = "free",
+    task: str | None = None,
 ) -> dict:
     """`{"arms": {arm: summary}, "differences": {"a - b": interval}, "best_vs_single": {arm: ...}, "source"}`.
 
     `seeds[arm]` are the seeds the arm ran (pairing needs the same list); `single` names the single-agent
     arm, against which every population arm's best member is also compared. Arms without a probe at step 0
     and later are left out (with a note under "missing"). `answers`: "free" (the greedy answers) or a forced
-    answer style ("trace", "bare": code_o's items with that opening forced, so style and skill are apart)."""
+    answer style ("trace", "bare": code_o's items with that opening forced, so style and skill are apart);
+    `task` keeps one task type's items (a gain on one type can hide behind a loss on another)."""
     arrays, sources, missing = {}, set(), []
     for arm, run_dirs in dirs.items():
-        arr, source = arm_changes(run_dirs, answers)
+        arr, source = arm_changes(run_dirs, answers, task)
         if arr is None:
             missing.append(arm)
             continue
@@ -48,7 +50,7 @@ def contrasts(
     if len(sources) > 1 and answers == "free":  # an arm with items, one without: compare per task
         from populora.experiment.probe_data import arm_array, per_task_fallback
 
-        arrays = {a: arm_array(per_task_fallback(dirs[a])) for a in arrays}
+        arrays = {a: arm_array(per_task_fallback(dirs[a], task)) for a in arrays}
         sources = {"tasks"}
     out: dict = {
         "source": "per item" if sources == {"items"} else "per task (per-item probe results not logged)",

@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from populora.experiment.runs import RunSpec, run_all
+from populora.names import TASKS
 
 CONTROLS: dict[str, list[str]] = {"shuffled": ["rl.student_rewards=shuffled"]}
 
@@ -199,6 +200,7 @@ def run_learning(
     # The same changes with code_o's answer style forced (the probe's `probe_style`): a gain that survives
     # with the style held fixed is skill, one that vanishes was the switch of style.
     style_fixed = {style: contrasts(dirs, seed_lists, pairs, answers=style) for style in ("trace", "bare")}
+    per_task = {t: contrasts(dirs, seed_lists, pairs, task=t) for t in TASKS}
     result = {
         "kind": "learning",
         "preset": preset,
@@ -217,6 +219,7 @@ def run_learning(
         "teacher_valid_rate_change": mean_ci([d["teacher_valid_rate"]["change"] for d in per_seed.values()]),
         "intervals": intervals,
         "style_fixed": style_fixed,
+        "per_task": per_task,
         "games": {arm: game_shares(paths) for arm, paths in dirs.items()},
         "control": control,
         "quick": quick,

@@ -39,12 +39,13 @@ def solver_members(run, members) -> list[str]:
     return [m for m in members if run.role_of(m) in ("student", "single")]
 
 
-def _from_items(run, answers: str = "free") -> ProbeChange | None:
+def _from_items(run, answers: str = "free", task: str | None = None) -> ProbeChange | None:
     """Per item from the run's probe_items.jsonl; `answers`: "free" (the greedy answers), or "trace"/"bare"
     (code_o with that answer style forced: the skill with the style held fixed, tasks with two styles only)."""
     rows = [
         (int(r["step"]), str(r["member"]), f"{r['task']}/{r['item']}", float(bool(r["correct"])))
         for r in run.probe_items(answers)
+        if task is None or r["task"] == task
     ]
     steps = sorted({s for s, *_ in rows})
     if len(steps) < 2 or steps[0] != 0:
@@ -66,13 +67,13 @@ def _from_items(run, answers: str = "free") -> ProbeChange | None:
     return ProbeChange(members, items, values, "items")
 
 
-def _from_tasks(run) -> ProbeChange | None:
+def _from_tasks(run, task: str | None = None) -> ProbeChange | None:
     probes = [p for p in run.probes if p.get("probe")]
     if len(probes) < 2 or int(probes[0]["step"]) != 0:
         return None
 
     def member_mean(acc: dict) -> float | None:
-        vals = [acc[t] for t in TASKS if acc.get(t) is not None]
+        vals = [acc[t] for t in TASKS if acc.get(t) is not None and task in (None, t)]
         return float(np.mean(vals)) if vals else None
 
     start = [v for v in (member_mean(a) for a in probes[0]["probe"].values()) if v is not None]
@@ -82,20 +83,21 @@ def _from_tasks(run) -> ProbeChange | None:
         return None
     base = float(np.mean(start))
     values = np.array([[end[m] - base] for m in members])
-    return ProbeChange(members, ["tasks"], values, "tasks")
+    return ProbeChange(members, [task or "tasks"], values, "tasks")
 
 
-def probe_change(run_dir: Path, answers: str = "free") -> ProbeChange | None:
+def probe_change(run_dir: Path, answers: str = "free", task: str | None = None) -> ProbeChange | None:
     """The run's solvers' probe change per item (or per run when only per-task accuracy is logged); None
     when the run has no probe at step 0 and at a later step. `answers` other than "free" (a forced answer
-    style) has no per-task fallback: None without per-item verdicts."""
+    style) has no per-task fallback: None without per-item verdicts. `task` keeps that task type's items
+    only."""
     from populora.diagnostics.run import load_run
 
     run = load_run(run_dir)
-    found = _from_items(run, answers) if (Path(run_dir) / ITEMS_FILE).is_file() else None
+    found = _from_items(run, answers, task) if (Path(run_dir) / ITEMS_FILE).is_file() else None
     if answers != "free":
         return found
-    return found or _from_tasks(run)
+    return found or _from_tasks(run, task)
 
 
 def arm_array(changes: list[ProbeChange | None]) -> np.ndarray | None:
@@ -108,23 +110,25 @@ def arm_array(changes: list[ProbeChange | None]) -> np.ndarray | None:
     return np.stack([c.values for c in changes])
 
 
-def per_task_fallback(run_dirs: list[Path]) -> list[ProbeChange | None]:
+def per_task_fallback(run_dirs: list[Path], task: str | None = None) -> list[ProbeChange | None]:
     """Every seed read per task (what `arm_array` needs when some seeds log items and others do not)."""
     from populora.diagnostics.run import load_run
 
-    return [_from_tasks(load_run(d)) for d in run_dirs]
+    return [_from_tasks(load_run(d), task) for d in run_dirs]
 
 
-def arm_changes(run_dirs: list[Path], answers: str = "free") -> tuple[np.ndarray | None, str]:
+def arm_changes(
+    run_dirs: list[Path], answers: str = "free", task: str | None = None
+) -> tuple[np.ndarray | None, str]:
     """`([seed, member, item] array or None, source)` for the runs of one arm, per item when every seed has
     items on the same probe, else per task (for free answers; a forced style has no per-task fallback)."""
-    changes = [probe_change(d, answers) for d in run_dirs]
+    changes = [probe_change(d, answers, task) for d in run_dirs]
     arr = arm_array(changes)
     if arr is not None:
         return arr, changes[0].source
     if answers != "free":
         return None, "none"
-    changes = per_task_fallback(run_dirs)
+    changes = per_task_fallback(run_dirs, task)
     arr = arm_array(changes)
     return arr, "tasks"
 
