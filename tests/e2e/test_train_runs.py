@@ -65,6 +65,15 @@ def test_population_run_folder_schema(runs):
         assert p["valid"] or p["reason"]
 
 
+def _collisions(run, member: str, step: int) -> int:
+    """The member's proposals of `step` that copied a probe program (out of the game, not in n_proposed)."""
+    return sum(
+        1
+        for p in read_jsonl(run / "problems.jsonl")
+        if p["proposer"] == member and p["step"] == step and p.get("reason") == "probe collision"
+    )
+
+
 def test_evolution_event_and_lineage(runs):
     a, _ = runs
     evo = [e for e in read_jsonl(a / "events.jsonl") if e["type"] == "evolution"]
@@ -78,7 +87,10 @@ def test_evolution_event_and_lineage(runs):
     # the step's metrics describe who played it: the replaced member at step 2, its child from step 3 on
     assert by_role["teacher"]["replaced"] in step2 and "T2" not in step2
     assert "T2" in step3 and by_role["teacher"]["replaced"] not in step3
-    assert step2[by_role["teacher"]["replaced"]]["n_proposed"] == 3
+    # n_proposed counts the proposals in the game: a probe collision is out of it (problems.jsonl lists it)
+    replaced = by_role["teacher"]["replaced"]
+    collided = _collisions(a, replaced, step=2)
+    assert step2[replaced]["n_proposed"] == 3 - collided
     state = read_state(dict(list_checkpoints(a))[2])
     child = next(m for m in state["members"] if m["id"] == "T2")
     assert child["parents"] == by_role["teacher"]["parents"] and child["born_step"] == 2
@@ -117,7 +129,7 @@ def test_single_mode_with_resume(tmp_path, fast):
         assert m["mode"] == "single" and list(m["members"]) == ["A0"]
         a0 = m["members"]["A0"]
         assert a0["role"] == "single" and a0["mu"] is None and a0["sigma"] is None
-        assert a0["n_proposed"] == 3 and a0["valid_rate"] is not None
+        assert a0["n_proposed"] == 3 - _collisions(run, "A0", m["step"]) and a0["valid_rate"] is not None
         assert m["matchups"][0]["teacher"] == m["matchups"][0]["student"] == "A0"
     events = read_jsonl(run / "events.jsonl")
     assert not [e for e in events if e["type"] == "evolution"]  # a single agent has nobody to replace it
