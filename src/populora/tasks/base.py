@@ -532,11 +532,11 @@ class CodeTask:
         every problem of a batch into one `run_many`."""
         raise NotImplementedError
 
-    def _deadline(self, start: float, until: float | None = None) -> float | None:
-        """The end of this task's scoring in a batch begun at `start`: `score_deadline_s` after it, or
-        `until` if that comes first (both `time.monotonic()` values)."""
+    def _deadline(self, start: float, n: int, until: float | None = None) -> float | None:
+        """The end of this task's scoring in a batch of `n` problems with jobs begun at `start`: `n *
+        score_deadline_s` after it, or `until` if that comes first (both `time.monotonic()` values)."""
         d = self.config.score_deadline_s
-        end = None if d is None else start + d
+        end = None if d is None else start + n * d
         if until is not None:
             end = until if end is None else min(end, until)
         return end
@@ -561,13 +561,14 @@ def score_many(
     nothing), so the sandbox's workers are busy with the whole batch instead of one problem at a time. Jobs
     are deduplicated within a problem, as per-problem scoring does, not across problems.
 
-    Deadlines: every item's scoring ends at `start + task.config.score_deadline_s` (start: this call's start,
-    the same for every item), or at `until` (a `time.monotonic()` value) if earlier. A round's `run_many` is
-    bounded by that end (items whose tasks have different ends go out in one `run_many` per distinct end):
-    jobs still running then are killed and jobs not started never start, and a round begun after the end runs
-    nothing. Each answer whose job was cut scores False and is counted in its item's `past_deadline` and in
-    its task's running `past_deadline`. So `score_deadline_s` bounds the batch's scoring as a whole (per
-    problem scoring gave each problem its own `score_deadline_s`, one after another)."""
+    Deadlines: with n items that run sandbox jobs (code_o items and items with no scorable answer run none),
+    every item's scoring ends at `start + n * task.config.score_deadline_s` (start: this call's start), or at
+    `until` (a `time.monotonic()` value) if earlier: the batch shares the budget that scoring its problems one
+    after another had (for one problem, exactly `score_deadline_s`), but one slow problem can now use what
+    fast ones leave. A round's `run_many` is bounded by that end (items whose tasks have different ends go out
+    in one `run_many` per distinct end): jobs still running then are killed, jobs not started never start, and
+    a round begun after the end runs nothing. Each answer whose job was cut scores False and is counted in its
+    item's `past_deadline` and in its task's running `past_deadline`."""
     start = time.monotonic()
     results: list[Scored | None] = [None] * len(items)
     live: dict[int, tuple[ScoringPlan, list[tuple[str, str]], float | None]] = {}
@@ -587,7 +588,12 @@ def score_many(
         live[k] = (plan, jobs, end)
 
     for k, (task, problem, answers) in enumerate(items):
-        advance(k, task._plan(problem, answers), None, task._deadline(start, until))
+        advance(k, task._plan(problem, answers), None, None)
+    # The deadline budget is `score_deadline_s` per problem that runs jobs, as one problem after another had.
+    n = len(live)
+    live.update(
+        {k: (plan, jobs, items[k][0]._deadline(start, n, until)) for k, (plan, jobs, _) in live.items()}
+    )
     while live:
         by_end: dict[float | None, list[int]] = {}
         for k, (_, _, end) in live.items():
