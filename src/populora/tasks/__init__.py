@@ -13,6 +13,7 @@ Public API (the contract the trainer uses; docs/architecture.md)::
     task.parse_answer(text, template=None) -> Answer | FormatError               # never raises
     task.render_answer(answer_text, template=...)                               # what a perfect student writes
     task.score(problem, answers, sandbox) -> list[bool]
+    populora.tasks.score_many([(task, problem, answers), ...], sandbox) -> list[Scored]  # one run_many a round
 
 Depends on `populora.sandbox` only at call time (a duck-typed object with `run_many`); imports nothing heavy.
 """
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from populora.tasks.base import CodeF, CodeI, CodeO, CodeTask, TaskConfig
+from populora.tasks.base import CodeF, CodeI, CodeO, CodeTask, Scored, TaskConfig, score_many
 from populora.tasks.policy import DEFAULT_POLICY, CapabilityPolicy
 from populora.tasks.templates import TEMPLATE_NAMES, TemplateSet, load_template
 from populora.tasks.types import TASK_NAMES, Answer, FormatError, Invalid, InvalidProblem, Problem, Proposal
@@ -55,8 +56,10 @@ __all__ = [
     "InvalidProblem",
     "Problem",
     "Proposal",
+    "Scored",
     "TaskConfig",
     "TemplateSet",
     "get",
     "load_template",
+    "score_many",
 ]

@@ -19,7 +19,7 @@ from __future__ import annotations
 import ast
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -509,7 +509,8 @@ class CodeTask:
         """One bool per answer: True iff the answer is right. FormatErrors score False. A plain `str` is taken
         as the answer block's text. All sandbox jobs of a round go out in one `run_many`, within the
         `score_deadline_s` of the call and before `until` (a `time.monotonic()` value: the trainer's deadline
-        for a whole step's scoring); answers unfinished by then score False (see `score_detailed`)."""
+        for a whole step's scoring); answers unfinished by then score False (see `score_detailed`).
+        `score_many` scores many problems (of any task types) at once, with identical verdicts."""
         return self.score_detailed(problem, answers, sandbox, until=until).solves
 
     def score_detailed(
@@ -521,27 +522,103 @@ class CodeTask:
         until: float | None = None,
     ) -> Scored:
         """`score` with the count of answers that scored False because the deadline passed (also added to
-        `self.past_deadline`, the running total the trainer can log)."""
+        `self.past_deadline`, the running total the trainer can log). `score_many` with one problem."""
+        return score_many([(self, problem, answers)], sandbox, until=until)[0]
+
+    def _plan(self, problem: Problem, answers: Sequence[Answer | FormatError | str]) -> ScoringPlan:
+        """How this task scores `answers` to `problem`, as a generator: it yields each round's sandbox jobs
+        (deduplicated within the problem), is sent their outcomes in the same order, and returns
+        `(solves, past_deadline)`. It never touches the sandbox itself, so `score_many` can put the rounds of
+        every problem of a batch into one `run_many`."""
         raise NotImplementedError
 
-    def _run_scoring(self, sandbox: Sandbox, jobs: list[tuple[str, str]], end: float | None) -> list[Any]:
-        """`run_many` for scoring: the sandbox's default limits (as validation's pass 1), bounded by the
-        deadline `end` (a `time.monotonic()` value). Jobs cut by the deadline come back as timeouts with
-        error_type "Deadline"; with the deadline already passed nothing runs."""
-        if end is None:
-            return list(sandbox.run_many(jobs))
-        left = end - time.monotonic()
-        if left <= 0:
-            return [_DEADLINE] * len(jobs)
-        return list(sandbox.run_many(jobs, deadline_s=left))
-
-    def _deadline(self, until: float | None = None) -> float | None:
-        """The end of this problem's scoring: `score_deadline_s` from now, or `until` if that comes first."""
+    def _deadline(self, start: float, n: int, until: float | None = None) -> float | None:
+        """The end of this task's scoring in a batch of `n` problems with jobs begun at `start`: `n *
+        score_deadline_s` after it, or `until` if that comes first (both `time.monotonic()` values)."""
         d = self.config.score_deadline_s
-        end = None if d is None else time.monotonic() + d
+        end = None if d is None else start + n * d
         if until is not None:
             end = until if end is None else min(end, until)
         return end
+
+
+# A task's scoring of one problem (`CodeTask._plan`): yields job lists, is sent outcome lists, returns
+# (solves, past_deadline).
+ScoringPlan = Generator[list[tuple[str, str]], list[Any], tuple[list[bool], int]]
+
+
+def score_many(
+    items: Sequence[tuple[CodeTask, Problem, Sequence[Answer | FormatError | str]]],
+    sandbox: Sandbox | None,
+    *,
+    until: float | None = None,
+) -> list[Scored]:
+    """Score many `(task, problem, answers)` at once; one `Scored` per item, in order, each exactly what
+    `task.score_detailed(problem, answers, sandbox)` gives when no deadline passes.
+
+    Round r's jobs of every problem still scoring go out in ONE `sandbox.run_many` (code_i and code_f's first
+    round together; code_f's later rounds, one per hidden pair, only for candidates still right; code_o runs
+    nothing), so the sandbox's workers are busy with the whole batch instead of one problem at a time. Jobs
+    are deduplicated within a problem, as per-problem scoring does, not across problems.
+
+    Deadlines: with n items that run sandbox jobs (code_o items and items with no scorable answer run none),
+    every item's scoring ends at `start + n * task.config.score_deadline_s` (start: this call's start), or at
+    `until` (a `time.monotonic()` value) if earlier: the batch shares the budget that scoring its problems one
+    after another had (for one problem, exactly `score_deadline_s`), but one slow problem can now use what
+    fast ones leave. A round's `run_many` is bounded by that end (items whose tasks have different ends go out
+    in one `run_many` per distinct end): jobs still running then are killed, jobs not started never start, and
+    a round begun after the end runs nothing. Each answer whose job was cut scores False and is counted in its
+    item's `past_deadline` and in its task's running `past_deadline`."""
+    start = time.monotonic()
+    results: list[Scored | None] = [None] * len(items)
+    live: dict[int, tuple[ScoringPlan, list[tuple[str, str]], float | None]] = {}
+
+    def advance(k: int, plan: ScoringPlan, sent: list[Any] | None, end: float | None) -> None:
+        task = items[k][0]
+        try:
+            jobs = plan.send(sent)  # type: ignore[arg-type]  # None starts a fresh generator
+        except StopIteration as stop:
+            solves, cut = stop.value
+            task.past_deadline += cut
+            results[k] = Scored(solves, cut)
+            live.pop(k, None)
+            return
+        if sandbox is None:
+            raise ValueError(f"{task.name} scoring runs programs in the sandbox: pass a Sandbox")
+        live[k] = (plan, jobs, end)
+
+    for k, (task, problem, answers) in enumerate(items):
+        advance(k, task._plan(problem, answers), None, None)
+    # The deadline budget is `score_deadline_s` per problem that runs jobs, as one problem after another had.
+    n = len(live)
+    live.update(
+        {k: (plan, jobs, items[k][0]._deadline(start, n, until)) for k, (plan, jobs, _) in live.items()}
+    )
+    while live:
+        by_end: dict[float | None, list[int]] = {}
+        for k, (_, _, end) in live.items():
+            by_end.setdefault(end, []).append(k)
+        for end, ks in by_end.items():
+            jobs = [j for k in ks for j in live[k][1]]
+            outs = _run_scoring(sandbox, jobs, end)
+            i = 0
+            for k in ks:
+                plan, mine, _ = live[k]
+                advance(k, plan, outs[i : i + len(mine)], end)
+                i += len(mine)
+    return results  # type: ignore[return-value]  # every item has finished
+
+
+def _run_scoring(sandbox: Any, jobs: list[tuple[str, str]], end: float | None) -> list[Any]:
+    """`run_many` for scoring: the sandbox's default limits (as validation's pass 1), bounded by the
+    deadline `end` (a `time.monotonic()` value). Jobs cut by the deadline come back as timeouts with
+    error_type "Deadline"; with the deadline already passed nothing runs."""
+    if end is None:
+        return list(sandbox.run_many(jobs))
+    left = end - time.monotonic()
+    if left <= 0:
+        return [_DEADLINE] * len(jobs)
+    return list(sandbox.run_many(jobs, deadline_s=left))
 
 
 @dataclass(frozen=True)
@@ -644,19 +721,11 @@ class CodeI(CodeIO):
             return FormatError(f"format: input is not a literal argument list ({e})")
         return Answer(text)
 
-    def score_detailed(
-        self,
-        problem: Problem,
-        answers: Sequence[Answer | FormatError | str],
-        sandbox: Sandbox | None,
-        *,
-        until: float | None = None,
-    ) -> Scored:
+    def _plan(self, problem: Problem, answers: Sequence[Answer | FormatError | str]) -> ScoringPlan:
         try:
             gold = parse_literal(problem.outputs[0])
         except LiteralError:  # a hand-made problem with a non-literal gold output can never be matched
-            return Scored([False] * len(answers))
-        end = self._deadline(until)
+            return [False] * len(answers), 0
         calls: list[str | None] = []
         for a in map(self._coerce, answers):
             if not isinstance(a, Answer):
@@ -670,18 +739,15 @@ class CodeI(CodeIO):
                 calls.append(None)
         unique = sorted({c for c in calls if c is not None})
         if not unique:
-            return Scored([False] * len(calls))
-        if sandbox is None:
-            raise ValueError("code_i scoring runs the program: pass a Sandbox")
-        outs = self._run_scoring(sandbox, [(problem.program, c) for c in unique], end)
+            return [False] * len(calls), 0
+        outs = yield [(problem.program, c) for c in unique]  # one round: each distinct call once
         outcomes = dict(zip(unique, outs, strict=True))
         verdict = {}
         for c, o in outcomes.items():
             v, why = _plain_value(o, 10**9)
             verdict[c] = why is None and strict_equal(v, gold)
         cut = sum(1 for c in calls if c is not None and _cut(outcomes[c]))
-        self.past_deadline += cut
-        return Scored([c is not None and verdict[c] for c in calls], cut)
+        return [c is not None and verdict[c] for c in calls], cut
 
 
 class CodeO(CodeIO):
@@ -723,6 +789,10 @@ class CodeO(CodeIO):
         until: float | None = None,
     ) -> list[bool]:
         return self._compare(problem, answers)
+
+    def _plan(self, problem: Problem, answers: Sequence[Answer | FormatError | str]) -> ScoringPlan:
+        yield from ()  # no round: code_o runs no sandbox job
+        return self._compare(problem, answers), 0
 
     def _compare(self, problem: Problem, answers: Sequence[Answer | FormatError | str]) -> list[bool]:
         """code_o needs no sandbox: the answer literal is compared with the gold output here."""
@@ -818,21 +888,13 @@ class CodeF(CodeTask):
             return FormatError("format: program defines no top-level f")
         return Answer(code)
 
-    def score_detailed(
-        self,
-        problem: Problem,
-        answers: Sequence[Answer | FormatError | str],
-        sandbox: Sandbox | None,
-        *,
-        until: float | None = None,
-    ) -> Scored:
+    def _plan(self, problem: Problem, answers: Sequence[Answer | FormatError | str]) -> ScoringPlan:
         hidden = problem.hidden
         try:
             gold = [parse_literal(o) for _, o in hidden]
             calls = [job_call(inp) for inp, _ in hidden]
         except LiteralError:
-            return Scored([False] * len(answers))
-        end = self._deadline(until)
+            return [False] * len(answers), 0
         programs: list[str | None] = []
         for a in map(self._coerce, answers):
             try:
@@ -842,9 +904,7 @@ class CodeF(CodeTask):
             programs.append(a.text if ok else None)
         unique = sorted({p for p in programs if p is not None})
         if not unique:
-            return Scored([False] * len(programs))
-        if sandbox is None:
-            raise ValueError("code_f scoring runs the candidate programs: pass a Sandbox")
+            return [False] * len(programs), 0
         # One round per hidden pair, only for programs still right: a wrong or looping candidate usually costs
         # one job instead of len(hidden). The calls are the ones validation ran (`job_call`).
         alive = list(unique)
@@ -852,7 +912,7 @@ class CodeF(CodeTask):
         for call, want in zip(calls, gold, strict=True):
             if not alive:
                 break
-            outcomes = self._run_scoring(sandbox, [(p, call) for p in alive], end)
+            outcomes = yield [(p, call) for p in alive]
             cut.update(p for p, o in zip(alive, outcomes, strict=True) if _cut(o))
             # Compare plain values parsed here: an object whose __eq__ always says True has a non-literal
             # repr (or plain=False) and fails, whatever it claims inside the sandbox.
@@ -863,8 +923,7 @@ class CodeF(CodeTask):
             ]
         verdict = {p: p in alive for p in unique}
         n_cut = sum(1 for p in programs if p in cut)
-        self.past_deadline += n_cut
-        return Scored([p is not None and verdict[p] for p in programs], n_cut)
+        return [p is not None and verdict[p] for p in programs], n_cut
 
 
 def _program_of(refs: Any) -> str:

@@ -175,12 +175,12 @@ def probe_members(
 
     One `engine.generate` for every (member, problem) prompt; for each task of `styles` (`{task: {style:
     opening}}`, e.g. `ANSWER_STYLES["compact"]`) a second one for the forced style each free answer did not
-    take (the free answer is the forced answer of the style it opened with); then one `task.score` per
-    problem holding all answers to it. `phase(name)` is called as each part starts ("probe", "probe_style",
+    take (the free answer is the forced answer of the style it opened with); then one `tasks.score_many` of
+    every problem with all answers to it. `phase(name)` is called as each part starts ("probe", "probe_style",
     "probe_score") and returns extra keyword arguments for that part's `engine.generate` (e.g. `progress=`).
     """
     from populora.engine import GenRequest
-    from populora.tasks import get
+    from populora.tasks import get, score_many
 
     budget = dict(MAX_NEW_TOKENS if max_new_tokens is None else max_new_tokens)
     members = list(slots)
@@ -223,11 +223,15 @@ def probe_members(
         for (s, t, i, m), g in zip(todo, forced, strict=True):
             texts[s, t, i, m] = styles[t][s] + g.text  # the answer is the forced opening and what follows
     phase("probe_score")
+    orders, items = [], []
     for t, i, p in flat:
-        sets = ["free", *styles.get(t, {})]
-        order = [(a, m) for a in sets for m in members]
+        order = [(a, m) for a in ["free", *styles.get(t, {})] for m in members]
         answers = [tasks[t].parse_answer(texts[a, t, i, m], template=template) for a, m in order]
-        for (a, m), ok in zip(order, tasks[t].score(p, answers, sandbox), strict=True):
+        orders.append((t, order))
+        items.append((tasks[t], p, answers))
+    # every problem's answers in one batch: one sandbox run_many per scoring round (tasks.score_many)
+    for (t, order), scored in zip(orders, score_many(items, sandbox), strict=True):
+        for (a, m), ok in zip(order, scored.solves, strict=True):
             out.correct.setdefault(a, {}).setdefault(m, {}).setdefault(t, []).append(int(bool(ok)))
     return out
 
@@ -242,8 +246,8 @@ def score_members(
 ) -> dict[str, dict[str, float]]:
     """Greedy accuracy of each member (`{member_id: slot}`) per task type: `{member_id: {task: acc}}`.
 
-    One `engine.generate` for every (member, problem) prompt, then one `task.score` per problem holding the
-    answers of all members (the sandbox runs them in parallel). `probe_members` has the per-item verdicts.
+    One `engine.generate` for every (member, problem) prompt, then one `tasks.score_many` of every problem with
+    the answers of all members (the sandbox runs them all in parallel). `probe_members` has the per-item verdicts.
     """
     return probe_members(engine, slots, problems, sandbox, template, max_new_tokens).accuracy()
 

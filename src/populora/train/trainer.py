@@ -435,14 +435,19 @@ class Trainer:
             out += [ProposalTrace("A0", "A0", name, problem=p, from_buffer=True) for p in chosen]
         return out
 
-    def score(self, traces: list[ProposalTrace], step: int = 0) -> None:
+    def score(self, traces: list[ProposalTrace], step: int = 0, *, batched: bool = True) -> None:
         """Every reward of the step, computed here once: each answer's and each proposal's. Under
-        `rl.student_rewards=shuffled` the update's copy of the answer rewards is permuted (train/controls.py)."""
+        `rl.student_rewards=shuffled` the update's copy of the answer rewards is permuted (train/controls.py).
+
+        Every valid trace's answers are scored in one `tasks.score_many` (one `run_many` per round across all
+        problems: the sandbox's workers are never idle while one problem's jobs finish). `batched=False`
+        scores one problem after another (the old path, same verdicts; kept for tests and measurements)."""
         proposer_reward = learnability_reward if self.single else teacher_reward
         # One deadline for the whole step's scoring (besides each problem's own): a program that is instant
         # on its own input and loops on every answer costs at most this much, whatever the number of problems.
         until = time.monotonic() + self.cfg.sandbox.score_step_deadline_s
         cut_before = sum(t.past_deadline for t in self.tasks.values())
+        scoring: list[tuple[ProposalTrace, tuple]] = []
         for trace in traces:
             if trace.probe_collision:
                 trace.reward = 0.0  # out of the game: no row is built from it (build_rows)
@@ -453,7 +458,13 @@ class Trainer:
             task = self.tasks[trace.task]
             answers = [task.parse_answer(g.text, template=self.cfg.tasks.template) for g in trace.answers]
             trace.formatted = [not isinstance(a, tasks.FormatError) for a in answers]
-            trace.solves = [bool(x) for x in task.score(trace.problem, answers, self.sandbox, until=until)]
+            scoring.append((trace, (task, trace.problem, answers)))
+        if batched:
+            scored = tasks.score_many([item for _, item in scoring], self.sandbox, until=until)
+        else:
+            scored = [t.score_detailed(p, a, self.sandbox, until=until) for _, (t, p, a) in scoring]
+        for (trace, _), result in zip(scoring, scored, strict=True):
+            trace.solves = [bool(x) for x in result.solves]
             trace.answer_rewards = [
                 student_reward(fmt, ok, self.rewards)
                 for fmt, ok in zip(trace.formatted, trace.solves, strict=True)
