@@ -44,6 +44,9 @@ from populora.train.probe_guard import program_key
 LEVELS: tuple[int, ...] = (1, 2, 3, 4, 5)
 # (fewest, most) top-level statements of f's body per level, return excluded, after pruning dead statements.
 STATEMENT_RANGE: dict[int, tuple[int, int]] = {1: (1, 2), 2: (2, 3), 3: (3, 4), 4: (4, 5), 5: (6, 8)}
+# Least AST depth (diagnostics.features.ast_depth) per level: statement counts alone let a level-4 program be
+# as shallow as a level-3 one; the floor makes depth rise with the level too (rejection sampling on the feature).
+MIN_AST_DEPTH: dict[int, int] = {1: 0, 2: 0, 3: 7, 4: 8, 5: 9}
 MAX_STEPS = 4_000  # traced lines + calls per run: our loops are bounded, this catches anything that is not
 MAX_INPUT_CHARS = 80
 SPLITS = ("train", "probe")
@@ -180,7 +183,13 @@ def _st_helper_def(b: P._Builder) -> bool:
     body = rng.choice(
         [
             [f"if v % {k1} == 0:", f"    return v // {k1}", f"return v * {k1} + {k2}"],
-            [f"if v > {k2}:", f"    return v - {k2}", f"elif v < -{k1}:", f"    return v + {k1}", "return v * 2"],
+            [
+                f"if v > {k2}:",
+                f"    return v - {k2}",
+                f"elif v < -{k1}:",
+                f"    return v + {k1}",
+                "return v * 2",
+            ],
             ["t = 0", f"for i in range(abs(v) % {k1} + 1):", "    t += i", f"return t + {k2}"],
             [f"return max(v, {k1}) - min(v, {k2})"],
             ["t = v", f"while t > {k1 + 4}:", f"    t = t // {k1}", "return t"],
@@ -199,7 +208,10 @@ def _st_call_helper(b: P._Builder) -> bool:
         return False
     g = rng.choice(fns)
     xs = b.pick("list")
-    opts: list[tuple[str, str]] = [(f"{g}({P._int_atom(b)})", "int"), (f"{g}({g}({P._int_atom(b)}) + 1)", "int")]
+    opts: list[tuple[str, str]] = [
+        (f"{g}({P._int_atom(b)})", "int"),
+        (f"{g}({g}({P._int_atom(b)}) + 1)", "int"),
+    ]
     if len(fns) > 1:
         other = rng.choice([x for x in fns if x != g])
         opts.append((f"{g}({other}({P._int_atom(b)}))", "int"))
@@ -223,10 +235,17 @@ def _st_dict_build(b: P._Builder) -> bool:
     if xs:
         k = rng.randint(2, 4)
         opts.append(
-            [f"{name} = {{}}", f"for v in {xs}:", f"    key = str(v % {k})", f"    {name}[key] = {name}.get(key, 0) + v"]
+            [
+                f"{name} = {{}}",
+                f"for v in {xs}:",
+                f"    key = str(v % {k})",
+                f"    {name}[key] = {name}.get(key, 0) + v",
+            ]
         )
     if strs:
-        opts.append([f"{name} = {{}}", f"for w in {strs}:", f"    {name}[w[:1]] = {name}.get(w[:1], 0) + len(w)"])
+        opts.append(
+            [f"{name} = {{}}", f"for w in {strs}:", f"    {name}[w[:1]] = {name}.get(w[:1], 0) + len(w)"]
+        )
     if s:
         opts.append(
             [
@@ -424,6 +443,7 @@ def sample_graded(
     "probe"), with `n_inputs` distinct working inputs. Resamples until the program has the level's number of
     top-level statements, passes the capability policy, and runs on enough inputs within the step bound (for
     `n_inputs` > 2, with at least 3 distinct outputs, so the inputs say something about the function)."""
+    from populora.diagnostics.features import program_features
     from populora.tasks.policy import parse_program
 
     if level is None:
@@ -439,6 +459,9 @@ def sample_graded(
             continue
         if graded_split(code) != split:
             continue
+        feats = program_features(code)  # before the policy and the runs: the depth floor rejects most
+        if feats["ast_depth"] < MIN_AST_DEPTH[level]:
+            continue
         tree, _why = parse_program(code, require_params=True)
         if tree is None:
             continue
@@ -446,9 +469,7 @@ def sample_graded(
         pairs = _io(rng, fn, types, level, n_inputs)
         if len(pairs) < n_inputs or n_inputs > 2 and len({o for _, o in pairs}) < 3:
             continue
-        from populora.diagnostics.features import program_features
-
-        return GradedProgram(code, types, message, level, program_features(code), tuple(pairs))
+        return GradedProgram(code, types, message, level, feats, tuple(pairs))
 
 
 def probe_items(
