@@ -25,9 +25,9 @@ probe program has a masked twin in training.
 Size of the space. A level-5 program has 6-8 top-level statements, each drawn from about 20 makers that each
 have several shapes (2-12 expression forms, comparison and operator choices, and names that depend on the types
 in scope): a conservative 20 masked shapes per statement gives 20^6 = 6.4e7 sequences of six, before parameter
-types (5^1..5^3 signatures) and return forms. Measured (masked keys, after pruning; docs/tiny-model.md): 100,000
-draws across all five levels give about 70,000 distinct masked programs, levels 3-5 almost never repeat, so the
-space is far above 10^6 distinct programs.
+types (5^1..5^3 signatures) and return forms. Measured (masked keys; docs/tiny-model.md): 1,000 draws per
+level give 485 / 934 / 992 / 1000 / 1000 distinct masked programs at levels 1-5, and 6,000 draws at levels
+3-5 give 5,979 (99.6%): no saturation in sight, consistent with a space far above 10^6 distinct programs.
 """
 
 from __future__ import annotations
