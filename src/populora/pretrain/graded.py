@@ -18,7 +18,7 @@ Every program is checked with the project's capability policy (`tasks.policy.par
 its sampled inputs under a step bound (`MAX_STEPS` traced lines and calls; programs that exceed it, raise, or
 give long outputs are rejected), and tagged with its level and `diagnostics.features.program_features`.
 
-Probe/train split: `masked_key` is `train.probe_guard.program_key` (literals masked, names and structure kept);
+Probe/train split: `masked_key` is `tasks.masking.program_key` (literals masked, names and structure kept);
 `graded_split` hashes the masked key, so a program and all its constant-variants fall on the same side and no
 probe program has a masked twin in training.
 
@@ -39,7 +39,7 @@ import sys
 from dataclasses import dataclass, field
 
 from populora.pretrain import programs as P
-from populora.train.probe_guard import program_key
+from populora.tasks.masking import program_key
 
 LEVELS: tuple[int, ...] = (1, 2, 3, 4, 5)
 # (fewest, most) top-level statements of f's body per level, return excluded, after pruning dead statements.
@@ -330,7 +330,7 @@ class GradedProgram:
 
 
 def masked_key(program: str) -> str | None:
-    """The program with literals masked (`probe_guard.program_key`): two programs that differ only in constants
+    """The program with literals masked (`tasks.masking.program_key`): two programs that differ only in constants
     share it. None when it does not parse."""
     return program_key(program, masked=True)
 

@@ -13,38 +13,9 @@ training row, no buffer entry, no rating, no student rollouts) and counts it per
 
 from __future__ import annotations
 
-import ast
 from collections.abc import Iterable
 
-MASK = "<const>"
-
-
-class _MaskConstants(ast.NodeTransformer):
-    """Every literal number or string (a signed number counts as one literal) becomes MASK."""
-
-    def visit_Constant(self, node: ast.Constant) -> ast.AST:
-        v = node.value
-        if isinstance(v, bool) or v is None or v is Ellipsis:
-            return node  # True / False / None / ... are structure, not data
-        return ast.copy_location(ast.Constant(MASK), node)
-
-    def visit_UnaryOp(self, node: ast.UnaryOp) -> ast.AST:
-        if isinstance(node.op, ast.USub | ast.UAdd) and isinstance(node.operand, ast.Constant):
-            v = node.operand.value
-            if isinstance(v, int | float | complex) and not isinstance(v, bool):
-                return ast.copy_location(ast.Constant(MASK), node)
-        return self.generic_visit(node)
-
-
-def program_key(program: str, masked: bool = True) -> str | None:
-    """A canonical form of `program`: its AST dump, constants masked when `masked`; None when it does not parse."""
-    try:
-        tree = ast.parse(program)
-    except (SyntaxError, ValueError):  # ValueError: a NUL byte in the source
-        return None
-    if masked:
-        tree = _MaskConstants().visit(tree)
-    return ast.dump(tree, annotate_fields=False, include_attributes=False)
+from populora.tasks.masking import MASK, program_key  # noqa: F401 - re-exported
 
 
 class ProbeGuard:

@@ -1,0 +1,44 @@
+"""Programs compared up to their constants: an AST dump with every literal number and string masked.
+
+Two programs that differ only in constants (`total = 2 * 3` and `total = 2 * 8`) are the same exercise for a
+student. The probe guard (train/probe_guard.py) keeps such twins of probe programs out of training, and the
+graded generator (pretrain/graded.py) splits probe from training programs on this key, so no probe program has
+a masked twin in training. Names, operators and structure are kept; formatting and comments never matter.
+"""
+
+from __future__ import annotations
+
+import ast
+
+MASK = "<const>"
+
+
+class _MaskConstants(ast.NodeTransformer):
+    """Every literal number or string (a signed number counts as one literal) becomes MASK."""
+
+    def visit_Constant(self, node: ast.Constant) -> ast.AST:
+        v = node.value
+        if isinstance(v, bool) or v is None or v is Ellipsis:
+            return node  # True / False / None / ... are structure, not data
+        return ast.copy_location(ast.Constant(MASK), node)
+
+    def visit_UnaryOp(self, node: ast.UnaryOp) -> ast.AST:
+        if isinstance(node.op, ast.USub | ast.UAdd) and isinstance(node.operand, ast.Constant):
+            v = node.operand.value
+            if isinstance(v, int | float | complex) and not isinstance(v, bool):
+                return ast.copy_location(ast.Constant(MASK), node)
+        return self.generic_visit(node)
+
+
+def program_key(program: str, masked: bool = True) -> str | None:
+    """A canonical form of `program`: its AST dump, constants masked when `masked`; None when it does not parse."""
+    try:
+        tree = ast.parse(program)
+    except (SyntaxError, ValueError):  # ValueError: a NUL byte in the source
+        return None
+    if masked:
+        tree = _MaskConstants().visit(tree)
+    return ast.dump(tree, annotate_fields=False, include_attributes=False)
+
+
+__all__ = ["MASK", "program_key"]
