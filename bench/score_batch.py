@@ -5,10 +5,13 @@ The traces are a tiny-preset trainer's, with hand-written student answers (a ran
 parsable answers, so its step would run no sandbox job): PROBLEMS problems of each task type, ROLLOUTS answers
 each (right, wrong, unparsable and, per problem, one looping answer when --loop is given).
 Usage: PYTHONPATH=src python bench/score_batch.py [--problems 8] [--rollouts 6] [--reps 5] [--workers 2] [--loop]
+       [--out bench/results/score_batch.json]   (appends this case's row to the JSON; prints the table so far)
 """
 
 import argparse
 import copy
+import json
+import os
 import statistics
 import tempfile
 import time
@@ -64,6 +67,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--loop", action="store_true", help="one looping answer per problem")
+    ap.add_argument("--out", type=Path, default=Path("bench/results/score_batch.json"))
     a = ap.parse_args()
     model, tok = random_model(seed=0)
     cfg = load_config(
@@ -90,6 +94,24 @@ def main() -> None:
                 f"{len(base)} problems x {a.rollouts} answers, {a.workers} workers, loop={a.loop}: "
                 f"per-problem {old:.2f} s, batched {new:.2f} s (medians of {a.reps}), ratio {old / new:.2f}x"
             )
+            row = {
+                "problems": len(base),
+                "answers_each": a.rollouts,
+                "workers": a.workers,
+                "loop": a.loop,
+                "per_problem_s": round(old, 4),
+                "batched_s": round(new, 4),
+                "ratio": round(old / new, 3),
+                "reps": a.reps,
+                "load_before": os.getloadavg()[0],
+            }
+            rows = json.loads(a.out.read_text())["rows"] if a.out.is_file() else []
+            rows = [r for r in rows if (r["problems"], r["loop"]) != (row["problems"], row["loop"])] + [row]
+            a.out.parent.mkdir(parents=True, exist_ok=True)
+            a.out.write_text(json.dumps({"bench": "score_batch", "rows": rows}, indent=1) + "\n")
+            print("| problems | loop | per-problem s | batched s | ratio |")
+            for r in rows:
+                print(f"| {r['problems']} | {r['loop']} | {r['per_problem_s']} | {r['batched_s']} | {r['ratio']}x |")
         finally:
             tr.close()
 
