@@ -111,7 +111,9 @@ def main() -> None:
             a.out.write_text(json.dumps({"bench": "score_batch", "rows": rows}, indent=1) + "\n")
             print("| problems | loop | per-problem s | batched s | ratio |")
             for r in rows:
-                print(f"| {r['problems']} | {r['loop']} | {r['per_problem_s']} | {r['batched_s']} | {r['ratio']}x |")
+                print(
+                    f"| {r['problems']} | {r['loop']} | {r['per_problem_s']} | {r['batched_s']} | {r['ratio']}x |"
+                )
         finally:
             tr.close()
 
