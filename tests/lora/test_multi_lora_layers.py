@@ -160,11 +160,17 @@ def test_slot_adapter_roundtrip_and_errors(setup):
         half = LoRAAdapter(modules=ad.modules, alpha=ALPHA / 2)
         set_slot_adapter(layers, 2, half)
         assert torch.allclose(get_slot_adapter(layers, 2).delta(name), half.delta(name), atol=1e-6)
-        with pytest.raises(AdapterError, match="rank"):
+        with pytest.raises(AdapterError, match="largest rank"):  # above the storage width (mixed ranks)
             set_slot_adapter(
                 layers,
                 2,
-                LoRAAdapter(modules={k: (a[:2], b[:, :2]) for k, (a, b) in ad.modules.items()}, alpha=ALPHA),
+                LoRAAdapter(
+                    modules={
+                        k: (torch.cat([a, a[:1]]), torch.cat([b, b[:, :1]], 1))
+                        for k, (a, b) in ad.modules.items()
+                    },
+                    alpha=ALPHA,
+                ),
             )
         with pytest.raises(AdapterError, match="missing"):
             set_slot_adapter(layers, 2, LoRAAdapter(modules={name: ad.modules[name]}, alpha=ALPHA))

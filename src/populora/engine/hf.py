@@ -30,7 +30,14 @@ from populora.engine.optim import SlotAdamW, clip_slot_grads
 from populora.engine.sampling import sample_next
 from populora.engine.types import EngineError, Generation, GenRequest, PeftFolderIO, TrainBatch, TrainRow
 from populora.lora.adapter import LoRAAdapter
-from populora.lora.layers import get_slot_adapter, init_slots, inject_multi_lora, set_slot_adapter
+from populora.lora.layers import (
+    get_slot_adapter,
+    get_slot_rank,
+    init_slots,
+    inject_multi_lora,
+    set_slot_adapter,
+    slot_ranks,
+)
 from populora.rl.loss import LOSS_AGG_MODES, entropy_from_logprobs, policy_loss, row_weights
 
 # progress(done, total, info): `info` holds "tokens" (generated so far) for generate, "rows" for train_step.
@@ -64,7 +71,7 @@ class HFEngine(PeftFolderIO):
         tokenizer,
         *,
         n_slots: int = 8,
-        rank: int,
+        rank: int | Sequence[int],
         alpha: float,
         targets=None,
         device: str = "cpu",
@@ -85,6 +92,7 @@ class HFEngine(PeftFolderIO):
         model_name: str | None = None,
         lora_dropout: float = 0.0,
         activation_checkpointing: bool = False,
+        max_rank: int | None = None,
     ) -> None:
         if loss_agg not in LOSS_AGG_MODES:
             raise EngineError(f"loss_agg={loss_agg!r}; choose one of {LOSS_AGG_MODES}")
@@ -98,9 +106,13 @@ class HFEngine(PeftFolderIO):
         self.tokenizer = tokenizer
         self.device = torch.device(device)
         self.model_name = model_name
-        self.n_slots, self.rank, self.alpha = int(n_slots), int(rank), float(alpha)
+        self.n_slots, self.alpha = int(n_slots), float(alpha)
+        # Mixed ranks (issue 34): `rank` is an int or per-slot ranks (cycled); `self.rank` is the storage width,
+        # the largest rank any slot may hold (`max_rank`, default the largest given).
+        ranks = slot_ranks(rank, self.n_slots)
+        self.rank = int(max_rank) if max_rank else max(ranks)
         self.ctx, self.layers = inject_multi_lora(
-            self.model, self.n_slots, self.rank, self.alpha, targets, seed=seed
+            self.model, self.n_slots, ranks, self.alpha, targets, seed=seed, max_rank=self.rank
         )
         self.targets = sorted({n.rsplit(".", 1)[-1] for n in self.layers})
         self.params = [p for layer in self.layers.values() for p in (layer.lora_A, layer.lora_B)]
@@ -146,10 +158,17 @@ class HFEngine(PeftFolderIO):
         return ad
 
     def set_adapter(self, slot: int, adapter: LoRAAdapter, reset_optimizer: bool = True) -> None:
-        """Copy `adapter` into slot `slot`; `reset_optimizer` forgets the slot's AdamW moments and step."""
-        set_slot_adapter(self.layers, self._check_slot(slot), adapter)
-        if reset_optimizer:
+        """Copy `adapter` into slot `slot` (the slot takes its rank); `reset_optimizer` forgets the slot's AdamW
+        moments and step (always done when the rank changes: the old moments belong to other components)."""
+        slot = self._check_slot(slot)
+        old_rank = get_slot_rank(self.layers, slot)
+        set_slot_adapter(self.layers, slot, adapter)
+        if reset_optimizer or adapter.rank != old_rank:
             self.optimizer.reset(slot)
+
+    def slot_ranks(self) -> list[int]:
+        """The rank of the adapter in each slot (mixed ranks: they may differ; all <= `self.rank`)."""
+        return list(next(iter(self.layers.values())).slot_ranks)
 
     def reset_slot(self, slot: int, seed: int | None = None) -> None:
         """Re-initialise slot `slot` (PEFT init: B = 0, i.e. the base model) and its optimiser state."""
