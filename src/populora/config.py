@@ -131,12 +131,24 @@ class ModelConfig:
 
 @dataclass
 class LoRAConfig:
-    rank: int = 8
-    """LoRA rank r of every member (all members share one rank so the operators can combine them)."""
+    # -- issue 34 (mixed ranks, adapter placement): rank, rank_range and targets; checks in `_check_lora_shapes`
+    rank: int | list[int] = 8
+    """LoRA rank r: one int for every member (the paper), or a list of ranks given to the members in order (teachers, then
+    students), cycled, e.g. [8, 1]. Operators give a child its first (better) parent's rank (docs/operators.md)."""
+    rank_range: list[int] = field(default_factory=list)
+    """[lo, hi]: mutation M6 moves a member's rank within it (at most halving or doubling); [] (default) keeps every
+    member's rank fixed. The engine stores every slot at hi (or the largest lora.rank)."""
     alpha: float = 16.0
     """LoRA scaling alpha; the weight update is (alpha / r) * B @ A."""
-    targets: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
-    """Module names the adapters attach to (the paper uses the attention projections q/k/v/o)."""
+    targets: list[str] = field(default_factory=lambda: ["attention"])
+    """Where adapters attach: 'attention' (q/k/v/o projections, the paper), 'all-linear' (every linear layer of the
+    decoder, MLP included), or a list of module names (e.g. q_proj,v_proj)."""
+
+    def max_rank(self) -> int:
+        """The largest rank a member can have: the engine's storage width per slot (memory estimates, vLLM)."""
+        ranks = self.rank if isinstance(self.rank, list) else [self.rank]
+        return max([*ranks, *self.rank_range[1:2]])
+
     dropout: float = 0.0
     """PEFT's lora_dropout: dropout on each LoRA input in train steps only (generation and log-probs never drop);
     written to adapter_config.json. The paper uses 0."""
@@ -448,6 +460,10 @@ def _describe(tp: Any) -> str:
     origin = typing.get_origin(tp)
     if origin is Literal:
         return "one of " + "|".join(str(a) for a in typing.get_args(tp))
+    if tp == int | list[int]:
+        return "an integer or a list of integers (comma-separated on the command line)"
+    if origin is list and typing.get_args(tp) == (int,):
+        return "a list of integers (comma-separated on the command line)"
     if origin is list:
         return "a list (comma-separated on the command line)"
     return {int: "an integer", float: "a number", bool: "true or false", str: "a string"}.get(tp, str(tp))
@@ -482,6 +498,8 @@ def _coerce(key: str, value: Any) -> Any:
                 f"{key}: {show(value)} is not allowed{extra}; use one of {', '.join(map(str, choices))}."
             )
         return value
+    if tp == int | list[int] or (origin is list and typing.get_args(tp) == (int,)):
+        return _coerce_ints(key, value, tp, bad)
     if origin is list:
         if isinstance(value, str):
             value = [v.strip() for v in value.split(",") if v.strip()]
@@ -517,6 +535,25 @@ def _coerce(key: str, value: Any) -> Any:
             raise bad
         return str(value)
     raise bad  # pragma: no cover - every field type is handled above
+
+
+def _coerce_ints(key: str, value: Any, tp: Any, bad: ConfigError) -> int | list[int]:
+    """An int or a list of ints (`8`, `[8, 1]`, `8,1` on the command line) for `int | list[int]` fields; a
+    `list[int]` field always gets a list."""
+    if isinstance(value, str):
+        parts = [v.strip() for v in value.strip().strip("[]").split(",") if v.strip()]
+        try:
+            value = [int(v) for v in parts]
+        except ValueError:
+            raise bad from None
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        value = [value]
+    if not isinstance(value, list | tuple) or not all(
+        isinstance(v, int | float) and not isinstance(v, bool) and float(v).is_integer() for v in value
+    ):
+        raise bad
+    ints = [int(v) for v in value]
+    return ints[0] if tp == int | list[int] and len(ints) == 1 else ints
 
 
 def _unknown_key(key: str) -> ConfigError:
@@ -689,12 +726,8 @@ def validate(cfg: Config) -> Config:
         t.keep_checkpoints >= 0,
         f"train.keep_checkpoints: must be >= 0 (0 keeps all), got {t.keep_checkpoints}.",
     )
-    _require(
-        lo.rank >= 1,
-        f"lora.rank: must be >= 1, got {lo.rank}; use e.g. --set lora.rank=8 (the paper uses 32).",
-    )
+    _check_lora_shapes(lo)
     _require(lo.alpha > 0, f"lora.alpha: must be > 0, got {lo.alpha}; the usual choice is 2 x rank.")
-    _require(bool(lo.targets), "lora.targets: is empty; list module names, e.g. q_proj,k_proj,v_proj,o_proj.")
     if p.mode == "population":
         _require(
             p.teachers >= 1,
@@ -869,6 +902,36 @@ def validate(cfg: Config) -> Config:
     )
     check_model_path(cfg.model.name)
     return cfg
+
+
+def _check_lora_shapes(lo: LoRAConfig) -> None:
+    """lora.rank (int or list), lora.rank_range and lora.targets (issue 34)."""
+    ranks = lo.rank if isinstance(lo.rank, list) else [lo.rank]
+    _require(
+        bool(ranks) and min(ranks) >= 1,
+        f"lora.rank: must be >= 1 (every rank of a list), got {show(lo.rank)}; use e.g. --set lora.rank=8 or lora.rank=8,1.",
+    )
+    rr = lo.rank_range
+    if rr:
+        _require(
+            len(rr) == 2 and 1 <= rr[0] <= rr[1],
+            f"lora.rank_range: must be [lo, hi] with 1 <= lo <= hi, got {show(rr)}; e.g. --set lora.rank_range=1,16 "
+            "(or [] to keep ranks fixed).",
+        )
+        _require(
+            all(rr[0] <= r <= rr[1] for r in ranks),
+            f"lora.rank {show(lo.rank)} lies outside lora.rank_range {show(rr)}; widen the range or change the ranks.",
+        )
+    _require(
+        bool(lo.targets),
+        "lora.targets: is empty; use attention, all-linear or module names like q_proj,v_proj.",
+    )
+    named = [t for t in lo.targets if t in ("attention", "all-linear")]
+    _require(
+        not named or len(lo.targets) == 1,
+        f"lora.targets: {named[0] if named else ''!r} stands alone, got {show(lo.targets)}; use "
+        "--set lora.targets=all-linear (or attention), or list module names only.",
+    )
 
 
 def check_model_path(name: str) -> None:

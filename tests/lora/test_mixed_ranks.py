@@ -140,3 +140,26 @@ def test_slot_takes_the_written_adapters_rank(setup):
             set_slot_adapter(layers, 0, big)
     finally:
         set_slot_adapter(layers, 0, saved)
+
+
+def test_config_rank_lists_range_and_targets():
+    from populora.config import ConfigError, load_config
+
+    c = load_config("tiny", ["lora.rank=8,1", "lora.rank_range=1,16", "lora.targets=all-linear"])
+    assert (c.lora.rank, c.lora.rank_range, c.lora.targets, c.lora.max_rank()) == (
+        [8, 1],
+        [1, 16],
+        ["all-linear"],
+        16,
+    )
+    assert load_config("tiny", ["lora.rank=[4]"]).lora.rank == 4 and load_config("tiny").lora.max_rank() == 4
+    for bad, msg in (
+        ("lora.rank=8,0", "lora.rank: must be >= 1"),
+        ("lora.rank_range=4,2", "lora.rank_range: must be"),
+        ("lora.rank_range=1,2", "outside lora.rank_range"),
+        ("lora.targets=all-linear,q_proj", "stands alone"),
+        ("lora.rank=x", "integer or a list of integers"),
+    ):
+        with pytest.raises(ConfigError, match=msg) as err:
+            load_config("tiny", [bad])
+        assert "\n" not in str(err.value)

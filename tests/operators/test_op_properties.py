@@ -104,17 +104,11 @@ def test_bad_inputs_raise_clear_errors(p1, p2):
         apply("X1", [p1, p2], p=1.0)
     with pytest.raises(OperatorError, match="density - window"):
         apply("X7", [p1, p2], density=0.9, window=0.2)
-    with pytest.raises(AdapterError, match="ranks 4 and 8"):
-        apply(
-            "X5",
-            [
-                p1,
-                LoRAAdapter(
-                    {k: (torch.cat([a, a]), torch.cat([b, b], 1)) for k, (a, b) in p2.modules.items()},
-                    alpha=8.0,
-                ),
-            ],
-        )
+    # Parents of ranks 4 and 8 are no error since issue 34: the child takes the first parent's rank.
+    wide = LoRAAdapter(
+        {k: (torch.cat([a, a]), torch.cat([b, b], 1)) for k, (a, b) in p2.modules.items()}, alpha=8.0
+    )
+    assert apply("X5", [p1, wide]).rank == p1.rank
     other = LoRAAdapter({k.replace("q_proj", "v_proj"): v for k, v in p2.modules.items()}, alpha=8.0)
     with pytest.raises(AdapterError, match="different modules"):
         apply("X3", [p1, other])

@@ -117,3 +117,17 @@ def test_crossover_note_names_the_roles_that_cannot_cross():
     assert why is not None and "2 teachers" in why and "students" not in why
     assert crossover_warning(load_config("tiny", ["population.teachers=4", "population.students=4"])) is None
     assert crossover_warning(load_config("tiny", ["evolution.every=0"])) is None
+
+
+def test_m6_is_planned_with_the_rank_range_when_set():
+    from populora.config import load_config
+    from populora.population.evolution import operator_params, plan_evolution
+
+    cfg = load_config("tiny", ["lora.rank=8,2", "lora.rank_range=1,8", "evolution.operators=M6"])
+    assert operator_params(cfg) == {"M6": {"rank_range": [1, 8]}}
+    assert operator_params(load_config("tiny")) == {}  # the paper: fixed ranks, M6 within its rank
+    pop = Population.create(4, 4, PRIOR)
+    for m in pop.members.values():
+        m.games = 5
+    plan = plan_evolution(pop, cfg, PRIOR, random.Random(0))
+    assert plan and all(r.operator == "M6" and r.params == {"rank_range": [1, 8]} for r in plan)

@@ -1,6 +1,7 @@
 """Will the base model and N adapter slots fit? Estimates from a model folder, and the check that fails early.
 
-`estimate_memory(folder, rank, targets)` reads the folder's weights and config.json; `check_memory` compares
+`estimate_memory(folder, rank, targets)` reads the folder's weights and config.json (targets: "attention", "all-linear"
+or module names; rank: the slots' storage width, i.e. the largest rank with mixed ranks); `check_memory` compares
 base + n_slots adapters with what is free (`available_bytes(device)`, or the config's `model.memory_gb`) and
 raises `ConfigError` naming the keys to change. Nothing here loads a model.
 """
@@ -15,8 +16,10 @@ import torch
 from populora.config import Config, ConfigError
 
 
-def estimate_memory(folder: Path, rank: int, targets: list[str]) -> tuple[int, int]:
-    """(bytes of the base weights on disk, bytes of one adapter slot with grads and AdamW moments)."""
+def estimate_memory(folder: Path, rank: int, targets: list[str] | str) -> tuple[int, int]:
+    """(bytes of the base weights on disk, bytes of one adapter slot with grads and AdamW moments).
+
+    Every slot is stored at `rank` (with mixed ranks the largest one: smaller adapters are zero-padded)."""
     base = sum(p.stat().st_size for p in Path(folder).glob("*.safetensors")) or sum(
         p.stat().st_size for p in Path(folder).glob("*.bin")
     )
@@ -38,7 +41,16 @@ def estimate_memory(folder: Path, rank: int, targets: list[str]) -> tuple[int, i
         "up_proj": (h, inter),
         "down_proj": (inter, h),
     }
-    per_layer = sum(rank * sum(dims.get(t, (h, h))) for t in targets)
+    from populora.lora.layers import DEFAULT_TARGETS, resolve_targets
+
+    resolved = resolve_targets(targets)
+    if (
+        resolved == "all-linear"
+    ):  # the decoder's linears of a llama/qwen-style block (the head is never wrapped)
+        resolved = list(dims)
+    elif isinstance(resolved, str):  # a regex: count the attention projections (the usual case)
+        resolved = list(DEFAULT_TARGETS)
+    per_layer = sum(rank * sum(dims.get(t, (h, h))) for t in resolved)
     return base, 4 * 4 * per_layer * layers  # fp32 weights, grads, two AdamW moments
 
 

@@ -135,7 +135,7 @@ class VLLMEngine:
         tokenizer,
         *,
         n_slots: int = 8,
-        rank: int,
+        rank: int | list[int],
         alpha: float,
         targets=None,
         device: str = "cuda",
@@ -189,7 +189,8 @@ class VLLMEngine:
             skip_tokenizer_init=True,  # prompts go in as token ids, outputs are decoded here
             enable_lora=True,
             max_loras=n_slots,
-            max_lora_rank=vllm_lora_rank(rank),
+            # Mixed ranks: every slot is saved at its own rank; vLLM's slots are sized for the largest one.
+            max_lora_rank=vllm_lora_rank(self.hf.rank),
             max_cpu_loras=n_slots,
             dtype=vllm_dtype,
             gpu_memory_utilization=gpu_memory_utilization,

@@ -85,16 +85,18 @@ class LoRAAdapter:
             modules={k: tuple(fn(k, a, b)) for k, (a, b) in self.modules.items()}, alpha=self.alpha
         )
 
-    def check_compatible(self, other: LoRAAdapter, what: str = "parents") -> None:
-        """Raise AdapterError unless `other` has the same modules, shapes, rank and alpha."""
+    def check_compatible(self, other: LoRAAdapter, what: str = "parents", same_rank: bool = True) -> None:
+        """Raise AdapterError unless `other` has the same modules, shapes, rank and alpha (`same_rank=False`:
+        any rank, the same module shapes otherwise; the operators resize such parents)."""
         if set(self.modules) != set(other.modules):
             missing = sorted(set(self.modules) ^ set(other.modules))[:4]
             raise AdapterError(
                 f"{what} target different modules (e.g. {missing}); use adapters trained on the same targets."
             )
-        if self.rank != other.rank:
+        if same_rank and self.rank != other.rank:
             raise AdapterError(f"{what} have ranks {self.rank} and {other.rank}; operators need equal ranks.")
-        if self.shapes() != other.shapes():
+        outer = {k: (a[1], b[0]) for k, (a, b) in self.shapes().items()}
+        if outer != {k: (a[1], b[0]) for k, (a, b) in other.shapes().items()}:
             raise AdapterError(
                 f"{what} have different module shapes; were they trained on the same base model?"
             )

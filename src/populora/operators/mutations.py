@@ -1,4 +1,4 @@
-"""Mutations M1-M6: one parent in, one same-rank child out (docs/operators.md).
+"""Mutations M1-M6: one parent in, one same-rank child out (M6 with `rank_range` changes the rank; docs/operators.md).
 
 All work per module slot on `D = B @ A` (the scale alpha/r is shared and cancels); SVD-based ones use the
 factored SVD, so no d x n matrix is formed. Computation is in fp32 (fp64 stays fp64), results are cast back to
@@ -12,7 +12,7 @@ import math
 import torch
 
 from populora.operators.linalg import compute_dtype, fsvd, refactor
-from populora.operators.registry import Rng, check_fraction, check_nonneg, operator
+from populora.operators.registry import OperatorError, Rng, check_fraction, check_nonneg, operator
 
 
 def _cast(a: torch.Tensor, b: torch.Tensor, like_a: torch.Tensor, like_b: torch.Tensor):
@@ -149,11 +149,16 @@ def m5_neftune(parents, rng: Rng, *, alpha_rel: float = 0.1):
 
 
 @operator("M6", 1, "mutation")
-def m6_rank_perturb(parents, rng: Rng, *, jitter: float = 0.05, compensate: bool = False):
-    """D = U S V^T -> keep b ~ U{ceil(r/2)..r-1} top components with S_i * max(0, 1 + jitter * xi_i), zero (revive) the tail."""
+def m6_rank_perturb(
+    parents, rng: Rng, *, jitter: float = 0.05, compensate: bool = False, rank_range: list | None = None
+):
+    """D = U S V^T -> keep b ~ U{ceil(r/2)..r-1} top components with S_i * max(0, 1 + jitter * xi_i), zero (revive) the tail; with rank_range [lo, hi] the child's rank moves to r' ~ U({max(lo, ceil(r/2))..min(hi, 2r)} minus {r})."""
     jitter = check_nonneg("M6", "jitter", jitter)
     (p,) = parents
     r = p.rank
+    moves = _rank_moves("M6", r, rank_range)
+    if moves:
+        return _m6_move(p, rng, jitter, moves)
     lo, hi = (r + 1) // 2, r - 1
     out, kept = {}, {}
     for name, (a0, b0) in p.modules.items():
@@ -169,3 +174,36 @@ def m6_rank_perturb(parents, rng: Rng, *, jitter: float = 0.05, compensate: bool
         out[name] = _cast(a, b, a0, b0)
         kept[name] = b_keep
     return out, {"kept_rank": kept}
+
+
+def _rank_moves(op: str, r: int, rank_range) -> list[int]:
+    """The ranks M6 may move a rank-r adapter to: {max(lo, ceil(r/2)) .. min(hi, 2r)} minus {r} (a local move,
+    at most halving or doubling; empty when rank_range is unset or pins r)."""
+    if rank_range is None or (isinstance(rank_range, list | tuple) and not rank_range):
+        return []
+    if (
+        not isinstance(rank_range, list | tuple)
+        or len(rank_range) != 2
+        or not all(isinstance(x, int) and not isinstance(x, bool) for x in rank_range)
+        or not 1 <= rank_range[0] <= rank_range[1]
+    ):
+        raise OperatorError(f"operator {op}: rank_range={rank_range!r} must be [lo, hi] with 1 <= lo <= hi.")
+    lo, hi = rank_range
+    return [x for x in range(max(lo, (r + 1) // 2), min(hi, 2 * r) + 1) if x != r]
+
+
+def _m6_move(p, rng: Rng, jitter: float, moves: list[int]):
+    """M6 across ranks: one new rank r' for the whole adapter; per module the jittered SVD of the parent is kept
+    to its top r' components (r' < r) or padded with revived ones (r' > r), with B'A' scaled by r'/r so the
+    weight update (alpha / r') B'A' equals the parent's up to the jitter and the dropped tail."""
+    r = p.rank
+    r_new = moves[int(torch.randint(len(moves), (1,), generator=rng.gen("rank")))]
+    out = {}
+    for name, (a0, b0) in p.modules.items():
+        g = rng.gen(name)
+        cd = compute_dtype(a0)
+        u, s, v = fsvd(b0.to(cd), a0.to(cd))
+        s2 = (s * (1 + jitter * _randn(s.shape, g, s))).clamp_min(0) if jitter else s.clone()
+        a, b = refactor(u, s2 * (r_new / r), v, r_new, g)
+        out[name] = _cast(a, b, a0, b0)
+    return out, {"rank_from": r, "rank_to": r_new}

@@ -3,7 +3,8 @@
 Every operator is registered with `@operator(name, arity, kind)` on an implementation
 `impl(parents, rng, **params) -> (modules, info)`; the registered `fn(parents, seed=0, **params)` validates
 the parents and params, derives all randomness from `(name, seed)` (never the global RNG), and returns a
-fresh `LoRAAdapter` with the parents' modules, rank and alpha. Defaults are the implementation's keyword-only
+fresh `LoRAAdapter` with the parents' modules and alpha and the first parent's rank (parents of other ranks are
+resized to it first, `populora.operators.ranks`; M6 with `rank_range` moves the rank). Defaults are the implementation's keyword-only
 defaults; the one-line maths is the first line of its docstring.
 """
 
@@ -21,6 +22,7 @@ import torch
 from populora import names
 from populora.lora.adapter import AdapterError, LoRAAdapter
 from populora.operators.linalg import threads
+from populora.operators.ranks import to_first_rank
 
 
 class OperatorError(ValueError):
@@ -78,7 +80,7 @@ def _check_parents(name: str, arity: int, parents: Sequence[LoRAAdapter]) -> lis
                     "refusing to breed from a broken adapter."
                 )
     for p in parents[1:]:
-        parents[0].check_compatible(p)
+        parents[0].check_compatible(p, same_rank=False)  # other ranks are resized (populora.operators.ranks)
     return parents
 
 
@@ -140,10 +142,15 @@ def operator(name: str, arity: int, kind: str, dense: bool = False):
             with threads(1):  # 2 x slots small reductions: parallel regions cost more than they save
                 ps = _check_parents(name, arity, parents)
             merged = {**defaults, **params}
+            rng = Rng(name, seed)
+            # Mixed ranks: the child takes the first parent's rank; the others are re-expressed at it first.
+            with threads(1):
+                ps, rank_info = to_first_rank(ps, lambda i: rng.gen("resize", i))
             # factored operators are many small LAPACK calls: one thread is faster (see linalg.threads);
             # dense ones manage threads themselves (big GEMMs parallel, small factorizations single)
             with nullcontext() if dense else threads(1):
-                modules, info = impl(ps, Rng(name, seed), **merged)
+                modules, info = impl(ps, rng, **merged)
+            info.update(rank_info)
             child = LoRAAdapter(
                 modules=modules, alpha=ps[0].alpha, metadata=_child_metadata(name, seed, merged, ps, info)
             )

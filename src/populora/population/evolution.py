@@ -11,6 +11,9 @@ Per sub-population (teachers, students) of size N, every `evolution.every` steps
 4. The child's rating: mu = mean parent mu; sigma = clip(sigma_inflate * max parent sigma,
    sigma_floor * prior sigma, prior sigma): as good as its parents on average, but less certain.
 
+5. Mixed ranks (issue 34): a child has its first (better) parent's rank (`populora.operators.ranks`); with
+   `lora.rank_range` set, M6 is planned with `params={"rank_range": [lo, hi]}` and moves the child's rank.
+
 The plan is pure data; the trainer applies it (operators on adapters, optimiser reset, ids, events).
 """
 
@@ -19,7 +22,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from populora.population.members import Member, Population
 from populora.population.ratings import Rating
@@ -33,6 +36,9 @@ class Replacement:
     parents: tuple[str, ...]
     child_rating: Rating
     seed: int
+    params: dict = field(
+        default_factory=dict
+    )  # operator hyperparameters beyond the defaults (M6's rank_range)
 
 
 def n_replace(n: int, gamma: float) -> int:
@@ -71,8 +77,10 @@ def plan_role(
     sigma_inflate: float = 1.5,
     sigma_floor: float = 0.5,
     arity: Mapping[str, int] | None = None,
+    op_params: Mapping[str, dict] | None = None,
 ) -> list[Replacement]:
-    """The replacements for one sub-population (all members share one role)."""
+    """The replacements for one sub-population (all members share one role); `op_params[op]` goes to the
+    operator `op` as keyword arguments (`operator_params(cfg)`)."""
     n = n_replace(len(members), gamma)
     if n == 0:
         return []
@@ -102,6 +110,7 @@ def plan_role(
                 tuple(p.id for p in parents),
                 child_rating([p.rating for p in parents], prior, sigma_inflate, sigma_floor),
                 rng.randrange(2**31),
+                dict((op_params or {}).get(op, {})),
             )
         )
     return plan
@@ -129,6 +138,12 @@ def crossover_warning(cfg) -> str | None:
     )
 
 
+def operator_params(cfg) -> dict[str, dict]:
+    """Per-operator keyword arguments the config implies: M6 moves ranks within `lora.rank_range` when it is set."""
+    rank_range = list(getattr(cfg.lora, "rank_range", []) or [])
+    return {"M6": {"rank_range": rank_range}} if rank_range else {}
+
+
 def plan_evolution(
     pop: Population, cfg, prior: Rating, rng: random.Random, arity: Mapping[str, int] | None = None
 ) -> list[Replacement]:
@@ -146,5 +161,6 @@ def plan_evolution(
             sigma_inflate=cfg.evolution.sigma_inflate,
             sigma_floor=cfg.evolution.sigma_floor,
             arity=arity,
+            op_params=operator_params(cfg),
         )
     return plan

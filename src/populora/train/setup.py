@@ -60,7 +60,7 @@ def preflight(cfg: Config) -> str:
     device = cfg.model.device
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    base_bytes, slot_bytes = estimate_memory(folder, cfg.lora.rank, cfg.lora.targets)
+    base_bytes, slot_bytes = estimate_memory(folder, cfg.lora.max_rank(), cfg.lora.targets)
     if cfg.model.backend == "vllm":  # vLLM holds its own copy of the base and a KV cache
         from populora.engine.vllm import held_bytes
 
@@ -92,7 +92,8 @@ def build_engine(cfg: Config) -> PolicyEngine:
         return build(
             model=cfg.model.name,
             n_slots=cfg.n_slots,
-            rank=cfg.lora.rank,
+            rank=cfg.lora.rank,  # an int or per-member ranks (teachers, then students; cycled)
+            max_rank=cfg.lora.max_rank(),
             alpha=cfg.lora.alpha,
             targets=cfg.lora.targets,
             backend=cfg.model.backend,

@@ -598,7 +598,7 @@ class Trainer:
             t0 = time.perf_counter()
             parents = [self.engine.get_adapter(self.pop[p].slot) for p in r.parents]
             try:
-                child = apply(r.operator, parents=parents, seed=r.seed)
+                child = apply(r.operator, parents=parents, seed=r.seed, **r.params)  # M6: lora.rank_range
             except ValueError as err:  # e.g. a parent diverged to NaN: keep the member, log why, train on
                 events.append(
                     {
