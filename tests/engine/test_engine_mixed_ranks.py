@@ -1,0 +1,72 @@
+"""hf engine with mixed ranks (issue 34): a rank-1 slot trained in a batch with rank-4 slots ends where a
+uniform rank-1 engine ends, padded components never move (weight decay on), and PEFT folders carry each
+slot's own rank (save, then load into a slot of another rank)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from populora.engine import TrainBatch, TrainRow
+from populora.lora.peft_io import load_peft
+
+TOL = 2e-6
+OPTS = dict(lr=1e-2, eps=1.0, weight_decay=0.1)  # eps=1 as in test_engine_train: weights compare like grads
+
+
+def _rows(slots, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    rows = []
+    for k, s in enumerate(slots):
+        p = torch.randint(0, 256, (3 + k % 4,), generator=g).tolist()
+        r = torch.randint(0, 256, (2 + (k * 3) % 5,), generator=g).tolist()
+        rows.append(
+            TrainRow(slot=s, prompt_ids=p, response_ids=r, advantages=float(torch.randn((), generator=g)))
+        )
+    return rows
+
+
+def test_mixed_rank_step_equals_a_uniform_engine_and_padding_stays_zero(make_engine, tmp_path):
+    mixed = make_engine(n_slots=3, rank=[1, 4], randomise=False, max_rank=6, **OPTS)  # slots: 1, 4, 1
+    assert mixed.slot_ranks() == [1, 4, 1] and mixed.rank == 6
+    alone = make_engine(n_slots=1, rank=1, randomise=False, **OPTS)
+    g = torch.Generator().manual_seed(3)
+    ad = alone.get_adapter(0)
+    ad.modules = {
+        k: (torch.randn(a.shape, generator=g) * 0.3, torch.randn(b.shape, generator=g) * 0.3)
+        for k, (a, b) in ad.modules.items()
+    }
+    for eng in (mixed, alone):
+        eng.set_adapter(0, ad)
+    rows = _rows([0, 1, 2, 1, 0, 2])
+    for _ in range(2):
+        mixed.train_step(TrainBatch(rows))
+        alone.train_step(TrainBatch([r for r in rows if r.slot == 0]))
+    got, want = mixed.get_adapter(0), alone.get_adapter(0)
+    assert got.rank == 1
+    for k in want.modules:
+        for x, y in zip(got.modules[k], want.modules[k], strict=True):
+            assert (x - y).abs().max() <= TOL
+    for layer in mixed.layers.values():
+        for s, r in enumerate(mixed.slot_ranks()):
+            assert (
+                torch.count_nonzero(layer.lora_A[s, r:]) == 0
+                and torch.count_nonzero(layer.lora_B[s, :, r:]) == 0
+            )
+    # PEFT per rank: slot 1 (rank 4) saved with r=4, loaded into slot 0, which becomes rank 4
+    mixed.save_adapter(1, tmp_path / "r4")
+    assert load_peft(tmp_path / "r4").rank == 4
+    mixed.load_adapter(0, tmp_path / "r4")
+    assert mixed.slot_ranks()[0] == 4
+    assert torch.equal(mixed.get_adapter(0).modules[k][0], mixed.get_adapter(1).modules[k][0])
+
+
+def test_all_linear_targets_reach_the_mlp(make_engine):
+    eng = make_engine(n_slots=1, rank=2, targets="all-linear", randomise=False)
+    assert {"gate_proj", "up_proj", "down_proj", "q_proj"} <= set(eng.targets)
+    with pytest.raises(ValueError, match="largest rank 2"):
+        big = eng.get_adapter(0)
+        big.modules = {
+            k: (torch.zeros(3, a.shape[1]), torch.zeros(b.shape[0], 3)) for k, (a, b) in big.modules.items()
+        }
+        eng.set_adapter(0, big)
