@@ -7,7 +7,9 @@ Qwen2.5-0.5B's shape), with 8 adapter slots:
 (b) `train_step` time: 8 slots mixed vs the same rows on 1 slot vs PEFT per-adapter passes (`set_adapter`,
     forward/backward per adapter, one AdamW step);
 (c) memory: 8 slots vs one adapter vs 8 model copies (parameters + LoRA grads + AdamW state, computed), and
-    the measured peak RSS of a subprocess running 8 slots vs 1 slot (tiny model only).
+    the measured peak RSS of a subprocess running 8 slots vs 1 slot (tiny model only);
+(d) mixed ranks (issue 34): the same engine with every other slot holding a rank-r/8 adapter (the storage stays at
+    rank r) vs all slots at rank r: generate and train_step, the same rows (`mixed_ranks` in the JSON).
 Timings use 1 torch thread and process CPU time (one thread is the fair baseline on shared CPUs). Ratios, not absolute times,
 are the result: the machine may be shared.
 """
@@ -227,6 +229,10 @@ def _bench_model(
         "wall_s": {k: WALL[k] for k in ("train_mixed", "train_one", "train_peft")},
     }
 
+    out["mixed_ranks"] = _bench_mixed_ranks(
+        eng, rank, gen, batch, slots, repeats, t_mixed, t_train_mixed, tokens
+    )
+
     # ---- memory (computed): fp32 parameters; an adapter also carries its grad and AdamW's two moments
     base_b = 4 * sum(p.numel() for n, p in eng.model.named_parameters() if "lora_" not in n)
     adapter_b = 4 * sum(p[0].numel() for p in eng.params)
@@ -242,6 +248,27 @@ def _bench_model(
     m["8_slots_vs_1_slot"] = m["engine_8_slots"] / m["engine_1_slot"]
     m["8_copies_vs_8_slots"] = m["8_model_copies"] / m["engine_8_slots"]
     return out
+
+
+def _bench_mixed_ranks(eng, rank, gen, batch, slots, repeats, t_gen_uniform, t_train_uniform, tokens) -> dict:
+    """(d): odd slots re-written at rank max(1, rank // 8) (their top components), then the same generate and
+    train_step as the uniform measurement; the engine keeps its rank-`rank` storage (docs/engine.md)."""
+    small = max(1, rank // 8)
+    for s in range(1, eng.n_slots, 2):
+        ad = eng.get_adapter(s)
+        ad.modules = {k: (a[:small].clone(), b[:, :small].clone()) for k, (a, b) in ad.modules.items()}
+        eng.set_adapter(s, ad)
+    t_gen = _timeit(lambda: gen(lambda i: slots[i]), repeats, "gen_mixed_ranks")
+    t_train = _timeit(lambda: eng.train_step(batch(lambda i: slots[i])), repeats, "train_mixed_ranks")
+    return {
+        "ranks": eng.slot_ranks(),
+        "storage_rank": eng.rank,
+        "generate_tok_per_cpu_s": tokens / t_gen,
+        "generate_time_vs_uniform": t_gen / t_gen_uniform,
+        "train_step_cpu_s": t_train,
+        "train_time_vs_uniform": t_train / t_train_uniform,
+        "wall_s": {k: WALL[k] for k in ("gen_mixed_ranks", "train_mixed_ranks")},
+    }
 
 
 def _peak_rss_child(n_slots: int, rank: int) -> float:
@@ -342,6 +369,18 @@ def run(quick: bool = False, out: Path | None = None) -> dict[str, Any]:
             f"{tr['mixed_speedup_vs_peft']:.2f}x faster",
         )
     console.print(table)
+    mr = Table(title="Mixed ranks: every other slot at rank r/8 (storage rank r) vs all slots at rank r")
+    for col in ("model", "ranks", "generate time / uniform", "train_step time / uniform"):
+        mr.add_column(col, justify="left" if col in ("model", "ranks") else "right")
+    for r in results["models"]:
+        x = r["mixed_ranks"]
+        mr.add_row(
+            r["model"],
+            ",".join(map(str, sorted(set(x["ranks"])))),
+            f"{x['generate_time_vs_uniform']:.2f}x",
+            f"{x['train_time_vs_uniform']:.2f}x",
+        )
+    console.print(mr)
     mem = Table(title="Memory: parameters + LoRA grads + AdamW moments (fp32, computed)")
     for col in (
         "model",
