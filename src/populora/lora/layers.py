@@ -330,9 +330,13 @@ class MultiLoRALinear(nn.Module):
             return y
         # bmm at the largest rank among this batch's slots; smaller slots' extra columns are exact zeros.
         width = max(ranks[s] for s in plan["slot_list"])
-        sel = plan["slot_idx"]
-        a_sel, b_sel = self.lora_A[sel, :width], self.lora_B[sel, :, :width]
-        scale = self.slot_scale(x.device)[sel][:, None, None]
+        if plan["slot_list"] == list(range(self.n_slots)):  # every slot, in order: views, no weight copies
+            a_sel, b_sel = self.lora_A[:, :width], self.lora_B[:, :, :width]
+            scale = self.slot_scale(x.device)[:, None, None]
+        else:
+            sel = plan["slot_idx"]
+            a_sel, b_sel = self.lora_A[sel, :width], self.lora_B[sel, :, :width]
+            scale = self.slot_scale(x.device)[sel][:, None, None]
         shape = xa.shape
         b, d_in = shape[0], shape[-1]
         x3 = xa.reshape(b, -1, d_in)
