@@ -30,8 +30,12 @@ CARD_KEYS = (
     ("population", "students"),
     ("train", "steps"),
     ("train", "seed"),
-    ("lora", "rank"),
+    (
+        "lora",
+        "rank",
+    ),  # an int, or the members' ranks (mixed ranks); the card's adapter table has this member's
     ("lora", "alpha"),
+    ("lora", "targets"),  # attention | all-linear | module names; the wrapped modules are in target_modules
     ("rl", "lr"),
     ("rl", "rollouts"),
     ("evolution", "every"),

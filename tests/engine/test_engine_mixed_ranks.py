@@ -61,12 +61,34 @@ def test_mixed_rank_step_equals_a_uniform_engine_and_padding_stays_zero(make_eng
     assert torch.equal(mixed.get_adapter(0).modules[k][0], mixed.get_adapter(1).modules[k][0])
 
 
-def test_all_linear_targets_reach_the_mlp(make_engine):
-    eng = make_engine(n_slots=1, rank=2, targets="all-linear", randomise=False)
+def test_all_linear_mixed_ranks_export_loads_in_peft_with_the_same_logits(
+    make_engine, base_and_tok, tmp_path
+):
+    import copy
+
+    from peft import PeftModel
+
+    base, _ = base_and_tok
+    eng = make_engine(
+        n_slots=2, rank=[1, 3], targets="all-linear"
+    )  # randomised factors (padding re-zeroed below)
+    for s in range(2):  # set_adapter re-zeroes the padded components the randomising filled
+        eng.set_adapter(s, eng.get_adapter(s))
     assert {"gate_proj", "up_proj", "down_proj", "q_proj"} <= set(eng.targets)
-    with pytest.raises(ValueError, match="largest rank 2"):
+    ids = torch.tensor([[5, 9, 77, 120, 3], [8, 8, 1, 2, 200]])
+    for s, r in enumerate((1, 3)):
+        eng.save_adapter(s, tmp_path / f"s{s}")
+        cfg = load_peft(tmp_path / f"s{s}").metadata["peft_config"]
+        assert cfg["r"] == r and "down_proj" in cfg["target_modules"]
+        pm = PeftModel.from_pretrained(copy.deepcopy(base), tmp_path / f"s{s}").eval()
+        with torch.no_grad():
+            ref = pm(input_ids=ids).logits
+            with eng.ctx.use([s, s]):
+                ours = eng.model(input_ids=ids).logits
+        assert (ours - ref).abs().max() <= 1e-5 * ref.abs().max()  # float32 rounding: scale applied to x A^T
+    with pytest.raises(ValueError, match="largest rank 3"):
         big = eng.get_adapter(0)
         big.modules = {
-            k: (torch.zeros(3, a.shape[1]), torch.zeros(b.shape[0], 3)) for k, (a, b) in big.modules.items()
+            k: (torch.zeros(4, a.shape[1]), torch.zeros(b.shape[0], 4)) for k, (a, b) in big.modules.items()
         }
         eng.set_adapter(0, big)
