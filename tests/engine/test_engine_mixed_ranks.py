@@ -92,3 +92,17 @@ def test_all_linear_mixed_ranks_export_loads_in_peft_with_the_same_logits(
             k: (torch.zeros(4, a.shape[1]), torch.zeros(b.shape[0], 4)) for k, (a, b) in big.modules.items()
         }
         eng.set_adapter(0, big)
+
+
+def test_memory_estimate_counts_the_mlp_for_all_linear(tmp_path):
+    from populora.engine.memory import estimate_memory
+
+    (tmp_path / "config.json").write_text(
+        '{"hidden_size": 8, "num_hidden_layers": 2, "num_attention_heads": 2, '
+        '"num_key_value_heads": 1, "intermediate_size": 16}'
+    )
+    (tmp_path / "model.safetensors").write_bytes(b"x" * 100)
+    # per unit of rank: q 8+8, k 8+4, v 8+4, o 8+8 = 56; gate 8+16, up 8+16, down 16+8 = 72 more.
+    # rank 2, 2 layers, fp32 weights + grads + two AdamW moments = 16 bytes per parameter
+    assert estimate_memory(tmp_path, 2, ["attention"]) == (100, 56 * 2 * 2 * 16)
+    assert estimate_memory(tmp_path, 2, ["all-linear"]) == (100, 128 * 2 * 2 * 16)
