@@ -67,6 +67,17 @@ def test_refresh_after_train_step(engine):
     assert changed and all(len(PROMPTS) <= i < 2 * len(PROMPTS) for i in changed)  # only slot 1 moved
 
 
+def test_a_smaller_rank_slot_is_served_at_its_own_rank(engine):
+    """Mixed ranks (issue 34): slot 2 takes a rank-2 adapter (its top 2 components); vLLM, sized for the largest
+    rank, loads it at r=2 and samples what the hf engine samples."""
+    ad = engine.get_adapter(2)
+    ad.modules = {k: (a[:2].clone(), b[:, :2].clone()) for k, (a, b) in ad.modules.items()}
+    engine.set_adapter(2, ad)
+    assert engine.hf.slot_ranks() == [4, 4, 2]
+    reqs = _greedy()
+    assert [g.token_ids for g in engine.generate(reqs)] == [g.token_ids for g in engine.hf.generate(reqs)]
+
+
 def test_seeded_calls_repeat_unseeded_calls_do_not(engine):
     reqs = [GenRequest(slot=s, prompt="def", max_new_tokens=12, temperature=1.0) for s in (0, 0, 2, 2)]
     a, b = engine.generate(reqs, seed=7), engine.generate(reqs, seed=7)

@@ -152,7 +152,7 @@ def m5_neftune(parents, rng: Rng, *, alpha_rel: float = 0.1):
 def m6_rank_perturb(
     parents, rng: Rng, *, jitter: float = 0.05, compensate: bool = False, rank_range: list | None = None
 ):
-    """D = U S V^T -> keep b ~ U{ceil(r/2)..r-1} top components with S_i * max(0, 1 + jitter * xi_i), zero (revive) the tail; with rank_range [lo, hi] the child's rank moves to r' ~ U({max(lo, ceil(r/2))..min(hi, 2r)} minus {r})."""
+    """D = U S V^T -> keep b ~ U{ceil(r/2)..r-1} top components with S_i * max(0, 1 + jitter * xi_i), zero (revive) the tail; with rank_range = (lo, hi) the child's rank moves to r' ~ U({max(lo, ceil(r/2))..min(hi, 2r)} minus {r})."""
     jitter = check_nonneg("M6", "jitter", jitter)
     (p,) = parents
     r = p.rank
