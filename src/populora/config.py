@@ -351,6 +351,23 @@ class DistConfig:
 
 
 @dataclass
+class HofConfig:
+    every: int = 0
+    """Hall of fame (docs/hall-of-fame.md): every this many steps each member plays extra, unrated games against
+    frozen references (the base model, snapshots of the best members) and metrics.jsonl gets `hof`; 0 = off."""
+    size: int = 2
+    """Snapshots kept in the hall per role, the most recent (the base model is always there); each takes an
+    engine slot, so the engine holds 1 + 2 x size extra slots (1 + size in single mode)."""
+    prompts: int = 0
+    """Fixed teacher prompts per task type of a hall round (each member teacher's proposals, and each hall
+    teacher's exam, made once); 0 = tasks.prompts / (task types x (1 + size)), at least 1: about one step's work."""
+
+    def slots(self, single: bool) -> int:
+        """Extra engine slots the hall needs: the base model and `size` snapshots per role."""
+        return 0 if self.every == 0 else 1 + self.size * (1 if single else 2)
+
+
+@dataclass
 class Config:
     train: TrainConfig = field(default_factory=TrainConfig)
     """Length, checkpoints, seed and threads."""
@@ -378,6 +395,8 @@ class Config:
     """Multi-GPU / multi-node data parallelism on Ray."""
     eval: EvalConfig = field(default_factory=EvalConfig)
     """`populora eval`'s generation budgets (large enough not to truncate long answers)."""
+    hof: HofConfig = field(default_factory=HofConfig)
+    """The hall of fame: unrated games against frozen references (off by default)."""
 
     @property
     def n_teachers(self) -> int:
@@ -389,8 +408,10 @@ class Config:
 
     @property
     def n_slots(self) -> int:
-        """Adapter slots the engine needs: one per member (1 in single mode)."""
-        return 1 if self.population.mode == "single" else self.population.teachers + self.population.students
+        """Adapter slots the engine needs: one per member (1 in single mode), then the hall's (`hof.slots`)."""
+        single = self.population.mode == "single"
+        members = 1 if single else self.population.teachers + self.population.students
+        return members + self.hof.slots(single)
 
     @property
     def effective_whiten_scope(self) -> str:
@@ -867,6 +888,15 @@ def validate(cfg: Config) -> Config:
         f"model.revision: applies to hub ids only, but model.name={show(cfg.model.name)} is a bundled name or "
         "a local folder; set model.revision=''.",
     )
+    h = cfg.hof  # the hall of fame (docs/hall-of-fame.md)
+    _require(
+        h.every >= 0, f"hof.every: must be >= 0 (0 = no hall of fame), got {h.every}; e.g. --set hof.every=5."
+    )
+    _require(0 <= h.size <= 16, f"hof.size: must be in [0, 16] snapshots per role, got {h.size}; e.g. 2.")
+    _require(
+        0 <= h.prompts <= 128,
+        f"hof.prompts: must be in [0, 128] per task type (0 = auto), got {h.prompts}; e.g. 4.",
+    )
     check_model_path(cfg.model.name)
     return cfg
 
@@ -897,6 +927,7 @@ __all__ = [
     "ConfigError",
     "DiagnosticsConfig",
     "EvolutionConfig",
+    "HofConfig",
     "LoRAConfig",
     "ModelConfig",
     "PopulationConfig",

@@ -189,6 +189,10 @@ def check_metrics_record(rec: Mapping[str, Any]) -> list[str]:
     cut = rec.get("score_past_deadline", 0)
     if not (isinstance(cut, int) and not isinstance(cut, bool) and cut >= 0):
         errs.append(f"{where}: 'score_past_deadline' must be a count >= 0")
+    if "hof" in rec:  # the hall of fame's unrated games (docs/hall-of-fame.md)
+        from populora.population.hall import check_hof
+
+        errs += check_hof(rec["hof"], where)
     ss = rec.get("self_solve_rate")
     if ss is not None and not (_is_num(ss) and 0 <= ss <= 1):
         errs.append(f"{where}: 'self_solve_rate' must be in [0, 1] or null")

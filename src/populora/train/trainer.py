@@ -67,6 +67,7 @@ from populora.train import checkpoint as ckpt
 from populora.train.controls import shuffle_student_rewards
 from populora.train.credit import blamed_tokens, failure_span, span_advantages
 from populora.train.errors import TrainError
+from populora.train.hall import HallGames
 from populora.train.interrupt import StopRequest, TrainingInterrupted
 from populora.train.probe import Prober
 from populora.train.probe_guard import ProbeGuard
@@ -124,6 +125,7 @@ class Trainer:
         self._pending_checkpoint_s = 0.0
         self.prober = Prober.from_config(cfg)  # the fixed held-out probe (train/probe.py); off when every=0
         self.probe_guard: ProbeGuard | None = None  # proposals equal to a probe program are dropped (setup)
+        self.hof = HallGames(cfg)  # unrated games against frozen references (train/hall.py); off when every=0
         self._evolution_pending = False  # the final step skipped its evolution; a longer resume runs it
         self.live: StepProgress | None = None  # the console while `fit` runs (the live phase line)
 
@@ -665,6 +667,7 @@ class Trainer:
                     "population": self.pop.to_dict(),
                     "coverage": self.coverage.state_dict(),
                     "evolution_pending": self._evolution_pending,
+                    "hall": self.hof.state_dict(),
                     "time": time.time(),
                 },
             )
@@ -746,6 +749,7 @@ class Trainer:
                 self.engine.set_adapter(m.slot, data["adapters"][m.id], reset_optimizer=True)
             self.engine.load_optimizer_state(data["optimizer"])
             self.coverage.load_state_dict(data["state"]["coverage"])
+            self.hof.restore(self, data["state"].get("hall"))
         except (
             EngineError,
             KeyError,
@@ -800,6 +804,7 @@ class Trainer:
         cfg = self.cfg
         res = self.step(step)
         self.prober.after_step(self, step, res.record)
+        self.hof.after_step(self, step, res.record)
         # Logs of a step are written before its checkpoint, so a resume from it never loses them.
         for rec in problem_records(step, res.traces):
             self.run.problem(rec)
