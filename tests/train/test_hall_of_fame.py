@@ -169,3 +169,22 @@ def test_bad_keys_name_themselves(bad):
 
     with pytest.raises(ConfigError, match=bad.split("=")[0]):
         load_config("tiny", [bad])
+
+
+def test_the_console_line_gives_the_mean_against_the_base_model():
+    from populora.train.hall import hof_line
+
+    side = {"valid": 1.0, "n": 2}
+    hof = {
+        "hall": {"base": {}, "s000001-T0": {}},
+        "members": {
+            "T0": {"teacher": {**side, "solve": {"base": 0.25}}},
+            "T1": {"teacher": {**side, "solve": {"base": 0.75}}},
+            "S0": {"student": {**side, "solve": {"base": None, "s000001-T0": 1.0}}},
+        },
+        "seconds": 2.04,
+    }
+    assert hof_line(3, hof) == (
+        "hall of fame at step 3: the base model solves the teachers' problems 0.50, "
+        "the students solve its exam - (2 in the hall, 2.0s)"
+    )

@@ -122,7 +122,10 @@ def hof_caption(run: Run) -> str:
         if fin.size:
             a, b = fin[0], fin[-1]
             bits.append(f"{label}: {ys[a]:.2f} at step {c.steps[a]} → {ys[b]:.2f} at step {c.steps[b]}")
-    return text + (" " + "; ".join(bits) + "." if bits else "")
+    if not bits:
+        return text
+    said = "; ".join(bits)
+    return f"{text} {said[0].upper()}{said[1:]}."
 
 
 __all__ = ["HofCurves", "hof_caption", "hof_curves", "hof_figure"]

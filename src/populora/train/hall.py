@@ -113,6 +113,8 @@ class HallGames:
         self.snapshot(trainer, step)
         hof["seconds"] = round(time.perf_counter() - t0, 4)
         record["hof"] = hof
+        if trainer.live is not None:
+            trainer.live.line(hof_line(step, hof))
 
     def _generate(self, trainer: Any, requests: list, step: int, phase: str) -> list:
         if not requests:
@@ -225,4 +227,18 @@ class HallGames:
         return new
 
 
-__all__ = ["HALL_DIR", "HallGames"]
+def hof_line(step: int, hof: dict) -> str:
+    """The console line after a round: the member-mean solve rates against the base model, per side."""
+
+    def mean(side: str) -> str:
+        vals = [m[side]["solve"].get(BASE) for m in hof["members"].values() if side in m]
+        vals = [v for v in vals if v is not None]
+        return f"{sum(vals) / len(vals):.2f}" if vals else "-"
+
+    return (
+        f"hall of fame at step {step}: the base model solves the teachers' problems {mean('teacher')}, "
+        f"the students solve its exam {mean('student')} ({len(hof['hall'])} in the hall, {hof['seconds']:.1f}s)"
+    )
+
+
+__all__ = ["HALL_DIR", "HallGames", "hof_line"]
