@@ -360,7 +360,8 @@ class HofConfig:
     engine slot, so the engine holds 1 + 2 x size extra slots (1 + size in single mode)."""
     prompts: int = 0
     """Fixed teacher prompts per task type of a hall round (each member teacher's proposals, and each hall
-    teacher's exam, made once); 0 = tasks.prompts / (task types x (1 + size)), at least 1: about one step's work."""
+    teacher's exam, made once); 0 = tasks.prompts / (2 x task types x (1 + size)), at least 1: with N_T = N_S
+    a full hall's answers then number one step's student answers."""
 
     def slots(self, single: bool) -> int:
         """Extra engine slots the hall needs: the base model and `size` snapshots per role."""

@@ -45,7 +45,7 @@ class HallGames:
         members = 1 if single else cfg.population.teachers + cfg.population.students
         self.hall = Hall(h.size, first_slot=members, single=single)
         types = len(cfg.tasks.types)
-        self.per_type = h.prompts or max(1, cfg.tasks.prompts // (types * (1 + h.size)))
+        self.per_type = h.prompts or max(1, cfg.tasks.prompts // (2 * types * (1 + h.size)))
         self.exams: dict[str, list] = {}  # entry id -> its exam's problems
         self._prompts: list | None = None
 
