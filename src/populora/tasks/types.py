@@ -18,6 +18,15 @@ from populora.names import TASKS
 TASK_NAMES: tuple[str, ...] = TASKS  # the one spelling, in populora.names
 
 
+def known_task(name: str) -> bool:
+    """An AZR task type or a task type of an installed family (`populora.tasks.registry`, asked lazily)."""
+    if name in TASK_NAMES:
+        return True
+    from populora.tasks.registry import is_task_type
+
+    return isinstance(name, str) and is_task_type(name)
+
+
 class InvalidProblem(ValueError):
     """A (program, inputs, message) triple that cannot become a Problem; `.reason` says why in a few words."""
 
@@ -99,8 +108,10 @@ class Problem:
     id: str = field(init=False, compare=False)
 
     def __post_init__(self) -> None:
-        if self.task not in TASK_NAMES:
-            raise ValueError(f"unknown task {self.task!r}; expected one of {', '.join(TASK_NAMES)}")
+        if not known_task(self.task):
+            raise ValueError(
+                f"unknown task {self.task!r}; expected one of {', '.join(TASK_NAMES)} or an installed family's type"
+            )
         # Accept lists from callers but store tuples so the dataclass stays hashable.
         object.__setattr__(self, "inputs", tuple(self.inputs))
         object.__setattr__(self, "outputs", tuple(self.outputs))
