@@ -24,11 +24,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from populora.tasks import registry as _registry
+from populora.tasks import types as _types
 from populora.tasks.base import CodeF, CodeI, CodeO, CodeTask, Scored, TaskConfig, score_many
 from populora.tasks.policy import DEFAULT_POLICY, CapabilityPolicy
 from populora.tasks.templates import TEMPLATE_NAMES, TemplateSet, load_template
 from populora.tasks.types import TASK_NAMES, Answer, FormatError, Invalid, InvalidProblem, Problem, Proposal
 
+_types.other_family_task = _registry.is_task_type  # Problem and the buffers accept every installed type
 _CLASSES: dict[str, type[CodeTask]] = {"code_i": CodeI, "code_o": CodeO, "code_f": CodeF}
 _DEFAULT: dict[str, CodeTask] = {}
 

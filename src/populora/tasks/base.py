@@ -589,7 +589,7 @@ def score_many(
 
     for k, (task, problem, answers) in enumerate(items):
         if not isinstance(task, CodeTask):  # a plugin family's task scores itself (registry.GuardedTask)
-            results[k] = task.score_detailed(problem, answers, sandbox)
+            results[k] = Scored([bool(x) for x in task.score(problem, answers, sandbox)])
             continue
         advance(k, task._plan(problem, answers), None, None)
     # The deadline budget is `score_deadline_s` per problem that runs jobs, as one problem after another had.

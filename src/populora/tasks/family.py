@@ -21,6 +21,7 @@ and for the family as a whole:
 
 - `features(program) -> dict | None`: the complexity features of a valid proposal (the four keys of
   `populora.diagnostics.features.FEATURES`: they feed metrics.jsonl `complexity` and the coverage archive);
+  None (the default) has the trainer measure the program as Python source;
 - `probe_items(task_type) -> list[Problem]`: a fixed, held-out probe set (the same in every run), scored
   greedy at every probe (`diagnostics.probe_every`, metrics.jsonl `probe`);
 - `seed_problems(task_type, n, sandbox, seed) -> list[Problem]`: problems that fill the buffer before step 1
@@ -111,13 +112,9 @@ class TaskFamily:
         raise NotImplementedError
 
     def features(self, program: str) -> dict[str, float] | None:
-        """Complexity features of a valid proposal's program; the default measures it as Python source."""
-        from populora.diagnostics.features import program_features
-
-        try:
-            return program_features(program)
-        except Exception:  # noqa: BLE001 - an unparsable program simply has no features
-            return None
+        """Complexity features of a valid proposal's program. The default, None, has the trainer measure it
+        as Python source (`populora.diagnostics.features.program_features`, the paper's four features)."""
+        return None
 
     def probe_items(self, task_type: str) -> list[Problem]:
         raise NotImplementedError

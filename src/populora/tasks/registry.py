@@ -194,13 +194,6 @@ class GuardedTask:
     ) -> list[bool]:
         return [bool(x) for x in self._task.score(problem, answers, guarded(sandbox))]
 
-    def score_detailed(
-        self, problem: Any, answers: Sequence[Any], sandbox: Any = None, *, until: float | None = None
-    ):
-        from populora.tasks.base import Scored
-
-        return Scored(self.score(problem, answers, sandbox))
-
     def problem_from(self, sandbox: Any, *args: Any, **kwargs: Any) -> Any:
         return self._task.problem_from(guarded(sandbox), *args, **kwargs)
 
@@ -220,7 +213,8 @@ def make_task(task_type: str, **config: Any) -> Any:
 
 
 def features(task_type: str, program: str) -> dict[str, float] | None:
-    """The family's complexity features of a valid proposal's program (None when it has none)."""
+    """The family's complexity features of a valid proposal's program; None: measure it as Python source
+    (the trainer then uses `populora.diagnostics.features.program_features`, as for AZR)."""
     try:
         return family_of(task_type).features(program)
     except Exception:  # noqa: BLE001 - a family's feature code must not stop a run

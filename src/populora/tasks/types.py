@@ -18,13 +18,19 @@ from populora.names import TASKS
 TASK_NAMES: tuple[str, ...] = TASKS  # the one spelling, in populora.names
 
 
-def known_task(name: str) -> bool:
-    """An AZR task type or a task type of an installed family (`populora.tasks.registry`, asked lazily)."""
-    if name in TASK_NAMES:
-        return True
-    from populora.tasks.registry import is_task_type
+def _no_other_families(name: str) -> bool:
+    return False
 
-    return isinstance(name, str) and is_task_type(name)
+
+# Says whether a name is a task type of an installed non-AZR family. `populora.tasks` (the package's
+# __init__, run before any of its modules) sets it to `registry.is_task_type`; this module imports nothing of
+# the package, so the registry can build on it without an import loop.
+other_family_task = _no_other_families
+
+
+def known_task(name: str) -> bool:
+    """An AZR task type or a task type of an installed family (`populora.tasks.registry`)."""
+    return name in TASK_NAMES or (isinstance(name, str) and other_family_task(name))
 
 
 class InvalidProblem(ValueError):

@@ -408,9 +408,10 @@ class Trainer:
                     trace.problem = res.with_origin(trace.teacher, step)
         for trace in traces:
             if trace.program:
-                if trace.task not in tasks.TASK_NAMES:  # another family measures its own programs
+                if trace.task not in tasks.TASK_NAMES:  # another family may measure its own programs
                     trace.features = registry.features(trace.task, trace.program)
-                    continue
+                    if trace.features is not None:
+                        continue
                 try:
                     trace.features = program_features(trace.program)
                 except Exception:  # noqa: BLE001 - unparsable programs simply have no features
