@@ -30,6 +30,21 @@ def test_builtin_families_are_installed_and_azr_is_the_old_tasks():
 
     assert [p.id for p in azr.probe_items("code_f")] == [p.id for p in load_probe("code_f")]
     assert isinstance(tasks.get("arith"), registry.GuardedTask)
+    # a default run keeps exactly AZR's buffers; another family's types come after them
+    assert registry.buffer_types(["azr"]) == ("code_i", "code_o", "code_f")
+    assert registry.buffer_types(["arith"]) == ("code_i", "code_o", "code_f", "arith")
+
+
+def test_problems_and_buffers_accept_installed_types_only():
+    from populora.tasks.buffers import ProblemBuffer
+
+    p = tasks.Problem("arith", "def f():\n    return 1 + 1\n", ("",), ("2",))
+    assert tasks.Problem.from_json(p.to_json()) == p
+    assert ProblemBuffer("arith").add(p)
+    with pytest.raises(ValueError, match="unknown task 'code_x'"):
+        tasks.Problem("code_x", "def f():\n    return 1\n", ("",), ("1",))
+    with pytest.raises(ValueError, match="unknown task"):
+        ProblemBuffer("code_x")
 
 
 def test_config_selects_families_by_name():

@@ -142,6 +142,12 @@ def task_types(families: Sequence[str] = DEFAULT_FAMILIES) -> tuple[str, ...]:
     return tuple(t for f in families for t in get_family(f).task_types)
 
 
+def buffer_types(families: Sequence[str] = DEFAULT_FAMILIES) -> tuple[str, ...]:
+    """The task types a run keeps a buffer for: AZR's three always (a checkpoint's buffers keep their layout),
+    then the types of the other selected families."""
+    return (*TASKS, *(t for t in task_types(families) if t not in TASKS))
+
+
 def family_of(task_type: str) -> TaskFamily:
     """The installed family that owns `task_type`."""
     if task_type in TASKS:
@@ -232,6 +238,7 @@ def seed_problems(task_type: str, n: int, sandbox: Any, seed: int) -> list[Any]:
 
 __all__ = [
     "BUILTIN",
+    "buffer_types",
     "DEFAULT_FAMILIES",
     "GROUP",
     "FamilyError",

@@ -86,12 +86,6 @@ from populora.train.setup import build_engine, derive_seed, preflight, synthetic
 from populora.train.state_files import OPTIMIZER_FILE, RNG_FILE, write_rng, write_tree
 
 
-def buffer_types(families: list[str]) -> tuple[str, ...]:
-    """The task types with a buffer: AZR's three always (checkpoints keep their layout), then the types of
-    the other selected families."""
-    return (*tasks.TASK_NAMES, *(t for t in registry.task_types(families) if t not in tasks.TASK_NAMES))
-
-
 def task_schedule(types: list[str], prompts: int) -> list[str]:
     """`prompts` task names split equally across `types` (the remainder goes to the first types)."""
     base, extra = divmod(prompts, len(types))
@@ -169,7 +163,7 @@ class Trainer:
                 seed_io=resolve_seed_file(tk.seed_io, "tasks.seed_io") or None,
                 seed_code_f=resolve_seed_file(tk.seed_code_f, "tasks.seed_code_f") or None,
                 sandbox=self.sandbox,
-                tasks=buffer_types(tk.families),
+                tasks=registry.buffer_types(tk.families),
             )
         except SeedFileError as err:
             raise TrainError(str(err)) from None
@@ -192,7 +186,7 @@ class Trainer:
         them, at least `tasks.references`), made in the sandbox behind the policy (tasks/registry.py)."""
         tk = self.cfg.tasks
         n = max(tk.seed_synthetic, tk.references, 1)
-        for t in buffer_types(tk.families)[len(tasks.TASK_NAMES) :]:
+        for t in registry.buffer_types(tk.families)[len(tasks.TASK_NAMES) :]:
             self.buffers[t].extend(registry.seed_problems(t, n, self.sandbox, self.cfg.train.seed))
 
     def close(self) -> None:
