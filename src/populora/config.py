@@ -256,7 +256,11 @@ class RLConfig:
 @dataclass
 class TasksConfig:
     types: list[str] = field(default_factory=lambda: list(TASKS))
-    """AZR task types each teacher proposes, split equally: code_i (infer input), code_o (output), code_f (function)."""
+    """Task types each teacher proposes, split equally: AZR's code_i (infer input), code_o (output), code_f
+    (function), or the types of another family in `tasks.families` (e.g. arith)."""
+    families: list[str] = field(default_factory=lambda: ["azr"])
+    """Task families the run loads and probes, by name (`populora tasks list` shows the installed ones: azr,
+    arith, plugins of the `populora.tasks` entry-point group); every entry of `tasks.types` must belong to one."""
     prompts: int = 72
     """Teacher prompts per matchup per step (the paper's 72), split equally across task types; each is sampled
     `rl.teacher_group` times."""
@@ -697,6 +701,24 @@ def _require(ok: bool, msg: str) -> None:
         raise ConfigError(msg)
 
 
+def _check_families(families: list[str], types: list[str]) -> None:
+    """tasks.families names installed families (once each) and tasks.types only their task types."""
+    from populora.tasks import registry
+
+    _require(bool(families), "tasks.families: is empty; use azr (the AZR code tasks).")
+    _require(len(set(families)) == len(families), "tasks.families: lists a family twice; list each once.")
+    try:
+        allowed = registry.task_types(families)
+    except registry.FamilyError as err:
+        raise ConfigError(f"tasks.families: {err}") from None
+    for tt in types:
+        _require(
+            tt in allowed,
+            f"tasks.types: {tt!r} is not a task type of tasks.families ({', '.join(families)}: "
+            f"{', '.join(allowed)}); set tasks.types to some of those, or add its family to tasks.families.",
+        )
+
+
 def validate(cfg: Config) -> Config:
     """Check value ranges and cross-field constraints; raise ConfigError with a one-line fix."""
     t, p, e, r, lo, tk = cfg.train, cfg.population, cfg.evolution, cfg.rl, cfg.lora, cfg.tasks
@@ -798,8 +820,7 @@ def validate(cfg: Config) -> Config:
         f"rl.teacher_group: must be >= 1 (proposals per teacher prompt), got {r.teacher_group}; 1 is the paper's.",
     )
     _require(bool(tk.types), "tasks.types: is empty; use code_i,code_o,code_f.")
-    for tt in tk.types:
-        _require(tt in TASKS, f"tasks.types: unknown task type {show(tt)}; choose from {', '.join(TASKS)}.")
+    _check_families(tk.families, tk.types)
     _require(len(set(tk.types)) == len(tk.types), "tasks.types: lists a task type twice; list each once.")
     _require(
         tk.prompts >= len(tk.types),

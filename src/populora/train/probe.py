@@ -72,9 +72,18 @@ ANSWER_STYLES: dict[str, dict[str, dict[str, str]]] = {
 PhaseFn = Callable[[str], Mapping[str, Any]]
 
 
+def probe_set(task: str) -> list:
+    """The fixed probe set of a task type: AZR's shipped sets, another family's `probe_items`."""
+    if task in TASKS:
+        return load_probe(task)
+    from populora.tasks import registry
+
+    return registry.probe_items(task)
+
+
 def probe_subset(size: int, types: Sequence[str] = TASKS) -> dict[str, list]:
     """The first `size` problems of each fixed probe set: the same subset at every step of every run."""
-    return {t: load_probe(t)[:size] for t in types}
+    return {t: probe_set(t)[:size] for t in types}
 
 
 def adapter_key(engine, slot: int) -> str:
@@ -262,8 +271,8 @@ def teacher_probe_prompts(
     program, read from the END of each probe set (the student probe reads from the start), wrapping round when
     `n * references` exceeds the set."""
     out: list[tuple[str, str, str | None]] = []
-    for name in (t for t in TASKS if t in tasks):
-        task, probe = tasks[name], load_probe(name)
+    for name in (*(t for t in TASKS if t in tasks), *(t for t in tasks if t not in TASKS)):
+        task, probe = tasks[name], probe_set(name)
         for j in range(n):
             if name == "code_f":
                 shown = probe[-1 - j % len(probe)].program
@@ -299,12 +308,20 @@ def score_teachers(
         trace.gen = gen
     trainer.check_proposals(traces, step=-1)
     out: dict[str, dict[str, float]] = {}
+    names = list(dict.fromkeys(name for name, _, _ in prompts))
     for t in teachers:
-        for name in TASKS:
+        for name in names:
             mine = [x.valid for x in traces if x.teacher == t and x.task == name]
             if mine:
                 out.setdefault(t, {})[name] = sum(mine) / len(mine)
     return out
+
+
+def _family_types(cfg: Any) -> tuple[str, ...]:
+    """Every task type of the run's families (`tasks.families`; AZR's three by default)."""
+    from populora.tasks import registry
+
+    return registry.task_types(getattr(cfg.tasks, "families", ["azr"]))
 
 
 class Prober:
@@ -319,6 +336,7 @@ class Prober:
         proposals: int = 0,
         references: int = 2,
         styles: bool = True,
+        types: Sequence[str] = TASKS,
     ) -> None:
         self.every = every
         self.size = size
@@ -329,9 +347,11 @@ class Prober:
         self.styles = dict(ANSWER_STYLES.get(template, {})) if styles else {}
         self._teacher_prompts: list | None = None
         # The tiny model's compact answers fit MAX_NEW_TOKENS; other templates get the training budget.
+        self.types = tuple(types)  # the task types probed: every type of the run's families
         self.budget = (
             dict(MAX_NEW_TOKENS) if template == "compact" else dict.fromkeys(TASKS, student_max_new_tokens)
         )
+        self.budget.update({t: student_max_new_tokens for t in self.types if t not in TASKS})
         self._problems: dict[str, list] | None = None
 
     @classmethod
@@ -345,6 +365,7 @@ class Prober:
             d.probe_proposals,
             cfg.tasks.references,
             d.probe_styles,
+            _family_types(cfg),
         )
 
     @property
@@ -357,7 +378,7 @@ class Prober:
     @property
     def problems(self) -> dict[str, list]:
         if self._problems is None:
-            self._problems = probe_subset(self.size)
+            self._problems = probe_subset(self.size, self.types)
         return self._problems
 
     def answers(self, n_members: int) -> int:
@@ -471,7 +492,7 @@ def probe_line(step: int, total: int, rec: Mapping[str, Any], roles: Mapping[str
         if not ids:
             continue
         cells = []
-        for t in TASKS:
+        for t in dict.fromkeys(t for m in ids for t in rec["probe"][m]):
             cell = f"{t} {mean([rec['probe'][m][t] for m in ids if t in rec['probe'][m]])}"
             styled = [rec.get("probe_style", {}).get(m, {}).get(t) for m in ids]
             if all(styled):
