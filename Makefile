@@ -61,7 +61,7 @@ demo: install
 	$(BIN)/populora demo
 
 test: install system-deps
-	$(BIN)/pip install -q --no-deps --no-build-isolation -e examples/task-plugin || $(BIN)/pip install -q --no-deps -e examples/task-plugin  # the example task-family plugin (tests/tasks/test_plugin_e2e.py)
+	$(BIN)/pip install -q --no-deps --no-build-isolation -e examples/task-plugin || $(BIN)/pip install -q --no-deps -e examples/task-plugin  # the example task-family plugin (tests/e2e/test_plugin_family.py)
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests
 	.ci/wheel-check $(BIN)/python
 	@$(MAKE) --no-print-directory test-vllm
