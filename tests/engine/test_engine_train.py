@@ -107,6 +107,25 @@ def test_micro_batching_and_determinism(make_engine):
         assert _maxdiff(_weights(mid, s), _weights(same, s)) == 0.0  # bitwise deterministic on CPU
 
 
+def test_chunked_lm_head_equals_full_logits(make_engine):
+    """The lm_head in chunks of 3 response tokens (`rl.logprobs`, recomputed in backward) against the full
+    [N, V] logits (chunk 0): same log-probs, metrics and weights, with an entropy bonus in the loss."""
+    rows = _rows()
+    full = make_engine(**LIN, entropy_coef=0.1, micro_batch_tokens=0)
+    chunked = make_engine(**LIN, entropy_coef=0.1, micro_batch_tokens=0)
+    full.logit_chunk_tokens, chunked.logit_chunk_tokens = 0, 3
+    lp_full, lp_chunked = full.logprobs(TrainBatch(rows)), chunked.logprobs(TrainBatch(rows))
+    assert (
+        max(abs(a - b) for x, y in zip(lp_full, lp_chunked, strict=True) for a, b in zip(x, y, strict=True))
+        < 1e-5
+    )
+    for _ in range(2):
+        m_full, m_chunked = full.train_step(TrainBatch(rows)), chunked.train_step(TrainBatch(rows))
+    for s in range(3):
+        assert _maxdiff(_weights(full, s), _weights(chunked, s)) <= TOL
+        assert m_chunked[f"entropy/{s}"] == pytest.approx(m_full[f"entropy/{s}"], abs=1e-5)
+
+
 def test_ppo_on_policy_equals_reinforce_and_entropy_bonus(make_engine):
     rows = _rows()
     lp = make_engine().logprobs(TrainBatch(rows))
