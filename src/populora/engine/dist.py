@@ -73,6 +73,31 @@ def deal(sizes: Sequence[int], slots: Sequence[int], workers: int) -> list[list[
     return [sorted(s) for s in shares]
 
 
+def ray_init_line(err: BaseException, address: str | None) -> str:
+    """One line for a failed `ray.init`, naming the fix: Ray's token authentication (on by default from Ray
+    2.59 on local clusters; a driver joining a cluster needs the cluster's token), no cluster at the address,
+    anything else with its first line."""
+    text = " ".join(str(err).split()) or type(err).__name__
+    where = f"dist.address={address}" if address else "dist.workers > 1 (a local Ray instance)"
+    auth = type(err).__name__ == "AuthenticationError" or any(
+        k in text.lower() for k in ("invalidauthtoken", "auth token", "unauthenticated", "authentication")
+    )
+    if auth:
+        return (
+            f"{where}: the Ray cluster refused this process's token (Ray token authentication: "
+            f"{text[:160]}); give it the cluster's token: run `ray get-auth-token` on the head node and copy "
+            "the token to ~/.ray/auth_token here (or export RAY_AUTH_TOKEN=...), the same on every node that "
+            "runs `ray start --address=HEAD:6379` (docs/engine.md, Scale-out)."
+        )
+    if address and any(k in text.lower() for k in ("could not find any running ray", "connect", "timed out")):
+        return (
+            f"{where}: no Ray cluster reachable there ({text[:160]}); start one with `ray start --head "
+            "--port=6379` and pass HEAD_IP:6379 (or dist.address=auto on the head node), or drop "
+            "dist.address to let the run start Ray itself."
+        )
+    return f"{where}: ray.init failed ({type(err).__name__}: {text[:200]}); see docs/engine.md, Scale-out."
+
+
 NAMESPACE = "populora"
 _ENGINES_MADE = [0]
 
@@ -257,7 +282,12 @@ class DistributedEngine(PeftFolderIO):
                 opts["address"] = address
             elif not gpu:  # a local CPU instance books one CPU per worker even on a smaller machine
                 opts["num_cpus"] = max(os.cpu_count() or 1, self.workers)
-            ray.init(**opts)
+            try:
+                ray.init(**opts)
+            except Exception as err:  # noqa: BLE001 - every start-up failure becomes one line with its fix
+                if ray.is_initialized():  # half-started: leave nothing running
+                    ray.shutdown()
+                raise EngineError(ray_init_line(err, address)) from None
         bundle = {"CPU": 1, "GPU": 1} if gpu else {"CPU": 1}
         have = ray.cluster_resources()
         for res, need in bundle.items():
