@@ -257,6 +257,10 @@ class RLConfig:
     activation_checkpointing: bool = False
     """Recompute each decoder layer's activations in the backward pass instead of keeping them (less memory,
     about one more forward of compute); the same gradients."""
+    tis_cap: float = 0.0
+    """Truncated importance sampling for the sampler/trainer mismatch (vLLM samples in bf16, the trainer's
+    forward differs): each token's policy-gradient term is weighted by min(exp(logp_trainer - logp_sampler),
+    tis_cap), as veRL's TIS and OpenRLHF; 0 = off (the paper's); a cap of 2 is common."""
 
 
 @dataclass
@@ -858,6 +862,10 @@ def validate(cfg: Config) -> Config:
         f"dist.workers: must be >= 1 (1 = one process, no Ray), got {cfg.dist.workers}; use one per GPU.",
     )
     _require(0 <= lo.dropout < 1, f"lora.dropout: must be in [0, 1), got {lo.dropout}; PEFT's usual is 0.05.")
+    _require(
+        r.tis_cap == 0 or r.tis_cap >= 1,
+        f"rl.tis_cap: 0 (off) or a cap >= 1 on the importance weight, got {r.tis_cap}; e.g. 2.",
+    )
     _require(
         r.micro_batch_tokens >= 0,
         f"rl.micro_batch_tokens: must be >= 0 (0 = one batch), got {r.micro_batch_tokens}; e.g. 4096.",

@@ -32,7 +32,7 @@ from populora.engine.types import EngineError, Generation, GenRequest, PeftFolde
 from populora.lora.adapter import LoRAAdapter
 from populora.lora.layers import get_slot_adapter, init_slots, inject_multi_lora, set_slot_adapter
 from populora.rl.logprobs import LOGIT_CHUNK_TOKENS, response_logprobs
-from populora.rl.loss import LOSS_AGG_MODES, policy_loss, row_weights
+from populora.rl.loss import LOSS_AGG_MODES, policy_loss, row_weights, truncated_is_weights
 
 # progress(done, total, info): `info` holds "tokens" (generated so far) for generate, "rows" for train_step.
 ProgressFn = Callable[[int, int, dict], None]
@@ -86,6 +86,7 @@ class HFEngine(PeftFolderIO):
         model_name: str | None = None,
         lora_dropout: float = 0.0,
         activation_checkpointing: bool = False,
+        tis_cap: float = 0.0,
     ) -> None:
         if loss_agg not in LOSS_AGG_MODES:
             raise EngineError(f"loss_agg={loss_agg!r}; choose one of {LOSS_AGG_MODES}")
@@ -114,6 +115,9 @@ class HFEngine(PeftFolderIO):
         self.clip_eps, self.clip_eps_high, self.entropy_coef = clip_eps, clip_eps_high, float(entropy_coef)
         self.loss_agg = loss_agg
         self.micro_batch_tokens = int(micro_batch_tokens)
+        if not float(tis_cap) >= 0.0:
+            raise EngineError(f"tis_cap must be >= 0 (0 = off), got {tis_cap!r}.")
+        self.tis_cap = float(tis_cap)  # truncated importance sampling against the sampler's log-probs
         # Response tokens per lm_head chunk in training and log-probs (0 = all at once, the old full logits).
         self.logit_chunk_tokens = LOGIT_CHUNK_TOKENS
         self.lora_dropout = float(lora_dropout)
@@ -478,7 +482,8 @@ class HFEngine(PeftFolderIO):
                 logp, ent, _, n_resp = self._response_logprobs(sub, entropy_grad=bool(self.entropy_coef))
                 adv = torch.tensor([a for r in sub for a in r.advantage_list()], device=logp.device)
                 old = None
-                if self.clip_eps is not None and any(r.old_logprobs is not None for r in sub):
+                uses_sampler = self.clip_eps is not None or self.tis_cap > 0
+                if uses_sampler and any(r.old_logprobs is not None for r in sub):
                     # Rows without sampler log-probs count as on-policy (ratio 1).
                     parts, k = [], 0
                     for r, n in zip(sub, n_resp, strict=True):
@@ -489,7 +494,12 @@ class HFEngine(PeftFolderIO):
                         )
                         k += n
                     old = torch.cat(parts)
+                sampler, old = old, (old if self.clip_eps is not None else None)
                 pg, clipped = policy_loss(logp, adv, old, self.clip_eps, self.clip_eps_high)
+                is_w = None
+                if self.tis_cap > 0 and sampler is not None:
+                    is_w = truncated_is_weights(logp, sampler, self.tis_cap)
+                    pg = pg * is_w
                 w = torch.cat(
                     [
                         torch.full((n,), float(weights[i]), device=logp.device)
@@ -514,6 +524,8 @@ class HFEngine(PeftFolderIO):
                         acc["adv_sum"][s] += float(adv[sl].sum())
                         if kl is not None:
                             acc["kl_sum"][s] += float(kl[sl].sum())
+                        if is_w is not None:
+                            acc["is_sum"][s] += float(is_w[sl].sum())
                         acc["tokens"][s] += n
                         acc["rows"][s] += 1
                         k += n
@@ -657,6 +669,8 @@ def train_metrics(
         if ppo:
             m[f"clip_frac/{s}"] = get("clip_sum", s) / tok
             m[f"approx_kl/{s}"] = get("kl_sum", s) / tok
+        if "is_sum" in sums:  # rl.tis_cap: the mean truncated importance weight of the slot's tokens
+            m[f"is_weight/{s}"] = get("is_sum", s) / tok
     m.update(
         {
             "loss": total,
