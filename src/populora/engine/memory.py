@@ -204,7 +204,7 @@ def cuda_problem() -> str | None:
         why = f"this torch (CUDA {torch.version.cuda}) sees no GPU (CUDA_VISIBLE_DEVICES={visible!r}; driver missing?)"
     return (
         f"{why}; use the cpu device (model.device=cpu or auto), or install the GPU set "
-        "(`pip install -e '.[gpu]' -c constraints/gpu.txt`, docs/installation.md)"
+        "(`pip install -e '.[gpu]' -c constraints/gpu.txt`, docs/engine.md, GPU install)"
     )
 
 
