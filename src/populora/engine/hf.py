@@ -6,8 +6,10 @@
   (`micro_batch_tokens`, 0 = one batch) with the gradients accumulated over the micro-batches, token-level
   policy-gradient loss (`populora.rl.loss`), per-slot normalisation, per-slot gradient clipping and ONE
   AdamW step per slot. The lm_head runs only on response positions (the vocabulary projection dominates
-  small models), a chunk of tokens at a time (`populora.rl.logprobs`: no full float32 logits). Optional: `lora_dropout` (PEFT's, train steps only, seeded per step so a resumed run
-  replays it) and `activation_checkpointing` (each decoder layer recomputed in the backward pass).
+  small models), a chunk of tokens at a time (`populora.rl.logprobs`: no full float32 logits). Optional:
+  `lora_dropout` (PEFT's, train steps only, seeded per step so a resumed run replays it),
+  `activation_checkpointing` (each decoder layer recomputed in the backward pass) and `tis_cap` (truncated
+  importance sampling against the sampler's log-probs, `populora.rl.loss.truncated_is_weights`).
 - Threads: generation and training set their own torch thread counts (docs/engine.md, How it works).
 - Progress: `generate` and `train_step` take an optional `progress(done, total, info)` callable (the trainer's
   live console line): requests finished / micro-batches done so far, non-decreasing, ending at total.
