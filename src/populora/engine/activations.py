@@ -61,7 +61,10 @@ def _build(config: dict, layers: int, dtype: torch.dtype) -> torch.nn.Module:
     cfg = AutoConfig.for_model(model_type, **c)
     cfg._attn_implementation = "sdpa"  # as on a GPU: attention keeps O(T) (no [T, T] probabilities)
     with torch.device("meta"):  # no random init of full-width weights (seconds a layer on a CPU)
-        model = AutoModelForCausalLM.from_config(cfg, dtype=dtype)
+        try:
+            model = AutoModelForCausalLM.from_config(cfg, dtype=dtype)
+        except TypeError:  # transformers 4.x names it torch_dtype
+            model = AutoModelForCausalLM.from_config(cfg, torch_dtype=dtype)
     model = model.to_empty(device="cpu")
     with torch.no_grad():
         for t in (*model.parameters(), *model.buffers()):
