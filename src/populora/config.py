@@ -43,6 +43,9 @@ RESUMABLE_KEYS: tuple[str, ...] = (
     # memory settings: the same update up to float rounding, so a run that ran out of memory can continue
     "rl.micro_batch_tokens",
     "rl.activation_checkpointing",
+    "model.vllm_gpu_memory_utilization",  # where vLLM's share of the GPU goes: sampling speed, not samples
+    "model.vllm_kv_cache_gb",
+    "model.vllm_sleep",
 )
 
 
@@ -123,6 +126,9 @@ class ModelConfig:
     """backend=vllm on a GPU: share of GPU memory vLLM reserves (its copy of the base + KV cache); training uses the rest."""
     vllm_kv_cache_gb: float = 0.0
     """backend=vllm on CPU: KV-cache size in GiB; 0 derives it from the model (its weight size, at most 4 GiB)."""
+    vllm_sleep: bool = True
+    """backend=vllm on a GPU: vLLM sleeps during each train step (weights to CPU memory, KV cache dropped) so the
+    step can use its share; no effect on CPU (vLLM's sleep mode is CUDA-only)."""
     revision: str = ""
     """Hub models: the branch, tag or commit to load (from_pretrained's `revision`); '' = the default branch."""
     trust_remote_code: bool = False
@@ -251,6 +257,10 @@ class RLConfig:
     activation_checkpointing: bool = False
     """Recompute each decoder layer's activations in the backward pass instead of keeping them (less memory,
     about one more forward of compute); the same gradients."""
+    tis_cap: float = 0.0
+    """Truncated importance sampling for the sampler/trainer mismatch (vLLM samples in bf16, the trainer's
+    forward differs): each token's policy-gradient term is weighted by min(exp(logp_trainer - logp_sampler),
+    tis_cap), as veRL's TIS and OpenRLHF; 0 = off (the paper's); a cap of 2 is common."""
 
 
 @dataclass
@@ -895,6 +905,10 @@ def validate(cfg: Config) -> Config:
         f"dist.workers: must be >= 1 (1 = one process, no Ray), got {cfg.dist.workers}; use one per GPU.",
     )
     _require(0 <= lo.dropout < 1, f"lora.dropout: must be in [0, 1), got {lo.dropout}; PEFT's usual is 0.05.")
+    _require(
+        r.tis_cap == 0 or r.tis_cap >= 1,
+        f"rl.tis_cap: 0 (off) or a cap >= 1 on the importance weight, got {r.tis_cap}; e.g. 2.",
+    )
     _require(
         r.micro_batch_tokens >= 0,
         f"rl.micro_batch_tokens: must be >= 0 (0 = one batch), got {r.micro_batch_tokens}; e.g. 4096.",

@@ -6,8 +6,10 @@
   (`micro_batch_tokens`, 0 = one batch) with the gradients accumulated over the micro-batches, token-level
   policy-gradient loss (`populora.rl.loss`), per-slot normalisation, per-slot gradient clipping and ONE
   AdamW step per slot. The lm_head runs only on response positions (the vocabulary projection dominates
-  small models). Optional: `lora_dropout` (PEFT's, train steps only, seeded per step so a resumed run
-  replays it) and `activation_checkpointing` (each decoder layer recomputed in the backward pass).
+  small models), a chunk of tokens at a time (`populora.rl.logprobs`: no full float32 logits). Optional:
+  `lora_dropout` (PEFT's, train steps only, seeded per step so a resumed run replays it),
+  `activation_checkpointing` (each decoder layer recomputed in the backward pass) and `tis_cap` (truncated
+  importance sampling against the sampler's log-probs, `populora.rl.loss.truncated_is_weights`).
 - Threads: generation and training set their own torch thread counts (docs/engine.md, How it works).
 - Progress: `generate` and `train_step` take an optional `progress(done, total, info)` callable (the trainer's
   live console line): requests finished / micro-batches done so far, non-decreasing, ending at total.
@@ -31,7 +33,8 @@ from populora.engine.sampling import sample_next
 from populora.engine.types import EngineError, Generation, GenRequest, PeftFolderIO, TrainBatch, TrainRow
 from populora.lora.adapter import LoRAAdapter
 from populora.lora.layers import get_slot_adapter, init_slots, inject_multi_lora, set_slot_adapter
-from populora.rl.loss import LOSS_AGG_MODES, entropy_from_logprobs, policy_loss, row_weights
+from populora.rl.logprobs import LOGIT_CHUNK_TOKENS, response_logprobs
+from populora.rl.loss import LOSS_AGG_MODES, policy_loss, row_weights, truncated_is_weights
 
 # progress(done, total, info): `info` holds "tokens" (generated so far) for generate, "rows" for train_step.
 ProgressFn = Callable[[int, int, dict], None]
@@ -85,6 +88,7 @@ class HFEngine(PeftFolderIO):
         model_name: str | None = None,
         lora_dropout: float = 0.0,
         activation_checkpointing: bool = False,
+        tis_cap: float = 0.0,
     ) -> None:
         if loss_agg not in LOSS_AGG_MODES:
             raise EngineError(f"loss_agg={loss_agg!r}; choose one of {LOSS_AGG_MODES}")
@@ -113,6 +117,11 @@ class HFEngine(PeftFolderIO):
         self.clip_eps, self.clip_eps_high, self.entropy_coef = clip_eps, clip_eps_high, float(entropy_coef)
         self.loss_agg = loss_agg
         self.micro_batch_tokens = int(micro_batch_tokens)
+        if not float(tis_cap) >= 0.0:
+            raise EngineError(f"tis_cap must be >= 0 (0 = off), got {tis_cap!r}.")
+        self.tis_cap = float(tis_cap)  # truncated importance sampling against the sampler's log-probs
+        # Response tokens per lm_head chunk in training and log-probs (0 = all at once, the old full logits).
+        self.logit_chunk_tokens = LOGIT_CHUNK_TOKENS
         self.lora_dropout = float(lora_dropout)
         self.dropout_salt = 0  # the distributed engine sets each worker's rank: other rows, other masks
         self.gen_batch_size = int(gen_batch_size)
@@ -377,9 +386,10 @@ class HFEngine(PeftFolderIO):
         groups = balanced if fits and padded(balanced) <= 1.1 * padded(greedy) else greedy
         return [sorted(g, key=lambda i: (rows[i].slot, i)) for g in groups]
 
-    def _response_logits(self, rows: list[TrainRow]) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
-        """Logits `[N, V]` at the positions that predict each response token (rows concatenated), the
-        targets `[N]`, and the response length of each row."""
+    def _response_hidden(self, rows: list[TrainRow]) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
+        """Final hidden states `[N, H]` at the positions that predict each response token (rows concatenated),
+        the targets `[N]`, and the response length of each row. The lm_head runs later, in chunks
+        (`populora.rl.logprobs`), so the `[N, V]` logits are never held at once."""
         b = len(rows)
         seqs = [list(r.prompt_ids) + list(r.response_ids) for r in rows]
         width = max(len(s) for s in seqs)
@@ -399,7 +409,18 @@ class HFEngine(PeftFolderIO):
                 input_ids=ids.to(self.device), attention_mask=mask.to(self.device), use_cache=False
             ).last_hidden_state
         h = hidden[torch.tensor(rows_idx, device=self.device), torch.tensor(pos_idx, device=self.device)]
-        return self._head(h).float(), torch.tensor(targets, device=self.device), n_resp
+        return h, torch.tensor(targets, device=self.device), n_resp
+
+    def _response_logprobs(
+        self, rows: list[TrainRow], entropy_grad: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[int]]:
+        """(`logp [N]`, `entropy [N]`, targets `[N]`, response lengths) of `rows`' response tokens, the
+        vocabulary projection chunked by `logit_chunk_tokens` (`populora.rl.logprobs.response_logprobs`)."""
+        h, targets, n_resp = self._response_hidden(rows)
+        logp, ent = response_logprobs(
+            h, self._head, targets, chunk_tokens=self.logit_chunk_tokens, entropy_grad=entropy_grad
+        )
+        return logp, ent, targets, n_resp
 
     def _check_rows(self, batch: TrainBatch) -> list[TrainRow]:
         return check_rows(batch, self.n_slots)
@@ -413,8 +434,8 @@ class HFEngine(PeftFolderIO):
         with torch_threads(self.train_threads):
             for group in self._micro_batches(rows):
                 sub = [rows[i] for i in group]
-                logits, targets, n_resp = self._response_logits(sub)
-                lp = torch.log_softmax(logits, -1).gather(-1, targets[:, None]).squeeze(-1).cpu().tolist()
+                logp, _, _, n_resp = self._response_logprobs(sub)
+                lp = logp.cpu().tolist()
                 k = 0
                 for r, n in zip(sub, n_resp, strict=True):
                     out[index[id(r)]] = lp[k : k + n]
@@ -460,12 +481,11 @@ class HFEngine(PeftFolderIO):
         with torch_threads(self.train_threads), torch.enable_grad(), self._dropout_on():
             for n_group, group in enumerate(groups, 1):
                 sub = [rows[i] for i in group]
-                logits, targets, n_resp = self._response_logits(sub)
-                logp_all = torch.log_softmax(logits, -1)
-                logp = logp_all.gather(-1, targets[:, None]).squeeze(-1)
+                logp, ent, _, n_resp = self._response_logprobs(sub, entropy_grad=bool(self.entropy_coef))
                 adv = torch.tensor([a for r in sub for a in r.advantage_list()], device=logp.device)
                 old = None
-                if self.clip_eps is not None and any(r.old_logprobs is not None for r in sub):
+                uses_sampler = self.clip_eps is not None or self.tis_cap > 0
+                if uses_sampler and any(r.old_logprobs is not None for r in sub):
                     # Rows without sampler log-probs count as on-policy (ratio 1).
                     parts, k = [], 0
                     for r, n in zip(sub, n_resp, strict=True):
@@ -476,9 +496,12 @@ class HFEngine(PeftFolderIO):
                         )
                         k += n
                     old = torch.cat(parts)
+                sampler, old = old, (old if self.clip_eps is not None else None)
                 pg, clipped = policy_loss(logp, adv, old, self.clip_eps, self.clip_eps_high)
-                with torch.set_grad_enabled(bool(self.entropy_coef)):
-                    ent = entropy_from_logprobs(logp_all)
+                is_w = None
+                if self.tis_cap > 0 and sampler is not None:
+                    is_w = truncated_is_weights(logp, sampler, self.tis_cap)
+                    pg = pg * is_w
                 w = torch.cat(
                     [
                         torch.full((n,), float(weights[i]), device=logp.device)
@@ -503,6 +526,8 @@ class HFEngine(PeftFolderIO):
                         acc["adv_sum"][s] += float(adv[sl].sum())
                         if kl is not None:
                             acc["kl_sum"][s] += float(kl[sl].sum())
+                        if is_w is not None:
+                            acc["is_sum"][s] += float(is_w[sl].sum())
                         acc["tokens"][s] += n
                         acc["rows"][s] += 1
                         k += n
@@ -646,6 +671,8 @@ def train_metrics(
         if ppo:
             m[f"clip_frac/{s}"] = get("clip_sum", s) / tok
             m[f"approx_kl/{s}"] = get("kl_sum", s) / tok
+        if "is_sum" in sums:  # rl.tis_cap: the mean truncated importance weight of the slot's tokens
+            m[f"is_weight/{s}"] = get("is_sum", s) / tok
     m.update(
         {
             "loss": total,
