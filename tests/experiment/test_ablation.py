@@ -4,6 +4,7 @@ runs side by side in their own processes) giving the same numbers as the uninter
 
 import json
 import math
+import os
 
 import pytest
 from typer.testing import CliRunner
@@ -165,6 +166,15 @@ def test_a_finished_experiment_is_not_rerun_and_its_settings_hold(quick_ablation
     assert "--steps 5 (the experiment has 2)" in res.output and "drop those flags" in res.output
     res = runner.invoke(app, ["experiment", "ablation", "--quick", "--out", str(out), "--seeds", "2", *SETS])
     assert res.exit_code == 2 and f"continue it with --resume {out}" in res.output
+    # one sitting at a time: a second one on the same folder is refused while the first holds it
+    from populora.train.run_folder import lock_run_dir
+
+    fd = lock_run_dir(out)
+    try:
+        res = runner.invoke(app, ["experiment", "ablation", "--resume", str(out)])
+    finally:
+        os.close(fd)
+    assert res.exit_code == 2 and "in use by another sitting" in res.output
 
 
 TIMING = {"path", "step_s", "probe_s"}
@@ -199,7 +209,7 @@ def test_an_interrupted_experiment_resumes_to_the_same_numbers(quick_ablation, t
         "ablation",
         "--quick",
         "--arms",
-        "single,4T4S",
+        "single,1T1S",
         "--out",
         str(out),
         "--jobs",
@@ -213,7 +223,7 @@ def test_an_interrupted_experiment_resumes_to_the_same_numbers(quick_ablation, t
         in res.output
     )
     monkeypatch.setattr(Trainer, "save", save)
-    assert not (out / "experiment.json").exists() and not (out / "runs" / "4T+4S").exists()
+    assert not (out / "experiment.json").exists() and not (out / "runs" / "1T+1S").exists()
 
     # the second sitting: both runs side by side, each in its own `populora train` process
     res = CliRunner().invoke(
@@ -221,11 +231,11 @@ def test_an_interrupted_experiment_resumes_to_the_same_numbers(quick_ablation, t
     )
     assert res.exit_code == 0, res.output
     assert "single seed 0: resuming from its checkpoint at step 1 of 2" in res.output
-    assert "4T+4S seed 0: starting (2 steps)" in res.output
+    assert "1T+1S seed 0: starting (2 steps)" in res.output
     events = [json.loads(x) for x in (out / "runs/single/seed0/events.jsonl").read_text().splitlines()]
     assert [e["from"] for e in events if e["type"] == "resume"] == ["checkpoints/step_000001"]
-    assert (out / "runs/4T+4S/seed0.log").is_file()
+    assert (out / "runs/1T+1S/seed0.log").is_file()
     data = json.loads((out / "experiment.json").read_text())
-    assert list(data["results"]) == ["single", "4T+4S"] and len(data["sittings"]) == 2
-    for arm in ("single", "4T+4S"):
+    assert list(data["results"]) == ["single", "1T+1S"] and len(data["sittings"]) == 2
+    for arm in ("single", "1T+1S"):
         assert _numbers(data, arm) == _numbers(ref, arm)

@@ -266,9 +266,6 @@ def run_ablation(
     """Run (or finish) every arm x seed (seeds 0..S-1; default 3, 1 with quick), then write
     OUT/experiment.json and OUT/experiment.html. `resume`: continue the experiment saved in OUT with its
     own settings (the other arguments, where given, must agree with them)."""
-    from populora.config import load_config
-    from populora.experiment.page import write_ablation_page
-
     out = Path(out)
     flags = {
         "preset": preset,
@@ -288,8 +285,34 @@ def run_ablation(
         flags["preset"] = preset or "tiny-learn"
         flags["eval_limit"] = 20 if eval_limit is None else eval_limit
         st = experiment_settings(out, False, flags)
+    lock_fd = _lock(out)  # one sitting at a time: two would train the same runs twice
+    try:
         if exp_settings.load(out) is None:
             exp_settings.save(out, {**st, "command": exp_settings.command_line(), "created": time.time()})
+        return _run(out, st, resume, jobs, log, progress_every)
+    finally:
+        os.close(lock_fd)
+
+
+def _lock(out: Path) -> int:
+    from populora.train.run_folder import RunFolderError, lock_run_dir
+
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        return lock_run_dir(out)
+    except RunFolderError:
+        raise ExperimentError(
+            f"{out} is in use by another sitting of this experiment; wait for it to finish or stop it (Ctrl-C), "
+            f"then continue with --resume {out}."
+        ) from None
+
+
+def _run(
+    out: Path, st: dict, resume: bool, jobs: int | None, log: Callable[[str], None], progress_every: float
+) -> dict:
+    from populora.config import load_config
+    from populora.experiment.page import write_ablation_page
+
     seed_list = list(range(st["seeds"]))
     shared = run_overrides(st)
     all_specs = specs(out, st["preset"], seed_list, False, shared, st["arms"])

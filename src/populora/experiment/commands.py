@@ -74,6 +74,7 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         from populora.experiment.ablation import parse_arms, run_ablation
         from populora.experiment.page import ablation_rows, contrast_rows
         from populora.experiment.settings import ExperimentError
+        from populora.train.errors import TrainError
 
         if (out is None) == (resume is None):
             _fail("give --out OUT for a new experiment or --resume OUT to continue one (one of the two)")
@@ -102,7 +103,7 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
                 resume=resume is not None,
                 progress_every=progress_every,
             )
-        except (ConfigError, ExperimentError) as exc:
+        except (ConfigError, ExperimentError, TrainError) as exc:
             _fail(str(exc))
         head, rows = ablation_rows(result)
         _print_table(head, rows)
