@@ -108,8 +108,8 @@ class LeanDecoder:
             v = attn.v_proj(x).view(b, 1, -1, self.head_dim).transpose(1, 2)
             q, k = self.apply_rotary(q, k, cos, sin)
             kb, vb = bufs[2 * i], bufs[2 * i + 1]
-            kb[:, :, length : end] = k
-            vb[:, :, length : end] = v
+            kb[:, :, length:end] = k
+            vb[:, :, length:end] = v
             out, _ = self.attention(
                 attn, q, kb[:, :, :end], vb[:, :, :end], mask, dropout=0.0, scaling=attn.scaling
             )

@@ -406,6 +406,7 @@ class HFEngine(PeftFolderIO):
         padded = (lens < width).tolist()
         alive = list(range(b))  # original row of each row still in the batch
         next_pos = (lens - 1).to(dev)
+        step_ids = torch.empty(0, dtype=torch.long)  # the tokens fed at the next step (set after sampling)
         length = width  # cache positions filled (the same for every row: prompts are left-padded)
         for step in range(n_steps):
             alive_t = torch.tensor(alive)
