@@ -405,47 +405,53 @@ class HFEngine(PeftFolderIO):
         key_mask[:, :width] = mask.to(dev).bool()[expand]
         padded = (lens < width).tolist()
         alive = list(range(b))  # original row of each row still in the batch
+        # per live row, refreshed only when rows finish: sampling settings, slots, whether any row is padded
+        row_temps, row_top_p, has_pad = temps, top_p, any(padded)
         next_pos = (lens - 1).to(dev)
         step_ids = torch.empty(0, dtype=torch.long)  # the tokens fed at the next step (set after sampling)
         length = width  # cache positions filled (the same for every row: prompts are left-padded)
-        for step in range(n_steps):
-            alive_t = torch.tensor(alive)
-            if step:
-                # (2) feed last step's tokens; the mask is None when no live row has left padding (as transformers)
-                m = key_mask[:, : length + 1] if any(padded[r] for r in alive) else None
-                with self.ctx.use(slots[alive_t]):
+        with self.ctx.use(slots):
+            for step in range(n_steps):
+                if step:
+                    # (2) the mask is None when no live row has left padding (as transformers passes it)
+                    m = key_mask[:, : length + 1] if has_pad else None
                     logits = self._lean.step(step_ids, next_pos, bufs, length, m).float().cpu()
-                length += 1
-            nxt = sample_next(logits, temps[alive_t], top_p[alive_t], gen)
-            lp = torch.log_softmax(logits, -1).gather(-1, nxt[:, None]).squeeze(-1)
-            keep = []
-            n_finished = 0
-            for j, (row, t, x) in enumerate(zip(alive, nxt.tolist(), lp.tolist(), strict=True)):
-                tokens[row].append(t)
-                logps[row].append(x)
-                if t in eos:
-                    reasons[row] = "stop"
-                    n_finished += 1
-                elif len(tokens[row]) >= max_new[row]:
-                    n_finished += 1
-                else:
-                    keep.append(j)
-            if report is not None and (n_finished or step % PROGRESS_EVERY == 0):
-                report(b - len(alive) + n_finished, sum(len(t) for t in tokens))
-            if not keep:
-                break
-            if len(keep) < len(alive):
-                # Drop finished rows: compact the buffers' live part in place (rows stay sorted by slot).
-                k = torch.tensor(keep, device=dev)
-                n = len(keep)
-                for buf in bufs:
-                    buf[:n, :, :length] = buf[k, :, :length]
-                bufs = [buf[:n] for buf in bufs]
-                key_mask = key_mask[k]
-                alive = [alive[j] for j in keep]
-                nxt, next_pos = nxt[keep], next_pos[k]
-            step_ids = nxt.to(dev)
-            next_pos = next_pos + 1
+                    length += 1
+                nxt = sample_next(logits, row_temps, row_top_p, gen)
+                lp = torch.log_softmax(logits, -1).gather(-1, nxt[:, None]).squeeze(-1)
+                keep = []
+                n_finished = 0
+                # (3) one tolist per step instead of a tensor read per row
+                for j, (row, t, x) in enumerate(zip(alive, nxt.tolist(), lp.tolist(), strict=True)):
+                    tokens[row].append(t)
+                    logps[row].append(x)
+                    if t in eos:
+                        reasons[row] = "stop"
+                        n_finished += 1
+                    elif len(tokens[row]) >= max_new[row]:
+                        n_finished += 1
+                    else:
+                        keep.append(j)
+                if report is not None and (n_finished or step % PROGRESS_EVERY == 0):
+                    report(b - len(alive) + n_finished, sum(len(t) for t in tokens))
+                if not keep:
+                    break
+                if len(keep) < len(alive):
+                    # Drop finished rows: compact the buffers' live part in place (rows stay sorted by slot).
+                    k = torch.tensor(keep, device=dev)
+                    n = len(keep)
+                    for buf in bufs:
+                        buf[:n, :, :length] = buf[k, :, :length]
+                    bufs = [buf[:n] for buf in bufs]
+                    key_mask = key_mask[k]
+                    alive = [alive[j] for j in keep]
+                    nxt, next_pos = nxt[keep], next_pos[k]
+                    alive_t = torch.tensor(alive)
+                    self.ctx.set(slots[alive_t])  # the `use` block restores the caller's slots at the end
+                    row_temps, row_top_p = temps[alive_t], top_p[alive_t]
+                    has_pad = any(padded[r] for r in alive)
+                step_ids = nxt.to(dev)
+                next_pos = next_pos + 1
         return [
             Generation(
                 token_ids=tokens[i],
