@@ -440,8 +440,11 @@ class HFEngine(PeftFolderIO):
                     # Drop finished rows: compact the buffers' live part in place (rows stay sorted by slot).
                     k = torch.tensor(keep, device=dev)
                     n = len(keep)
+                    # rows before the first finished one stay where they are: move only the rows after it
+                    lo = next(i for i, j in enumerate(keep + [len(alive)]) if i != j)
                     for buf in bufs:
-                        buf[:n, :, :length] = buf[k, :, :length]
+                        if lo < n:
+                            buf[lo:n, :, :length] = buf[k[lo:], :, :length]
                     bufs = [buf[:n] for buf in bufs]
                     key_mask = key_mask[k]
                     alive = [alive[j] for j in keep]
