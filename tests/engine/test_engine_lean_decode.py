@@ -108,3 +108,14 @@ def test_flops_per_token_by_hand(base_and_tok):
     assert flops_per_token(base) == 2 * linear
     assert flops_per_token(base, context=10) == 2 * linear + 4 * n * d * 10
     torch.testing.assert_close(flops_per_token(base, 1.0) - flops_per_token(base), 4.0 * n * d)
+
+
+def test_lean_cache_grows_past_its_first_allocation(make_engine):
+    eng = make_engine()
+    eng.eos_ids = set()  # every row runs to its budget: 150 tokens outgrow the first 64 positions twice
+    reqs = [GenRequest(i % 3, p, 150 - 20 * i, 1.0) for i, p in enumerate(PROMPTS[:3])]
+    lean = eng.generate(reqs, seed=2)
+    eng.gen_path = "forward"
+    old = eng.generate(reqs, seed=2)
+    assert [len(g.token_ids) for g in lean] == [150, 130, 110]
+    assert [(g.token_ids, g.logprobs) for g in lean] == [(g.token_ids, g.logprobs) for g in old]

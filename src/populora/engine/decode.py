@@ -1,5 +1,5 @@
 """The lean decode step of `HFEngine.generate`: one token per row through a Llama-family decoder (Qwen2,
-Llama, SmolLM: RMSNorm, rotary attention, SwiGLU MLP) with a preallocated KV cache.
+Llama, SmolLM: RMSNorm, rotary attention, SwiGLU MLP) with a preallocated KV cache (grown by doubling).
 
 Why: on a CPU with a small model, a decode step through the transformers `forward` costs several
 milliseconds of Python (output dataclasses, mask building, config look-ups, a `torch.cat` of every layer's
@@ -81,6 +81,17 @@ class LeanDecoder:
                 buf[:, :, :width] = t
                 bufs.append(buf)
         return bufs
+
+    @staticmethod
+    def grow(bufs: list[torch.Tensor], filled: int, capacity: int) -> list[torch.Tensor]:
+        """The buffers with room for `capacity` positions, holding their first `filled` ones. The engine starts
+        small and doubles (a generation's budget may be far longer than what its rows generate)."""
+        out = []
+        for buf in bufs:
+            new = buf.new_empty((buf.shape[0], buf.shape[1], capacity, buf.shape[3]))
+            new[:, :, :filled] = buf[:, :, :filled]
+            out.append(new)
+        return out
 
     # ------------------------------------------------------------------ one token
     def step(

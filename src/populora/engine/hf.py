@@ -397,11 +397,14 @@ class HFEngine(PeftFolderIO):
         logits = out.logits[:, -1].float().cpu()
         if n_u < b:
             logits = logits[torch.tensor(row_of)]
-        bufs = self._lean.start(cache, n_u, width, width + n_steps)
+        # KV buffers start with room for 64 new tokens and double when full (see LeanDecoder.grow)
+        full = width + n_steps
+        cap = min(full, width + 64)
+        bufs = self._lean.start(cache, n_u, width, cap)
         if n_u < b:
             bufs = [buf.index_select(0, expand) for buf in bufs]
         del cache, out
-        key_mask = torch.ones((b, width + n_steps), dtype=torch.bool, device=dev)
+        key_mask = torch.ones((b, full), dtype=torch.bool, device=dev)
         key_mask[:, :width] = mask.to(dev).bool()[expand]
         padded = (lens < width).tolist()
         alive = list(range(b))  # original row of each row still in the batch
@@ -415,6 +418,9 @@ class HFEngine(PeftFolderIO):
                 if step:
                     # (2) the mask is None when no live row has left padding (as transformers passes it)
                     m = key_mask[:, : length + 1] if has_pad else None
+                    if length + 1 > cap:
+                        cap = min(full, 2 * cap)
+                        bufs = self._lean.grow(bufs, length, cap)
                     logits = self._lean.step(step_ids, next_pos, bufs, length, m).float().cpu()
                     length += 1
                 nxt = sample_next(logits, row_temps, row_top_p, gen)
