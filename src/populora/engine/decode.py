@@ -6,7 +6,7 @@ milliseconds of Python (output dataclasses, mask building, config look-ups, a `t
 whole cache per token) for a few hundred microseconds of arithmetic. This step calls the same modules and
 the same functions for the maths (the layers' `Linear`s and LoRA slots, the model's rotary embedding,
 transformers' `apply_rotary_pos_emb` and sdpa attention with the mask transformers would build), writes each
-new key/value into a buffer sized for the whole generation and skips everything else. The prompt's prefill
+new key/value into a buffer allocated ahead (doubled when full) and skips everything else. The prompt's prefill
 still runs through the model's own `forward` (one call per batch; its cache is copied into the buffers).
 
 `LeanDecoder.for_model(model)` returns None for a model it does not know (another architecture, a sliding
