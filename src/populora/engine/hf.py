@@ -28,6 +28,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from populora.engine.decode import LeanDecoder
 from populora.engine.optim import SlotAdamW, clip_slot_grads
 from populora.engine.sampling import sample_next
 from populora.engine.types import EngineError, Generation, GenRequest, PeftFolderIO, TrainBatch, TrainRow
@@ -139,6 +140,11 @@ class HFEngine(PeftFolderIO):
         self.activation_checkpointing = bool(activation_checkpointing)
         if self.activation_checkpointing:
             checkpoint_layers(self._decoder, self.ctx)
+        # Generation path: "lean" (engine/decode.py: shared prompt prefills, preallocated KV cache, no
+        # transformers `forward` per token) where the architecture allows, else "forward" (the original
+        # loop, every step through `model.forward`). `populora bench population` times both in one run.
+        self._lean = LeanDecoder.for_model(self.model)
+        self.gen_path = "lean" if self._lean is not None else "forward"
 
     # ------------------------------------------------------------------ slots and adapters
     def _check_slot(self, slot: int) -> int:
@@ -238,11 +244,14 @@ class HFEngine(PeftFolderIO):
                 progress(finished + done, total, {"tokens": tokens_before + tokens})
 
         with torch_threads(self.gen_threads):
+            if self.gen_path not in ("lean", "forward") or (self.gen_path == "lean" and self._lean is None):
+                raise EngineError(
+                    f"gen_path={self.gen_path!r}: use 'forward', or 'lean' for a model LeanDecoder supports."
+                )
+            batch_fn = self._generate_batch_lean if self.gen_path == "lean" else self._generate_batch
             for c in range(0, len(order), self.gen_batch_size):
                 chunk = sorted(order[c : c + self.gen_batch_size], key=lambda i: (requests[i].slot, i))
-                outs = self._generate_batch(
-                    [requests[i] for i in chunk], [prompts[i] for i in chunk], gen, report
-                )
+                outs = batch_fn([requests[i] for i in chunk], [prompts[i] for i in chunk], gen, report)
                 for i, out in zip(chunk, outs, strict=True):
                     results[i] = out
                 finished += len(chunk)
@@ -325,6 +334,142 @@ class HFEngine(PeftFolderIO):
             step_ids = nxt[:, None].to(dev)
             cur_mask = torch.cat([cur_mask, torch.ones((len(alive), 1), dtype=cur_mask.dtype, device=dev)], 1)
             next_pos = next_pos + 1
+        return [
+            Generation(
+                token_ids=tokens[i],
+                text=self.tokenizer.decode(tokens[i], skip_special_tokens=True),
+                logprobs=logps[i],
+                finish_reason=reasons[i],
+                prompt_ids=list(prompts[i]),
+                slot=reqs[i].slot,
+            )
+            for i in range(b)
+        ]
+
+    def _generate_batch_lean(
+        self,
+        reqs: list[GenRequest],
+        prompts: list[list[int]],
+        gen: torch.Generator,
+        report: Callable[[int, int], None] | None = None,
+    ) -> list[Generation]:
+        """`_generate_batch` on the lean path (engine/decode.py): the same sampling, stopping, pruning and
+        random draws, with three savings. (1) Rows with the same prompt and slot (a student's n rollouts of
+        one problem) share one prefill: it runs once per distinct (slot, prompt) and its keys/values are
+        copied to every row. (2) Each decode step is `LeanDecoder.step` on preallocated key/value buffers.
+        (3) Per-token bookkeeping reads each step's tokens and log-probs from Python lists."""
+        from transformers import DynamicCache
+
+        b = len(reqs)
+        dev = self.device
+        lens = torch.tensor([len(p) for p in prompts])
+        width = int(lens.max())
+        # (1) one prefill row per distinct (slot, prompt); rows stay sorted by slot
+        first: dict[tuple, int] = {}
+        row_of, uniq = [], []  # row -> its prefill row; prefill row -> its first row
+        for i, (r, p) in enumerate(zip(reqs, prompts, strict=True)):
+            key = (r.slot, tuple(p))
+            if key not in first:
+                first[key] = len(uniq)
+                uniq.append(i)
+            row_of.append(first[key])
+        n_u = len(uniq)
+        input_ids = torch.full((n_u, width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((n_u, width), dtype=torch.long)
+        for j, i in enumerate(uniq):
+            p = prompts[i]
+            input_ids[j, width - len(p) :] = torch.tensor(p)
+            mask[j, width - len(p) :] = 1
+        position_ids = (mask.cumsum(-1) - 1).clamp(min=0)
+        temps = torch.tensor([float(r.temperature) for r in reqs])
+        top_p = torch.tensor([float(r.top_p) for r in reqs])
+        max_new = [int(r.max_new_tokens) for r in reqs]
+        slots = torch.tensor([r.slot for r in reqs])
+        tokens: list[list[int]] = [[] for _ in range(b)]
+        logps: list[list[float]] = [[] for _ in range(b)]
+        reasons = ["length"] * b
+        eos = self.eos_ids
+        n_steps = max(max_new)
+        cache = DynamicCache()
+        kw = {self._cache_kw: cache}
+        if self._keep_kw:
+            kw[self._keep_kw] = 1
+        with self.ctx.use(slots[torch.tensor(uniq)]):
+            out = self.model(
+                input_ids=input_ids.to(dev),
+                attention_mask=mask.to(dev),
+                position_ids=position_ids.to(dev),
+                use_cache=True,
+                **kw,
+            )
+        expand = torch.tensor(row_of, device=dev)
+        logits = out.logits[:, -1].float().cpu()
+        if n_u < b:
+            logits = logits[torch.tensor(row_of)]
+        # KV buffers start with room for 64 new tokens and double when full (see LeanDecoder.grow)
+        full = width + n_steps
+        cap = min(full, width + 64)
+        bufs = self._lean.start(cache, n_u, width, cap)
+        if n_u < b:
+            bufs = [buf.index_select(0, expand) for buf in bufs]
+        del cache, out
+        key_mask = torch.ones((b, full), dtype=torch.bool, device=dev)
+        key_mask[:, :width] = mask.to(dev).bool()[expand]
+        padded = (lens < width).tolist()
+        alive = list(range(b))  # original row of each row still in the batch
+        # per live row, refreshed only when rows finish: sampling settings, slots, whether any row is padded
+        row_temps, row_top_p, has_pad = temps, top_p, any(padded)
+        next_pos = (lens - 1).to(dev)
+        step_ids = torch.empty(0, dtype=torch.long)  # the tokens fed at the next step (set after sampling)
+        length = width  # cache positions filled (the same for every row: prompts are left-padded)
+        with self.ctx.use(slots):
+            for step in range(n_steps):
+                if step:
+                    # (2) the mask is None when no live row has left padding (as transformers passes it)
+                    m = key_mask[:, : length + 1] if has_pad else None
+                    if length + 1 > cap:
+                        cap = min(full, 2 * cap)
+                        bufs = self._lean.grow(bufs, length, cap)
+                    logits = self._lean.step(step_ids, next_pos, bufs, length, m).float().cpu()
+                    length += 1
+                nxt = sample_next(logits, row_temps, row_top_p, gen)
+                lp = torch.log_softmax(logits, -1).gather(-1, nxt[:, None]).squeeze(-1)
+                keep = []
+                n_finished = 0
+                # (3) one tolist per step instead of a tensor read per row
+                for j, (row, t, x) in enumerate(zip(alive, nxt.tolist(), lp.tolist(), strict=True)):
+                    tokens[row].append(t)
+                    logps[row].append(x)
+                    if t in eos:
+                        reasons[row] = "stop"
+                        n_finished += 1
+                    elif len(tokens[row]) >= max_new[row]:
+                        n_finished += 1
+                    else:
+                        keep.append(j)
+                if report is not None and (n_finished or step % PROGRESS_EVERY == 0):
+                    report(b - len(alive) + n_finished, sum(len(t) for t in tokens))
+                if not keep:
+                    break
+                if len(keep) < len(alive):
+                    # Drop finished rows: compact the buffers' live part in place (rows stay sorted by slot).
+                    k = torch.tensor(keep, device=dev)
+                    n = len(keep)
+                    # rows before the first finished one stay where they are: move only the rows after it
+                    lo = next(i for i, j in enumerate(keep + [len(alive)]) if i != j)
+                    for buf in bufs:
+                        if lo < n:
+                            buf[lo:n, :, :length] = buf[k[lo:], :, :length]
+                    bufs = [buf[:n] for buf in bufs]
+                    key_mask = key_mask[k]
+                    alive = [alive[j] for j in keep]
+                    nxt, next_pos = nxt[keep], next_pos[k]
+                    alive_t = torch.tensor(alive)
+                    self.ctx.set(slots[alive_t])  # the `use` block restores the caller's slots at the end
+                    row_temps, row_top_p = temps[alive_t], top_p[alive_t]
+                    has_pad = any(padded[r] for r in alive)
+                step_ids = nxt.to(dev)
+                next_pos = next_pos + 1
         return [
             Generation(
                 token_ids=tokens[i],

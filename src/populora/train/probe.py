@@ -57,7 +57,7 @@ from typing import Any
 from populora.names import TASKS
 from populora.pretrain.probe import MAX_NEW_TOKENS, load_probe
 from populora.pretrain.trace import TRACE_LANG
-from populora.train.progress import note
+from populora.train.progress import accepts_progress, note
 
 PROBE_SEED = 0  # greedy decoding draws nothing; a fixed seed keeps the engine's own generator untouched
 VALID_PROBE_SEED = 7_919  # the teachers' probe samples: one seed for every probe of every run
@@ -70,6 +70,39 @@ ANSWER_STYLES: dict[str, dict[str, dict[str, str]]] = {
 
 # phase -> extra keyword arguments for that phase's engine.generate (the trainer's live progress)
 PhaseFn = Callable[[str], Mapping[str, Any]]
+# Without a live bar (a log, a pipe) a probe part prints a line each time this share of its answers is done.
+LINE_EVERY = 0.125
+PART_NAMES = {
+    "probe": "probe, free answers",
+    "probe_style": "probe, answers with the code_o style forced",
+    "probe_valid": "probe, teachers' proposals to the fixed prompts",
+}
+
+
+def line_progress(
+    part: str, quiet: bool = False, every: float = LINE_EVERY, emit: Callable[[str], None] | None = None
+) -> Callable[[int, int, dict], None]:
+    """A `progress(done, total, info)` for an engine call that prints plain lines (stderr, via `note`): one
+    when it starts, one each time another `every` of the answers is done, one at the end, with the seconds and
+    tokens/s so far. For consoles without the trainer's live bar, where a probe would print nothing for minutes."""
+    emit = emit or (lambda text: note(text, quiet))
+    label = PART_NAMES.get(part, part)
+    t0 = time.perf_counter()
+    last = [-1]
+
+    def update(done: int, total: int, info: dict | None = None) -> None:
+        if total <= 0:
+            return
+        step = max(1, int(total * every))
+        if done == last[0] or (0 < done < total and done < last[0] + step):
+            return
+        last[0] = done
+        seconds = time.perf_counter() - t0
+        tokens = (info or {}).get("tokens") or 0
+        rate = f", {tokens / seconds:.0f} tok/s" if tokens and seconds > 0 else ""
+        emit(f"{label}: {done}/{total} answers, {seconds:.0f} s{rate}")
+
+    return update
 
 
 def probe_set(task: str) -> list:
@@ -252,13 +285,20 @@ def score_members(
     sandbox,
     template: str = "compact",
     max_new_tokens: Mapping[str, int] | None = None,
+    lines: bool = False,
 ) -> dict[str, dict[str, float]]:
     """Greedy accuracy of each member (`{member_id: slot}`) per task type: `{member_id: {task: acc}}`.
 
     One `engine.generate` for every (member, problem) prompt, then one `tasks.score_many` of every problem with
     the answers of all members (the sandbox runs them all in parallel). `probe_members` has the per-item verdicts.
+    `lines`: print the generation's progress (`line_progress`), for the experiments' probes.
     """
-    return probe_members(engine, slots, problems, sandbox, template, max_new_tokens).accuracy()
+
+    def phase(name: str) -> Mapping[str, Any]:
+        ok = lines and name in PART_NAMES and accepts_progress(engine.generate)
+        return {"progress": line_progress(name)} if ok else {}
+
+    return probe_members(engine, slots, problems, sandbox, template, max_new_tokens, phase=phase).accuracy()
 
 
 def teacher_probe_prompts(
@@ -393,7 +433,11 @@ class Prober:
         def phase(name: str) -> Mapping[str, Any]:
             if trainer.live is not None:
                 trainer.live.show(name)
-            return trainer._progress(trainer.engine.generate, name)
+            extra = trainer._progress(trainer.engine.generate, name)
+            if extra or name not in PART_NAMES or not accepts_progress(trainer.engine.generate):
+                return extra
+            # no live bar (a log): plain lines per share of the answers, so a long probe is never silent
+            return {"progress": line_progress(name, trainer.quiet)}
 
         return phase
 
@@ -518,6 +562,7 @@ __all__ = [
     "Prober",
     "adapter_key",
     "answer_style",
+    "line_progress",
     "probe_line",
     "probe_members",
     "probe_subset",
