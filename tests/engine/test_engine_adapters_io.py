@@ -44,7 +44,9 @@ def test_load_adapter_into_slot_and_errors(make_engine, tmp_path):
     for name, (a, b) in eng.get_adapter(0).modules.items():
         a2, b2 = other.get_adapter(1).modules[name]
         assert torch.equal(a, a2) and torch.equal(b, b2)
-    with pytest.raises(AdapterError, match="largest rank 2"):  # a smaller rank fits (mixed ranks), a larger not
+    with pytest.raises(
+        AdapterError, match="largest rank 2"
+    ):  # a smaller rank fits (mixed ranks), a larger not
         make_engine(rank=2).load_adapter(0, tmp_path / "a")
     with pytest.raises(AdapterError):
         make_engine(targets=["q_proj", "v_proj"]).load_adapter(0, tmp_path / "a")
