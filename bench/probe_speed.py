@@ -8,6 +8,10 @@ wall seconds the clock's. Also counts the answers that ran into their token budg
 the answer block would save only those.
 
 python bench/probe_speed.py [--sizes 64,256] [--members 2] [--out bench/results/probe_speed.json]
+
+`--paths`: instead, the probe as it runs through the engine's original decode loop (`gen_path="forward"`) and
+the lean path (`"lean"`, engine/decode.py), alternated `--reps` times in one run, with a check that both give
+the same answers (default output bench/results/probe_speed_paths.json).
 """
 
 from __future__ import annotations
@@ -60,11 +64,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", default="64,256")
     ap.add_argument("--members", type=int, default=2)
-    ap.add_argument("--out", type=Path, default=Path("bench/results/probe_speed.json"))
+    ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--paths", action="store_true", help="old vs new generation path (see the docstring)")
+    ap.add_argument("--reps", type=int, default=2)
     args = ap.parse_args()
     cfg = load_config("tiny-learn", [f"population.teachers={args.members}"])
     engine = build_engine(cfg)
     slots = {f"M{k}": k for k in range(args.members)}
+    if args.paths:
+        return compare_paths(engine, slots, args)
+    args.out = args.out or Path("bench/results/probe_speed.json")
     code_o = get("code_o")
     results: dict = {"members": args.members, "threads": engine.gen_threads, "sizes": {}}
     with Sandbox(workers=2) as sb:
@@ -103,6 +112,44 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=1) + "\n")
     print(f"wrote {args.out}")
+
+
+def compare_paths(engine, slots, args) -> None:
+    """The probe with answer styles, old and new generation path alternated; CPU and wall seconds of each."""
+    out = args.out or Path("bench/results/probe_speed_paths.json")
+    results: dict = {"members": args.members, "threads": engine.gen_threads, "reps": args.reps, "sizes": {}}
+    with Sandbox(workers=2) as sb:
+        probe_members(engine, slots, probe_subset(4), sb, styles=STYLES)  # warm-up
+        for size in map(int, args.sizes.split(",")):
+            problems = probe_subset(size)
+            row: dict = {"forward": [], "lean": []}
+            texts: dict = {}
+            for _ in range(args.reps):
+                for path in ("forward", "lean"):
+                    engine.gen_path = path
+
+                    def styled(problems=problems, path=path, texts=texts):
+                        eng = Counting(engine)
+                        texts[path] = probe_members(eng, slots, problems, sb, styles=STYLES).texts
+                        return eng
+
+                    row[path].append(measure(styled))
+                    print(f"size {size:>3} {path:<8} {row[path][-1]}", flush=True)
+            cpu = {p: min(m["cpu_s"] for m in row[p]) for p in ("forward", "lean")}
+            wall = {p: min(m["wall_s"] for m in row[p]) for p in ("forward", "lean")}
+            row["speedup_cpu"] = cpu["forward"] / cpu["lean"]
+            row["speedup_wall"] = wall["forward"] / wall["lean"]
+            row["identical_answers"] = texts["forward"] == texts["lean"]
+            results["sizes"][size] = row
+            print(
+                f"size {size}: lean {row['speedup_cpu']:.2f}x CPU, {row['speedup_wall']:.2f}x wall (best of "
+                f"{args.reps}); identical answers: {row['identical_answers']}",
+                flush=True,
+            )
+    engine.gen_path = "lean"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=1) + "\n")
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":

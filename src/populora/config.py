@@ -43,6 +43,9 @@ RESUMABLE_KEYS: tuple[str, ...] = (
     # memory settings: the same update up to float rounding, so a run that ran out of memory can continue
     "rl.micro_batch_tokens",
     "rl.activation_checkpointing",
+    "model.vllm_gpu_memory_utilization",  # where vLLM's share of the GPU goes: sampling speed, not samples
+    "model.vllm_kv_cache_gb",
+    "model.vllm_sleep",
 )
 
 
@@ -123,6 +126,9 @@ class ModelConfig:
     """backend=vllm on a GPU: share of GPU memory vLLM reserves (its copy of the base + KV cache); training uses the rest."""
     vllm_kv_cache_gb: float = 0.0
     """backend=vllm on CPU: KV-cache size in GiB; 0 derives it from the model (its weight size, at most 4 GiB)."""
+    vllm_sleep: bool = True
+    """backend=vllm on a GPU: vLLM sleeps during each train step (weights to CPU memory, KV cache dropped) so the
+    step can use its share; no effect on CPU (vLLM's sleep mode is CUDA-only)."""
     revision: str = ""
     """Hub models: the branch, tag or commit to load (from_pretrained's `revision`); '' = the default branch."""
     trust_remote_code: bool = False
@@ -251,12 +257,20 @@ class RLConfig:
     activation_checkpointing: bool = False
     """Recompute each decoder layer's activations in the backward pass instead of keeping them (less memory,
     about one more forward of compute); the same gradients."""
+    tis_cap: float = 0.0
+    """Truncated importance sampling for the sampler/trainer mismatch (vLLM samples in bf16, the trainer's
+    forward differs): each token's policy-gradient term is weighted by min(exp(logp_trainer - logp_sampler),
+    tis_cap), as veRL's TIS and OpenRLHF; 0 = off (the paper's); a cap of 2 is common."""
 
 
 @dataclass
 class TasksConfig:
     types: list[str] = field(default_factory=lambda: list(TASKS))
-    """AZR task types each teacher proposes, split equally: code_i (infer input), code_o (output), code_f (function)."""
+    """Task types each teacher proposes, split equally: AZR's code_i (infer input), code_o (output), code_f
+    (function), or the types of another family in `tasks.families` (e.g. arith)."""
+    families: list[str] = field(default_factory=lambda: ["azr"])
+    """Task families the run loads and probes, by name (`populora tasks list` shows the installed ones: azr,
+    arith, plugins of the `populora.tasks` entry-point group); every entry of `tasks.types` must belong to one."""
     prompts: int = 72
     """Teacher prompts per matchup per step (the paper's 72), split equally across task types; each is sampled
     `rl.teacher_group` times."""
@@ -351,6 +365,24 @@ class DistConfig:
 
 
 @dataclass
+class HofConfig:
+    every: int = 0
+    """Hall of fame (docs/hall-of-fame.md): every this many steps each member plays extra, unrated games against
+    frozen references (the base model, snapshots of the best members) and metrics.jsonl gets `hof`; 0 = off."""
+    size: int = 2
+    """Snapshots kept in the hall per role, the most recent (the base model is always there); each takes an
+    engine slot, so the engine holds 1 + 2 x size extra slots (1 + size in single mode)."""
+    prompts: int = 0
+    """Fixed teacher prompts per task type of a hall round (each member teacher's proposals, and each hall
+    teacher's exam, made once); 0 = tasks.prompts / (2 x task types x (1 + size)), at least 1: with N_T = N_S
+    a full hall's answers then number one step's student answers."""
+
+    def slots(self, single: bool) -> int:
+        """Extra engine slots the hall needs: the base model and `size` snapshots per role."""
+        return 0 if self.every == 0 else 1 + self.size * (1 if single else 2)
+
+
+@dataclass
 class Config:
     train: TrainConfig = field(default_factory=TrainConfig)
     """Length, checkpoints, seed and threads."""
@@ -378,6 +410,8 @@ class Config:
     """Multi-GPU / multi-node data parallelism on Ray."""
     eval: EvalConfig = field(default_factory=EvalConfig)
     """`populora eval`'s generation budgets (large enough not to truncate long answers)."""
+    hof: HofConfig = field(default_factory=HofConfig)
+    """The hall of fame: unrated games against frozen references (off by default)."""
 
     @property
     def n_teachers(self) -> int:
@@ -389,8 +423,10 @@ class Config:
 
     @property
     def n_slots(self) -> int:
-        """Adapter slots the engine needs: one per member (1 in single mode)."""
-        return 1 if self.population.mode == "single" else self.population.teachers + self.population.students
+        """Adapter slots the engine needs: one per member (1 in single mode), then the hall's (`hof.slots`)."""
+        single = self.population.mode == "single"
+        members = 1 if single else self.population.teachers + self.population.students
+        return members + self.hof.slots(single)
 
     @property
     def effective_whiten_scope(self) -> str:
@@ -675,6 +711,24 @@ def _require(ok: bool, msg: str) -> None:
         raise ConfigError(msg)
 
 
+def _check_families(families: list[str], types: list[str]) -> None:
+    """tasks.families names installed families (once each) and tasks.types only their task types."""
+    from populora.tasks import registry
+
+    _require(bool(families), "tasks.families: is empty; use azr (the AZR code tasks).")
+    _require(len(set(families)) == len(families), "tasks.families: lists a family twice; list each once.")
+    try:
+        allowed = registry.task_types(families)
+    except registry.FamilyError as err:
+        raise ConfigError(f"tasks.families: {err}") from None
+    for tt in types:
+        _require(
+            tt in allowed,
+            f"tasks.types: {tt!r} is not a task type of tasks.families ({', '.join(families)}: "
+            f"{', '.join(allowed)}); set tasks.types to some of those, or add its family to tasks.families.",
+        )
+
+
 def validate(cfg: Config) -> Config:
     """Check value ranges and cross-field constraints; raise ConfigError with a one-line fix."""
     t, p, e, r, lo, tk = cfg.train, cfg.population, cfg.evolution, cfg.rl, cfg.lora, cfg.tasks
@@ -776,8 +830,7 @@ def validate(cfg: Config) -> Config:
         f"rl.teacher_group: must be >= 1 (proposals per teacher prompt), got {r.teacher_group}; 1 is the paper's.",
     )
     _require(bool(tk.types), "tasks.types: is empty; use code_i,code_o,code_f.")
-    for tt in tk.types:
-        _require(tt in TASKS, f"tasks.types: unknown task type {show(tt)}; choose from {', '.join(TASKS)}.")
+    _check_families(tk.families, tk.types)
     _require(len(set(tk.types)) == len(tk.types), "tasks.types: lists a task type twice; list each once.")
     _require(
         tk.prompts >= len(tk.types),
@@ -853,6 +906,10 @@ def validate(cfg: Config) -> Config:
     )
     _require(0 <= lo.dropout < 1, f"lora.dropout: must be in [0, 1), got {lo.dropout}; PEFT's usual is 0.05.")
     _require(
+        r.tis_cap == 0 or r.tis_cap >= 1,
+        f"rl.tis_cap: 0 (off) or a cap >= 1 on the importance weight, got {r.tis_cap}; e.g. 2.",
+    )
+    _require(
         r.micro_batch_tokens >= 0,
         f"rl.micro_batch_tokens: must be >= 0 (0 = one batch), got {r.micro_batch_tokens}; e.g. 4096.",
     )
@@ -866,6 +923,15 @@ def validate(cfg: Config) -> Config:
         or (cfg.model.name not in ("tiny", "smol") and not Path(cfg.model.name).expanduser().exists()),
         f"model.revision: applies to hub ids only, but model.name={show(cfg.model.name)} is a bundled name or "
         "a local folder; set model.revision=''.",
+    )
+    h = cfg.hof  # the hall of fame (docs/hall-of-fame.md)
+    _require(
+        h.every >= 0, f"hof.every: must be >= 0 (0 = no hall of fame), got {h.every}; e.g. --set hof.every=5."
+    )
+    _require(0 <= h.size <= 16, f"hof.size: must be in [0, 16] snapshots per role, got {h.size}; e.g. 2.")
+    _require(
+        0 <= h.prompts <= 128,
+        f"hof.prompts: must be in [0, 128] per task type (0 = auto), got {h.prompts}; e.g. 4.",
     )
     check_model_path(cfg.model.name)
     return cfg
@@ -897,6 +963,7 @@ __all__ = [
     "ConfigError",
     "DiagnosticsConfig",
     "EvolutionConfig",
+    "HofConfig",
     "LoRAConfig",
     "ModelConfig",
     "PopulationConfig",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import math
 
 import pytest
 import torch
@@ -105,6 +106,51 @@ def test_micro_batching_and_determinism(make_engine):
         assert _maxdiff(_weights(big, s), _weights(small, s)) <= TOL
         assert _maxdiff(_weights(big, s), _weights(mid, s)) <= TOL
         assert _maxdiff(_weights(mid, s), _weights(same, s)) == 0.0  # bitwise deterministic on CPU
+
+
+def test_chunked_lm_head_equals_full_logits(make_engine):
+    """The lm_head in chunks of 3 response tokens (`rl.logprobs`, recomputed in backward) against the full
+    [N, V] logits (chunk 0): same log-probs, metrics and weights, with an entropy bonus in the loss."""
+    rows = _rows()
+    full = make_engine(**LIN, entropy_coef=0.1, micro_batch_tokens=0)
+    chunked = make_engine(**LIN, entropy_coef=0.1, micro_batch_tokens=0)
+    full.logit_chunk_tokens, chunked.logit_chunk_tokens = 0, 3
+    lp_full, lp_chunked = full.logprobs(TrainBatch(rows)), chunked.logprobs(TrainBatch(rows))
+    assert (
+        max(abs(a - b) for x, y in zip(lp_full, lp_chunked, strict=True) for a, b in zip(x, y, strict=True))
+        < 1e-5
+    )
+    for _ in range(2):
+        m_full, m_chunked = full.train_step(TrainBatch(rows)), chunked.train_step(TrainBatch(rows))
+    for s in range(3):
+        assert _maxdiff(_weights(full, s), _weights(chunked, s)) <= TOL
+        assert m_chunked[f"entropy/{s}"] == pytest.approx(m_full[f"entropy/{s}"], abs=1e-5)
+
+
+def test_truncated_importance_sampling_weights_the_policy_gradient(make_engine):
+    """rl.tis_cap: sampler log-probs 0.5 above the trainer's weight every token by e^-0.5 (pg loss scaled by
+    it, reported as is_weight); equal log-probs give REINFORCE's step; 0.5 below is capped at 1.2."""
+    rows = _rows()
+    lp = make_engine().logprobs(TrainBatch(rows))
+
+    def shifted(d):
+        return [
+            TrainRow(r.slot, r.prompt_ids, r.response_ids, r.advantages, [x + d for x in old])
+            for r, old in zip(rows, lp, strict=True)
+        ]
+
+    rf = make_engine(**LIN).train_step(TrainBatch(rows))
+    above = make_engine(**LIN, tis_cap=1.2).train_step(TrainBatch(shifted(0.5)))
+    below = make_engine(**LIN, tis_cap=1.2).train_step(TrainBatch(shifted(-0.5)))
+    equal_eng, rf_eng = make_engine(**LIN, tis_cap=1.2), make_engine(**LIN)
+    equal_eng.train_step(TrainBatch(shifted(0.0)))
+    rf_eng.train_step(TrainBatch(rows))
+    for s in range(3):
+        assert above[f"is_weight/{s}"] == pytest.approx(math.exp(-0.5), rel=1e-4)
+        assert above[f"pg_loss/{s}"] == pytest.approx(math.exp(-0.5) * rf[f"pg_loss/{s}"], rel=1e-4, abs=1e-7)
+        assert below[f"is_weight/{s}"] == pytest.approx(1.2)
+        assert _maxdiff(_weights(equal_eng, s), _weights(rf_eng, s)) <= TOL
+    assert "is_weight/0" not in rf
 
 
 def test_ppo_on_policy_equals_reinforce_and_entropy_bonus(make_engine):

@@ -46,6 +46,19 @@ def test_memory_keys_may_change_on_resume_the_schedule_may_not():
     for key in ("rl.lr_schedule=cosine", "rl.warmup_steps=2", "lora.dropout=0.1"):
         with pytest.raises(ConfigError, match="cannot change on --resume"):
             resume_config(saved, [key])
+    # vLLM's memory too (issue 32), and the resume says what changed
+    from populora.train.resume import changed_settings
+
+    sets = ["model.vllm_gpu_memory_utilization=0.3", "model.vllm_sleep=false", "rl.micro_batch_tokens=512"]
+    cfg = resume_config(saved, sets)
+    assert cfg.model.vllm_gpu_memory_utilization == 0.3 and cfg.model.vllm_sleep is False
+    line = changed_settings(saved, cfg)
+    assert line.startswith("changed on resume: ") and "\n" not in line
+    assert (
+        "rl.micro_batch_tokens 4096 -> 512" in line and "model.vllm_gpu_memory_utilization 0.5 -> 0.3" in line
+    )
+    assert "model.vllm_sleep True -> False" in line and "train.steps" not in line
+    assert changed_settings(saved, resume_config(saved, [])) is None
 
 
 def test_keys_are_recorded_in_config_yaml():

@@ -1,15 +1,24 @@
-"""`populora experiment ablation --quick` end to end (real trainer, tiny model, sandbox), its resumability,
-and the confidence intervals it reports."""
+"""`populora experiment ablation` end to end (real trainer, tiny model, sandbox): --quick over every arm, its
+settings kept and checked, and an experiment interrupted after a checkpoint then resumed (`--resume`, the
+runs side by side in their own processes) giving the same numbers as the uninterrupted one."""
 
 import json
 import math
+import os
 
 import pytest
 from typer.testing import CliRunner
 
 from populora.cli import app
-from populora.experiment.ablation import ARMS, specs
+from populora.experiment.ablation import ARMS, DEFAULT_ARMS, parse_arms, plan_jobs, specs
 from populora.experiment.measures import mean_ci
+from populora.experiment.progress import eta_seconds, fmt_duration
+from populora.experiment.run_records import run_records
+from populora.experiment.settings import ExperimentError
+
+# every quick experiment here: a checkpoint every step (so a resume has one to start from) and one thread per
+# run, the same in this process and in the side-by-side processes, so the numbers can be compared exactly
+SETS = ["--set", "train.checkpoint_every=1", "--set", "train.threads=1", "--progress-every", "0"]
 
 
 def test_mean_ci_is_the_student_t_interval():
@@ -22,23 +31,95 @@ def test_mean_ci_is_the_student_t_interval():
 
 
 def test_arms_are_compute_matched_population_settings_only(tmp_path):
-    runs = specs(tmp_path, "tiny-learn", [0, 1], quick=False)
+    runs = specs(tmp_path, "tiny-learn", [0, 1], quick=False, arms=list(ARMS))
     assert [r.meta["arm"] for r in runs] == [a for a in ARMS for _ in range(2)]
-    for r in runs:  # an arm changes who plays (the shuffled control also the students' reward), nothing else
-        extra = ["rl.student_rewards=shuffled"] if r.meta["arm"] == "shuffled" else []
+    for r in runs:  # an arm changes who plays (the shuffled controls also the students' reward), nothing else
+        extra = ["rl.student_rewards=shuffled"] if r.meta["arm"].endswith("shuffled") else []
         assert [o for o in r.overrides[:-1] if not o.startswith("population.")] == extra
         assert r.overrides[-1] == f"train.seed={r.meta['seed']}"
+    assert "population.single_solver=buffer" in ARMS["single"]  # AZR's loop
+    assert [r.meta["arm"] for r in specs(tmp_path, "tiny-learn", [0], quick=False)] == DEFAULT_ARMS
+
+
+def test_arms_are_named_with_or_without_plus():
+    assert parse_arms("single,1T1S,4T4S,4T4S-shuffled") == ["single", "1T+1S", "4T+4S", "4T+4S-shuffled"]
+    assert parse_arms(" 2t+2s , shuffled") == ["2T+2S", "shuffled"]
+    with pytest.raises(ExperimentError, match="unknown arm '8T8S'"):
+        parse_arms("single,8T8S")
+    with pytest.raises(ExperimentError, match="given twice"):
+        parse_arms("4T4S,4T+4S")
+
+
+def test_eta_and_jobs_are_hand_computed():
+    # 30 of 200 steps done in 600 s: 20 s a step, 170 steps left, 2 at a time: 1700 s
+    assert eta_seconds(30, 200, 600.0, 2) == 1700.0
+    assert eta_seconds(0, 200, 0.0, 2) is None
+    assert fmt_duration(1700.0) == "about 28 min left"
+    assert fmt_duration(7500.0) == "about 2 h 05 min left"
+    assert fmt_duration(42.0) == "about 42 s left"
+    assert fmt_duration(7170.0) == "about 2 h 00 min left"  # 119.5 min rounds to 2 h, never "1 h 60 min"
+    # 16 cores, runs of 2 threads: 8 side by side; --jobs 3: 5 threads each (3 x 5 <= 16); a user's threads kept
+    assert plan_jobs(None, 16, 2, False) == (8, 2)
+    assert plan_jobs(3, 16, 2, False) == (3, 5)
+    assert plan_jobs(None, 2, 2, False) == (1, 2)
+    assert plan_jobs(2, 2, 1, True) == (2, None)
+
+
+def test_run_records_keep_the_raw_per_step_data(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    metrics = [
+        {"step": 0, "probe": {"A0": {"code_i": 0.5}}, "probe_levels": {"A0": {"1": 0.75}}, "probe_s": 2.0},
+        {"step": 1, "members": {"A0": {"role": "single", "mu": None}}, "step_s": 3.0, "coverage": 0.1,
+         "coverage_cells": 2, "self_solve_rate": 0.25, "games": {}, "probe_collisions": {"code_i": 1}},
+        {"step": 2, "members": {"A0": {"role": "single", "mu": None}}, "step_s": 5.0, "coverage": 0.2,
+         "coverage_cells": 3, "self_solve_rate": 0.5, "games": {"A0": {"win": 1, "draw": 0, "loss": 0}},
+         "probe": {"A0": {"code_i": 0.75}}, "probe_s": 1.0},
+    ]  # fmt: skip
+    problems = [
+        {"step": 1, "valid": True, "program": "def f(x): return x", "features": {"loc": 1, "n_vars": 1}},
+        {"step": 1, "valid": True, "program": "def f(x): return x", "features": {"loc": 3, "n_vars": 1}},
+        {"step": 1, "valid": False, "program": None, "features": None},
+        {"step": 2, "valid": True, "program": "def f(x): return -x", "features": {"loc": 2, "n_vars": 2}},
+        {"step": 2, "valid": True, "program": "def f(x): return x", "features": {"loc": 4, "n_vars": 2}},
+    ]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in metrics) + '{"step": 3, "cut')
+    (run / "problems.jsonl").write_text("".join(json.dumps(p) + "\n" for p in problems))
+    r = run_records(run)
+    # every probe entry as logged (a per-level probe too), step 0 included; the timing and counts left out
+    assert r["probe"] == [
+        {"step": 0, "probe": {"A0": {"code_i": 0.5}}, "probe_levels": {"A0": {"1": 0.75}}},
+        {"step": 2, "probe": {"A0": {"code_i": 0.75}}},
+    ]
+    st = r["steps"]
+    assert st["step"] == [1, 2] and st["step_s"] == [3.0, 5.0] and st["probe_s"] == [None, 1.0]
+    assert st["self_solve_rate"] == [0.25, 0.5] and st["coverage_cells"] == [2, 3]
+    assert st["valid_rate"] == [2 / 3, 1.0]
+    assert st["complexity"] == {"loc": [2.0, 3.0], "n_vars": [1.0, 2.0]}
+    assert st["distinct_programs"] == [1, 2] and st["distinct_programs_total"] == [1, 2]
+    assert r["games"][1] == {"step": 2, "games": {"A0": {"win": 1, "draw": 0, "loss": 0}}}
+    assert r["roles"] == {"A0": "single"} and r["ratings"]["A0"]["mu"] == [None, None]
+
+
+@pytest.fixture(scope="module")
+def quick_ablation(tmp_path_factory):
+    """The uninterrupted reference: every default arm, one seed, two steps, in this process."""
+    out = tmp_path_factory.mktemp("ablation") / "abl"
+    res = CliRunner().invoke(
+        app, ["experiment", "ablation", "--quick", "--out", str(out), "--jobs", "1", *SETS]
+    )
+    assert res.exit_code == 0, res.output
+    return out, res.output
 
 
 @pytest.mark.timeout(900)
-def test_quick_ablation_runs_every_arm_writes_json_and_html_and_resumes(tmp_path):
-    out = tmp_path / "abl"
-    runner = CliRunner()
-    res = runner.invoke(app, ["experiment", "ablation", "--quick", "--out", str(out)])
-    assert res.exit_code == 0, res.output
+def test_quick_ablation_runs_every_arm_writes_json_and_html(quick_ablation):
+    out, output = quick_ablation
     data = json.loads((out / "experiment.json").read_text())
     assert data["kind"] == "ablation" and data["quick"] and data["seeds"] == [0]
-    assert list(data["results"]) == list(ARMS)
+    assert list(data["results"]) == DEFAULT_ARMS
+    assert data["settings"]["arms"] == DEFAULT_ARMS and data["settings"]["steps"] == 2
+    assert data["resume_command"] == f"populora experiment ablation --resume {out}"
     for arm, entry in data["results"].items():
         (run,) = entry["runs"]
         assert run["steps"] == 2 and run["probe_steps"] == [0, 2]
@@ -49,26 +130,112 @@ def test_quick_ablation_runs_every_arm_writes_json_and_html_and_resumes(tmp_path
             assert 0.0 <= start <= 1.0
         assert run["step_s"] > 0
         assert f"probe.{sorted(roles)[0]}.all.mean.change" in entry["summary"]
+        rec = run["records"]  # the raw per-step data issue 31 §2 reads
+        assert [p["step"] for p in rec["probe"]] == [0, 2] and rec["steps"]["step"] == [1, 2]
+        assert all(s > 0 for s in rec["steps"]["step_s"])
+        solo = rec["steps"]["self_solve_rate"]
+        assert all(v is not None for v in solo) if arm == "single" else solo == [None, None]
     # the contrasts: every population arm minus single, 2T+2S minus its shuffled control, best vs best-of-k
     c = data["contrasts"]
     assert set(c["differences"]) == {"1T+1S - single", "2T+2S - single", "4T+4S - single", "2T+2S - shuffled"}
     assert all(d["paired"] and d["n_seeds"] == [1, 1] for d in c["differences"].values())
     assert c["best_vs_single"]["4T+4S"]["k"] == 4
-    assert "2T+2S - shuffled" in res.output and "best of 4 single seeds" in res.output
+    assert "2T+2S - shuffled" in output and "best of 4 single seeds" in output
+    assert output.count("runs finished") == len(DEFAULT_ARMS) and "left" in output
     # 4T+4S has four members per role: its rating spread is measured, the single agent has none.
     assert data["results"]["4T+4S"]["runs"][0]["rating_spread"]["teacher"] is not None
     assert data["results"]["single"]["runs"][0]["rating_spread"]["teacher"] is None
     page = (out / "experiment.html").read_text()
     assert "Population-size ablation" in page and page.count("data:image/png;base64") >= 3
     assert "4T+4S" in page
-    # The same command again finds every run finished: nothing is retrained, the files are rewritten.
+
+
+def test_a_finished_experiment_is_not_rerun_and_its_settings_hold(quick_ablation):
+    out, _ = quick_ablation
+    runner = CliRunner()
     before = {p: p.stat().st_mtime for p in out.glob("runs/*/seed0/metrics.jsonl")}
-    res = runner.invoke(app, ["experiment", "ablation", "--quick", "--out", str(out)])
+    res = runner.invoke(
+        app, ["experiment", "ablation", "--resume", str(out), "--jobs", "1", "--progress-every", "0"]
+    )
     assert res.exit_code == 0, res.output
-    assert res.output.count(": done in") == len(ARMS)
+    assert res.output.count("finished before, kept") == len(DEFAULT_ARMS)
     assert {p: p.stat().st_mtime for p in out.glob("runs/*/seed0/metrics.jsonl")} == before
+    # a flag that contradicts the experiment is refused in one line, naming both values
+    res = runner.invoke(app, ["experiment", "ablation", "--resume", str(out), "--steps", "5"])
+    assert res.exit_code == 2 and res.output.count("\n") == 1
+    assert "--steps 5 (the experiment has 2)" in res.output and "drop those flags" in res.output
+    res = runner.invoke(app, ["experiment", "ablation", "--quick", "--out", str(out), "--seeds", "2", *SETS])
+    assert res.exit_code == 2 and f"continue it with --resume {out}" in res.output
+    # one sitting at a time: a second one on the same folder is refused while the first holds it
+    from populora.train.run_folder import lock_run_dir
+
+    fd = lock_run_dir(out)
+    try:
+        res = runner.invoke(app, ["experiment", "ablation", "--resume", str(out)])
+    finally:
+        os.close(fd)
+    assert res.exit_code == 2 and "in use by another sitting" in res.output
 
 
-def test_ablation_refuses_a_preset_without_the_probe(tmp_path):
-    res = CliRunner().invoke(app, ["experiment", "ablation", "--preset", "tiny", "--out", str(tmp_path)])
-    assert res.exit_code == 2 and "diagnostics.probe_every" in res.output
+TIMING = {"path", "step_s", "probe_s"}
+
+
+def _numbers(data: dict, arm: str) -> dict:
+    """A run's measures and records without wall-clock fields and paths: what a replay must reproduce."""
+    run = json.loads(json.dumps(data["results"][arm]["runs"][0]))
+    for k in TIMING:
+        run.pop(k, None)
+        run["records"]["steps"].pop(k, None)
+    return run
+
+
+@pytest.mark.timeout(900)
+def test_an_interrupted_experiment_resumes_to_the_same_numbers(quick_ablation, tmp_path, monkeypatch):
+    from populora.train.trainer import Trainer
+
+    ref = json.loads((quick_ablation[0] / "experiment.json").read_text())
+    out = tmp_path / "abl"
+    save = Trainer.save
+
+    def save_then_die(self, step):  # the experiment dies right after its first run's step-1 checkpoint
+        path = save(self, step)
+        if step == 1:
+            raise KeyboardInterrupt
+        return path
+
+    monkeypatch.setattr(Trainer, "save", save_then_die)
+    args = [
+        "experiment",
+        "ablation",
+        "--quick",
+        "--arms",
+        "single,1T1S",
+        "--out",
+        str(out),
+        "--jobs",
+        "1",
+        *SETS,
+    ]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code != 0
+    assert (
+        f"single seed 0 has a checkpoint at step 1; continue with `populora experiment ablation --resume {out}`"
+        in res.output
+    )
+    monkeypatch.setattr(Trainer, "save", save)
+    assert not (out / "experiment.json").exists() and not (out / "runs" / "1T+1S").exists()
+
+    # the second sitting: both runs side by side, each in its own `populora train` process
+    res = CliRunner().invoke(
+        app, ["experiment", "ablation", "--resume", str(out), "--jobs", "2", "--progress-every", "0"]
+    )
+    assert res.exit_code == 0, res.output
+    assert "single seed 0: resuming from its checkpoint at step 1 of 2" in res.output
+    assert "1T+1S seed 0: starting (2 steps)" in res.output
+    events = [json.loads(x) for x in (out / "runs/single/seed0/events.jsonl").read_text().splitlines()]
+    assert [e["from"] for e in events if e["type"] == "resume"] == ["checkpoints/step_000001"]
+    assert (out / "runs/1T+1S/seed0.log").is_file()
+    data = json.loads((out / "experiment.json").read_text())
+    assert list(data["results"]) == ["single", "1T+1S"] and len(data["sittings"]) == 2
+    for arm in ("single", "1T+1S"):
+        assert _numbers(data, arm) == _numbers(ref, arm)

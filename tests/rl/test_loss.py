@@ -85,3 +85,14 @@ def test_masked_mean():
     v = torch.tensor([1.0, 2.0, 3.0, 4.0])
     assert masked_mean(v, torch.tensor([1, 0, 1, 0])).item() == 2.0
     assert masked_mean(v, torch.zeros(4)).item() == 0.0
+
+
+def test_truncated_is_weights_hand_numbers():
+    from populora.rl.loss import truncated_is_weights
+
+    logp = torch.tensor([-1.0, -2.0, -0.5, -1.0], requires_grad=True)
+    sampler = torch.tensor([-1.0, -1.0, -3.0, float("nan")])
+    w = truncated_is_weights(logp, sampler, cap=2.0)
+    # equal: 1; trainer less likely: e^-1; trainer far more likely: e^2.5 capped at 2; no sampler value: 1
+    torch.testing.assert_close(w, torch.tensor([1.0, 0.36787944, 2.0, 1.0]))
+    assert not w.requires_grad

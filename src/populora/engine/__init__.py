@@ -83,6 +83,12 @@ def build(
             dtype=dtype,
             **options,
         )
+    if str(device).startswith("cuda"):  # one line, not a traceback from deep inside torch (issue 32)
+        from populora.engine.memory import cuda_problem
+
+        problem = cuda_problem()
+        if problem:
+            raise EngineError(f"device={device!r}: {problem}.")
     if backend == "vllm":  # fail before loading anything
         from populora.engine.vllm import require_vllm
 

@@ -380,3 +380,60 @@ def run(quick: bool = False, out: Path | None = None) -> dict[str, Any]:
     out.write_text(json.dumps(results, indent=2))
     console.print(f"wrote {out}")
     return results
+
+
+def matmul_rate(threads: int = 1, size: int = 1024, shape: tuple[int, int, int] | None = None) -> float:
+    """Measured float32 matmul rate on this CPU in GFLOP/s (best of 5 after a warm-up, process CPU time):
+    `size`^3 by default (the CPU's compute peak), or `shape = (m, k, n)` (e.g. a decode step's small matmul,
+    which memory traffic rather than arithmetic limits)."""
+    import torch
+
+    m, k, n = shape or (size, size, size)
+    a, b = torch.randn(m, k), torch.randn(k, n)
+    reps = max(1, int(2e9 // (2 * m * k * n)))  # about 2 GFLOP per timing
+    prev = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        a @ b
+        best = float("inf")
+        for _ in range(5):
+            t = time.process_time()
+            for _ in range(reps):
+                a @ b
+            best = min(best, time.process_time() - t)
+    finally:
+        torch.set_num_threads(prev)
+    return 2 * m * k * n * reps / max(best, 1e-9) / 1e9
+
+
+def flops_per_token(model, context: float = 0.0) -> float:
+    """Forward FLOPs of one generated token: 2 x the weights of every `nn.Linear` (the transformer blocks and the
+    vocabulary projection; LoRA's rank-r factors add < 1% and are left out) plus attention over `context`
+    cached positions (2 x 2 x layers x heads x head_dim per position: scores and the weighted sum)."""
+    from torch import nn
+
+    linear = sum(m.weight.numel() for m in model.modules() if isinstance(m, nn.Linear))
+    cfg = model.config
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    attn = 4 * cfg.num_hidden_layers * cfg.num_attention_heads * head_dim * context
+    return 2.0 * linear + attn
+
+
+def arithmetic_limit(model, context: float, threads: int = 1, batch_rows: int = 16) -> dict[str, float]:
+    """How fast generation could be on this CPU if only arithmetic counted: FLOPs per token (at `context`
+    cached positions) against the measured matmul rate, as tokens per CPU-second; also the rate of a
+    decode-shaped matmul (`batch_rows` rows through the widest block matrix), the bound that memory traffic
+    sets on a small batch."""
+    cfg = model.config
+    peak = matmul_rate(threads)
+    small = matmul_rate(threads, shape=(batch_rows, cfg.hidden_size, cfg.intermediate_size))
+    fpt = flops_per_token(model, context)
+    return {
+        "flops_per_token": fpt,
+        "context_positions": context,
+        "matmul_gflops_peak": peak,
+        "matmul_gflops_decode_shape": small,
+        "decode_shape_rows": batch_rows,
+        "limit_tokens_per_cpu_s": peak * 1e9 / fpt,
+        "limit_tokens_per_cpu_s_decode_shape": small * 1e9 / fpt,
+    }

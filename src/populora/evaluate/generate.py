@@ -379,6 +379,12 @@ def make_generator(
     base: str | Path, backend: str = "hf", apply: str = "merge", device: str = "cpu", batch_size: int = 8
 ):
     """The generator for ``--backend`` / ``--apply``."""
+    if str(device).startswith("cuda"):  # one line naming the fix, not torch's traceback
+        from populora.engine.memory import cuda_problem
+
+        problem = cuda_problem()
+        if problem:
+            raise GenerationError(f"--device {device}: {problem}.")
     if backend == "vllm":
         return VLLMGenerator(base, device=device)
     if backend != "hf":

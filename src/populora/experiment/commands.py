@@ -25,28 +25,85 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
 
     @exp.command("ablation")
     def ablation(
-        out: Path = typer.Option(..., "--out", help="Experiment folder (runs/, experiment.json, .html)."),
-        preset: str = typer.Option("tiny-learn", "--preset", help="Preset every arm starts from."),
+        out: Path = typer.Option(
+            None, "--out", help="Experiment folder (settings.json, runs/, experiment.json, .html)."
+        ),
+        resume: Path = typer.Option(
+            None,
+            "--resume",
+            help="Continue the experiment in this folder with its own settings: each run from its newest "
+            "checkpoint, finished runs kept. Flags given with it must agree with the experiment's.",
+        ),
+        preset: str = typer.Option(
+            None, "--preset", help="Preset every arm starts from (default: tiny-learn)."
+        ),
+        steps: int = typer.Option(None, "--steps", help="Training steps per run (default: the preset's)."),
         seeds: int = typer.Option(None, "--seeds", help="Seeds per arm (0..S-1); default 3, 1 with --quick."),
+        arms: str = typer.Option(
+            None,
+            "--arms",
+            help="Comma-separated arms: single (AZR's loop), 1T1S, 2T2S, 4T4S, shuffled (2T+2S with shuffled "
+            "student rewards), 4T4S-shuffled (default: single,1T1S,2T2S,4T4S,shuffled).",
+        ),
+        probe_every: int = typer.Option(
+            None,
+            "--probe-every",
+            help="Probe at 0, K, 2K, ..., steps (K must divide --steps) (default: the preset's).",
+        ),
+        jobs: int = typer.Option(
+            None,
+            "--jobs",
+            help="Runs side by side, each in its own process with cores/J threads (default: cores / the "
+            "preset's train.threads). Not a setting: each sitting may choose.",
+        ),
         quick: bool = typer.Option(False, "--quick", help="Two steps per run, one seed: a pipeline check."),
         eval_benchmarks: str = typer.Option(
             None, "--eval", help="Also run `populora eval` on every run (e.g. humaneval+,gsm8k)."
         ),
-        eval_limit: int = typer.Option(20, "--eval-limit", help="First N problems of each benchmark."),
+        eval_limit: int = typer.Option(
+            None, "--eval-limit", help="First N problems of each benchmark (default: 20)."
+        ),
+        progress_every: float = typer.Option(
+            60.0, "--progress-every", help="Seconds between progress lines (0: only run start/finish lines)."
+        ),
         overrides: list[str] = typer.Option([], "--set", help="key=value applied to every arm (repeatable)."),
     ) -> None:
-        """Single agent vs 1T+1S, 2T+2S, 4T+4S (compute-matched per adapter), S seeds each."""
+        """Single agent (AZR) vs 1T+1S, 2T+2S, 4T+4S (compute-matched per adapter) and the shuffled-reward
+        controls, S seeds each; resumable with --resume OUT."""
         from populora.config import ConfigError
-        from populora.experiment.ablation import run_ablation
+        from populora.experiment.ablation import parse_arms, run_ablation
         from populora.experiment.page import ablation_rows, contrast_rows
+        from populora.experiment.settings import ExperimentError
+        from populora.train.errors import TrainError
 
-        if seeds is not None and seeds < 1:
-            _fail("--seeds must be >= 1")
+        if (out is None) == (resume is None):
+            _fail("give --out OUT for a new experiment or --resume OUT to continue one (one of the two)")
+        for flag, v in (
+            ("--seeds", seeds),
+            ("--steps", steps),
+            ("--probe-every", probe_every),
+            ("--jobs", jobs),
+        ):
+            if v is not None and v < 1:
+                _fail(f"{flag} must be >= 1, got {v}")
         try:
             result = run_ablation(
-                out, preset, seeds, quick, overrides, eval_benchmarks, eval_limit, log=typer.echo
+                resume or out,
+                preset,
+                seeds,
+                quick,
+                overrides,
+                eval_benchmarks,
+                eval_limit,
+                log=typer.echo,
+                steps=steps,
+                arms=parse_arms(arms) if arms is not None else None,
+                probe_every=probe_every,
+                jobs=jobs,
+                resume=resume is not None,
+                progress_every=progress_every,
             )
-        except ConfigError as exc:
+        except (ConfigError, ExperimentError, TrainError) as exc:
             _fail(str(exc))
         head, rows = ablation_rows(result)
         _print_table(head, rows)

@@ -31,7 +31,7 @@ from populora.diagnostics.features import FEATURE_LABELS, FEATURES
 from populora.diagnostics.probe import probe_by_role
 from populora.diagnostics.run import Run, load_run
 from populora.names import TASKS
-from populora.report import plots
+from populora.report import hall, plots
 from populora.report.games import RESULTS, operator_counts, role_games
 from populora.report.text import display, plain_figures
 
@@ -683,6 +683,13 @@ def _render_report(run: Run) -> str:
             lambda: _cap_probe_valid(run),
             "No teacher validity probe logged (it runs with the probe: --set diagnostics.probe_every=N, "
             "diagnostics.probe_proposals > 0).",
+        ),
+        _figure_card(
+            "hof",
+            "Hall of fame: games against frozen references",
+            lambda: hall.hof_figure(run),
+            lambda: _esc(hall.hof_caption(run)),
+            "No hall of fame logged (enable it with --set hof.every=N).",
         ),
         _figure_card(
             "roles",

@@ -1,4 +1,5 @@
-"""Token-level policy-gradient loss: REINFORCE, optional PPO clip, entropy, and per-group aggregation.
+"""Token-level policy-gradient loss: REINFORCE, optional PPO clip, entropy, truncated importance sampling,
+and per-group aggregation.
 
 Pure torch functions (no model, no engine). The engine computes, for every response token,
 `loss_t = policy_loss(logp_t, A_t, old_logp_t)` and then `sum_rows w_row * sum_t loss_t`, where the row
@@ -58,6 +59,17 @@ def policy_loss(
     unclipped = -advantages * ratio
     clipped = -advantages * ratio.clamp(1.0 - clip_eps, 1.0 + high)
     return torch.maximum(unclipped, clipped), (clipped > unclipped).to(logp.dtype)
+
+
+def truncated_is_weights(logp: torch.Tensor, sampler_logp: torch.Tensor, cap: float) -> torch.Tensor:
+    """Truncated importance-sampling weights for the sampler/trainer mismatch (veRL's TIS, OpenRLHF's):
+    `min(exp(logp - sampler_logp), cap)` per token, detached (a weight on the policy-gradient term, not a
+    path for gradients). The rollouts come from the sampler (vLLM, bf16), the gradient from the trainer's
+    forward; the weight corrects the expectation toward the trainer's policy, the cap bounds the variance.
+    A sampler log-prob that is not finite (vLLM gave none) counts as on-policy (weight 1)."""
+    logp = logp.detach()
+    sampler = torch.where(torch.isfinite(sampler_logp), sampler_logp.to(logp.dtype), logp)
+    return torch.exp((logp - sampler).clamp(max=20.0)).clamp(max=cap)
 
 
 def row_weights(lengths: Sequence[int], groups: Sequence[Hashable], mode: str = "token-mean") -> list[float]:

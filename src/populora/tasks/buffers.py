@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from populora.tasks.literals import parse_call_args
-from populora.tasks.types import TASK_NAMES, Problem
+from populora.tasks.types import TASK_NAMES, Problem, known_task
 
 if TYPE_CHECKING:
     from populora.sandbox import Sandbox
@@ -83,7 +83,7 @@ class ProblemBuffer:
     """FIFO-capped, de-duplicated (by problem id) list of problems of one task type."""
 
     def __init__(self, task: str, capacity: int = DEFAULT_CAPACITY, problems: Iterable[Problem] = ()):
-        if task not in TASK_NAMES:
+        if not known_task(task):
             raise ValueError(f"unknown task {task!r}")
         if capacity < 1:
             raise ValueError(f"buffer capacity must be >= 1, got {capacity}")
@@ -183,7 +183,8 @@ class TaskBuffers:
 
         buf = cls(capacity, tasks)
         for t in tasks:
-            buf[t].add(identity_problem(t))
+            if t in TASK_NAMES:  # another family's buffer is filled with its own seed problems (the trainer)
+                buf[t].add(identity_problem(t))
         if (seed_io or seed_code_f) and sandbox is None:
             raise ValueError("seeding from AZR files re-validates every item: pass a Sandbox")
         if seed_io:

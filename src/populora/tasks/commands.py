@@ -1,4 +1,4 @@
-"""CLI of the task family: `populora tasks demo [code_i|code_o|code_f]` (a teacher prompt, a validated
+"""CLI of the task families: `populora tasks list` (the installed families), `populora tasks demo [code_i|code_o|code_f]` (a teacher prompt, a validated
 proposal, a student prompt and the scoring of rendered answers, including a known reward hack) and
 `populora tasks seeds` (how many rows of the AZR seed files are valid, and why the rest are not)."""
 
@@ -69,7 +69,7 @@ def _demo_answers(name: str, gold: str) -> list[tuple[str, str]]:
 
 def register(app: typer.Typer, bench: typer.Typer) -> None:
     tasks = typer.Typer(
-        help="The AZR task family (code_i, code_o, code_f): prompts, validation, scoring.",
+        help="Task families: `list` the installed ones; the AZR family (code_i, code_o, code_f): demo, seeds.",
         no_args_is_help=True,
     )
     app.add_typer(tasks, name="tasks")
@@ -139,6 +139,26 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
                     label, "ok" if formatted else a.reason, str(ok), f"{student_reward(formatted, ok):+.1f}"
                 )
             con.print(table)
+
+    @tasks.command("list")
+    def list_cmd() -> None:
+        """The installed task families (entry-point group `populora.tasks`): name, task types, the package
+        that provides it; `tasks.families` selects them by name. A family that failed to load says why."""
+        from populora.tasks.registry import installed
+
+        rows = [
+            (
+                i.name,
+                ",".join(i.task_types) or "-",
+                i.source,
+                i.family.description if i.ok else f"BROKEN: {i.error}",
+            )
+            for i in installed().values()
+        ]
+        head = ("family", "task types", "package", "description")
+        widths = [max(len(r[k]) for r in [head, *rows]) for k in range(3)]
+        for r in [head, *rows]:
+            typer.echo("  ".join(c.ljust(w) for c, w in zip(r[:3], widths, strict=True)) + "  " + r[3])
 
     @tasks.command("seeds")
     def seeds_cmd(

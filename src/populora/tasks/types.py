@@ -18,6 +18,21 @@ from populora.names import TASKS
 TASK_NAMES: tuple[str, ...] = TASKS  # the one spelling, in populora.names
 
 
+def _no_other_families(name: str) -> bool:
+    return False
+
+
+# Says whether a name is a task type of an installed non-AZR family. `populora.tasks` (the package's
+# __init__, run before any of its modules) sets it to `registry.is_task_type`; this module imports nothing of
+# the package, so the registry can build on it without an import loop.
+other_family_task = _no_other_families
+
+
+def known_task(name: str) -> bool:
+    """An AZR task type or a task type of an installed family (`populora.tasks.registry`)."""
+    return name in TASK_NAMES or (isinstance(name, str) and other_family_task(name))
+
+
 class InvalidProblem(ValueError):
     """A (program, inputs, message) triple that cannot become a Problem; `.reason` says why in a few words."""
 
@@ -99,8 +114,10 @@ class Problem:
     id: str = field(init=False, compare=False)
 
     def __post_init__(self) -> None:
-        if self.task not in TASK_NAMES:
-            raise ValueError(f"unknown task {self.task!r}; expected one of {', '.join(TASK_NAMES)}")
+        if not known_task(self.task):
+            raise ValueError(
+                f"unknown task {self.task!r}; expected one of {', '.join(TASK_NAMES)} or an installed family's type"
+            )
         # Accept lists from callers but store tuples so the dataclass stays hashable.
         object.__setattr__(self, "inputs", tuple(self.inputs))
         object.__setattr__(self, "outputs", tuple(self.outputs))

@@ -1,14 +1,23 @@
-"""`populora bench population`: wall-clock of the tiny preset, single agent vs 1T+1S vs 2T+2S vs 4T+4S.
+"""`populora bench population`: how fast a training step runs, old code path against new, and how the wall-clock
+grows with the population (single vs 1T+1S vs 2T+2S vs 4T+4S).
 
-Every configuration does the same work per matchup (the same prompts, rollouts and token budgets; the single
-agent does one matchup's work with one adapter), so the total work grows with the number of matchups N_T and
-the interesting number is how the wall-clock grows with it. All configurations are built first (model loading
-excluded) and their steps then run round-robin, so the load of a shared machine hits them alike; the first
-step of each is a warm-up and is not timed. Reported: the mean step wall-clock, the ratio to the single agent,
-and where a step's time goes (phase timings).
+**Speed (issue 30).** Two `tiny-learn` trainers with the same seed, one generating through the engine's original
+decode loop (`gen_path="forward"`: every token through transformers' `forward`) and one through the lean path
+(`gen_path="lean"`, engine/decode.py), are built first and their steps then run round-robin (the first step of
+each untimed), so the load of a shared machine hits both alike. Both make the same tokens (the lean path is
+bitwise the same computation; `identical_generations` checks it). Reported per path: the step's wall-clock and
+its phase split (teacher generation, validation, student generation, scoring, update), and the trainer's
+generation in tokens per CPU-second of this process. Then the engine alone on the same requests: each timed
+step's teacher and student requests in ONE mixed-batch `generate` (same prompts, same temperature and top-p,
+each row's length fixed to what the trainer generated, EOS off), so what the trainer's phase-by-phase
+scheduling costs shows apart from what the model costs; and that rate against the model's arithmetic limit on
+this CPU (FLOPs per token against a measured matmul rate, `populora.engine.bench.arithmetic_limit`).
 
-The paper reports 4T+4S (8 adapters) at 1.31x the single agent's wall-clock on 8xH100 with vLLM multi-LoRA
-batching; the comparison row explains why a 2-core CPU cannot show the same sub-linear scaling.
+**Scaling.** Every configuration does the same work per matchup (the same prompts, rollouts and token budgets;
+the single agent does one matchup's work with one adapter), so the total work grows with the number of matchups
+N_T and the interesting number is how the wall-clock grows with it. Built first, steps round-robin, first step
+untimed, as above. The paper reports 4T+4S (8 adapters) at 1.31x the single agent's wall-clock on 8xH100 with
+vLLM multi-LoRA batching; the comparison row explains why a 2-core CPU cannot show the same sub-linear scaling.
 """
 
 from __future__ import annotations
@@ -18,6 +27,7 @@ import os
 import platform
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 from rich.console import Console
@@ -39,6 +49,43 @@ PAPER = {
     "hardware": "1 node, 8x H100, vLLM multi-LoRA",
 }
 DEFAULT_OUT = Path("bench/results/population.json")
+SPEED_PRESET = "tiny-learn"
+# No evolution and no probe inside the timed steps: the speed rows time the step's five phases (the probe has its
+# own benchmark, bench/probe_speed.py).
+SPEED_OVERRIDES = ["evolution.every=0", "diagnostics.probe_every=0"]
+PATHS = [("old", "forward"), ("new", "lean")]
+SPEED_PHASES = ["teacher", "validate", "student", "score", "update"]
+
+
+class Meter:
+    """Stands in for `engine.generate` and `engine.train_step`: records every call's requests, outputs and
+    CPU seconds (this process's: the sandbox's workers are other processes)."""
+
+    def __init__(self, engine) -> None:
+        self.engine = engine
+        self.generate_fn, self.train_fn = engine.generate, engine.train_step
+        self.calls: list[dict] = []
+        self.train_cpu_s = 0.0
+
+    def install(self) -> None:
+        meter = self
+
+        def generate(requests, seed=None, progress=None):
+            t = time.process_time()
+            out = meter.generate_fn(requests, seed=seed, progress=progress)
+            meter.calls.append({"requests": requests, "out": out, "cpu_s": time.process_time() - t})
+            return out
+
+        def train_step(batch, progress=None):
+            t = time.process_time()
+            out = meter.train_fn(batch, progress=progress)
+            meter.train_cpu_s += time.process_time() - t
+            return out
+
+        self.engine.generate, self.engine.train_step = generate, train_step
+
+    def uninstall(self) -> None:
+        del self.engine.generate, self.engine.train_step
 
 
 def _summarise(name: str, recs: list[dict], warmup: int) -> dict:
@@ -80,11 +127,201 @@ def _measure_interleaved(configs: list[tuple[str, list[str]]], steps: int, extra
     return [_summarise(name, recs[name], warmup=1) for name, _ in configs]
 
 
-def run(quick: bool = False, out: Path | None = None, extra: list[str] | None = None) -> dict:
-    """Measure every configuration, print a rich table, write JSON (default bench/results/population.json)."""
+def _speed_steps(steps: int, extra: list[str]) -> tuple[dict, dict]:
+    """Build one `tiny-learn` trainer per code path, run their steps round-robin; return per path the timed
+    steps' records and generate calls, and the trainers' engines' replay results (see the module docstring)."""
+    tmp = Path(tempfile.mkdtemp(prefix="populora-bench-speed-"))
+    trainers, per = [], {name: {"records": [], "calls": [], "train_cpu_s": []} for name, _ in PATHS}
+    try:
+        for name, path in PATHS:
+            cfg = load_config(SPEED_PRESET, [*SPEED_OVERRIDES, f"train.steps={steps}", *extra])
+            tr = Trainer(cfg, tmp / name, quiet=True)
+            tr.setup()
+            tr.engine.gen_path = path
+            meter = Meter(tr.engine)
+            meter.install()
+            trainers.append((name, tr, meter))
+        for step in range(1, steps + 1):
+            for name, tr, meter in trainers:
+                meter.calls, meter.train_cpu_s = [], 0.0
+                rec = tr.step(step).record
+                if step == 1:
+                    continue  # warm-up
+                per[name]["records"].append(rec)
+                per[name]["calls"].append(meter.calls)
+                per[name]["train_cpu_s"].append(meter.train_cpu_s)
+        replay = {name: _replay(tr, meter, per[name]["calls"]) for name, tr, meter in trainers}
+    finally:
+        for _, tr, meter in trainers:
+            meter.uninstall()
+            tr.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+    return per, replay
+
+
+def _replay(tr, meter: Meter, steps_calls: list[list[dict]]) -> dict:
+    """The engine alone on the trainer's requests: each step's teacher and student requests in one mixed-batch
+    `generate`, every row held to the length the trainer generated (EOS off), same temperature and top-p."""
+    from dataclasses import replace
+
+    eng = tr.engine
+    eos, eng.eos_ids = eng.eos_ids, set()
+    tokens, cpu = 0, 0.0
+    try:
+        for calls in steps_calls:
+            reqs = [
+                replace(r, max_new_tokens=len(g.token_ids))
+                for c in calls
+                for r, g in zip(c["requests"], c["out"], strict=True)
+                if g.token_ids
+            ]
+            t = time.process_time()
+            out = meter.generate_fn(reqs, seed=0)
+            cpu += time.process_time() - t
+            tokens += sum(len(g.token_ids) for g in out)
+    finally:
+        eng.eos_ids = eos
+    return {"tokens": tokens, "cpu_s": cpu, "tokens_per_cpu_s": tokens / max(cpu, 1e-9)}
+
+
+def _speed_row(name: str, path: str, data: dict, replay: dict) -> dict:
+    recs, calls = data["records"], data["calls"]
+    n = len(recs)
+    gen_tokens = sum(len(g.token_ids) for step in calls for c in step for g in c["out"])
+    gen_cpu = sum(c["cpu_s"] for step in calls for c in step)
+    contexts = [
+        len(g.prompt_ids) + len(g.token_ids) / 2
+        for step in calls
+        for c in step
+        for g in c["out"]
+        if g.token_ids
+    ]
+    return {
+        "path": name,
+        "gen_path": path,
+        "steps_timed": n,
+        "step_s_mean": sum(r["step_s"] for r in recs) / n,
+        "step_s": [r["step_s"] for r in recs],
+        "phase_s_mean": {k: sum(r["phase_s"][k] for r in recs) / n for k in SPEED_PHASES},
+        "gen_tokens_per_step": gen_tokens / n,
+        "gen_cpu_s_per_step": gen_cpu / n,
+        "update_cpu_s_per_step": sum(data["train_cpu_s"]) / n,
+        "trainer_gen_tokens_per_cpu_s": gen_tokens / max(gen_cpu, 1e-9),
+        "engine_gen_tokens_per_cpu_s": replay["tokens_per_cpu_s"],
+        "engine_replay": replay,
+        "mean_context_positions": sum(contexts) / max(len(contexts), 1),
+    }
+
+
+def measure_speed(steps: int, extra: list[str] | None = None) -> dict:
+    """The speed part of the benchmark (old vs new code path on `tiny-learn`); see the module docstring."""
+    per, replay = _speed_steps(steps, list(extra or []))
+    rows = [_speed_row(name, path, per[name], replay[name]) for name, path in PATHS]
+    old, new = rows
+    same = all(
+        [g.token_ids for c in a for g in c["out"]] == [g.token_ids for c in b for g in c["out"]]
+        for a, b in zip(per["old"]["calls"], per["new"]["calls"], strict=True)
+    )
+    from populora.engine.bench import arithmetic_limit
+
+    limit = arithmetic_limit(_engine_model(), new["mean_context_positions"])
+    return {
+        "preset": SPEED_PRESET,
+        "overrides": [*SPEED_OVERRIDES, *(extra or [])],
+        "steps_per_path": steps,
+        "warmup_steps_excluded": 1,
+        "method": "one trainer per code path, same seed, steps run round-robin; CPU seconds of this process",
+        "rows": rows,
+        "identical_generations": same,
+        "speedup_step": old["step_s_mean"] / new["step_s_mean"],
+        "speedup_phase": {
+            k: old["phase_s_mean"][k] / max(new["phase_s_mean"][k], 1e-9) for k in SPEED_PHASES
+        },
+        "speedup_gen_tokens_per_cpu_s": new["trainer_gen_tokens_per_cpu_s"]
+        / old["trainer_gen_tokens_per_cpu_s"],
+        "trainer_gen_tokens_per_cpu_s": new["trainer_gen_tokens_per_cpu_s"],
+        "engine_gen_tokens_per_cpu_s": new["engine_gen_tokens_per_cpu_s"],
+        "engine_vs_trainer": new["engine_gen_tokens_per_cpu_s"] / new["trainer_gen_tokens_per_cpu_s"],
+        "arithmetic_limit": limit,
+        "engine_share_of_limit": new["engine_gen_tokens_per_cpu_s"] / limit["limit_tokens_per_cpu_s"],
+    }
+
+
+def _engine_model():
+    """The bundled model as the speed trainers load it (for its FLOP count)."""
+    from populora.engine.models import load_model_and_tokenizer
+
+    return load_model_and_tokenizer("tiny")[0]
+
+
+def _speed_table(speed: dict) -> Table:
+    table = Table(
+        title=(
+            f"tiny-learn step, old vs new code path ({speed['steps_per_path'] - 1} timed steps each, interleaved, "
+            "same seed)"
+        )
+    )
+    cols = ["path", "s/step", "teacher gen s", "validate s", "student gen s", "score s", "update s"]
+    cols += ["gen tok/step", "trainer gen tok/CPU-s", "engine 1-batch tok/CPU-s"]
+    for col in cols:
+        table.add_column(col, justify="right")
+    for r in speed["rows"]:
+        ph = r["phase_s_mean"]
+        table.add_row(
+            f"{r['path']} ({r['gen_path']})",
+            f"{r['step_s_mean']:.2f}",
+            *(f"{ph[k]:.2f}" for k in SPEED_PHASES),
+            f"{r['gen_tokens_per_step']:.0f}",
+            f"{r['trainer_gen_tokens_per_cpu_s']:.0f}",
+            f"{r['engine_gen_tokens_per_cpu_s']:.0f}",
+        )
+    sp = speed["speedup_phase"]
+    table.add_row(
+        "old / new",
+        f"{speed['speedup_step']:.2f}x",
+        *(f"{sp[k]:.2f}x" for k in SPEED_PHASES),
+        "",
+        f"{speed['speedup_gen_tokens_per_cpu_s']:.2f}x",
+        "",
+    )
+    return table
+
+
+def run(
+    quick: bool = False, out: Path | None = None, extra: list[str] | None = None, scaling: bool = True
+) -> dict:
+    """Measure the old and new code path, then (`scaling`) every configuration; print rich tables, write JSON
+    (default bench/results/population.json)."""
     steps = 3 if quick else 6
-    configs = CONFIGS[:3] if quick else CONFIGS
-    rows = _measure_interleaved(configs, steps, list(extra or []))
+    console = Console(width=150)
+    speed = measure_speed(steps, list(extra or []))
+    console.print(_speed_table(speed))
+    lim = speed["arithmetic_limit"]
+    console.print(
+        f"tiny-learn step: {speed['speedup_step']:.2f}x faster (wall-clock, same run); generations identical: "
+        f"{speed['identical_generations']}. Trainer generation {speed['trainer_gen_tokens_per_cpu_s']:.0f} tok/CPU-s "
+        f"vs the engine's one mixed batch on the same requests {speed['engine_gen_tokens_per_cpu_s']:.0f} "
+        f"({speed['engine_vs_trainer']:.2f}x). Arithmetic limit: {lim['flops_per_token'] / 1e6:.1f} MFLOP/token at "
+        f"{lim['matmul_gflops_peak']:.0f} GFLOP/s = {lim['limit_tokens_per_cpu_s']:.0f} tok/CPU-s "
+        f"(engine at {100 * speed['engine_share_of_limit']:.0f}%; a {lim['decode_shape_rows']}-row decode matmul "
+        f"runs at {lim['matmul_gflops_decode_shape']:.0f} GFLOP/s = {lim['limit_tokens_per_cpu_s_decode_shape']:.0f}"
+        " tok/CPU-s)."
+    )
+    configs = (CONFIGS[:3] if quick else CONFIGS) if scaling else []
+    rows = _measure_interleaved(configs, steps, list(extra or [])) if configs else []
+    if not rows:
+        return _write(
+            {
+                "benchmark": "population",
+                "quick": quick,
+                "machine": _machine(),
+                "trainer_gen_tokens_per_cpu_s": speed["trainer_gen_tokens_per_cpu_s"],
+                "engine_gen_tokens_per_cpu_s": speed["engine_gen_tokens_per_cpu_s"],
+                "speed": speed,
+            },
+            out,
+            console,
+        )
     base = rows[0]["step_s_mean"]
     for r in rows:
         r["ratio_vs_single"] = r["step_s_mean"] / base
@@ -97,12 +334,11 @@ def run(quick: bool = False, out: Path | None = None, extra: list[str] | None = 
         "steps_per_config": steps,
         "warmup_steps_excluded": 1,
         "method": "one trainer per configuration, steps run round-robin across configurations",
-        "machine": {
-            "cpus": os.cpu_count(),
-            "platform": platform.platform(),
-            "python": platform.python_version(),
-        },
+        "machine": _machine(),
         "extra_overrides": list(extra or []),
+        "trainer_gen_tokens_per_cpu_s": speed["trainer_gen_tokens_per_cpu_s"],
+        "engine_gen_tokens_per_cpu_s": speed["engine_gen_tokens_per_cpu_s"],
+        "speed": speed,
         "rows": rows,
         "paper": PAPER,
         "ours_4t4s_vs_single": four["ratio_vs_single"] if four else None,
@@ -149,13 +385,25 @@ def run(quick: bool = False, out: Path | None = None, extra: list[str] | None = 
             f"{ph['update']:.2f}",
             f"{ph['validate'] + ph['score']:.2f}",
         )
-    console = Console(width=150)
     console.print(table)
     if four:
         console.print(
             f"4T+4S / single wall-clock: ours {four['ratio_vs_single']:.2f}x on this machine vs the "
             f"paper's {PAPER['ratio_vs_single']}x on {PAPER['hardware']}."
         )
+    return _write(result, out, console)
+
+
+def _machine() -> dict:
+    return {
+        "cpus": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "load_1min_at_end": round(os.getloadavg()[0], 2),
+    }
+
+
+def _write(result: dict, out: Path | None, console: Console) -> dict:
     out = Path(out) if out else DEFAULT_OUT
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")

@@ -158,7 +158,7 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         quick: bool = typer.Option(False, "--quick", help="Fewer steps and configurations (a smoke run)."),
         out: Path = typer.Option(None, "--out", help="JSON output (default bench/results/population.json)."),
     ) -> None:
-        """Wall-clock of single vs 1T+1S vs 2T+2S vs 4T+4S at the same per-adapter work, with phase timings."""
+        """A tiny-learn step on the old vs new generation path, then single vs 1T+1S vs 2T+2S vs 4T+4S."""
         from populora.train.bench import run
 
         run(quick=quick, out=out)

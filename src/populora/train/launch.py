@@ -75,7 +75,7 @@ def train(
         raise ConfigError(missing)
     # Heavy imports (torch, transformers) only now, after the config has been resolved and checked.
     from populora.train import checkpoint as ckpt
-    from populora.train.resume import branch_run, resume_line
+    from populora.train.resume import branch_run, changed_settings, resume_line
     from populora.train.trainer import Trainer
 
     # Owner-only run folder (0700) and files (umask 077): the buffers hold the run's gold programs.
@@ -103,6 +103,9 @@ def train(
                 source = plan.branch_from[0] if plan.branch_from else None
                 start = trainer.restore(branched_from=str(source) if source else None)
                 print(resume_line(run_path, start, cfg.train.steps, plan), file=sys.stderr, flush=True)
+                changed = changed_settings(saved, cfg)
+                if changed:
+                    print(changed, file=sys.stderr, flush=True)
             trainer.run.write_config(to_yaml(cfg))  # on resume: records a changed train.steps
             if start >= cfg.train.steps:
                 print(

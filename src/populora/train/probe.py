@@ -57,7 +57,7 @@ from typing import Any
 from populora.names import TASKS
 from populora.pretrain.probe import MAX_NEW_TOKENS, load_probe
 from populora.pretrain.trace import TRACE_LANG
-from populora.train.progress import note
+from populora.train.progress import accepts_progress, note
 
 PROBE_SEED = 0  # greedy decoding draws nothing; a fixed seed keeps the engine's own generator untouched
 VALID_PROBE_SEED = 7_919  # the teachers' probe samples: one seed for every probe of every run
@@ -70,11 +70,53 @@ ANSWER_STYLES: dict[str, dict[str, dict[str, str]]] = {
 
 # phase -> extra keyword arguments for that phase's engine.generate (the trainer's live progress)
 PhaseFn = Callable[[str], Mapping[str, Any]]
+# Without a live bar (a log, a pipe) a probe part prints a line each time this share of its answers is done.
+LINE_EVERY = 0.125
+PART_NAMES = {
+    "probe": "probe, free answers",
+    "probe_style": "probe, answers with the code_o style forced",
+    "probe_valid": "probe, teachers' proposals to the fixed prompts",
+}
+
+
+def line_progress(
+    part: str, quiet: bool = False, every: float = LINE_EVERY, emit: Callable[[str], None] | None = None
+) -> Callable[[int, int, dict], None]:
+    """A `progress(done, total, info)` for an engine call that prints plain lines (stderr, via `note`): one
+    when it starts, one each time another `every` of the answers is done, one at the end, with the seconds and
+    tokens/s so far. For consoles without the trainer's live bar, where a probe would print nothing for minutes."""
+    emit = emit or (lambda text: note(text, quiet))
+    label = PART_NAMES.get(part, part)
+    t0 = time.perf_counter()
+    last = [-1]
+
+    def update(done: int, total: int, info: dict | None = None) -> None:
+        if total <= 0:
+            return
+        step = max(1, int(total * every))
+        if done == last[0] or (0 < done < total and done < last[0] + step):
+            return
+        last[0] = done
+        seconds = time.perf_counter() - t0
+        tokens = (info or {}).get("tokens") or 0
+        rate = f", {tokens / seconds:.0f} tok/s" if tokens and seconds > 0 else ""
+        emit(f"{label}: {done}/{total} answers, {seconds:.0f} s{rate}")
+
+    return update
+
+
+def probe_set(task: str) -> list:
+    """The fixed probe set of a task type: AZR's shipped sets, another family's `probe_items`."""
+    if task in TASKS:
+        return load_probe(task)
+    from populora.tasks import registry
+
+    return registry.probe_items(task)
 
 
 def probe_subset(size: int, types: Sequence[str] = TASKS) -> dict[str, list]:
     """The first `size` problems of each fixed probe set: the same subset at every step of every run."""
-    return {t: load_probe(t)[:size] for t in types}
+    return {t: probe_set(t)[:size] for t in types}
 
 
 def adapter_key(engine, slot: int) -> str:
@@ -243,13 +285,20 @@ def score_members(
     sandbox,
     template: str = "compact",
     max_new_tokens: Mapping[str, int] | None = None,
+    lines: bool = False,
 ) -> dict[str, dict[str, float]]:
     """Greedy accuracy of each member (`{member_id: slot}`) per task type: `{member_id: {task: acc}}`.
 
     One `engine.generate` for every (member, problem) prompt, then one `tasks.score_many` of every problem with
     the answers of all members (the sandbox runs them all in parallel). `probe_members` has the per-item verdicts.
+    `lines`: print the generation's progress (`line_progress`), for the experiments' probes.
     """
-    return probe_members(engine, slots, problems, sandbox, template, max_new_tokens).accuracy()
+
+    def phase(name: str) -> Mapping[str, Any]:
+        ok = lines and name in PART_NAMES and accepts_progress(engine.generate)
+        return {"progress": line_progress(name)} if ok else {}
+
+    return probe_members(engine, slots, problems, sandbox, template, max_new_tokens, phase=phase).accuracy()
 
 
 def teacher_probe_prompts(
@@ -262,8 +311,8 @@ def teacher_probe_prompts(
     program, read from the END of each probe set (the student probe reads from the start), wrapping round when
     `n * references` exceeds the set."""
     out: list[tuple[str, str, str | None]] = []
-    for name in (t for t in TASKS if t in tasks):
-        task, probe = tasks[name], load_probe(name)
+    for name in (*(t for t in TASKS if t in tasks), *(t for t in tasks if t not in TASKS)):
+        task, probe = tasks[name], probe_set(name)
         for j in range(n):
             if name == "code_f":
                 shown = probe[-1 - j % len(probe)].program
@@ -299,12 +348,20 @@ def score_teachers(
         trace.gen = gen
     trainer.check_proposals(traces, step=-1)
     out: dict[str, dict[str, float]] = {}
+    names = list(dict.fromkeys(name for name, _, _ in prompts))
     for t in teachers:
-        for name in TASKS:
+        for name in names:
             mine = [x.valid for x in traces if x.teacher == t and x.task == name]
             if mine:
                 out.setdefault(t, {})[name] = sum(mine) / len(mine)
     return out
+
+
+def _family_types(cfg: Any) -> tuple[str, ...]:
+    """Every task type of the run's families (`tasks.families`; AZR's three by default)."""
+    from populora.tasks import registry
+
+    return registry.task_types(getattr(cfg.tasks, "families", ["azr"]))
 
 
 class Prober:
@@ -319,6 +376,7 @@ class Prober:
         proposals: int = 0,
         references: int = 2,
         styles: bool = True,
+        types: Sequence[str] = TASKS,
     ) -> None:
         self.every = every
         self.size = size
@@ -329,9 +387,11 @@ class Prober:
         self.styles = dict(ANSWER_STYLES.get(template, {})) if styles else {}
         self._teacher_prompts: list | None = None
         # The tiny model's compact answers fit MAX_NEW_TOKENS; other templates get the training budget.
+        self.types = tuple(types)  # the task types probed: every type of the run's families
         self.budget = (
             dict(MAX_NEW_TOKENS) if template == "compact" else dict.fromkeys(TASKS, student_max_new_tokens)
         )
+        self.budget.update({t: student_max_new_tokens for t in self.types if t not in TASKS})
         self._problems: dict[str, list] | None = None
 
     @classmethod
@@ -345,6 +405,7 @@ class Prober:
             d.probe_proposals,
             cfg.tasks.references,
             d.probe_styles,
+            _family_types(cfg),
         )
 
     @property
@@ -357,7 +418,7 @@ class Prober:
     @property
     def problems(self) -> dict[str, list]:
         if self._problems is None:
-            self._problems = probe_subset(self.size)
+            self._problems = probe_subset(self.size, self.types)
         return self._problems
 
     def answers(self, n_members: int) -> int:
@@ -372,7 +433,11 @@ class Prober:
         def phase(name: str) -> Mapping[str, Any]:
             if trainer.live is not None:
                 trainer.live.show(name)
-            return trainer._progress(trainer.engine.generate, name)
+            extra = trainer._progress(trainer.engine.generate, name)
+            if extra or name not in PART_NAMES or not accepts_progress(trainer.engine.generate):
+                return extra
+            # no live bar (a log): plain lines per share of the answers, so a long probe is never silent
+            return {"progress": line_progress(name, trainer.quiet)}
 
         return phase
 
@@ -471,7 +536,7 @@ def probe_line(step: int, total: int, rec: Mapping[str, Any], roles: Mapping[str
         if not ids:
             continue
         cells = []
-        for t in TASKS:
+        for t in dict.fromkeys(t for m in ids for t in rec["probe"][m]):
             cell = f"{t} {mean([rec['probe'][m][t] for m in ids if t in rec['probe'][m]])}"
             styled = [rec.get("probe_style", {}).get(m, {}).get(t) for m in ids]
             if all(styled):
@@ -497,6 +562,7 @@ __all__ = [
     "Prober",
     "adapter_key",
     "answer_style",
+    "line_progress",
     "probe_line",
     "probe_members",
     "probe_subset",

@@ -152,7 +152,9 @@ def metrics_record(
             rewards += [r for t in as_student for r in t.answer_rewards]
             lens += [len(g.token_ids) for t in as_student for g in t.answers]
         solved = as_teacher if m.role == "teacher" else as_student
-        solve = {name: solve_rate(t for t in solved if t.task == name) for name in TASKS}
+        # AZR's types always, then any other family's types the step played (tasks/registry.py)
+        names = (*TASKS, *sorted({t.task for t in played} - set(TASKS)))
+        solve = {name: solve_rate(t for t in solved if t.task == name) for name in names}
         solve["all"] = solve_rate(solved)
         n_valid = sum(t.valid for t in as_teacher)
         out[m.id] = {

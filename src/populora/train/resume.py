@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from populora import checkpoint_ref as ckpt  # torch-free: a resume is planned before torch is imported
-from populora.config import RESUMABLE_KEYS
+from populora.config import RESUMABLE_KEYS, Config, from_dict, to_dict
 from populora.diagnostics.sinks import repair_jsonl
 from populora.train.errors import TrainError
 from populora.train.run_folder import LOGS
@@ -176,4 +176,25 @@ def resume_line(run: Path, start: int, total: int, plan: ResumePlan) -> str:
     return f"{head}resuming {run} from checkpoint {ckpt.step_dir_name(start)} (step {start} of {total})"
 
 
-__all__ = ["ResumePlan", "branch_run", "plan_resume", "resume_line"]
+def changed_settings(saved: dict, cfg: Config) -> str | None:
+    """The line a resume prints when `--set` changed any of `RESUMABLE_KEYS` against the run's saved config
+    (`saved`, config.yaml as loaded): `changed on resume: rl.micro_batch_tokens 4096 -> 2048, ...`; None when
+    nothing changed. E.g. a run that ran out of GPU memory continues with smaller memory settings."""
+    before, after = to_dict(from_dict(saved, check=False)), to_dict(cfg)
+    changes = []
+    for key in RESUMABLE_KEYS:
+        section, name = key.split(".", 1)
+        old, new = before.get(section, {}).get(name), after.get(section, {}).get(name)
+        if old != new:
+            changes.append(f"{key} {old!r} -> {new!r}")
+    if not changes:
+        return None
+    return (
+        "changed on resume: "
+        + ", ".join(changes)
+        + " (memory, layout and length settings: the update is the "
+        "same up to float rounding; config.yaml now records the new values)"
+    )
+
+
+__all__ = ["ResumePlan", "branch_run", "changed_settings", "plan_resume", "resume_line"]

@@ -13,7 +13,16 @@ import torch
 from populora import tasks
 from populora.config import Config
 from populora.engine import EngineError, PolicyEngine, build, resolve_model
-from populora.engine.memory import available_bytes, check_memory, estimate_memory
+from populora.engine.memory import (
+    MemoryPlan,
+    available_bytes,
+    check_memory,
+    check_plan,
+    check_plan_on_gpu,
+    cuda_problem,
+    estimate_memory,
+    memory_plan,
+)
 from populora.names import TASKS
 from populora.pretrain.programs import sample_code_f, sample_triplet
 from populora.sandbox import Sandbox
@@ -52,7 +61,11 @@ def synthetic_seeds(n: int, sandbox: Sandbox, seed: int) -> list:
 
 
 def preflight(cfg: Config) -> str:
-    """Check the model exists and base + slots fit in memory (one clear line if not); return the device."""
+    """Check the model exists and base + slots fit in memory (one clear line if not); return the device.
+
+    On a GPU the check counts vLLM's share and the activations of the longest micro-batch (`memory_plan`),
+    against this process's GPU with one worker, or `model.memory_gb`; with dist.workers > 1 each Ray worker
+    checks its own GPU (`build_engine` hands it the plan), so the driver needs no GPU."""
     try:
         folder = resolve_model(cfg.model.name, cfg.model.revision or None)
     except EngineError as err:
@@ -60,6 +73,17 @@ def preflight(cfg: Config) -> str:
     device = cfg.model.device
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda":
+        distributed = cfg.dist.workers > 1
+        problem = None if distributed else cuda_problem()  # workers check their own GPUs
+        if problem:
+            raise TrainError(f"model.device=cuda: {problem}.")
+        plan = gpu_plan(cfg, folder)
+        if cfg.model.memory_gb > 0:
+            check_plan(plan, int(cfg.model.memory_gb * 2**30), "model.memory_gb")
+        elif not distributed:
+            check_plan_on_gpu(plan)
+        return device
     base_bytes, slot_bytes = estimate_memory(folder, cfg.lora.rank, cfg.lora.targets)
     if cfg.model.backend == "vllm":  # vLLM holds its own copy of the base and a KV cache
         from populora.engine.vllm import held_bytes
@@ -72,6 +96,11 @@ def preflight(cfg: Config) -> str:
         )
     check_memory(cfg, base_bytes, slot_bytes, available_bytes(device))
     return device
+
+
+def gpu_plan(cfg: Config, folder) -> MemoryPlan:
+    """`memory_plan` in the training dtype (bfloat16 unless model.dtype says otherwise)."""
+    return memory_plan(cfg, folder, "bfloat16" if cfg.model.dtype == "auto" else cfg.model.dtype)
 
 
 def build_engine(cfg: Config) -> PolicyEngine:
@@ -88,6 +117,11 @@ def build_engine(cfg: Config) -> PolicyEngine:
         if m.backend == "vllm"
         else {}
     )
+    if device == "cuda" and cfg.dist.workers > 1 and cfg.model.memory_gb <= 0:
+        # each Ray worker checks the plan against its own GPU before loading anything
+        vllm_opts["memory_plan"] = gpu_plan(cfg, resolve_model(cfg.model.name, cfg.model.revision or None))
+    if m.backend == "vllm":
+        vllm_opts["sleep"] = m.vllm_sleep
     try:
         return build(
             model=cfg.model.name,
@@ -104,6 +138,7 @@ def build_engine(cfg: Config) -> PolicyEngine:
             train_threads=cfg.train.threads,
             micro_batch_tokens=cfg.rl.micro_batch_tokens,
             activation_checkpointing=cfg.rl.activation_checkpointing,
+            tis_cap=cfg.rl.tis_cap,
             lora_dropout=cfg.lora.dropout,
             revision=cfg.model.revision or None,
             trust_remote_code=cfg.model.trust_remote_code,

@@ -61,12 +61,14 @@ from populora.population.ratings import RatingSystem, score_game
 from populora.rl.advantages import reinforce_pp_baseline, scope_key
 from populora.rl.schedule import lr_at
 from populora.sandbox import Limits, Sandbox
+from populora.tasks import registry
 from populora.tasks.buffers import TaskBuffers
 from populora.tasks.rewards import RewardConfig, learnability_reward, student_reward, teacher_reward
 from populora.train import checkpoint as ckpt
 from populora.train.controls import shuffle_student_rewards
 from populora.train.credit import blamed_tokens, failure_span, span_advantages
 from populora.train.errors import TrainError
+from populora.train.hall import HallGames
 from populora.train.interrupt import StopRequest, TrainingInterrupted
 from populora.train.probe import Prober
 from populora.train.probe_guard import ProbeGuard
@@ -124,6 +126,7 @@ class Trainer:
         self._pending_checkpoint_s = 0.0
         self.prober = Prober.from_config(cfg)  # the fixed held-out probe (train/probe.py); off when every=0
         self.probe_guard: ProbeGuard | None = None  # proposals equal to a probe program are dropped (setup)
+        self.hof = HallGames(cfg)  # unrated games against frozen references (train/hall.py); off when every=0
         self._evolution_pending = False  # the final step skipped its evolution; a longer resume runs it
         self.live: StepProgress | None = None  # the console while `fit` runs (the live phase line)
 
@@ -162,6 +165,7 @@ class Trainer:
                 seed_io=resolve_seed_file(tk.seed_io, "tasks.seed_io") or None,
                 seed_code_f=resolve_seed_file(tk.seed_code_f, "tasks.seed_code_f") or None,
                 sandbox=self.sandbox,
+                tasks=registry.buffer_types(tk.families),
             )
         except SeedFileError as err:
             raise TrainError(str(err)) from None
@@ -169,7 +173,8 @@ class Trainer:
             raise TrainError(
                 f"tasks.seed_io / tasks.seed_code_f: cannot read the seed file ({err})."
             ) from None
-        if tk.seed_synthetic:
+        self._seed_family_buffers()
+        if tk.seed_synthetic and "azr" in tk.families:
             note(
                 f"seeding the buffers ({tk.seed_synthetic} problems per task, checked in the sandbox)",
                 self.quiet,
@@ -177,6 +182,14 @@ class Trainer:
             for p in synthetic_seeds(tk.seed_synthetic, self.sandbox, self.cfg.train.seed):
                 if not self.probe_guard.collides(p.program):  # the probe's twins never enter the buffers
                     self.buffers.add(p)
+
+    def _seed_family_buffers(self) -> None:
+        """Fill each non-AZR task type's buffer with its family's seed problems (`tasks.seed_synthetic` of
+        them, at least `tasks.references`), made in the sandbox behind the policy (tasks/registry.py)."""
+        tk = self.cfg.tasks
+        n = max(tk.seed_synthetic, tk.references, 1)
+        for t in registry.buffer_types(tk.families)[len(tasks.TASK_NAMES) :]:
+            self.buffers[t].extend(registry.seed_problems(t, n, self.sandbox, self.cfg.train.seed))
 
     def close(self) -> None:
         if self.engine is not None:
@@ -391,6 +404,10 @@ class Trainer:
                     trace.problem = res.with_origin(trace.teacher, step)
         for trace in traces:
             if trace.program:
+                if trace.task not in tasks.TASK_NAMES:  # another family may measure its own programs
+                    trace.features = registry.features(trace.task, trace.program)
+                    if trace.features is not None:
+                        continue
                 try:
                     trace.features = program_features(trace.program)
                 except Exception:  # noqa: BLE001 - unparsable programs simply have no features
@@ -665,6 +682,7 @@ class Trainer:
                     "population": self.pop.to_dict(),
                     "coverage": self.coverage.state_dict(),
                     "evolution_pending": self._evolution_pending,
+                    "hall": self.hof.state_dict(),
                     "time": time.time(),
                 },
             )
@@ -746,6 +764,7 @@ class Trainer:
                 self.engine.set_adapter(m.slot, data["adapters"][m.id], reset_optimizer=True)
             self.engine.load_optimizer_state(data["optimizer"])
             self.coverage.load_state_dict(data["state"]["coverage"])
+            self.hof.restore(self, data["state"].get("hall"))
         except (
             EngineError,
             KeyError,
@@ -800,6 +819,7 @@ class Trainer:
         cfg = self.cfg
         res = self.step(step)
         self.prober.after_step(self, step, res.record)
+        self.hof.after_step(self, step, res.record)
         # Logs of a step are written before its checkpoint, so a resume from it never loses them.
         for rec in problem_records(step, res.traces):
             self.run.problem(rec)

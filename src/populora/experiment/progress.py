@@ -1,0 +1,83 @@
+"""How far an experiment is and how long is left, read from its run folders' metrics.jsonl.
+
+The estimate uses the runs' own finished steps: the seconds a step took (`step_s`, plus the probe's `probe_s`
+where one ran) summed over every step done so far, in this sitting or an earlier one, divided by those steps,
+times the steps left, divided by how many runs go side by side. Steps measured while J runs shared the cores
+already carry that slowdown, so dividing by J is right. Model loading between runs is not counted.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+
+def read_progress(path: Path) -> tuple[int, float]:
+    """(last step, seconds spent in steps and probes) of a run folder; (0, 0.0) before its first step."""
+    f = Path(path) / "metrics.jsonl"
+    if not f.is_file():
+        return 0, 0.0
+    by_step: dict[int, float] = {}
+    try:
+        text = f.read_text()
+    except OSError:
+        return 0, 0.0
+    for line in text.splitlines():
+        try:
+            r = json.loads(line)
+            step = int(r.get("step", 0))
+        except (ValueError, AttributeError, TypeError):
+            continue  # a line cut by a kill, or being written now
+        by_step[step] = float(r.get("step_s") or 0.0) + float(r.get("probe_s") or 0.0)
+    return (max(by_step) if by_step else 0), sum(by_step.values())
+
+
+def eta_seconds(done: int, total: int, spent: float, parallel: int) -> float | None:
+    """Seconds left: `total - done` steps at `spent / done` seconds each, `parallel` at a time (None before
+    any step is done)."""
+    if done <= 0 or spent <= 0:
+        return None
+    return max(0, total - done) * (spent / done) / max(1, parallel)
+
+
+def fmt_duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "time left unknown until a step is done"
+    s = int(round(seconds))
+    if s < 90:
+        return f"about {s} s left"
+    h, m = divmod(round(s / 60), 60)
+    return f"about {m} min left" if h == 0 else f"about {h} h {m:02d} min left"
+
+
+@dataclass
+class Progress:
+    """The experiment's runs (name, folder, steps it should reach), `jobs` at a time."""
+
+    runs: Sequence[tuple[str, Path, int]]
+    jobs: int
+
+    def snapshot(self) -> dict[str, tuple[int, float]]:
+        return {name: read_progress(path) for name, path, _ in self.runs}
+
+    def summary(self, running: Sequence[str] = ()) -> str:
+        """`712/2000 steps (36%); running: single seed 2 at step 12/100; about 3 h 08 min left`."""
+        snap = self.snapshot()
+        target = {name: steps for name, _, steps in self.runs}
+        done = sum(min(snap[n][0], target[n]) for n in target)
+        spent = sum(t for _, t in snap.values())
+        total = sum(target.values())
+        left_runs = sum(1 for n in target if snap[n][0] < target[n])
+        eta = eta_seconds(done, total, spent, min(self.jobs, left_runs) or 1)
+        now = (
+            "; running: " + ", ".join(f"{n} at step {snap[n][0]}/{target[n]}" for n in running)
+            if running
+            else ""
+        )
+        pct = 100 * done / total if total else 100.0
+        return f"{done}/{total} steps ({pct:.0f}%){now}; {fmt_duration(eta)}"
+
+
+__all__ = ["Progress", "eta_seconds", "fmt_duration", "read_progress"]

@@ -1,0 +1,155 @@
+"""The `arith` family, shipped with populora: integer arithmetic problems whose answers the sandbox computes.
+
+One task type, `arith`. The teacher writes an integer expression in an ```expression block: integer literals,
+`+ - * // %`, unary minus and parentheses, 3 to 80 characters, at least one operator, literals at most 10**6
+(no `**`, no names, no calls: `check_proposal` parses it with `ast` and re-renders it). The problem's program is
+`def f():\n    return <expression>\n`; validation runs it in the sandbox (behind the capability policy:
+`populora.tasks.guard`), and a proposal whose value is not a plain int (a ZeroDivisionError, say) is invalid.
+The student sees the expression and answers the integer in an ```output block; it is right iff that integer
+equals the value the sandbox computed.
+
+Seeds and probe items come from one generator (`random_expression`), which builds an expression and its value
+together; the probe set is 64 items from a fixed stream (`PROBE_SEED`), the seeds come from the run's seed on
+another stream and never repeat a probe expression. The tests check every probe value against the sandbox.
+"""
+
+from __future__ import annotations
+
+import ast
+import random
+import re
+from functools import cache
+from typing import Any
+
+from populora.tasks.computed import ComputedAnswerTask
+from populora.tasks.family import TaskFamily
+from populora.tasks.types import FormatError, Problem
+
+MAX_CHARS = 80
+MAX_LITERAL = 10**6
+PROBE_SEED = "arith-probe-v1"
+PROBE_SIZE = 64
+_OPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.FloorDiv: "//", ast.Mod: "%"}
+_INT = re.compile(r"-?\d{1,40}")
+
+
+def _check_node(node: ast.AST) -> str | None:
+    if isinstance(node, ast.BinOp):
+        if type(node.op) not in _OPS:
+            return f"operator {type(node.op).__name__} not allowed"
+        return _check_node(node.left) or _check_node(node.right)
+    if isinstance(node, ast.UnaryOp):
+        return None if isinstance(node.op, ast.USub | ast.UAdd) else "only unary minus/plus"
+    if isinstance(node, ast.Constant):
+        v = node.value
+        if type(v) is not int:
+            return "only integer literals"
+        return None if abs(v) <= MAX_LITERAL else f"literal larger than {MAX_LITERAL}"
+    return f"{type(node).__name__} not allowed"
+
+
+class ArithTask(ComputedAnswerTask):
+    name = "arith"
+    proposal_lang = "expression"
+    answer_lang = "output"
+    teacher_intro = (
+        "Write one integer arithmetic expression (integers, + - * // %, parentheses; no **), at most "
+        f"{MAX_CHARS} characters, in an ```expression block. A student will compute its value."
+    )
+    student_intro = "Compute the value of this expression. Answer with the integer in an ```output block."
+
+    def check_proposal(self, text: str) -> str | FormatError:
+        if not 3 <= len(text) <= MAX_CHARS:
+            return FormatError(f"expression: length must be 3..{MAX_CHARS}")
+        try:
+            tree = ast.parse(text, mode="eval")
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            return FormatError("expression: does not parse")
+        unary = tree.body
+        while isinstance(unary, ast.UnaryOp):  # a bare number behind signs is not a problem
+            unary = unary.operand
+        if not isinstance(unary, ast.BinOp):
+            return FormatError("expression: needs at least one operator")
+        try:
+            reason = _check_node(tree.body)
+        except RecursionError:
+            return FormatError("expression: nested too deeply")
+        return FormatError(f"expression: {reason}") if reason else ast.unparse(tree.body)
+
+    def program_for(self, canonical: str) -> str:
+        return f"def f():\n    return {canonical}\n"
+
+    def canonical_of(self, problem: Problem) -> str:
+        return problem.program.split("return ", 1)[1].strip()
+
+    def check_answer(self, text: str) -> Any:
+        if not _INT.fullmatch(text):
+            return FormatError("answer: not an integer")
+        return int(text)
+
+
+def random_expression(rng: random.Random, depth: int = 2) -> tuple[str, int]:
+    """An expression of nested binary operations over small integers and its value, built together (no
+    evaluation); divisions and remainders get a non-zero right side."""
+    if depth == 0 or rng.random() < 0.3:
+        v = rng.randint(0, 20)
+        return str(v), v
+    ls, lv = random_expression(rng, depth - 1)
+    rs, rv = random_expression(rng, depth - 1)
+    op = rng.choice(["+", "-", "*", "//", "%"])
+    if op in ("//", "%") and rv == 0:
+        rs, rv = "7", 7
+    value = {
+        "+": lv + rv,
+        "-": lv - rv,
+        "*": lv * rv,
+        "//": lv // rv if rv else 0,
+        "%": lv % rv if rv else 0,
+    }[op]
+    return f"({ls} {op} {rs})", value
+
+
+def _items(stream: str, n: int, task: ArithTask, avoid: frozenset[str] = frozenset()) -> list[Problem]:
+    rng = random.Random(stream)
+    out: list[Problem] = []
+    seen = set(avoid)
+    for _ in range(n * 50):
+        if len(out) == n:
+            break
+        text, value = random_expression(rng, depth=rng.choice([1, 2, 3]))
+        canonical = task.check_proposal(text)
+        if isinstance(canonical, FormatError) or canonical in seen:
+            continue
+        seen.add(canonical)
+        out.append(Problem(task.name, task.program_for(canonical), ("",), (repr(value),), "", "seed", 0))
+    return out
+
+
+@cache
+def probe_set() -> tuple[Problem, ...]:
+    return tuple(_items(PROBE_SEED, PROBE_SIZE, ArithTask()))
+
+
+class ArithFamily(TaskFamily):
+    name = "arith"
+    task_types = ("arith",)
+    description = "integer arithmetic expressions; the sandbox computes each value"
+
+    def task(self, task_type: str, **config: Any) -> ArithTask:
+        return ArithTask()
+
+    def probe_items(self, task_type: str) -> list[Problem]:
+        return list(probe_set())
+
+    def seed_problems(self, task_type: str, n: int, sandbox: Any, seed: int) -> list[Problem]:
+        """`n` generated expressions (none of them a probe item), validated in `sandbox`."""
+        task = ArithTask()
+        avoid = frozenset(task.canonical_of(p) for p in probe_set())
+        made = _items(f"arith-seed-{seed}", n, task, avoid)
+        from populora.tasks.types import Proposal
+
+        checked = task.validate([Proposal(task.canonical_of(p), ("",), "", "seed", 0) for p in made], sandbox)
+        return [p for p in checked if isinstance(p, Problem)]
+
+
+__all__ = ["ArithFamily", "ArithTask", "probe_set", "random_expression"]

@@ -1,0 +1,186 @@
+"""`ComputedAnswerTask`: a ready-made `FamilyTask` for "the teacher writes X, the sandbox computes the answer,
+the student writes the answer" task types (the shipped `arith` family and examples/task-plugin use it).
+
+A subclass says only what is specific to its problems:
+
+- `proposal_lang` / `answer_lang`: the fence languages of the teacher's and the student's block;
+- `check_proposal(text) -> str | FormatError`: the canonical form of the teacher's block (re-rendered from a
+  parse, so model text never reaches the sandbox verbatim) or why it is malformed;
+- `program_for(canonical) -> str`: a module defining `f()` whose value is the answer (it runs in the sandbox);
+- `canonical_of(problem) -> str`: the canonical proposal back from a problem (shown to students, used as refs);
+- `teacher_intro` / `student_intro`: the lines above the blocks;
+- `check_answer(text) -> value | FormatError`: the student's block parsed to a plain value.
+
+Validation runs `f()` in the sandbox the family was handed (a `GuardedSandbox`) twice, in two jobs, and keeps
+the proposal only if both runs give the same plain value whose repr fits `max_output_chars`. Scoring compares
+the parsed answer with that value type-strictly, in this process, with no evaluation of model text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from populora.tasks.extract import find_blocks
+from populora.tasks.family import FamilyTask
+from populora.tasks.literals import LiteralError, parse_literal, strict_equal
+from populora.tasks.types import Answer, FormatError, Invalid, InvalidProblem, Problem, Proposal
+
+MAX_TEXT_CHARS = 200_000  # longer completions are format errors before any scanning
+CALL = "f()"
+
+
+class ComputedAnswerTask(FamilyTask):
+    """See the module docstring. `references` is how many buffer problems the teacher prompt shows."""
+
+    proposal_lang = "proposal"
+    answer_lang = "output"
+    teacher_intro = ""
+    student_intro = ""
+    references = 3
+    max_output_chars = 200
+
+    def __init__(self, name: str | None = None, **config: Any) -> None:
+        if name is not None:
+            self.name = name
+        self.past_deadline = 0
+
+    # ---- what a subclass provides
+    def check_proposal(self, text: str) -> str | FormatError:
+        raise NotImplementedError
+
+    def program_for(self, canonical: str) -> str:
+        raise NotImplementedError
+
+    def canonical_of(self, problem: Problem) -> str:
+        raise NotImplementedError
+
+    def check_answer(self, text: str) -> Any:
+        """The student's block as a plain value; the default reads one Python literal (never evaluated)."""
+        try:
+            return parse_literal(text)
+        except LiteralError as e:
+            return FormatError(f"answer: {e}")
+
+    # ---- prompts
+    def _block(self, lang: str, body: str) -> str:
+        return f"```{lang}\n{body}\n```"
+
+    def teacher_prompt(self, refs: Sequence[Problem], template: Any = None) -> str:
+        shown = "\n".join(
+            self._block(self.proposal_lang, self.canonical_of(p)) for p in refs[: self.references]
+        )
+        examples = f"Examples:\n{shown}\n" if shown else ""
+        return f"## Task: {self.name}\n{self.teacher_intro}\n{examples}Yours:\n"
+
+    def render_proposal(
+        self, program: str, inputs: Sequence[str] = (), message: str = "", template: Any = None
+    ) -> str:
+        """What a perfect teacher writes: `program` here is the proposal's text (the block's content)."""
+        return self._block(self.proposal_lang, program) + "\n"
+
+    def student_prompt(self, problem: Problem, template: Any = None) -> str:
+        return (
+            f"## Task: {self.name}\n{self.student_intro}\n"
+            f"{self._block(self.proposal_lang, self.canonical_of(problem))}\nAnswer:\n"
+        )
+
+    def render_answer(self, answer_text: str, template: Any = None) -> str:
+        return self._block(self.answer_lang, answer_text.strip("\n")) + "\n"
+
+    # ---- parsing (never raises)
+    def _last_block(self, text: Any, lang: str) -> str | FormatError:
+        if not isinstance(text, str):
+            return FormatError("format: not text")
+        if len(text) > MAX_TEXT_CHARS:
+            return FormatError("format: text too long")
+        blocks = find_blocks(text, lang)
+        if not blocks:
+            return FormatError(f"format: no ```{lang} block")
+        return blocks[-1].strip()
+
+    def parse_proposal(
+        self, text: Any, program: str | None = None, template: Any = None
+    ) -> Proposal | FormatError:
+        body = self._last_block(text, self.proposal_lang)
+        if isinstance(body, FormatError):
+            return body
+        try:
+            canonical = self.check_proposal(body)
+        except Exception as e:  # noqa: BLE001 - a subclass's check must not crash the trainer
+            return FormatError(f"format: unparsable ({type(e).__name__})")
+        if isinstance(canonical, FormatError):
+            return canonical
+        return Proposal(program=canonical, inputs=("",))
+
+    def parse_answer(self, text: Any, template: Any = None) -> Answer | FormatError:
+        body = self._last_block(text, self.answer_lang)
+        if isinstance(body, FormatError):
+            return body
+        try:
+            value = self.check_answer(body)
+        except Exception as e:  # noqa: BLE001
+            return FormatError(f"format: unparsable ({type(e).__name__})")
+        return value if isinstance(value, FormatError) else Answer(body)
+
+    # ---- validation in the sandbox
+    def validate(self, proposals: Sequence[Proposal], sandbox: Any) -> list[Problem | Invalid]:
+        programs = [self.program_for(p.program) for p in proposals]
+        # two separate jobs per proposal: a value that differs between runs is not a problem
+        outs = (
+            list(sandbox.run_many([(prog, CALL) for prog in programs for _ in range(2)])) if programs else []
+        )
+        results: list[Problem | Invalid] = []
+        for i, p in enumerate(proposals):
+            a, b = outs[2 * i], outs[2 * i + 1]
+            if not a.ok:
+                results.append(Invalid(f"{a.status}: {a.error_type or ''}".rstrip(": "), p))
+            elif not (b.ok and a.value_repr == b.value_repr):
+                results.append(Invalid("nondeterministic", p))
+            elif not a.plain:
+                results.append(Invalid("output is not a plain value", p))
+            elif len(a.value_repr) > self.max_output_chars:
+                results.append(Invalid("output too long", p))
+            else:
+                results.append(
+                    Problem(
+                        self.name, programs[i], ("",), (a.value_repr,), "", proposer=p.proposer, step=p.step
+                    )
+                )
+        return results
+
+    def problem_from(
+        self,
+        sandbox: Any,
+        program: str,
+        inputs: Sequence[str] = ("",),
+        message: str = "",
+        proposer=None,
+        step=None,
+    ) -> Problem:
+        """The problem of one proposal text (`program`: the block's content); raises InvalidProblem."""
+        canonical = self.check_proposal(program)
+        if isinstance(canonical, FormatError):
+            raise InvalidProblem(canonical.reason)
+        res = self.validate([Proposal(canonical, ("",), proposer=proposer, step=step)], sandbox)[0]
+        if isinstance(res, Invalid):
+            raise InvalidProblem(res.reason)
+        return res
+
+    # ---- scoring (in this process: the gold value was computed in the sandbox at validation)
+    def score(
+        self, problem: Problem, answers: Sequence[Answer | FormatError | str], sandbox: Any = None
+    ) -> list[bool]:
+        gold = parse_literal(problem.output)
+        out = []
+        for a in answers:
+            text = a if isinstance(a, str) else getattr(a, "text", None)
+            if text is None:  # a FormatError
+                out.append(False)
+                continue
+            value = self.check_answer(text)
+            out.append(not isinstance(value, FormatError) and strict_equal(value, gold))
+        return out
+
+
+__all__ = ["CALL", "ComputedAnswerTask"]
