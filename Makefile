@@ -61,9 +61,12 @@ demo: install
 	@echo "populora demo: trains the tiny preset (2 teachers + 2 students) on this CPU, then writes the report (~3 min)"
 	$(BIN)/populora demo
 
+# The tests run on TEST_WORKERS pytest-xdist workers, a whole file per worker at a time (tests/conftest.py);
+# TEST_WORKERS=0 runs them in one process.
+TEST_WORKERS ?= 2
 test: install system-deps
 	$(BIN)/pip install -q --no-deps --no-build-isolation -e examples/task-plugin || $(BIN)/pip install -q --no-deps -e examples/task-plugin  # the example task-family plugin (tests/e2e/test_plugin_family.py)
-	$(BIN)/python -m pytest -q -p no:cacheprovider tests
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) tests
 	.ci/wheel-check $(BIN)/python
 	@$(MAKE) --no-print-directory test-vllm
 

@@ -37,3 +37,60 @@ def model_name(tmp_path_factory) -> str:
         model.save_pretrained(path)
         tok.save_pretrained(path)
         return str(path)
+
+
+# ------------------------------------------------------------------ parallel runs (`make test` uses pytest-xdist)
+#
+# `pytest -n 2` hands out whole test files, never single tests: a file's module-scoped fixtures (a trained run
+# folder, a model, a sandbox pool) are then built once, by the one worker that runs the file. Two exceptions:
+# - tests/dist is one unit: its tests share one local Ray cluster (2 CPUs), and two clusters at once would
+#   only compete for the same two cores;
+# - the units known to be long go out first (SLOW_FIRST), so that no long file starts last and runs alone.
+# Without -n none of this is used and the tests run in file order, as before.
+
+#: Path prefixes of the units that take longest on 2 cores (measured with --durations), longest first.
+SLOW_FIRST = (
+    "tests/dist/",
+    "tests/e2e/test_kill_resume.py",
+    "tests/e2e/",
+    "tests/train/",
+    "tests/experiment/",
+    "tests/bench/",
+)
+#: Folders run as one unit (one worker, one after another).
+ONE_UNIT = ("tests/dist/",)
+
+
+def _unit(nodeid: str) -> str:
+    for folder in ONE_UNIT:
+        if nodeid.startswith(folder):
+            return folder
+    return nodeid.split("::", 1)[0]
+
+
+def _rank(nodeid: str) -> int:
+    return next((i for i, p in enumerate(SLOW_FIRST) if nodeid.startswith(p)), len(SLOW_FIRST))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FileScheduling(LoadScopeScheduling):
+        """xdist's per-scope scheduling with a file (or ONE_UNIT folder) as the scope, slow units first."""
+
+        def __init__(self, config, log=None):
+            super().__init__(config, log)
+            config.option.loadscopereorder = False  # keep the order given below, not "most tests first"
+
+        def _split_scope(self, nodeid: str) -> str:
+            return _unit(nodeid)
+
+        def _assign_work_unit(self, node):
+            # the queue, not the collection (whose positions the workers' items are addressed by), is sorted:
+            # stable, so file order within a rank
+            for scope in sorted(self.workqueue, key=_rank):
+                self.workqueue.move_to_end(scope)
+            super()._assign_work_unit(node)
+
+    return FileScheduling(config, log)

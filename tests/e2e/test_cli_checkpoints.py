@@ -5,8 +5,6 @@ in its adapters (issue 33, item 6)."""
 import json
 import os
 import shutil
-import subprocess
-import sys
 
 import pytest
 import yaml
@@ -19,27 +17,11 @@ from populora.lora.peft_io import load_peft, portable_base
 from populora.paths import TINY_MODEL_DIR
 
 
-@pytest.fixture(scope="module")
-def run(tmp_path_factory, fast):
-    """Two steps of the tiny preset from a user YAML file plus a bare override, through the real CLI."""
-    root = tmp_path_factory.mktemp("ckpt")
-    mine = root / "mine.yaml"
-    keys = [k.split("=", 1) for k in fast]
-    sections: dict = {}
-    for key, value in keys:
-        section, name = key.split(".")
-        sections.setdefault(section, {})[name] = yaml.safe_load(value)
-    sections["train"].update(checkpoint_every=1, keep_checkpoints=0, steps=5)
-    sections["evolution"] = {"every": 0}
-    mine.write_text(yaml.safe_dump({"base": "tiny", **sections}))
-    out = root / "run"
-    res = subprocess.run(
-        [sys.executable, "-m", "populora.cli", "train", "--config", str(mine), "train.steps=2", "-q",
-         "--run-dir", str(out)],
-        capture_output=True, text=True, timeout=900, cwd=root,
-    )  # fmt: skip
-    assert res.returncode == 0, res.stderr[-2000:]
-    return out
+@pytest.fixture
+def run(two_step_run):
+    """Two steps of the tiny preset from a user YAML file plus a bare override, through the real CLI
+    (tests/e2e/conftest.py; shared: read it, copy it before changing it)."""
+    return two_step_run
 
 
 def test_config_file_and_bare_override_reach_the_run(run):

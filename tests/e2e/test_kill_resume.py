@@ -12,10 +12,14 @@ import signal
 import subprocess
 import sys
 import time
+import traceback
 from collections import Counter
+from types import SimpleNamespace
 
 import pytest
+from typer.testing import CliRunner
 
+from populora.cli import app
 from populora.diagnostics.sinks import read_jsonl
 from populora.train.checkpoint import list_checkpoints, read_state
 
@@ -26,6 +30,17 @@ ENV = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE", "PYTHONUNBUFFERED": "1"}
 
 def _cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "populora.cli", *args]
+
+
+def _in_process(*args: str) -> SimpleNamespace:
+    """`populora ARGS` in this process (typer's CliRunner): for the runs that are not interrupted, which need no
+    process of their own (and so no fresh torch import). An escaping exception is put on stderr as its
+    traceback."""
+    res = CliRunner().invoke(app, list(args))
+    err = res.stderr
+    if res.exception is not None and not isinstance(res.exception, SystemExit):
+        err += "".join(traceback.format_exception(res.exception))
+    return SimpleNamespace(returncode=res.exit_code, stderr=err)
 
 
 def test_sigkill_then_resume_leaves_a_consistent_run(tmp_path, fast):
@@ -64,9 +79,7 @@ def test_sigkill_then_resume_leaves_a_consistent_run(tmp_path, fast):
     proc.wait(timeout=60)
     proc.stderr.close()
 
-    res = subprocess.run(
-        _cli("train", "--resume", str(run), "--quiet"), env=env, capture_output=True, text=True, timeout=300
-    )
+    res = _in_process("train", "--resume", str(run), "--quiet")
     assert res.returncode == 0, res.stderr[-2000:]
 
     # every line of every log is whole JSON, and each step appears exactly once
@@ -126,18 +139,12 @@ def _sets(fast, *extra: str) -> list[str]:
 def straight(tmp_path_factory, fast):
     """The reference: STEPS steps without interruption, a checkpoint after every step (all kept)."""
     run = tmp_path_factory.mktemp("straight") / "a"
-    res = subprocess.run(
-        _cli(
-            "train",
-            "--run-dir",
-            str(run),
-            "--quiet",
-            *_sets(fast, "train.checkpoint_every=1", "train.keep_checkpoints=0"),
-        ),
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    res = _in_process(
+        "train",
+        "--run-dir",
+        str(run),
+        "--quiet",
+        *_sets(fast, "train.checkpoint_every=1", "train.keep_checkpoints=0"),
     )
     assert res.returncode == 0, res.stderr[-2000:]
     return run
@@ -171,9 +178,7 @@ def test_sigint_checkpoints_the_current_step_and_the_resume_matches(straight, tm
         f"continue with `populora train --resume {run}`"
     )
 
-    res = subprocess.run(
-        _cli("train", "--resume", str(run), "--quiet"), env=ENV, capture_output=True, text=True, timeout=300
-    )
+    res = _in_process("train", "--resume", str(run), "--quiet")
     assert res.returncode == 0, res.stderr[-2000:]
     assert f"resuming {run} from checkpoint step_{done:06d} (step {done} of {STEPS})" in res.stderr
     # nothing was redone or lost: the interrupted-and-resumed run is the uninterrupted one, step for step
@@ -184,21 +189,15 @@ def test_sigint_checkpoints_the_current_step_and_the_resume_matches(straight, tm
 def test_branch_from_an_older_checkpoint_replays_the_run_in_a_new_folder(straight, tmp_path):
     before = {p: p.read_bytes() for p in straight.rglob("*") if p.is_file() and p.name != ".lock"}
     new = tmp_path / "branch"
-    res = subprocess.run(
-        _cli(
-            "train",
-            "--resume",
-            str(straight),
-            "--from-checkpoint",
-            "step_000002",
-            "--run-dir",
-            str(new),
-            "--quiet",
-        ),
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    res = _in_process(
+        "train",
+        "--resume",
+        str(straight),
+        "--from-checkpoint",
+        "step_000002",
+        "--run-dir",
+        str(new),
+        "--quiet",
     )
     assert res.returncode == 0, res.stderr[-2000:]
     assert (

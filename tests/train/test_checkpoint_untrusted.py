@@ -6,13 +6,15 @@ warning. Run on a real two-checkpoint tiny run; the file-level cases go through 
 import json
 import os
 import shutil
-import subprocess
-import sys
+import traceback
+from types import SimpleNamespace
 
 import pytest
 import torch
 from test_progress import FAST  # same folder: pytest puts it on sys.path
+from typer.testing import CliRunner
 
+from populora.cli import app
 from populora.lora.peft_io import load_peft
 from populora.tasks.buffers import TaskBuffers
 from populora.train import state_files as sf
@@ -49,14 +51,14 @@ class _RunsCode:
         return (os.system, (f"touch {self.marker}",))
 
 
-def _resume(run):
-    """`populora train --resume` in a subprocess (what a user runs); returns the result."""
-    return subprocess.run(
-        [sys.executable, "-m", "populora.cli", "train", "-q", "--resume", str(run), "--set", "train.steps=2"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+def _resume(run) -> SimpleNamespace:
+    """`populora train --resume` as a user runs it, in this process (typer's CliRunner: no fresh torch import
+    per call); an exception escaping the CLI is put on stderr as its traceback, which the checks refuse."""
+    res = CliRunner().invoke(app, ["train", "-q", "--resume", str(run), "--set", "train.steps=2"])
+    err = res.stderr
+    if res.exception is not None and not isinstance(res.exception, SystemExit):
+        err += "".join(traceback.format_exception(res.exception))
+    return SimpleNamespace(returncode=res.exit_code, stderr=err)
 
 
 def _fell_back_once(res, needle):
