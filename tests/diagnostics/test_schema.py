@@ -85,3 +85,23 @@ def test_check_run_steps_order(tmp_path):
         append_jsonl(tmp_path / "metrics.jsonl", good_metrics(step=s))
     errs = check_run(tmp_path)
     assert "config.yaml is missing" in errs and any("strictly increasing" in e for e in errs)
+
+
+def test_single_mode_matchups_are_not_games_and_skipped_evolution_is_known(tmp_path):
+    matchup = {
+        "step": 1,
+        "type": "matchup",
+        "teacher": "A0",
+        "student": "A0",
+        "solve_rate": 0.5,
+        "n_problems": 2,
+    }
+    assert check_event_record(matchup, single=True) == []
+    assert len(check_event_record(matchup)) == 3  # a population matchup is a rated game: outcome and points
+    skipped = {"step": 2, "type": "evolution_skipped", "role": "student", "operator": "X5"}
+    skipped.update(parents=["S0", "S1"], replaced="S2", reason="parent S1 holds NaN")
+    assert check_event_record(skipped) == []
+    (tmp_path / "config.yaml").write_text("{}\n")
+    append_jsonl(tmp_path / "metrics.jsonl", good_metrics(mode="single"))
+    append_jsonl(tmp_path / "events.jsonl", matchup)
+    assert not [e for e in check_run(tmp_path) if "event" in e]  # check_run reads the mode from metrics.jsonl

@@ -103,6 +103,7 @@ EVENT_KEYS = {
         "cos",
         "seconds",
     ),
+    "evolution_skipped": ("step", "type", "role", "operator", "parents", "replaced", "reason"),
     "checkpoint": ("step", "type", "path"),
     "resume": ("step", "type", "from"),
     "damaged_checkpoint": ("step", "type", "reason"),
@@ -239,25 +240,34 @@ def check_problem_record(rec: Mapping[str, Any]) -> list[str]:
     return errs
 
 
-def check_event_record(rec: Mapping[str, Any]) -> list[str]:
+GAME_KEYS = ("outcome", "teacher_points", "student_points")  # a matchup's rated game: population mode only
+
+
+def check_event_record(rec: Mapping[str, Any], single: bool = False) -> list[str]:
+    """Violations in one events.jsonl record; `single`: the run is single-agent, whose matchups are not rated
+    games (no outcome or points)."""
     kind = rec.get("type")
     if kind not in EVENT_KEYS:
         return [f"event at step {rec.get('step', '?')}: unknown type {kind!r}"]
-    return _missing(rec, EVENT_KEYS[kind], f"{kind} event at step {rec.get('step', '?')}")
+    keys = EVENT_KEYS[kind]
+    if single and kind == "matchup":
+        keys = tuple(k for k in keys if k not in GAME_KEYS)
+    return _missing(rec, keys, f"{kind} event at step {rec.get('step', '?')}")
 
 
 def check_run(run_dir: str | Path) -> list[str]:
     """All schema violations in a run folder's config.yaml and three JSONL files (empty list: conforming)."""
     run_dir = Path(run_dir)
     errs = [] if (run_dir / "config.yaml").exists() else ["config.yaml is missing"]
-    steps = []
+    steps, modes = [], set()
     for rec in read_jsonl(run_dir / "metrics.jsonl", missing_ok=True):
         errs += check_metrics_record(rec)
         steps.append(rec.get("step"))
+        modes.add(rec.get("mode"))
     if steps != sorted(steps) or len(set(steps)) != len(steps):
         errs.append("metrics.jsonl: steps must be strictly increasing (repair the file on resume)")
     for rec in read_jsonl(run_dir / "problems.jsonl", missing_ok=True):
         errs += check_problem_record(rec)
     for rec in read_jsonl(run_dir / "events.jsonl", missing_ok=True):
-        errs += check_event_record(rec)
+        errs += check_event_record(rec, single=modes == {"single"})
     return errs
