@@ -79,3 +79,32 @@ def test_probe_set_config_key_is_checked():
         load_config("tiny", ["diagnostics.probe_set=hard"])
     with pytest.raises(ConfigError, match=r"\[1, 256\]"):
         load_config("tiny", ["diagnostics.probe_size=260"])
+
+
+def test_bench_level_targets_by_hand():
+    from populora.pretrain.bench import level_targets
+
+    levels = {
+        "code_o": {
+            "1": {"student_accuracy_greedy": 0.625, "teacher_valid_t1": 0.5},
+            "5": {"student_accuracy_greedy": 0.25, "teacher_valid_t1": 0.75},
+        },
+        "code_f": {
+            "1": {"student_accuracy_greedy": 0.5, "teacher_valid_t1": 0.5},
+            "5": {"student_accuracy_greedy": 0.375, "teacher_valid_t1": 0.25},
+        },
+    }
+    assert level_targets(levels) == {
+        "code_o": {
+            "easiest_student_ge_60": True,
+            "hardest_student_le_25": True,
+            "teacher_valid_t1_mean": 0.625,
+            "teacher_valid_ok": True,
+        },
+        "code_f": {
+            "easiest_student_ge_60": False,
+            "hardest_student_le_25": False,
+            "teacher_valid_t1_mean": 0.375,
+            "teacher_valid_ok": False,
+        },
+    }
