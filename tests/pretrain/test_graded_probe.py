@@ -108,3 +108,15 @@ def test_bench_level_targets_by_hand():
             "teacher_valid_ok": False,
         },
     }
+
+
+def test_graded_probe_guard_drops_constant_variants_of_graded_probe_programs(sets):
+    import re
+
+    from populora.train.probe_guard import ProbeGuard
+
+    guard = ProbeGuard.from_probe_sets("graded")
+    prog = next(p.program for lv, p in sets["code_o"] if lv == 3 and re.search(r"\b\d\b", p.program))
+    variant = re.sub(r"\b(\d)\b", lambda m: str((int(m.group(1)) + 1) % 10), prog)
+    assert variant != prog and guard.collides(variant)
+    assert not ProbeGuard.from_probe_sets("fixed").collides(variant)  # the old guard never saw level 3
