@@ -364,6 +364,11 @@ class DiagnosticsConfig:
     probe_styles: bool = True
     """Also score code_o with the answer's opening forced to the execution trace and to the bare answer
     (metrics.jsonl `probe_style`: style and skill apart), on templates with two answer styles (compact)."""
+    # issue 30 §3 (pretrain/graded_probe.py): which probe sets the probe reads.
+    probe_set: str = "fixed"
+    """`fixed`: the level-easy probe sets (256 per task type, the bundled model's generator); `graded`: the
+    difficulty-stratified sets (260 per task type, 52 per graded level 1-5, first items spread evenly across
+    levels), with per-level accuracy in metrics.jsonl `probe_levels`."""
 
 
 @dataclass
@@ -924,9 +929,14 @@ def validate(cfg: Config) -> Config:
         dg.probe_every >= 0, f"diagnostics.probe_every: must be >= 0 (0 disables), got {dg.probe_every}."
     )
     _require(
-        1 <= dg.probe_size <= 256,
-        f"diagnostics.probe_size: must be in [1, 256] (the probe sets hold 256 problems each), "
-        f"got {dg.probe_size}.",
+        dg.probe_set in ("fixed", "graded"),
+        f"diagnostics.probe_set: must be fixed or graded, got {dg.probe_set!r}.",
+    )
+    _max_probe = 260 if dg.probe_set == "graded" else 256
+    _require(
+        1 <= dg.probe_size <= _max_probe,
+        f"diagnostics.probe_size: must be in [1, {_max_probe}] (the {dg.probe_set} probe sets hold "
+        f"{_max_probe} problems each), got {dg.probe_size}.",
     )
     _require(
         0 <= dg.probe_proposals <= 128,

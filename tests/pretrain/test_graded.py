@@ -107,3 +107,35 @@ def test_bad_arguments_name_the_problem():
         sample_graded(random.Random(0), split="heldout")
     with pytest.raises(GradedError, match="task must be one of"):
         probe_items("code_x", 5)
+
+
+def test_parse_levels_accepts_ranges_and_lists_and_names_bad_parts():
+    from populora.pretrain.graded import is_graded_level, parse_levels
+
+    assert parse_levels("1-5") == (1, 2, 3, 4, 5)
+    assert parse_levels("1,1,3") == (1, 1, 3) and parse_levels("4") == (4,)
+    for bad in ("0-2", "3-1", "x", "1-9", "2,"):
+        with pytest.raises(GradedError, match="bad level"):
+            parse_levels(bad)
+    assert is_graded_level("1-5") and not is_graded_level("easy") and not is_graded_level("full")
+
+
+def test_graded_corpus_traces_every_code_o_answer_and_draws_from_train():
+    from populora.pretrain.corpus import build_corpus
+    from populora.pretrain.tasks_render import TasksRenderer
+    from populora.tasks import get
+
+    mix = {"student:code_o": 3.0, "teacher:code_i": 1.0, "student:code_f": 1.0}
+    exs = build_corpus(3, 30, TasksRenderer(), level="4-5", trace=True, mix=mix, k_refs=(1, 2))
+    code_o = [e for e in exs if e.kind == "student:code_o"]
+    assert code_o and all(e.completion.startswith("```trace\n") for e in code_o)
+    t = get("code_o")
+    for e in code_o:  # the answer block after the trace is still the true output
+        prog = e.prompt.split("```python\n", 1)[1].split("\n```", 1)[0]
+        inp = e.prompt.split("```input\n", 1)[1].split("\n```", 1)[0]
+        assert graded_split(prog) == "train" and top_level_statements(prog) >= 4
+        out = e.completion.rsplit("```output\n", 1)[1].split("\n```", 1)[0]
+        assert out == run_bounded(programs.compile_program(prog), inp)
+        assert t.parse_answer(e.completion) is not None
+    with pytest.raises(ValueError, match="one answer style"):
+        build_corpus(3, 2, TasksRenderer(), level="1-5", trace=True, trace_fraction=0.5)

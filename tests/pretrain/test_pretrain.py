@@ -304,6 +304,12 @@ def test_pretrain_tiny_cli_rejects_bad_arguments():
     assert res.exit_code == 2 and "--mix" in res.output
     res = CliRunner().invoke(app, ["pretrain-tiny", "--trace", "--trace-fraction", "1.5"])
     assert res.exit_code == 2 and "--trace-fraction" in res.output
+    res = CliRunner().invoke(app, ["pretrain-tiny", "--level", "0-6"])
+    assert res.exit_code == 2 and "--level" in res.output and "bad level" in res.output
+    res = CliRunner().invoke(app, ["pretrain-tiny", "--level", "1-5", "--trace", "--trace-fraction", "0.5"])
+    assert res.exit_code == 2 and "one answer style" in res.output
+    res = CliRunner().invoke(app, ["bench", "tiny-model", "--level", "2-1"])
+    assert res.exit_code == 2 and "bad level" in res.output
 
 
 def test_committed_asset_loads_fits_and_greedy_generates_for_a_compact_prompt():

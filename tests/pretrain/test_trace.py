@@ -104,3 +104,35 @@ def test_trace_fraction_mixes_traced_and_bare_answers():
     bare = [ex for ex in half if not ex.completion.startswith("```trace\n")]
     assert 0.4 < len(traced) / len(half) < 0.6  # binomial(400, 0.5): 0.4-0.6 is over 4 sigma either side
     assert all("```trace" not in ex.completion and ex.completion.startswith("```output") for ex in bare)
+
+
+LOOP = "def f(xs):\n    t = 0\n    for v in xs:\n        if v > 1:\n            t += v\n    return t"
+
+
+def test_state_trace_shows_each_change_of_a_loop_in_order():
+    from populora.pretrain.trace import state_trace_lines
+
+    # hand-run: t = 0; v = 2 -> t = 2; v = 1 (no change to t); v = 3 -> t = 5
+    assert state_trace_lines(LOOP, "[2, 1, 3]") == [
+        "xs = [2, 1, 3]",
+        "t = 0",
+        "v = 2",
+        "t = 2",
+        "v = 1",
+        "v = 3",
+        "t = 5",
+    ]
+    assert trace_lines(LOOP, "[2, 1, 3]") is None  # the reduction trace does not cover loops
+    assert render_trace(LOOP, "[2, 1, 3]") == ""  # and without `general` nothing changes for old corpora
+    assert render_trace(LOOP, "[2, 1, 3]", general=True).startswith("```trace\nxs = [2, 1, 3]\nt = 0\n")
+
+
+def test_state_trace_is_cut_after_its_line_budget_and_fails_closed():
+    from populora.pretrain.trace import MAX_STATE_LINES, state_trace_lines
+
+    lines = state_trace_lines(LOOP, str(list(range(2, 40))))
+    assert len(lines) == 1 + MAX_STATE_LINES + 1 and lines[-1] == "..."
+    assert state_trace_lines(LOOP, "[None]") is None  # the run raises: no trace rather than a wrong one
+    # straight-line programs keep the reduction trace under `general`
+    prog = "def f(n):\n    r = n * 2\n    return r"
+    assert render_trace(prog, "3", general=True) == render_trace(prog, "3")

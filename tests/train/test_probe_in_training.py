@@ -111,6 +111,7 @@ def test_trainer_logs_the_probe_at_step_0_and_every_k_steps(tmp_path):
             "diagnostics.probe_every=2",
             "diagnostics.probe_size=2",
             "diagnostics.probe_proposals=2",
+            "diagnostics.probe_set=graded",  # the stratified sets: items of levels 1 and 2, read per level
         ],
     )
     engine = build(model=model, tokenizer=tok, n_slots=4, rank=4, alpha=8, lr=1e-3)
@@ -153,6 +154,13 @@ def test_trainer_logs_the_probe_at_step_0_and_every_k_steps(tmp_path):
         for accs in rec["probe"].values():
             assert set(accs) == {"code_i", "code_o", "code_f"}
             assert all(0.0 <= a <= 1.0 for a in accs.values())
+    for rec in (recs[0], recs[2]):  # one item per level: the level's accuracy is that item's verdict
+        assert set(rec["probe_levels"]) == set(rec["probe"])
+        for m, by_task in rec["probe_levels"].items():
+            for t, by_level in by_task.items():
+                assert set(by_level) == {"1", "2"} and sum(by_level.values()) / 2 == rec["probe"][m][t]
+    lines = [json.loads(x) for x in (run_dir / "probe_items.jsonl").read_text().splitlines()]
+    assert all(line["items"][t]["level"] == [1, 2] for line in lines for t in line["items"])
     assert check_run(run_dir) == []
     run = load_run(run_dir)
     assert run.n_steps == 3 and list(run.probe_steps) == [0, 2]  # the step-0 probe is not a step

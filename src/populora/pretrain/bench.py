@@ -299,3 +299,156 @@ def _run(sb, quick, out, model_dir, n, k_refs, seed, names, max_statements, leve
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2) + "\n")
     return results
+
+
+# ---------------------------------------------------------------------------------------------------
+# Per level (issue 30 §3): models pretrained on the graded generator, or any model with `--level 1-5`.
+
+GRADED_OUT = Path("bench/results/tiny_model_levels.json")
+
+
+def _graded_cells(levels: tuple[int, ...], n: int, k_refs: int) -> dict:
+    """`{task: {level: (problems, [(teacher prompt, shown program or None)])}}` from the graded probe sets
+    (pretrain/graded_probe.py): the first `n` items of each level are the student problems; teacher prompts show
+    `k_refs` other items of the same level (code_f: one program), read from the end of that level's items."""
+    from populora.pretrain.graded_probe import load_graded_probe
+    from populora.tasks import get
+
+    out: dict = {}
+    for name in TASKS:
+        task = get(name)
+        by_level: dict[int, list] = {}
+        for lv, p in load_graded_probe(name):
+            by_level.setdefault(lv, []).append(p)
+        for lv in levels:
+            items = by_level[lv]
+            problems = items[:n]
+            teacher = []
+            for j in range(n):
+                if name == "code_f":
+                    shown = items[-1 - j % len(items)].program
+                    teacher.append((task.teacher_prompt(shown, template=TEMPLATE), shown))
+                else:
+                    refs = [items[-1 - (j * k_refs + r) % len(items)] for r in range(k_refs)]
+                    teacher.append((task.teacher_prompt(refs, template=TEMPLATE), None))
+            out.setdefault(name, {})[lv] = (problems, teacher)
+    return out
+
+
+def run_levels(
+    quick: bool = False,
+    out: Path | None = None,
+    model: Path | None = None,
+    n: int | None = None,
+    levels: str = "1-5",
+    k_refs: int = 2,
+    seed: int = EVAL_SEED,
+    threads: int = 2,
+) -> dict:
+    """Student accuracy and teacher validity per task and graded level, on the graded probe sets. `quick`: 8
+    items per cell and only the two cells the asset targets read (student greedy, teacher T=1)."""
+    from populora.pretrain.graded import parse_levels
+    from populora.sandbox import Sandbox
+
+    lv = tuple(sorted(set(parse_levels(levels))))
+    with Sandbox(workers=2) as sb:
+        return _run_levels(
+            sb, quick, Path(out or GRADED_OUT), Path(model or ASSET_DIR), n, lv, k_refs, seed, threads
+        )
+
+
+def _run_levels(sb, quick, out, model_dir, n, levels, k_refs, seed, threads) -> dict:
+    import torch
+    from rich.console import Console
+    from rich.table import Table
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from populora.pretrain.graded_probe import MAX_NEW_TOKENS as STUDENT_NEW
+    from populora.pretrain.graded_probe import TEACHER_MAX_NEW_TOKENS as TEACHER_NEW
+    from populora.tasks import Problem, Proposal, get
+
+    torch.set_num_threads(threads)
+    n = n or (8 if quick else 16)
+    model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    cells = _graded_cells(levels, n, k_refs)
+    cols = (
+        [("student", 0.0), ("teacher", 1.0)]
+        if quick
+        else [("student", 0.0), ("student", 1.0), ("teacher", 0.0), ("teacher", 1.0)]
+    )
+    results: dict = {
+        "model": str(model_dir),
+        "probe": "graded (pretrain/graded_probe.py)",
+        "n_per_cell": n,
+        "k_refs": k_refs,
+        "template": TEMPLATE,
+        "seed": seed,
+        "levels": {},
+    }
+    t0 = time.time()
+    for name in TASKS:
+        task = get(name)
+        for lv in levels:
+            problems, teacher = cells[name][lv]
+            row: dict = {}
+            for role, temp in cols:
+                key = "greedy" if temp == 0 else "t1"
+                if role == "student":
+                    prompts = [task.student_prompt(p, template=TEMPLATE) for p in problems]
+                    texts = generate(model, tok, prompts, STUDENT_NEW[name], temp, seed=seed)
+                    answers = [task.parse_answer(t) for t in texts]
+                    correct = [task.score(p, [a], sb)[0] for p, a in zip(problems, answers, strict=True)]
+                    row[f"student_format_{key}"] = sum(bool(a) for a in answers) / n
+                    row[f"student_accuracy_{key}"] = sum(correct) / n
+                    if name == "code_o":
+                        row[f"student_traced_{key}"] = sum(t.startswith("```trace") for t in texts) / n
+                else:
+                    texts = generate(model, tok, [p for p, _ in teacher], TEACHER_NEW[name], temp, seed=seed)
+                    props = [
+                        task.parse_proposal(t, program=prog) if name == "code_f" else task.parse_proposal(t)
+                        for t, (_, prog) in zip(texts, teacher, strict=True)
+                    ]
+                    parsed = [p for p in props if isinstance(p, Proposal)]
+                    valid = [v for v in task.validate(parsed, sb) if isinstance(v, Problem)] if parsed else []
+                    row[f"teacher_format_{key}"] = len(parsed) / n
+                    row[f"teacher_valid_{key}"] = len(valid) / n
+            results["levels"].setdefault(name, {})[str(lv)] = row
+    results["seconds"] = round(time.time() - t0, 1)
+    results["targets"] = level_targets(results["levels"])
+    table = Table(title=f"tiny model per level ({n} graded probe items per cell, K={k_refs} refs, compact)")
+    heads = {
+        "student_accuracy_greedy": "student greedy",
+        "student_accuracy_t1": "student T=1",
+        "teacher_valid_greedy": "teacher valid greedy",
+        "teacher_valid_t1": "teacher valid T=1",
+    }
+    keys = [k for k in heads if any(k in r for t in results["levels"].values() for r in t.values())]
+    for col in ["task", "level", *(heads[k] for k in keys)]:
+        table.add_column(col)
+    for name, by_level in results["levels"].items():
+        for lv, row in by_level.items():
+            table.add_row(name, lv, *(f"{row[k]:.0%}" for k in keys))
+    Console().print(table)
+    Console().print(f"targets (issue 30 §2): {results['targets']}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2) + "\n")
+    return results
+
+
+def level_targets(levels: dict) -> dict:
+    """Issue 30 §2's per-task checks from a per-level table: student greedy >= 60% at the lowest level and
+    <= 25% at the highest; teacher valid at T=1 (mean over levels) >= 60% code_i/code_o, >= 40% code_f."""
+    out = {}
+    for name, by_level in levels.items():
+        lo, hi = min(by_level, key=int), max(by_level, key=int)
+        row = {}
+        if "student_accuracy_greedy" in by_level[lo]:
+            row["easiest_student_ge_60"] = by_level[lo]["student_accuracy_greedy"] >= 0.6
+            row["hardest_student_le_25"] = by_level[hi]["student_accuracy_greedy"] <= 0.25
+        t1 = [r["teacher_valid_t1"] for r in by_level.values() if "teacher_valid_t1" in r]
+        if t1:
+            row["teacher_valid_t1_mean"] = round(sum(t1) / len(t1), 3)
+            row["teacher_valid_ok"] = row["teacher_valid_t1_mean"] >= (0.4 if name == "code_f" else 0.6)
+        out[name] = row
+    return out

@@ -48,7 +48,8 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         level: str = typer.Option(
             "full",
             "--level",
-            help="Generator statement kinds: full (loops, comprehensions, ...) | easy (one-line expressions).",
+            help="Generator statement kinds: full (loops, comprehensions, ...) | easy (one-line expressions) | "
+            "graded levels of pretrain/graded.py: 1-5, 3, 1,1,2 (drawn uniformly from the list).",
         ),
         mix: str | None = typer.Option(
             None,
@@ -106,8 +107,23 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         if schedule not in ("wsd", "cosine"):
             typer.echo(f"error: --schedule must be wsd or cosine, got {schedule!r}", err=True)
             raise typer.Exit(2)
-        if level not in ("easy", "full"):
-            typer.echo(f"error: --level must be easy or full, got {level!r}", err=True)
+        from populora.pretrain.graded import GradedError, is_graded_level, parse_levels
+
+        if is_graded_level(level):
+            try:
+                parse_levels(level)
+            except GradedError as e:
+                typer.echo(f"error: --level: {e}", err=True)
+                raise typer.Exit(2) from None
+            if trace_fraction < 1.0:
+                typer.echo(
+                    "error: graded levels take one answer style per task; drop --trace-fraction", err=True
+                )
+                raise typer.Exit(2)
+        elif level not in ("easy", "full"):
+            typer.echo(
+                f"error: --level must be easy, full or graded levels (1-5, 1,2,3), got {level!r}", err=True
+            )
             raise typer.Exit(2)
         if not 0.0 < trace_fraction <= 1.0:
             typer.echo(f"error: --trace-fraction must be in (0, 1], got {trace_fraction}", err=True)
@@ -176,18 +192,30 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         level: str | None = typer.Option(
             None,
             "--level",
-            help="Generator level of the problems (default: what the model was pretrained with).",
+            help="Generator level of the problems (default: what the model was pretrained with): easy | full, "
+            "or graded levels (1-5, 1,3,5): then per level, on the graded probe sets.",
         ),
+        threads: int = typer.Option(2, "--threads", help="torch threads for generation (graded levels)."),
     ) -> None:
-        """Valid-proposal rate and student accuracy of the tiny model per task type."""
-        from populora.pretrain.bench import run
+        """Valid-proposal rate and student accuracy of the tiny model per task type (and per graded level)."""
+        from populora.pretrain.bench import generator_settings, run, run_levels
+        from populora.pretrain.graded import GradedError, is_graded_level, parse_levels
 
         if not (model / "config.json").exists():
             typer.echo(
                 f"error: no model at {model}; run `populora pretrain-tiny --out {model}` first", err=True
             )
             raise typer.Exit(2)
+        graded = level if level is not None else generator_settings(model)["level"]
+        if is_graded_level(graded):
+            try:
+                parse_levels(graded)
+            except GradedError as e:
+                typer.echo(f"error: --level: {e}", err=True)
+                raise typer.Exit(2) from None
+            run_levels(quick=quick, out=out, model=model, n=n, levels=graded, threads=threads)
+            return
         if level is not None and level not in ("easy", "full"):
-            typer.echo(f"error: --level must be easy or full, got {level!r}", err=True)
+            typer.echo(f"error: --level must be easy, full or graded levels (1-5), got {level!r}", err=True)
             raise typer.Exit(2)
         run(quick=quick, out=out, model=model, max_statements=max_statements, n=n, level=level)

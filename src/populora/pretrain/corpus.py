@@ -66,6 +66,44 @@ def program_text(tr: Triplet, pairs: list[tuple[str, str]] | None = None) -> str
     return tr.program + "\n" + "".join(f"# f({i}) == {o}\n" for i, o in pairs)
 
 
+def _graded_triplet(rng: random.Random, levels: tuple[int, ...], level: int | None = None) -> Triplet:
+    from populora.pretrain.graded import sample_graded
+
+    g = sample_graded(rng, level if level is not None else rng.choice(levels), split="train")
+    return Triplet(g.code, g.pairs[0][0], g.pairs[0][1], g.message)
+
+
+def _iter_graded(
+    rng: random.Random, renderer, kinds, weights, levels, k_refs, n_inputs, trace: bool
+) -> Iterator[Example]:
+    """The graded generator's stream (`graded.sample_graded`, train split): each example draws a level from
+    `levels`; a teacher's references come from the same level as its proposal. With `trace`, every code_o
+    student answer carries a trace (the reduction trace, else the state trace): one answer style per task."""
+    from populora.pretrain.graded import sample_graded
+
+    while True:
+        kind = rng.choices(kinds, weights=weights)[0]
+        level = rng.choice(levels)
+        if kind == "program":
+            yield Example(kind, "", program_text(_graded_triplet(rng, levels, level)))
+            continue
+        role, task = kind.split(":")
+        if task == "code_f":
+            g = sample_graded(rng, level, split="train", n_inputs=n_inputs)
+            fn = renderer.teacher_f if role == "teacher" else renderer.student_f
+            prompt, completion = fn(g.code, list(g.pairs), g.message)
+        else:
+            tr = _graded_triplet(rng, levels, level)
+            if role == "teacher":
+                refs = [_graded_triplet(rng, levels, level) for _ in range(rng.randint(*k_refs))]
+                prompt, completion = renderer.teacher_io(task, refs, tr)
+            else:
+                prompt, completion = renderer.student_io(task, tr)
+                if trace and task == "code_o":
+                    completion = render_trace(tr.program, tr.input, general=True) + completion
+        yield Example(kind, prompt, completion)
+
+
 def iter_examples(
     seed: int,
     renderer,
@@ -83,10 +121,19 @@ def iter_examples(
     start with the program's execution trace (`trace.render_trace`), the working a student then writes;
     with `trace_fraction` < 1 only that share of them does and the rest answer bare, so the model learns both
     styles and RL has a choice between them to learn (the fraction draws from the same stream, so 1.0 keeps
-    the corpus of runs before the knob existed byte for byte)."""
+    the corpus of runs before the knob existed byte for byte). `level` "easy" / "full" is `programs.py`'s
+    grammar; digits ("1-5", "1,2,2,3") draw from the graded generator (`graded.py`) at those levels, with
+    every code_o answer traced when `trace` is on (`trace_fraction` must then be 1: one style per task)."""
+    from populora.pretrain.graded import is_graded_level, parse_levels
+
     rng = random.Random(seed)
     mix = mix or MIX
     kinds, weights = list(mix), list(mix.values())
+    if is_graded_level(level):
+        if trace and trace_fraction < 1.0:
+            raise ValueError("graded levels take one answer style per task: use trace_fraction 1.0")
+        yield from _iter_graded(rng, renderer, kinds, weights, parse_levels(level), k_refs, n_inputs, trace)
+        return
     gen = dict(names=names, max_statements=max_statements, level=level)
     while True:
         kind = rng.choices(kinds, weights=weights)[0]

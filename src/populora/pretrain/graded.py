@@ -329,6 +329,27 @@ class GradedProgram:
     pairs: tuple[tuple[str, str], ...] = ()
 
 
+def parse_levels(text: str) -> tuple[int, ...]:
+    """`"1-5"`, `"3"`, `"1,1,2,3"` -> the graded levels a corpus draws from (uniformly over the list, so a level
+    listed twice is drawn twice as often). Raises GradedError naming the bad part."""
+    out: list[int] = []
+    for part in str(text).split(","):
+        lo, sep, hi = part.strip().partition("-")
+        try:
+            a, b = int(lo), int(hi) if sep else int(lo)
+        except ValueError:
+            raise GradedError(f"bad level {part!r}: expected N, N-M or N,M,... with N in {LEVELS}") from None
+        if a not in LEVELS or b not in LEVELS or b < a:
+            raise GradedError(f"bad level {part!r}: levels are {LEVELS[0]}..{LEVELS[-1]}, low before high")
+        out += range(a, b + 1)
+    return tuple(out)
+
+
+def is_graded_level(text: str) -> bool:
+    """Whether a `--level` value names graded levels (digits) rather than `programs.py`'s easy / full."""
+    return bool(str(text)) and str(text)[0].isdigit()
+
+
 def masked_key(program: str) -> str | None:
     """The program with literals masked (`tasks.masking.program_key`): two programs that differ only in constants
     share it. None when it does not parse."""
@@ -532,6 +553,8 @@ __all__ = [
     "GradedError",
     "GradedProgram",
     "graded_split",
+    "is_graded_level",
+    "parse_levels",
     "masked_key",
     "probe_items",
     "run_bounded",

@@ -13,16 +13,27 @@ replaced by their values and reduced one innermost operation at a time, e.g.
 the last ```output block only, so a trace changes nothing a reward sees. Only programs from our own
 generator are traced (they are executed in-process, like `programs.run`); anything the tracer does not
 understand gives no trace rather than a wrong one.
+
+Programs with loops, branches or helpers (the graded generator's levels 2-5, `graded.py`) have no such
+reduction trace. `state_trace_lines` gives them one of another kind, so that every code_o answer can carry a
+trace (one answer style per task, issue 30): the program is run under `sys.settrace` and after every executed
+line of f the names it changed are written as `name = value`, in execution order (a loop shows its variable and
+accumulator at each turn). Long runs are cut after `MAX_STATE_LINES` lines with a `...` line, so the trace
+stays short; the answer block after it is always the true output. `render_trace(..., general=True)` uses the
+reduction trace where it exists and the state trace otherwise.
 """
 
 from __future__ import annotations
 
 import ast
 import builtins
+import sys
 
 TRACE_LANG = "trace"
 MAX_STEPS = 4  # reductions shown per statement; longer chains jump to the value
 MAX_LINE = 100  # characters; a longer line is replaced by `name = value`
+MAX_STATE_LINES = 16  # state-trace lines after the parameters; the rest of the run becomes one `...` line
+MAX_STATE_EVENTS = 4_000  # line events before the state tracer gives up (our programs are bounded far below)
 
 _BUILTINS = {name: getattr(builtins, name) for name in dir(builtins) if not name.startswith("_")}
 
@@ -189,7 +200,69 @@ def _eval(expr: ast.expr, env: dict[str, object]) -> object:
     return eval(code, {"__builtins__": _BUILTINS, **env})  # noqa: S307 - our own generated code
 
 
-def render_trace(program: str, input_text: str) -> str:
-    """ "```trace\\n...\\n```\\n" to put before the answer block, or "" when the program has no trace."""
+def state_trace_lines(program: str, input_text: str) -> list[str] | None:
+    """The state trace of `f(*input)`: the parameters, then `name = value` for each name of f that an executed
+    line changed, in order, cut after `MAX_STATE_LINES` lines (then a `...` line); None when the run fails.
+    Only f's own frame is shown (helpers and comprehensions run inside one line of f)."""
+    try:
+        tree = ast.parse(program)
+        fn_def = tree.body[0]
+        args = eval(f"({input_text},)", {"__builtins__": {}})  # noqa: S307 - literal text we generated
+        if not isinstance(fn_def, ast.FunctionDef) or len(args) != len(fn_def.args.args):
+            return None
+        params = [a.arg for a in fn_def.args.args]
+        namespace: dict[str, object] = {"__builtins__": _BUILTINS}
+        exec(compile(tree, "<trace>", "exec"), namespace)  # noqa: S102 - our own generated code
+        fn = namespace["f"]
+    except Exception:
+        return None
+    lines = [f"{name} = {value!r}" for name, value in zip(params, args, strict=True)]
+    shown: list[str] = []
+    last: dict[str, str] = {name: repr(value) for name, value in zip(params, args, strict=True)}
+    state = {"events": 0, "cut": False}
+
+    def snapshot(frame) -> None:
+        for name, value in frame.f_locals.items():
+            if callable(value) or name.startswith("."):
+                continue  # helper functions defined in f; comprehension internals
+            text = repr(value)
+            if last.get(name) != text:
+                last[name] = text
+                if len(shown) >= MAX_STATE_LINES:
+                    state["cut"] = True
+                    continue
+                line = f"{name} = {text}"
+                if len(line) <= MAX_LINE:
+                    shown.append(line)
+
+    def local(frame, event, arg):
+        state["events"] += 1
+        if state["events"] > MAX_STATE_EVENTS:
+            raise RuntimeError("state trace too long")
+        if event in ("line", "return"):
+            snapshot(frame)
+        return local
+
+    def tracer(frame, event, arg):
+        # Only f's own frame is traced line by line; helpers and comprehensions run inside one of its lines.
+        return local if frame.f_code is fn.__code__ else None
+
+    old = sys.gettrace()
+    sys.settrace(tracer)
+    try:
+        fn(*args)
+    except Exception:
+        return None
+    finally:
+        sys.settrace(old)
+    return lines + shown + (["..."] if state["cut"] else [])
+
+
+def render_trace(program: str, input_text: str, general: bool = False) -> str:
+    """ "```trace\\n...\\n```\\n" to put before the answer block, or "" when the program has no trace.
+    `general`: fall back to the state trace (`state_trace_lines`) for programs the reduction trace does not
+    cover (loops, branches, helpers), so every program that runs gets a trace."""
     lines = trace_lines(program, input_text)
+    if lines is None and general:
+        lines = state_trace_lines(program, input_text)
     return f"```{TRACE_LANG}\n" + "\n".join(lines) + "\n```\n" if lines else ""

@@ -11,6 +11,10 @@ metrics.jsonl record under `probe` as `{member_id: {"code_i": acc, "code_o": acc
 so a probe's items are there whole or not at all): the probe-set index and id of each problem, and per member
 and task a 0/1 per item, so intervals can resample items as well as seeds (`Run.probe_items()` reads it).
 
+**Per level.** With `diagnostics.probe_set: graded` the items are the difficulty-stratified sets of
+`pretrain/graded_probe.py` (which owns the selection and the per-level reading): the record also gets
+`probe_levels`, `{member: {task: {level: acc}}}`, and each probe_items.jsonl line every item's `level`.
+
 **Answer style held fixed.** The bundled model answers code_o in two styles, a ```trace block of execution
 steps before the ```output block or the ```output block alone (pretrain/trace.py), and RL can move the greedy
 answer from one style to the other without the model computing any better. With `diagnostics.probe_styles`
@@ -302,17 +306,18 @@ def score_members(
 
 
 def teacher_probe_prompts(
-    tasks: Mapping[str, Any], n: int, references: int, template: str
+    tasks: Mapping[str, Any], n: int, references: int, template: str, sets: Mapping[str, list] | None = None
 ) -> list[tuple[str, str, str | None]]:
     """`n` fixed teacher prompts per task type of `tasks` (the run's trained types, in the order of TASKS):
     `(task, prompt, shown_program)`, the same in every run.
 
     code_i/code_o prompts show `references` probe problems of their own type, code_f prompts one code_f probe
     program, read from the END of each probe set (the student probe reads from the start), wrapping round when
-    `n * references` exceeds the set."""
+    `n * references` exceeds the set. `sets`: `{task: [Problem]}` to read instead of the fixed sets."""
     out: list[tuple[str, str, str | None]] = []
     for name in (*(t for t in TASKS if t in tasks), *(t for t in tasks if t not in TASKS)):
-        task, probe = tasks[name], probe_set(name)
+        task = tasks[name]
+        probe = sets[name] if sets is not None and name in sets else probe_set(name)
         for j in range(n):
             if name == "code_f":
                 shown = probe[-1 - j % len(probe)].program
@@ -377,8 +382,11 @@ class Prober:
         references: int = 2,
         styles: bool = True,
         types: Sequence[str] = TASKS,
+        probe_set: str = "fixed",
     ) -> None:
         self.every = every
+        self.probe_set = probe_set  # "fixed" or "graded" (pretrain/graded_probe.py: items with levels)
+        self._levels: dict[str, list[int]] | None = None
         self.size = size
         self.template = template
         self.proposals = proposals  # fixed teacher prompts per task type; 0 = no `probe_valid`
@@ -392,6 +400,10 @@ class Prober:
             dict(MAX_NEW_TOKENS) if template == "compact" else dict.fromkeys(TASKS, student_max_new_tokens)
         )
         self.budget.update({t: student_max_new_tokens for t in self.types if t not in TASKS})
+        if template == "compact" and probe_set == "graded":
+            from populora.pretrain.graded_probe import MAX_NEW_TOKENS as GRADED_BUDGET
+
+            self.budget.update(GRADED_BUDGET)  # level-5 answers are longer
         self._problems: dict[str, list] | None = None
 
     @classmethod
@@ -406,6 +418,7 @@ class Prober:
             cfg.tasks.references,
             d.probe_styles,
             _family_types(cfg),
+            getattr(d, "probe_set", "fixed"),
         )
 
     @property
@@ -418,7 +431,12 @@ class Prober:
     @property
     def problems(self) -> dict[str, list]:
         if self._problems is None:
-            self._problems = probe_subset(self.size, self.types)
+            from populora.pretrain.graded_probe import probe_selection
+
+            # the graded sets hold AZR's types; another family's types read its own fixed probe items
+            azr = [t for t in self.types if t in TASKS]
+            self._problems, self._levels = probe_selection(self.probe_set, self.size, azr)
+            self._problems.update({t: probe_set(t)[: self.size] for t in self.types if t not in TASKS})
         return self._problems
 
     def answers(self, n_members: int) -> int:
@@ -478,8 +496,13 @@ class Prober:
         if self.proposals <= 0:
             return None
         if self._teacher_prompts is None:
+            sets = None
+            if self.probe_set == "graded":
+                from populora.pretrain.graded_probe import load_graded_probe
+
+                sets = {t: [p for _, p in load_graded_probe(t)] for t in TASKS}
             self._teacher_prompts = teacher_probe_prompts(
-                trainer.tasks, self.proposals, self.references, self.template
+                trainer.tasks, self.proposals, self.references, self.template, sets
             )
         proposers = trainer.pop.by_role("teacher") or trainer.pop.ordered()
         return score_teachers(trainer, [m.id for m in proposers], self._teacher_prompts, self._phase(trainer))
@@ -492,13 +515,20 @@ class Prober:
         t0 = time.perf_counter()
         scores = self.scores(trainer, step)
         out: dict = {"probe": scores.accuracy()}
+        items = scores.items_record(step)
+        if self._levels is not None:  # graded probe: accuracy per level, and each item's level
+            from populora.pretrain.graded_probe import level_accuracy
+
+            out["probe_levels"] = level_accuracy(scores.correct.get("free", {}), self._levels)
+            for t, lv in self._levels.items():
+                items["items"][t]["level"] = lv
         if scores.style:
             out["probe_style"] = scores.style_summary()
         valid = self.score_valid(trainer)
         if valid is not None:
             out["probe_valid"] = valid
         out["probe_s"] = round(time.perf_counter() - t0, 4)
-        append_jsonl(trainer.run.path / ITEMS_FILE, scores.items_record(step))
+        append_jsonl(trainer.run.path / ITEMS_FILE, items)
         if trainer.live is not None:
             trainer.live.end_phase()
             roles = {m.id: m.role for m in trainer.pop.ordered()}

@@ -25,8 +25,14 @@ class ProbeGuard:
         self.keys = {k for k in (program_key(p) for p in programs) if k is not None}
 
     @classmethod
-    def from_probe_sets(cls) -> ProbeGuard:
-        """The guard over every problem of the shipped probe sets (pretrain/probe.py), all task types."""
+    def from_probe_sets(cls, probe_set: str = "fixed") -> ProbeGuard:
+        """The guard over every problem of the shipped probe sets the run probes with, all task types:
+        `fixed` (pretrain/probe.py) or `graded` (pretrain/graded_probe.py, `diagnostics.probe_set`)."""
+        if probe_set == "graded":
+            from populora.pretrain.graded import TASKS
+            from populora.pretrain.graded_probe import load_graded_probe
+
+            return cls(p.program for t in TASKS for _, p in load_graded_probe(t))
         from populora.pretrain.probe import load_probes
 
         return cls(p.program for problems in load_probes().values() for p in problems)

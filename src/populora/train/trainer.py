@@ -150,7 +150,7 @@ class Trainer:
         if not self.single and (why := crossover_warning(self.cfg)):
             # a fact of the configuration, not a fault (the bundled presets run 2T+2S): a note, not a warning
             note(why, self.quiet)
-        self.probe_guard = ProbeGuard.from_probe_sets()
+        self.probe_guard = ProbeGuard.from_probe_sets(self.cfg.diagnostics.probe_set)
         if self.engine is None:
             note(f"loading the model {self.cfg.model.name!r} ({self.cfg.model.backend})", self.quiet)
             self.engine = build_engine(self.cfg)
