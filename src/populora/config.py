@@ -762,11 +762,11 @@ def _check_families(families: list[str], types: list[str]) -> None:
     try:
         allowed = registry.task_types(families)
     except registry.FamilyError as err:
-        raise ConfigError(f"tasks.families: {err}") from None
+        raise ConfigError(f"tasks.families: {show(str(err))}") from None
     for tt in types:
         _require(
             tt in allowed,
-            f"tasks.types: {tt!r} is not a task type of tasks.families ({', '.join(families)}: "
+            f"tasks.types: {show(tt)} is not a task type of tasks.families ({show(', '.join(families))}: "
             f"{', '.join(allowed)}); set tasks.types to some of those, or add its family to tasks.families.",
         )
 

@@ -59,7 +59,7 @@ def test_real_entry_point_prints_no_traceback(tmp_path):
     assert res.returncode == 2
     assert (
         res.stderr.strip()
-        == "error: lora.rank: must be >= 1, got 0; use e.g. --set lora.rank=8 (the paper uses 32)."
+        == "error: lora.rank: must be >= 1 (every rank of a list), got 0; use e.g. --set lora.rank=8 or lora.rank=8,1."
     )
     assert "Traceback" not in res.stdout + res.stderr
 
@@ -82,7 +82,8 @@ def test_resume_refuses_to_change_the_run(tmp_path):
     assert res.output.strip() == (
         "error: --set lora.rank: cannot change on --resume (only train.steps, train.checkpoint_every, "
         "train.keep_checkpoints, train.threads, dist.workers, dist.address, rl.micro_batch_tokens, "
-        "rl.activation_checkpointing); start a new run to change it."
+        "rl.activation_checkpointing, model.vllm_gpu_memory_utilization, model.vllm_kv_cache_gb, model.vllm_sleep); "
+        "start a new run to change it."
     )
 
 

@@ -141,7 +141,10 @@ def test_expected_outputs_and_candidates_never_share_a_uid():
         )
     assert len(set(uids)) == 4 and uids[0] == job_uid(0) and uids[2] == job_uid(GT_SLOT)
     if cand.sandboxes[0].isolation.get("uid_drop"):
-        assert [int(o.value_repr) for o in outs] == uids
+        # which worker of a pool takes which job is the pool's choice (a free worker may take both): each job
+        # ran under one of its own pool's uids, never the other pool's
+        seen = [int(o.value_repr) for o in outs]
+        assert set(seen[:2]) <= set(uids[:2]) and set(seen[2:]) <= set(uids[2:]), (seen, uids)
 
 
 def test_an_output_above_the_int_digit_limit_fails_only_its_candidate(tasks):
