@@ -353,6 +353,10 @@ class HFEngine(PeftFolderIO):
             step_ids = nxt[:, None].to(dev)
             cur_mask = torch.cat([cur_mask, torch.ones((len(alive), 1), dtype=cur_mask.dtype, device=dev)], 1)
             next_pos = next_pos + 1
+        return self._generations(reqs, prompts, tokens, logps, reasons)
+
+    def _generations(self, reqs, prompts, tokens, logps, reasons) -> list[Generation]:
+        """One `Generation` per request of a finished batch (both decoding paths end here)."""
         return [
             Generation(
                 token_ids=tokens[i],
@@ -362,7 +366,7 @@ class HFEngine(PeftFolderIO):
                 prompt_ids=list(prompts[i]),
                 slot=reqs[i].slot,
             )
-            for i in range(b)
+            for i in range(len(reqs))
         ]
 
     def _generate_batch_lean(
@@ -489,17 +493,7 @@ class HFEngine(PeftFolderIO):
                     has_pad = any(padded[r] for r in alive)
                 step_ids = nxt.to(dev)
                 next_pos = next_pos + 1
-        return [
-            Generation(
-                token_ids=tokens[i],
-                text=self.tokenizer.decode(tokens[i], skip_special_tokens=True),
-                logprobs=logps[i],
-                finish_reason=reasons[i],
-                prompt_ids=list(prompts[i]),
-                slot=reqs[i].slot,
-            )
-            for i in range(b)
-        ]
+        return self._generations(reqs, prompts, tokens, logps, reasons)
 
     # ------------------------------------------------------------------ training
     def _micro_batches(self, rows: list[TrainRow]) -> list[list[int]]:
