@@ -62,11 +62,14 @@ demo: install
 	$(BIN)/populora demo
 
 # The tests run on TEST_WORKERS pytest-xdist workers, a whole file per worker at a time (tests/conftest.py);
-# TEST_WORKERS=0 runs them in one process.
+# TEST_WORKERS=0 runs them in one process. The evalplus agreement test runs alone afterwards: under the other
+# worker's load, evalplus's own verdicts on the thread samples came out False in 1 of 3 full runs (ours agree alone).
 TEST_WORKERS ?= 2
+SOLO_TESTS := tests/evaluate/test_evalplus_agreement.py
 test: install system-deps
 	$(BIN)/pip install -q --no-deps --no-build-isolation -e examples/task-plugin || $(BIN)/pip install -q --no-deps -e examples/task-plugin  # the example task-family plugin (tests/e2e/test_plugin_family.py)
-	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) tests
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) tests --ignore=$(SOLO_TESTS)
+	$(BIN)/python -m pytest -q -p no:cacheprovider $(SOLO_TESTS)
 	.ci/wheel-check $(BIN)/python
 	@$(MAKE) --no-print-directory test-vllm
 
