@@ -139,3 +139,24 @@ def test_graded_corpus_traces_every_code_o_answer_and_draws_from_train():
         assert t.parse_answer(e.completion) is not None
     with pytest.raises(ValueError, match="one answer style"):
         build_corpus(3, 2, TasksRenderer(), level="1-5", trace=True, trace_fraction=0.5)
+
+
+def test_student_level_draws_student_examples_from_its_own_levels():
+    from populora.pretrain.corpus import build_corpus
+    from populora.pretrain.tasks_render import TasksRenderer
+
+    mix = {"student:code_o": 1.0, "teacher:code_o": 1.0}
+    exs = build_corpus(
+        5, 40, TasksRenderer(), level="5", student_level="1", trace=True, mix=mix, k_refs=(1, 1)
+    )
+    students = [e for e in exs if e.kind == "student:code_o"]
+    teachers = [e for e in exs if e.kind == "teacher:code_o"]
+    assert students and teachers
+
+    def program(text: str) -> str:
+        return text.split("```python\n", 1)[1].split("\n```", 1)[0]
+
+    assert all(top_level_statements(program(e.prompt)) <= 2 for e in students)  # level 1: 1-2 statements
+    assert all(top_level_statements(program(e.completion)) >= 6 for e in teachers)  # level 5: 6-8
+    with pytest.raises(ValueError, match="student_level needs graded levels"):
+        build_corpus(3, 2, TasksRenderer(), level="easy", student_level="1")

@@ -310,6 +310,35 @@ def test_pretrain_tiny_cli_rejects_bad_arguments():
     assert res.exit_code == 2 and "one answer style" in res.output
     res = CliRunner().invoke(app, ["bench", "tiny-model", "--level", "2-1"])
     assert res.exit_code == 2 and "bad level" in res.output
+    res = CliRunner().invoke(app, ["pretrain-tiny", "--level", "easy", "--student-level", "1"])
+    assert res.exit_code == 2 and "--student-level needs graded levels" in res.output
+    res = CliRunner().invoke(app, ["pretrain-tiny", "--level", "1-5", "--student-level", "7"])
+    assert res.exit_code == 2 and "--student-level" in res.output and "bad level" in res.output
+    res = CliRunner().invoke(app, ["pretrain-tiny", "--save-every", "-1"])
+    assert res.exit_code == 2 and "--save-every" in res.output
+
+
+def test_a_checkpoint_is_written_during_training_and_continues_as_a_model_folder(tmp_path):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from populora.pretrain.train import PretrainConfig, pretrain
+
+    # save_every_minutes tiny: a checkpoint after every step; the last one is the model at the step before the end
+    info = pretrain(PretrainConfig(seed=4, save_every_minutes=1e-9, **MINI), tmp_path / "run", progress=False)
+    ck = tmp_path / "run" / "checkpoint"
+    meta = json.loads((ck / "checkpoint.json").read_text())
+    assert meta["step"] == info["steps"] and meta["config"]["seed"] == 4
+    assert (
+        not (tmp_path / "run" / "checkpoint.partial").exists()
+        and not (tmp_path / "run" / "checkpoint.old").exists()
+    )
+    a = AutoModelForCausalLM.from_pretrained(ck)
+    b = AutoModelForCausalLM.from_pretrained(tmp_path / "run")
+    for (n, x), (_, y) in zip(a.state_dict().items(), b.state_dict().items(), strict=True):
+        assert torch.equal(x, y), n  # the last checkpoint is the final model (saved after the last step)
+    more = pretrain(PretrainConfig(seed=5, init_from=str(ck), **MINI), tmp_path / "more", progress=False)
+    assert more["history"] == [{"checkpoint": meta}]  # the lineage of a continued checkpoint is kept
 
 
 def test_committed_asset_loads_fits_and_greedy_generates_for_a_compact_prompt():

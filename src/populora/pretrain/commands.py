@@ -76,6 +76,18 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
             help="With --trace: the share of code_o answers that carry the trace (the rest answer bare); "
             "below 1 the model learns both styles, a choice RL can learn to make.",
         ),
+        student_level: str | None = typer.Option(
+            None,
+            "--student-level",
+            help="Graded levels only: the levels student examples draw from (default: --level), e.g. "
+            "1,1,1,2,3 to spend the student budget where a small model can be right; teachers keep --level.",
+        ),
+        save_every: float = typer.Option(
+            0.0,
+            "--save-every",
+            help="Minutes between checkpoints of the model so far in OUT/checkpoint (0 = none); continue a "
+            "stopped run with --init-from OUT/checkpoint.",
+        ),
         attention: str = typer.Option(
             "example",
             help="example: each packed example sees only itself and starts at position 0, as a prompt "
@@ -125,6 +137,18 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
                 f"error: --level must be easy, full or graded levels (1-5, 1,2,3), got {level!r}", err=True
             )
             raise typer.Exit(2)
+        if student_level is not None:
+            if not is_graded_level(level):
+                typer.echo("error: --student-level needs graded levels in --level (1-5, ...)", err=True)
+                raise typer.Exit(2)
+            try:
+                parse_levels(student_level)
+            except GradedError as e:
+                typer.echo(f"error: --student-level: {e}", err=True)
+                raise typer.Exit(2) from None
+        if save_every < 0:
+            typer.echo(f"error: --save-every must be >= 0 minutes, got {save_every}", err=True)
+            raise typer.Exit(2)
         if not 0.0 < trace_fraction <= 1.0:
             typer.echo(f"error: --trace-fraction must be in (0, 1], got {trace_fraction}", err=True)
             raise typer.Exit(2)
@@ -162,6 +186,8 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
             names=names,
             max_statements=max_statements,
             level=level,
+            student_level=student_level,
+            save_every_minutes=save_every,
             bf16=bf16,
             attention=attention,
             trace=trace,

@@ -74,16 +74,17 @@ def _graded_triplet(rng: random.Random, levels: tuple[int, ...], level: int | No
 
 
 def _iter_graded(
-    rng: random.Random, renderer, kinds, weights, levels, k_refs, n_inputs, trace: bool
+    rng: random.Random, renderer, kinds, weights, levels, k_refs, n_inputs, trace: bool, student_levels=None
 ) -> Iterator[Example]:
     """The graded generator's stream (`graded.sample_graded`, train split): each example draws a level from
-    `levels`; a teacher's references come from the same level as its proposal. With `trace`, every code_o
-    student answer carries a trace (the reduction trace, else the state trace): one answer style per task."""
+    `levels` (student examples from `student_levels` when given); a teacher's references come from the same
+    level as its proposal. With `trace`, every code_o student answer carries a trace (the reduction trace, else
+    the state trace): one answer style per task."""
     from populora.pretrain.graded import sample_graded
 
     while True:
         kind = rng.choices(kinds, weights=weights)[0]
-        level = rng.choice(levels)
+        level = rng.choice(student_levels if student_levels and kind.startswith("student") else levels)
         if kind == "program":
             yield Example(kind, "", program_text(_graded_triplet(rng, levels, level)))
             continue
@@ -115,6 +116,7 @@ def iter_examples(
     level: str = DEFAULT_LEVEL,
     trace: bool = False,
     trace_fraction: float = 1.0,
+    student_level: str | None = None,
 ) -> Iterator[Example]:
     """An endless, seeded stream of examples. Same seed and renderer -> same stream. Programs come from
     the generator's "train" split only (never a held-out probe program). `trace`: code_o student answers
@@ -123,7 +125,9 @@ def iter_examples(
     styles and RL has a choice between them to learn (the fraction draws from the same stream, so 1.0 keeps
     the corpus of runs before the knob existed byte for byte). `level` "easy" / "full" is `programs.py`'s
     grammar; digits ("1-5", "1,2,2,3") draw from the graded generator (`graded.py`) at those levels, with
-    every code_o answer traced when `trace` is on (`trace_fraction` must then be 1: one style per task)."""
+    every code_o answer traced when `trace` is on (`trace_fraction` must then be 1: one style per task).
+    `student_level` (graded only): the levels student examples draw from instead (say, mostly the easy ones,
+    where a small model's answers can be right, while teachers still see every level)."""
     from populora.pretrain.graded import is_graded_level, parse_levels
 
     rng = random.Random(seed)
@@ -132,8 +136,13 @@ def iter_examples(
     if is_graded_level(level):
         if trace and trace_fraction < 1.0:
             raise ValueError("graded levels take one answer style per task: use trace_fraction 1.0")
-        yield from _iter_graded(rng, renderer, kinds, weights, parse_levels(level), k_refs, n_inputs, trace)
+        students = parse_levels(student_level) if student_level else None
+        yield from _iter_graded(
+            rng, renderer, kinds, weights, parse_levels(level), k_refs, n_inputs, trace, students
+        )
         return
+    if student_level:
+        raise ValueError("student_level needs graded levels (--level 1-5, ...), not easy / full")
     gen = dict(names=names, max_statements=max_statements, level=level)
     while True:
         kind = rng.choices(kinds, weights=weights)[0]

@@ -15,6 +15,7 @@ import json
 import math
 import os
 import random
+import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -44,6 +45,8 @@ class PretrainConfig:
     names: str = DEFAULT_NAMES  # variable naming of the generated programs (programs.NAMES)
     max_statements: int = MAX_STATEMENTS  # the generator's difficulty knob (programs.sample_program)
     level: str = DEFAULT_LEVEL  # which statement kinds the generator uses (programs.LEVELS)
+    # Graded levels only: the levels student examples draw from (None: `level`). Teachers keep `level`.
+    student_level: str | None = None
     # code_o student answers start with an execution trace (pretrain/trace.py): the model learns to write
     # its working before the output block, one small step per line.
     trace: bool = False
@@ -79,6 +82,10 @@ class PretrainConfig:
     # Continue from a model folder written by an earlier run (its tokenizer and weights; model-shape fields
     # above are then ignored). Use another --seed so the continuation sees new examples.
     init_from: str | None = None
+    # Every this many minutes of training, write the model so far to `<out>/checkpoint` (a loadable model folder
+    # with a `checkpoint.json` of its step): a run stopped by a crash or the end of a sitting loses at most this
+    # much, and `--init-from <out>/checkpoint` continues it. 0 = off.
+    save_every_minutes: float = 0.0
 
 
 @dataclass
@@ -166,12 +173,45 @@ def _weighted_loss(model, ids, weights, bf16: bool = False, positions=None):
     return (nll * w).sum() / w.sum().clamp_min(1.0), nll, w
 
 
+def _save_model(model, tok, folder: Path) -> None:
+    """Write `model` and `tok` as a standard HF folder (greedy generation config), as the engine loads it."""
+    from transformers import GenerationConfig
+
+    folder.mkdir(parents=True, exist_ok=True)
+    model.generation_config = GenerationConfig(
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+        do_sample=False,
+    )
+    model.save_pretrained(folder, safe_serialization=True)
+    tok.save_pretrained(folder)
+
+
+def save_checkpoint(model, tok, out: Path, info: dict) -> Path:
+    """Write the model so far to `<out>/checkpoint` (model folder + checkpoint.json), replacing the previous one
+    only once the new one is complete, so a crash mid-write leaves the older checkpoint whole."""
+    final = Path(out) / "checkpoint"
+    tmp = Path(out) / "checkpoint.partial"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    _save_model(model, tok, tmp)
+    (tmp / "checkpoint.json").write_text(json.dumps(info, indent=2) + "\n")
+    old = Path(out) / "checkpoint.old"
+    if final.exists():
+        final.rename(old)
+    tmp.rename(final)
+    if old.exists():
+        shutil.rmtree(old)
+    return final
+
+
 def pretrain(cfg: PretrainConfig, out: Path, progress: bool = True, renderer=None) -> dict:
     """Build corpus + tokenizer + model, train, and write the model folder to `out`. Returns the info dict."""
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     import torch
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-    from transformers import GenerationConfig, Qwen2ForCausalLM
+    from transformers import Qwen2ForCausalLM
 
     from populora.pretrain.render import get_renderer
     from populora.pretrain.tokenizer import train_tokenizer
@@ -191,6 +231,7 @@ def pretrain(cfg: PretrainConfig, out: Path, progress: bool = True, renderer=Non
         level=cfg.level,
         trace=cfg.trace,
         trace_fraction=cfg.trace_fraction,
+        student_level=cfg.student_level,
     )
     train_ex = build_corpus(cfg.seed, cfg.n_examples, renderer, **kw)
     # A different stream for validation; a few collisions with training programs are possible and harmless.
@@ -220,11 +261,15 @@ def pretrain(cfg: PretrainConfig, out: Path, progress: bool = True, renderer=Non
     if cfg.init_from:
         model = Qwen2ForCausalLM.from_pretrained(cfg.init_from, dtype=torch.float32)
         prev = Path(cfg.init_from) / "pretrain_info.json"
-        history = (
-            json.loads(prev.read_text()).get("history", []) + [json.loads(prev.read_text())]
-            if prev.exists()
-            else []
-        )
+        ckpt = (
+            Path(cfg.init_from) / "checkpoint.json"
+        )  # a mid-run checkpoint (save_checkpoint) has no info yet
+        if prev.exists():
+            history = json.loads(prev.read_text()).get("history", []) + [json.loads(prev.read_text())]
+        elif ckpt.exists():
+            history = [{"checkpoint": json.loads(ckpt.read_text())}]
+        else:
+            history = []
     else:
         model = Qwen2ForCausalLM(model_config(cfg, tok))
         history = []
@@ -251,6 +296,7 @@ def pretrain(cfg: PretrainConfig, out: Path, progress: bool = True, renderer=Non
     losses: list[float] = []
     step = 0
     t_train = time.time()
+    last_save = t_train
     deadline = t_train + 1.3 * cfg.minutes * 60 if not cfg.steps else float("inf")
 
     def lr_at(s: int) -> float:
@@ -309,6 +355,21 @@ def pretrain(cfg: PretrainConfig, out: Path, progress: bool = True, renderer=Non
             tps = step * cfg.batch_size * cfg.seq_len / max(elapsed, 1e-9)
             recent = sum(losses[-20:]) / len(losses[-20:])
             bar.update(task, completed=step, loss=f"{recent:.3f}", tps=f"{tps:,.0f}")
+            if cfg.save_every_minutes > 0 and time.time() - last_save >= cfg.save_every_minutes * 60:
+                model.eval()
+                save_checkpoint(
+                    model,
+                    tok,
+                    Path(out),
+                    {
+                        "step": step,
+                        "tokens_seen": step * cfg.batch_size * cfg.seq_len,
+                        "train_loss": round(recent, 4),
+                        "config": asdict(cfg),
+                    },
+                )
+                model.train()
+                last_save = time.time()
             if progress and not bar.console.is_terminal and (step % 25 == 0 or step == 1):
                 # Logged to a file: the live bar is not drawn, so print a line now and then.
                 bar.console.print(
@@ -330,15 +391,7 @@ def pretrain(cfg: PretrainConfig, out: Path, progress: bool = True, renderer=Non
     val_loss = num / max(den, 1.0)
 
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    model.generation_config = GenerationConfig(
-        bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
-        do_sample=False,
-    )
-    model.save_pretrained(out, safe_serialization=True)
-    tok.save_pretrained(out)
+    _save_model(model, tok, out)
     info = {
         "seed": cfg.seed,
         "renderer": getattr(renderer, "name", type(renderer).__name__),
