@@ -5,7 +5,9 @@ task buffers. Kept apart from the loop (`trainer.py`), which only uses them."""
 from __future__ import annotations
 
 import hashlib
+import json
 import random
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -36,11 +38,13 @@ def derive_seed(*parts: Any) -> int:
     return int.from_bytes(h, "little") & 0x7FFFFFFF
 
 
-def synthetic_seeds(n: int, sandbox: Sandbox, seed: int) -> list:
+def synthetic_seeds(n: int, sandbox: Sandbox, seed: int, levels: tuple[int, ...] | None = None) -> list:
     """`n` seed problems per task type from the pretraining program generator, validated in the sandbox.
 
     AZR seeds its buffers with 256 programs its base model proposed before training; a tiny model proposes
-    too few valid ones, so the tiny preset seeds from the generator its base model was pretrained on instead.
+    too few valid ones, so the tiny preset seeds from the generator its base model was pretrained on instead:
+    `levels` None is `programs.py`'s generator (the v1 asset's), a tuple of graded levels draws each problem's
+    level from it (`graded.sample_graded`, train split), as the model's corpus did (`graded_seed_levels`).
     """
     rng = random.Random(derive_seed("seeds", seed))
     out = []
@@ -48,16 +52,36 @@ def synthetic_seeds(n: int, sandbox: Sandbox, seed: int) -> list:
         task = tasks.get(name)
         for _ in range(n):
             try:
-                if name == "code_f":
+                if levels:
+                    from populora.pretrain.graded import sample_graded
+
+                    k = task.config.n_inputs if name == "code_f" else 1
+                    g = sample_graded(rng, rng.choice(levels), split="train", n_inputs=k)
+                    code, inputs, message = g.code, [i for i, _ in g.pairs], g.message
+                elif name == "code_f":
                     prog, pairs = sample_code_f(rng, task.config.n_inputs)
-                    p = task.problem_from(sandbox, prog.code, [i for i, _ in pairs], prog.message, "seed", 0)
+                    code, inputs, message = prog.code, [i for i, _ in pairs], prog.message
                 else:
                     tr = sample_triplet(rng)
-                    p = task.problem_from(sandbox, tr.program, [tr.input], "", "seed", 0)
+                    code, inputs, message = tr.program, [tr.input], ""
+                p = task.problem_from(sandbox, code, inputs, message if name == "code_f" else "", "seed", 0)
             except tasks.InvalidProblem:
                 continue  # the generator and the task policy disagree on a rare program: skip it
             out.append(p)
     return out
+
+
+def graded_seed_levels(model_folder: Path) -> tuple[int, ...] | None:
+    """The graded levels a model folder was pretrained on (its `pretrain_info.json` says `level: "1,1,2,..."`),
+    so its synthetic seeds come from the same generator and mix; None for any other model."""
+    from populora.pretrain.graded import is_graded_level, parse_levels
+
+    info = Path(model_folder) / "pretrain_info.json"
+    try:
+        level = json.loads(info.read_text()).get("config", {}).get("level", "")
+    except (OSError, ValueError):
+        return None
+    return parse_levels(level) if isinstance(level, str) and is_graded_level(level) else None
 
 
 def preflight(cfg: Config) -> str:

@@ -51,7 +51,7 @@ from populora import tasks
 from populora.config import Config, to_dict
 from populora.diagnostics.coverage import CoverageArchive
 from populora.diagnostics.features import program_features
-from populora.engine import EngineError, GenRequest, PolicyEngine, TrainBatch, TrainRow
+from populora.engine import EngineError, GenRequest, PolicyEngine, TrainBatch, TrainRow, resolve_model
 from populora.names import PHASES
 from populora.operators import REGISTRY, apply
 from populora.population.evolution import crossover_warning, plan_evolution
@@ -83,7 +83,7 @@ from populora.train.records import (
 )
 from populora.train.run_folder import RunFolder
 from populora.train.seed_files import SeedFileError, resolve_seed_file
-from populora.train.setup import build_engine, derive_seed, preflight, synthetic_seeds
+from populora.train.setup import build_engine, derive_seed, graded_seed_levels, preflight, synthetic_seeds
 from populora.train.state_files import OPTIMIZER_FILE, RNG_FILE, write_rng, write_tree
 
 
@@ -179,7 +179,8 @@ class Trainer:
                 f"seeding the buffers ({tk.seed_synthetic} problems per task, checked in the sandbox)",
                 self.quiet,
             )
-            for p in synthetic_seeds(tk.seed_synthetic, self.sandbox, self.cfg.train.seed):
+            levels = graded_seed_levels(resolve_model(self.cfg.model.name, self.cfg.model.revision or None))
+            for p in synthetic_seeds(tk.seed_synthetic, self.sandbox, self.cfg.train.seed, levels):
                 if not self.probe_guard.collides(p.program):  # the probe's twins never enter the buffers
                     self.buffers.add(p)
 
