@@ -160,11 +160,12 @@ def _gib(n: float | None) -> str:
 
 class DevicePeak:
     """The device's used memory (every process: this trainer and vLLM's engine core) polled every 2 ms in a
-    thread while the block runs; `peak` in bytes (None on CPU, where there is no device to poll)."""
+    thread while the block runs; `peak` in bytes (None on CPU, where there is no device to poll). `mark()`
+    ends a phase: it returns the phase's peak and starts the next one."""
 
     def __init__(self, device: str) -> None:
         self.device, self.peak = device, None
-        self._stop = threading.Event()
+        self._stop, self._lock = threading.Event(), threading.Lock()
         self._thread: threading.Thread | None = None
 
     def _poll(self) -> None:
@@ -172,8 +173,14 @@ class DevicePeak:
 
         while not self._stop.is_set():
             free, total = torch.cuda.mem_get_info()
-            self.peak = max(self.peak or 0, total - free)
+            with self._lock:
+                self.peak = max(self.peak or 0, total - free)
             time.sleep(0.002)
+
+    def mark(self) -> int | None:
+        with self._lock:
+            peak, self.peak = self.peak, None
+        return peak
 
     def __enter__(self) -> DevicePeak:
         if self.device.startswith("cuda"):
@@ -322,7 +329,9 @@ def engine_checks(checks: Checks, folder: Path, args, device: str, vllm_version:
         return
     build_s = time.perf_counter() - t
     try:
-        _engine_checks(checks, eng, cfg, args, device, vllm_version, ctx_bytes, build_s, plan_d, training)
+        _engine_checks(
+            checks, eng, cfg, args, device, vllm_version, ctx_bytes, build_s, plan_d, sampling, training
+        )
     finally:
         eng.close()
         del eng
@@ -331,7 +340,9 @@ def engine_checks(checks: Checks, folder: Path, args, device: str, vllm_version:
             torch.cuda.empty_cache()
 
 
-def _engine_checks(checks, eng, cfg, args, device, vllm_version, ctx_bytes, build_s, plan_d, training):
+def _engine_checks(
+    checks, eng, cfg, args, device, vllm_version, ctx_bytes, build_s, plan_d, sampling, training
+):
     import torch
 
     from populora.engine import GenRequest, TrainBatch, TrainRow
@@ -369,11 +380,16 @@ def _engine_checks(checks, eng, cfg, args, device, vllm_version, ctx_bytes, buil
             share = cfg.model.vllm_gpu_memory_utilization * used[1] if used else None
             # vLLM reserves its share up front; more than the share (+ its CUDA context) would squeeze training.
             ok = vllm_bytes is None or vllm_bytes <= share + GIB
+            held = (
+                f"vLLM holds {_gib(vllm_bytes)} of its share {cfg.model.vllm_gpu_memory_utilization:g} = "
+                f"{_gib(share)}"
+                if used
+                else "vLLM next to the trainer (a CPU: no device memory to measure)"
+            )
             checks.record(
                 "vllm_colocated",
                 ok,
-                f"vLLM holds {_gib(vllm_bytes)} (share {cfg.model.vllm_gpu_memory_utilization:g}"
-                f"{' = ' + _gib(share) if share else ''}); {args.rows} rows on {n_slots} slots x "
+                held + f"; {args.rows} rows on {n_slots} slots x "
                 f"{args.new_tokens} tokens: {n_tok / gen_s:.0f} tokens/s (first call with adapter loading "
                 f"{first_s:.1f} s); engine built in {build_s:.0f} s",
                 vllm_bytes=vllm_bytes,
@@ -399,14 +415,36 @@ def _engine_checks(checks, eng, cfg, args, device, vllm_version, ctx_bytes, buil
     ]
     batch = TrainBatch(rows)
     train_s = None
+    phases: dict[str, float | int | None] = {}
     try:
         if gpu:
             torch.cuda.reset_peak_memory_stats()
         before = _device_used(device)
         t = time.perf_counter()
         with DevicePeak(device) as peak:
-            metrics = eng.train_step(batch)
-            _sync(device)
+            # vLLM sleeps for the step and wakes after it (model.vllm_sleep): the two phases' peaks are told
+            # apart by timing the engine's own sleep/wake (instance attributes over its methods, removed after).
+            if gpu and getattr(eng, "sleep_mode", False):
+                sleep, wake = eng.sleep, eng.wake
+
+                def timed_sleep():
+                    t0 = time.perf_counter()
+                    sleep()
+                    phases["sleep_s"] = round(time.perf_counter() - t0, 2)
+
+                def timed_wake():
+                    phases["train_peak"] = peak.mark()  # the step, vLLM asleep
+                    t0 = time.perf_counter()
+                    wake()
+                    phases["wake_s"] = round(time.perf_counter() - t0, 2)
+
+                eng.sleep, eng.wake = timed_sleep, timed_wake
+            try:
+                metrics = eng.train_step(batch)
+                _sync(device)
+            finally:
+                eng.__dict__.pop("sleep", None)
+                eng.__dict__.pop("wake", None)
         train_s = time.perf_counter() - t
         finite = all(math.isfinite(float(v)) for v in metrics.values() if isinstance(v, int | float))
         details = dict(
@@ -416,22 +454,34 @@ def _engine_checks(checks, eng, cfg, args, device, vllm_version, ctx_bytes, buil
             train_s=round(train_s, 2),
             estimate=plan_d,
             metrics_finite=finite,
+            **{k: v for k, v in phases.items() if k.endswith("_s")},
         )
         if gpu:
             trainer_peak = int(torch.cuda.max_memory_allocated())
+            step_peak = phases["train_peak"] if "train_peak" in phases else peak.peak
+            wake_peak = peak.peak if "train_peak" in phases else None  # from vLLM's wake-up to the end
             details.update(
-                device_peak_bytes=peak.peak,
+                device_peak_bytes=step_peak,
+                device_peak_at_wake_bytes=wake_peak,
                 device_used_before_bytes=before[0],
                 trainer_peak_allocated_bytes=trainer_peak,
                 trainer_peak_reserved_bytes=int(torch.cuda.max_memory_reserved()),
-                estimate_over_measured=round(training / peak.peak, 3) if peak.peak else None,
+                estimate_over_measured=round(training / step_peak, 3) if step_peak else None,
             )
-            ok = finite and peak.peak is not None and peak.peak <= training
-            verdict = "covers it" if ok else "is LOWER: the preflight under-estimates"
+            step_ok = step_peak is not None and step_peak <= training
+            wake_ok = wake_peak is None or wake_peak <= sampling
+            ok = finite and step_ok and wake_ok
             line = (
-                f"{PROMPT_TOKENS}+{response}-token row in {train_s:.1f} s: device peak {_gib(peak.peak)} "
-                f"(trainer {_gib(trainer_peak)}); the preflight's estimate {_gib(training)} {verdict}"
+                f"{PROMPT_TOKENS}+{response}-token row in {train_s:.1f} s: device peak {_gib(step_peak)} "
+                f"(trainer {_gib(trainer_peak)}) vs the preflight's {_gib(training)}"
+                + ("" if step_ok else " (UNDER-estimated)")
             )
+            if wake_peak is not None:
+                line += (
+                    f"; at vLLM's wake-up {_gib(wake_peak)} vs its sampling estimate {_gib(sampling)}"
+                    + ("" if wake_ok else " (UNDER-estimated)")
+                    + f"; sleep {phases.get('sleep_s')} s + wake {phases.get('wake_s')} s"
+                )
         else:
             rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
             details.update(process_peak_rss_bytes=rss)
@@ -562,6 +612,7 @@ def run_check(checks: Checks, folder: Path, args, device: str, backend: str, wor
         checks.record("run_2_steps", False, f"timed out after {timeout} s", workers=workers, command=cmd)
         return
     wall = time.perf_counter() - t
+    (Path(args.work_dir) / "run.log").write_text(res.stdout + res.stderr)  # kept with --work-dir
     steps = []
     with contextlib.suppress(OSError, ValueError):
         steps = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
