@@ -325,7 +325,11 @@ def engine_checks(checks: Checks, folder: Path, args, device: str, vllm_version:
     try:
         eng = build_engine(cfg)
     except Exception as err:  # noqa: BLE001 - one failed line, then the checks that need no engine
-        checks.fail("vllm_colocated" if vllm_version else "train_max_row", err)
+        first = "vllm_colocated" if vllm_version else "train_max_row"
+        checks.fail(first, err)
+        for name in ("vllm_colocated", "train_max_row", "adapter_refresh"):
+            if name not in checks.res["checks"]:
+                checks.skip(name, f"the engine did not build (see {first})")
         return
     build_s = time.perf_counter() - t
     try:
