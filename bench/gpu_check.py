@@ -22,6 +22,7 @@ each, in this order:
 - `hf_slots`: the HF engine alone, 8 mixed slots vs 1 slot on the same rows (tokens/s ratio, memory per
   added slot), as before.
 Without vLLM the vLLM checks say "skipped: vLLM not installed" and the rest run on the hf backend.
+`--set KEY=VALUE` (repeatable) applies the real run's overrides to every check.
 
 Writes one JSON (`bench/results/gpu_check.json` on a GPU; with `--shrink` or on a CPU a file in the temp
 folder unless `--out` says where, so a test never overwrites the GPU record) after every check, prints the
@@ -262,7 +263,7 @@ def run_overrides(folder: Path, args, device: str, backend: str, workers: int) -
     if args.shrink:
         n = max(8, args.new_tokens)  # the config's floor
         sets += [f"tasks.teacher_max_new_tokens={n}", f"tasks.student_max_new_tokens={n}"]
-    return sets
+    return sets + list(args.sets)  # the user's own, last: e.g. the memory settings the real run will use
 
 
 def run_config(folder: Path, args, device: str, backend: str, workers: int = 1):
@@ -278,6 +279,7 @@ def run_config(folder: Path, args, device: str, backend: str, workers: int = 1):
 def engine_checks(checks: Checks, folder: Path, args, device: str, vllm_version: str | None) -> None:
     import torch
 
+    from populora.config import ConfigError
     from populora.train.errors import TrainError
     from populora.train.setup import build_engine, gpu_plan, preflight
 
@@ -295,7 +297,7 @@ def engine_checks(checks: Checks, folder: Path, args, device: str, vllm_version:
     try:
         preflight(cfg)
         pre_ok, pre_line = True, "the run's memory preflight passes"
-    except TrainError as err:  # measure what it refused: the checks below show whether it was right
+    except (TrainError, ConfigError) as err:  # measure what it refused: do the checks below bear it out?
         pre_ok, pre_line = False, str(err)
         cfg.model.memory_gb = 1e6
     sampling, training = plan.peaks(total) if total else (None, None)
@@ -537,7 +539,7 @@ def sandbox_check(checks: Checks, args) -> None:
     from populora.sandbox.bench import PROGRAM
     from populora.sandbox.pool import MAX_WORKERS
 
-    cfg = load_run_config(PRESET)  # the preset's sandbox settings (a CPU run lowers sandbox.workers)
+    cfg = load_run_config(PRESET, args.sets)  # the run's sandbox settings (a CPU run's own lower the workers)
     cores = os.cpu_count() or 1
     node = min(cores, MAX_WORKERS)
     limits = Limits(timeout_s=cfg.sandbox.timeout_s, memory_mb=cfg.sandbox.memory_mb)
@@ -802,6 +804,14 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--run-prompts", type=int, default=3, help="run_2_steps: tasks.prompts (one per type)")
     ap.add_argument("--run-rollouts", type=int, default=2, help="run_2_steps: rl.rollouts")
     ap.add_argument("--run-new-tokens", type=int, default=256, help="run_2_steps: max new tokens per answer")
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        dest="sets",
+        metavar="KEY=VALUE",
+        help="a run-config override on top of paper-7b for every check (repeatable), e.g. the real run's --set",
+    )
     ap.add_argument(
         "--only", default=",".join(ALL), help=f"comma-separated parts to run (of {','.join(ALL)})"
     )

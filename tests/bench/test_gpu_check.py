@@ -101,3 +101,33 @@ def test_gpu_check_fails_a_failed_check_with_exit_1(tmp_path):
     assert res.returncode == 1 and r["passed"] is False, res.stdout[-2000:] + res.stderr[-2000:]
     assert r["checks"]["run_2_steps"]["status"] == "fail"
     assert "FAIL    run_2_steps" in res.stdout
+
+
+def test_a_refused_preflight_is_a_fail_line_and_the_step_is_still_measured(tmp_path):
+    """`--set` reaches the run config: a memory budget the preflight refuses makes `preflight` FAIL with the
+    preflight's own one-line message (the keys to change), and the train step still runs, to show what was
+    refused."""
+    out = tmp_path / "gpu_check.json"
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "OMP_WAIT_POLICY": "PASSIVE"}
+    res = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "bench" / "gpu_check.py"),
+            *SHRUNK,
+            "--only",
+            "engine",
+            "--set",
+            "model.memory_gb=0.001",
+            "--out",
+            str(out),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    r = json.loads(out.read_text())
+    assert res.returncode == 1 and r["passed"] is False, res.stdout[-2000:] + res.stderr[-2000:]
+    pre = r["checks"]["preflight"]
+    assert pre["status"] == "fail" and "model.memory_gb" in pre["line"], pre["line"]
+    assert r["checks"]["train_max_row"]["status"] == "pass"
