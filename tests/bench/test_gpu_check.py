@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from populora.engine.memory import PROMPT_TOKENS
+
 REPO = Path(__file__).resolve().parents[2]
 SHRUNK = [
     "--shrink",
@@ -53,9 +55,8 @@ def test_gpu_check_runs_shrunk_on_cpu_without_vllm(tmp_path):
         "hf_slots": "pass",
     }
     c = r["checks"]
-    assert (
-        c["train_max_row"]["row_tokens"] == 2048 + 8
-    )  # the preflight's prompt bound + the (floored) response
+    # the row: the preflight's prompt bound + the response (--new-tokens 6, raised to the config's floor of 8)
+    assert c["train_max_row"]["row_tokens"] == PROMPT_TOKENS + 8
     assert c["train_max_row"]["estimate"]["checkpointing"] is True  # paper-7b's settings, not the defaults
     assert c["run_2_steps"]["backend"] == "hf" and c["run_2_steps"]["workers"] == 1
     assert [s["step_s"] > 0 for s in c["run_2_steps"]["steps"]] == [True, True]
