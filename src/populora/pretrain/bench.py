@@ -177,7 +177,7 @@ def _run(sb, quick, out, model_dir, n, k_refs, seed, names, max_statements, leve
     model_dir = Path(model_dir or ASSET_DIR)
     out = Path(out or DEFAULT_OUT)
     n = n or (8 if quick else 48)
-    model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()  # fp16 files too
     tok = AutoTokenizer.from_pretrained(model_dir)
     data = _problems(n, k_refs, seed, names, max_statements, level)
     results: dict = {
@@ -369,7 +369,7 @@ def _run_levels(sb, quick, out, model_dir, n, levels, k_refs, seed, threads) -> 
 
     torch.set_num_threads(threads)
     n = n or (8 if quick else 16)
-    model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()  # fp16 files too
     tok = AutoTokenizer.from_pretrained(model_dir)
     cells = _graded_cells(levels, n, k_refs)
     cols = (
