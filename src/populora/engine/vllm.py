@@ -3,8 +3,9 @@
 Training, adapters and optimiser state live in an `HFEngine` (same API, same slots). vLLM only samples:
 each slot is a LoRA adapter named `slot<k>` with the stable int id `k + 1`. A slot whose weights changed
 (`train_step`, `set_adapter`, `load_adapter`, `reset_slot`, `load_optimizer_state` does not count) is
-marked stale; before the next `generate` every stale slot is written as a PEFT folder under a scratch
-directory (`/dev/shm` when present) and refreshed in vLLM with `remove_lora(id)` + `add_lora(LoRARequest(
+marked stale; before the next `generate` every stale slot is written as a PEFT folder, in vLLM's dtype
+(bfloat16 on a GPU: vLLM casts to it on load anyway), under a scratch directory (`/dev/shm` when present) and
+refreshed in vLLM with `remove_lora(id)` + `add_lora(LoRARequest(
 name, id, path))`, then the prefix cache is reset (as RL frameworks do for weight updates). vLLM folds
 `alpha/r` into its copy of B; the trainer's tensors are never shared with it.
 
@@ -330,6 +331,24 @@ class VLLMEngine:
 
         return LoRARequest(f"slot{slot}", slot + 1, str(self._scratch / f"slot{slot}"))
 
+    def _write_slot(self, slot: int, path: Path) -> None:
+        """Write slot `slot` for vLLM in vLLM's dtype: vLLM casts every LoRA it loads to its `lora_dtype`
+        (the model's dtype, `vllm_dtype`), so a bfloat16 file is what it would use anyway, at half the bytes
+        of the trainer's float32 factors in /dev/shm (646 -> 323 MB per engine at 7B, 8 slots of rank 32)."""
+        import torch
+
+        from populora.lora.peft_io import save_peft
+
+        adapter = self.hf.get_adapter(slot)
+        dtype = getattr(torch, self.vllm_dtype)
+        if any(a.dtype != dtype or b.dtype != dtype for a, b in adapter.modules.values()):
+            adapter = LoRAAdapter(
+                {k: (a.to(dtype), b.to(dtype)) for k, (a, b) in adapter.modules.items()},
+                adapter.alpha,
+                dict(adapter.metadata),
+            )
+        save_peft(adapter, path, base_model_name_or_path=self.hf.model_name, target_modules=self.hf.targets)
+
     def _refresh(self) -> None:
         """Write every stale slot to the scratch folder and (re)load it in vLLM under its stable id."""
         if not self._stale:
@@ -337,7 +356,7 @@ class VLLMEngine:
         engine = self.llm.llm_engine
         for slot in sorted(self._stale):
             path = self._scratch / f"slot{slot}"
-            self.hf.save_adapter(slot, path)
+            self._write_slot(slot, path)
             if slot in self._loaded:
                 engine.remove_lora(slot + 1)
             engine.add_lora(self._request(slot))
