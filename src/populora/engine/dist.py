@@ -172,6 +172,9 @@ class DistWorker:
             "device": str(self.hf.device),
             "backend": getattr(self.engine, "backend", "hf"),
             "pid": os.getpid(),
+            "node": os.uname().nodename,
+            # what vLLM's processes hold in /dev/shm: the driver unlinks it should this worker die with them
+            "shm": dict(getattr(self.engine, "shm", None) or {}),
             "loss_agg": self.hf.loss_agg,
             "entropy_coef": self.hf.entropy_coef,
             "ppo": self.hf.clip_eps is not None,
@@ -284,7 +287,7 @@ class DistributedEngine(PeftFolderIO):
         self.workers = int(workers)
         self.device = str(device)
         self.close_timeout_s = float(close_timeout_s)
-        self._pids: list[int] = []
+        self._infos: list[dict] = []
         self._scratch_root = build_kwargs.get("scratch_dir")
         self.seed = int(seed)
         self._rng = random.Random(self.seed)  # seeds for unseeded generate calls
@@ -374,7 +377,7 @@ class DistributedEngine(PeftFolderIO):
             self.close()
             raise
         self.info = infos[0]
-        self._pids = [int(i["pid"]) for i in infos]
+        self._infos = infos
         self.n_slots = int(self.info["n_slots"])
         self.backend = self.info["backend"]
         self.model_name = self.info["model_name"]
@@ -644,24 +647,34 @@ class DistributedEngine(PeftFolderIO):
             self._sweep_local_scratch()
 
     def _sweep_local_scratch(self) -> None:
-        """Delete the scratch folders of this engine's workers that ran on this node and are gone now (a
-        worker killed before its `release()` finished); workers on other nodes are swept by the next vllm
-        engine started there."""
+        """After the kill: what this engine's workers on this node could not release themselves (a worker that
+        died, or one killed before its `release()` finished): the /dev/shm segments and semaphores their vLLM
+        processes held, their scratch adapter folders and vLLM's stale socket files, once those processes are
+        gone. Only entries the
+        workers reported (by inode) or folders named for a dead pid are touched. Workers on other nodes are
+        swept there by the next vllm engine's start-up."""
         import tempfile
 
-        from populora.engine.vllm import SCRATCH_PREFIX, sweep_stale_scratch
+        from populora.engine.vllm import sweep_ipc_sockets, sweep_stale_scratch, unlink_orphans
 
-        root = Path(
-            self._scratch_root or ("/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir())
-        )
-        mine = [p for p in self._pids if any(root.glob(f"{SCRATCH_PREFIX}{p}-*"))]
-        deadline = time.monotonic() + 10.0  # ray.kill returns before the process is gone
-        while mine and time.monotonic() < deadline:
-            if not any(_alive(p) for p in mine):
-                break
+        here = [i for i in self._infos if i.get("node") == os.uname().nodename]
+        if not here:
+            return
+        deadline = time.monotonic() + 10.0  # ray.kill returns before the processes are gone
+        while time.monotonic() < deadline and any(_alive(int(i["pid"])) for i in here):
             time.sleep(0.1)
-        if mine:
-            sweep_stale_scratch(root)
+        shm: dict[str, int] = {}
+        for i in here:
+            shm.update(i.get("shm") or {})
+        while shm:  # vLLM's engine core may outlive its worker by a moment: held entries wait for it
+            unlink_orphans(shm)
+            shm = {n: ino for n, ino in shm.items() if (Path("/dev/shm") / n).exists()}
+            if not shm or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        root = self._scratch_root or ("/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir())
+        sweep_stale_scratch(Path(root))
+        sweep_ipc_sockets()
 
     def _shutdown_ray(self) -> None:
         ray = require_ray()

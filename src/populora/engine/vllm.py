@@ -20,7 +20,9 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 
@@ -257,6 +259,7 @@ class VLLMEngine:
                 "model.vllm_kv_cache_gb set its memory)"
             ) from e
         self.max_model_len = int(self.llm.llm_engine.model_config.max_model_len)
+        self.shm = vllm_shm()  # what vLLM's processes hold in /dev/shm: unlinked after close if they leak it
         root = scratch_dir or ("/dev/shm" if os.path.isdir("/dev/shm") else None)
         sweep_stale_scratch(Path(root or tempfile.gettempdir()))  # dead runs' adapters hold RAM in /dev/shm
         self._scratch = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-", dir=root))
@@ -452,10 +455,11 @@ class VLLMEngine:
         return results  # type: ignore[return-value]
 
     def close(self) -> None:
-        """Stop vLLM's engine-core process and delete the scratch adapters. The engine is unusable after."""
+        """Stop vLLM's engine-core process, unlink the /dev/shm segments and semaphores its processes held
+        that they left behind, and delete the scratch adapters. The engine is unusable after."""
         llm = self.__dict__.pop("llm", None)
         if llm is not None:
-            shutdown_llm(llm)
+            shutdown_llm(llm, getattr(self, "shm", None))
         shutil.rmtree(self._scratch, ignore_errors=True)
 
     def __del__(self) -> None:  # best effort: the scratch folder lives in RAM (/dev/shm)
@@ -467,11 +471,158 @@ class VLLMEngine:
             pass
 
 
-def shutdown_llm(llm) -> None:
-    """End a `vllm.LLM`'s engine-core subprocess now (otherwise it lives until the process exits)."""
+SHM = Path("/dev/shm")
+SHUTDOWN_TIMEOUT_S = 20.0  # vLLM's own default grace is 5 s, which a loaded CPU host overruns
+
+
+def shutdown_llm(llm, shm: dict[str, int] | None = None) -> None:
+    """End a `vllm.LLM`'s engine-core subprocess now (otherwise it lives until the process exits), then
+    unlink what its processes left in /dev/shm (`shm`, from `vllm_shm()` while they ran): an engine core
+    that misses its grace period is killed, and its 160 MiB message queue (`psm_*`) would hold RAM until
+    reboot. Stale ZMQ socket files of vLLM in the temp dir go too (`sweep_ipc_sockets`)."""
     import multiprocessing
 
     core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
     if core is not None and hasattr(core, "shutdown"):
-        core.shutdown()  # SIGTERM to VLLM::EngineCore (which ends its VLLM::Worker), then a kill after 5 s
+        try:  # SIGTERM to VLLM::EngineCore (which ends its VLLM::Worker), then a kill after the timeout
+            core.shutdown(timeout=SHUTDOWN_TIMEOUT_S)
+        except TypeError:  # an engine-core client without the timeout argument
+            core.shutdown()
     multiprocessing.active_children()  # reap the ended engine core so no zombie is left behind
+    if shm:
+        unlink_orphans(shm)
+    sweep_ipc_sockets()
+
+
+def _proc_children(root: int) -> dict[int, str]:
+    """Live descendants of process `root` with their command lines (Linux /proc; empty elsewhere)."""
+    parent: dict[int, int] = {}
+    try:
+        entries = [d for d in Path("/proc").iterdir() if d.name.isdigit()]
+    except OSError:
+        return {}
+    for d in entries:
+        try:
+            parent[int(d.name)] = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+    out: dict[int, str] = {}
+    todo = [root]
+    while todo:
+        p = todo.pop()
+        for c in [c for c, pp in parent.items() if pp == p]:
+            try:
+                out[c] = (Path(f"/proc/{c}/cmdline").read_bytes().split(b"\0", 1)[0]).decode(errors="replace")
+            except OSError:
+                out[c] = ""
+            todo.append(c)
+    return out
+
+
+def _shm_inodes(pids) -> set[int]:
+    """Inodes under /dev/shm that processes `pids` have mapped or open. By inode: a POSIX semaphore is made
+    under a temporary name and linked into place, so the maps show the temporary name."""
+    held: set[int] = set()
+    for pid in pids:
+        d = Path(f"/proc/{pid}")
+        try:
+            for line in (d / "maps").read_text().splitlines():
+                parts = line.split(maxsplit=5)
+                if len(parts) == 6 and parts[5].startswith("/dev/shm/"):
+                    held.add(int(parts[4]))
+            for fd in (d / "fd").iterdir():
+                try:
+                    if os.readlink(fd).startswith("/dev/shm/"):
+                        held.add(os.stat(fd).st_ino)
+                except OSError:
+                    continue
+        except (OSError, ValueError):
+            continue
+    return held
+
+
+def vllm_shm(root: int | None = None) -> dict[str, int]:
+    """The /dev/shm entries (name -> inode) that the vLLM processes under process `root` (default: this
+    one) hold now: VLLM::EngineCore and VLLM::Worker with their shared-memory message queues and semaphores.
+    Taken while vLLM runs, so that `unlink_orphans` can remove exactly these once vLLM is gone."""
+    if not SHM.is_dir():
+        return {}
+    pids = [p for p, cmd in _proc_children(os.getpid() if root is None else root).items() if "VLLM" in cmd]
+    held = _shm_inodes(pids)
+    out = {}
+    try:
+        names = os.listdir(SHM)
+    except OSError:
+        return {}
+    for n in names:
+        try:
+            st = os.stat(SHM / n, follow_symlinks=False)
+        except OSError:
+            continue
+        if st.st_ino in held and st.st_uid == os.getuid():
+            out[n] = st.st_ino
+    return out
+
+
+_UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
+
+
+def sweep_ipc_sockets(root: str | Path | None = None) -> list[Path]:
+    """Delete the stale ZMQ socket files vLLM leaves in its RPC folder (`VLLM_RPC_BASE_PATH`, default the
+    temp dir: `ipc://<dir>/<uuid4>`, about 7 per engine) when its processes end without closing them.
+    Only this user's sockets named as a uuid4 that no process has bound (/proc/net/unix) are removed: such a
+    file is garbage, a connect to it is refused. Linux only (elsewhere: nothing)."""
+    import tempfile
+
+    base = Path(root or os.environ.get("VLLM_RPC_BASE_PATH") or tempfile.gettempdir())
+    try:
+        bound = {
+            line.split()[-1] for line in Path("/proc/net/unix").read_text().splitlines()[1:] if "/" in line
+        }
+        entries = [e for e in base.iterdir() if _UUID.match(e.name)]
+    except OSError:
+        return []
+    removed = []
+    for e in entries:
+        try:
+            st = e.lstat()
+        except OSError:
+            continue
+        if stat.S_ISSOCK(st.st_mode) and st.st_uid == os.getuid() and str(e) not in bound:
+            try:
+                e.unlink()
+                removed.append(e)
+            except OSError:
+                continue
+    return removed
+
+
+def unlink_orphans(entries: dict[str, int]) -> list[str]:
+    """Unlink those of `entries` (name -> inode under /dev/shm) that still exist as the same file and that no
+    live process of this user has mapped or open any more; return their names. Safe to call while others use
+    /dev/shm: a name reused since (another inode) or still held is left alone."""
+    left = {}
+    for n, ino in entries.items():
+        try:
+            st = os.stat(SHM / n, follow_symlinks=False)
+        except OSError:
+            continue
+        if st.st_ino == ino and st.st_uid == os.getuid():
+            left[n] = ino
+    if not left:
+        return []
+    try:
+        pids = [int(d.name) for d in Path("/proc").iterdir() if d.name.isdigit()]
+    except OSError:
+        return []
+    held = _shm_inodes(pids)
+    removed = []
+    for n, ino in left.items():
+        if ino in held:
+            continue
+        try:
+            os.unlink(SHM / n)
+            removed.append(n)
+        except OSError:
+            continue
+    return removed

@@ -76,13 +76,25 @@ def sigterm_stops() -> Iterator[None]:
 
     def handle(signum, frame) -> None:  # noqa: ARG001 - signal handler signature
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the cleanup must not be broken by a repeat
+        _received["SIGTERM"] = True
         raise Terminated
 
+    _received["SIGTERM"] = False
     old = signal.signal(signal.SIGTERM, handle)
     try:
         yield
     finally:
         signal.signal(signal.SIGTERM, old)
+
+
+_received = {"SIGTERM": False}
+
+
+def sigterm_received() -> bool:
+    """Whether SIGTERM arrived inside the current (or last) `sigterm_stops()`. Asked by the entry point
+    because `Terminated` may reach it as a plain KeyboardInterrupt: Ray's C++ waits turn an exception a
+    signal handler raised into KeyboardInterrupt."""
+    return _received["SIGTERM"]
 
 
 @contextmanager
@@ -136,4 +148,11 @@ class StopRequest:
             self._installed = False
 
 
-__all__ = ["StopRequest", "Terminated", "TrainingInterrupted", "cleanup_shield", "sigterm_stops"]
+__all__ = [
+    "StopRequest",
+    "Terminated",
+    "TrainingInterrupted",
+    "cleanup_shield",
+    "sigterm_received",
+    "sigterm_stops",
+]

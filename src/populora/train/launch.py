@@ -17,7 +17,13 @@ from populora.config import ConfigError, read_yaml, resume_config, to_yaml
 from populora.config_sources import resolve
 from populora.diagnostics.sinks import missing_tracker
 from populora.train.errors import TrainError
-from populora.train.interrupt import Terminated, TrainingInterrupted, cleanup_shield, sigterm_stops
+from populora.train.interrupt import (
+    Terminated,
+    TrainingInterrupted,
+    cleanup_shield,
+    sigterm_received,
+    sigterm_stops,
+)
 from populora.train.run_folder import PRIVATE_UMASK, RunFolderError, lock_run_dir, prepare_run_dir
 
 if TYPE_CHECKING:
@@ -130,12 +136,9 @@ def train(
                 raise
             except TrainingInterrupted:
                 raise
-            except Terminated:
-                raise TrainingInterrupted(
-                    run_path, None, signal_name="SIGTERM", newest=_newest(run_path)
-                ) from None
-            except KeyboardInterrupt:  # before the step loop (loading the model) or a second Ctrl-C
-                raise TrainingInterrupted(run_path, None, newest=_newest(run_path)) from None
+            except KeyboardInterrupt:  # SIGTERM, a second Ctrl-C, or Ctrl-C before the step loop
+                how = "SIGTERM" if sigterm_received() else "SIGINT"
+                raise TrainingInterrupted(run_path, None, signal_name=how, newest=_newest(run_path)) from None
             finally:
                 with cleanup_shield():  # bounded; a Ctrl-C or SIGTERM here would leave workers behind
                     trainer.close()
