@@ -175,6 +175,8 @@ class DistWorker:
             "node": os.uname().nodename,
             # what vLLM's processes hold in /dev/shm: the driver unlinks it should this worker die with them
             "shm": dict(getattr(self.engine, "shm", None) or {}),
+            "vllm_pids": dict(getattr(self.engine, "vllm_pids", None) or {}),
+            "tmp_files": list(getattr(self.engine, "tmp_files", None) or []),
             "loss_agg": self.hf.loss_agg,
             "entropy_coef": self.hf.entropy_coef,
             "ppo": self.hf.clip_eps is not None,
@@ -647,15 +649,22 @@ class DistributedEngine(PeftFolderIO):
             self._sweep_local_scratch()
 
     def _sweep_local_scratch(self) -> None:
-        """After the kill: what this engine's workers on this node could not release themselves (a worker that
-        died, or one killed before its `release()` finished): the /dev/shm segments and semaphores their vLLM
-        processes held, their scratch adapter folders and vLLM's stale socket files, once those processes are
-        gone. Only entries the
-        workers reported (by inode) or folders named for a dead pid are touched. Workers on other nodes are
-        swept there by the next vllm engine's start-up."""
+        """After the kill: what this engine's workers on this node could not release themselves (a worker
+        that died, or one killed before its `release()` finished). First their vLLM processes, which outlive
+        them (vLLM's engine core ignores its parent's end); then, once those are gone, the /dev/shm segments
+        and semaphores they held, vLLM's rendezvous files and stale socket files in the temp dir, and the
+        scratch adapter folders. Only what the workers reported at start-up (pids with their command line,
+        /dev/shm entries by inode, file names) or folders named for a dead pid are touched. Workers on other
+        nodes are swept there by the next vllm engine's start-up."""
         import tempfile
 
-        from populora.engine.vllm import sweep_ipc_sockets, sweep_stale_scratch, unlink_orphans
+        from populora.engine.vllm import (
+            end_orphaned_vllm,
+            remove_files,
+            sweep_ipc_sockets,
+            sweep_stale_scratch,
+            unlink_orphans,
+        )
 
         here = [i for i in self._infos if i.get("node") == os.uname().nodename]
         if not here:
@@ -663,10 +672,15 @@ class DistributedEngine(PeftFolderIO):
         deadline = time.monotonic() + 10.0  # ray.kill returns before the processes are gone
         while time.monotonic() < deadline and any(_alive(int(i["pid"])) for i in here):
             time.sleep(0.1)
+        orphans: dict[int, str] = {}
         shm: dict[str, int] = {}
         for i in here:
+            orphans.update({int(p): c for p, c in (i.get("vllm_pids") or {}).items()})
             shm.update(i.get("shm") or {})
-        while shm:  # vLLM's engine core may outlive its worker by a moment: held entries wait for it
+        end_orphaned_vllm(orphans)
+        remove_files([f for i in here for f in i.get("tmp_files") or []])
+        deadline = time.monotonic() + 5.0
+        while shm:  # a process that held an entry may take a moment to be reaped
             unlink_orphans(shm)
             shm = {n: ino for n, ino in shm.items() if (Path("/dev/shm") / n).exists()}
             if not shm or time.monotonic() > deadline:

@@ -251,6 +251,7 @@ class VLLMEngine:
             kwargs["max_model_len"] = max_model_len
         if cpu_kv:
             kwargs["kv_cache_memory_bytes"] = cpu_kv
+        tmp_before = _vllm_tmp_files()
         try:
             self.llm = vllm.LLM(**kwargs)
         except (ValueError, RuntimeError) as e:
@@ -260,6 +261,9 @@ class VLLMEngine:
             ) from e
         self.max_model_len = int(self.llm.llm_engine.model_config.max_model_len)
         self.shm = vllm_shm()  # what vLLM's processes hold in /dev/shm: unlinked after close if they leak it
+        self.vllm_pids = vllm_children()  # ended by whoever outlives this process should it die first
+        # vLLM's torch.distributed rendezvous file(s) in the temp dir, which a killed vLLM leaves behind
+        self.tmp_files = sorted(str(f) for f in _vllm_tmp_files() - tmp_before)
         root = scratch_dir or ("/dev/shm" if os.path.isdir("/dev/shm") else None)
         sweep_stale_scratch(Path(root or tempfile.gettempdir()))  # dead runs' adapters hold RAM in /dev/shm
         self._scratch = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-", dir=root))
@@ -460,6 +464,7 @@ class VLLMEngine:
         llm = self.__dict__.pop("llm", None)
         if llm is not None:
             shutdown_llm(llm, getattr(self, "shm", None))
+            remove_files(getattr(self, "tmp_files", ()))
         shutil.rmtree(self._scratch, ignore_errors=True)
 
     def __del__(self) -> None:  # best effort: the scratch folder lives in RAM (/dev/shm)
@@ -541,14 +546,52 @@ def _shm_inodes(pids) -> set[int]:
     return held
 
 
+def vllm_children(root: int | None = None) -> dict[int, str]:
+    """vLLM's processes under process `root` (default: this one): VLLM::EngineCore and its VLLM::Worker."""
+    kids = _proc_children(os.getpid() if root is None else root)
+    return {p: cmd for p, cmd in kids.items() if cmd.startswith("VLLM")}
+
+
+def end_orphaned_vllm(pids: dict[int, str], grace_s: float = 10.0) -> None:
+    """End vLLM processes `pids` (from `vllm_children`) that outlived their parent: vLLM's engine core does
+    not notice its parent's death and would run on, holding its memory and /dev/shm, until reboot. SIGTERM
+    first (they then free their shared memory themselves), SIGKILL after `grace_s`. A pid now used by another
+    program (its command line no longer vLLM's) is left alone."""
+    import signal
+    import time
+
+    def still(pid: int, cmd: str) -> bool:
+        try:
+            now = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0", 1)[0].decode(errors="replace")
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return False
+        return now == cmd and state != "Z"
+
+    live = {p: c for p, c in pids.items() if still(p, c)}
+    for p in live:
+        try:
+            os.kill(p, signal.SIGTERM)
+        except OSError:
+            pass
+    deadline = time.monotonic() + grace_s
+    while live and time.monotonic() < deadline:
+        time.sleep(0.1)
+        live = {p: c for p, c in live.items() if still(p, c)}
+    for p in live:
+        try:
+            os.kill(p, signal.SIGKILL)
+        except OSError:
+            pass
+
+
 def vllm_shm(root: int | None = None) -> dict[str, int]:
     """The /dev/shm entries (name -> inode) that the vLLM processes under process `root` (default: this
     one) hold now: VLLM::EngineCore and VLLM::Worker with their shared-memory message queues and semaphores.
     Taken while vLLM runs, so that `unlink_orphans` can remove exactly these once vLLM is gone."""
     if not SHM.is_dir():
         return {}
-    pids = [p for p, cmd in _proc_children(os.getpid() if root is None else root).items() if "VLLM" in cmd]
-    held = _shm_inodes(pids)
+    held = _shm_inodes(vllm_children(root))
     out = {}
     try:
         names = os.listdir(SHM)
@@ -562,6 +605,25 @@ def vllm_shm(root: int | None = None) -> dict[str, int]:
         if st.st_ino in held and st.st_uid == os.getuid():
             out[n] = st.st_ino
     return out
+
+
+def _vllm_tmp_files() -> set[Path]:
+    """vLLM's rendezvous files in the temp dir (`vllm_dist_<hex>`: torch.distributed's file store)."""
+    import tempfile
+
+    try:
+        return set(Path(tempfile.gettempdir()).glob("vllm_dist_*"))
+    except OSError:
+        return set()
+
+
+def remove_files(paths) -> None:
+    """Delete `paths` (files this engine's vLLM made), ignoring those already gone."""
+    for f in paths:
+        try:
+            Path(f).unlink(missing_ok=True)
+        except OSError:
+            pass
 
 
 _UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
