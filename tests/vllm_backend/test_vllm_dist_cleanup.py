@@ -1,5 +1,5 @@
 """Nothing left behind by a 2-worker run with vLLM workers (`model.backend=vllm`, `dist.workers=2`) stopped by
-SIGTERM or by a worker that dies: each worker's vLLM engine core (with its shared-memory queues and semaphores)
+a double Ctrl-C, by SIGTERM or by a worker that dies: each worker's vLLM engine core (with its shared-memory queues and semaphores)
 and its `/dev/shm/populora-vllm-*` adapter folder are released before the actor is killed. Checked as in
 tests/dist/test_dist_cleanup.py (tests/leftovers.py): no process, /dev/shm entry or temp folder of the run
 remains, the exit is one line, and the run folder is valid."""
@@ -40,6 +40,23 @@ def run(tmp_path):
     if r.proc.poll() is None:
         os.killpg(r.proc.pid, signal.SIGKILL)
         r.proc.wait()
+
+
+def test_a_double_ctrl_c_mid_step_releases_the_vllm_workers(run):
+    """A terminal's Ctrl-C reaches every process of the group (Ray, workers, vLLM's engine cores); the second
+    one, a second later, stops the driver at once, most likely while the workers are busy in the next step."""
+    import time
+
+    run.wait_for_checkpoint(timeout=600)
+    os.killpg(run.proc.pid, signal.SIGINT)
+    time.sleep(1.0)
+    if run.proc.poll() is None:
+        os.killpg(run.proc.pid, signal.SIGINT)
+    rc, err = run.finish()
+    assert rc == 130, err[-3000:]
+    assert f"--resume {run.dir}" in one_line(err, "interrupted:")
+    assert run.leftovers() == []
+    assert check_run(run.dir) == []
 
 
 def test_sigterm_releases_the_vllm_workers(run):
