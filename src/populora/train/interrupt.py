@@ -1,4 +1,4 @@
-"""Ctrl-C during training: finish the current step, save a checkpoint, then stop with a line saying how to go on.
+"""Ctrl-C and SIGTERM during training: stop, clean up, and say in one line how to go on.
 
 `StopRequest` replaces the SIGINT handler while the step loop runs (main thread only: elsewhere it does
 nothing). The first Ctrl-C only records the request: the step in flight completes (its logs and, if due, its
@@ -6,6 +6,14 @@ evolution), the trainer checkpoints it and raises `TrainingInterrupted`. A secon
 KeyboardInterrupt at once (the newest checkpoint is kept; the steps after it are re-run on resume).
 The sandbox's workers ignore SIGINT (sandbox/_worker.py), so a terminal's Ctrl-C, sent to the whole
 foreground process group, does not break the step being finished.
+
+SIGTERM (`kill PID`, a scheduler stopping a job) stops at once, as a second Ctrl-C does: a scheduler follows
+it with SIGKILL after a grace period (30 s by default on Kubernetes and Slurm), shorter than a 7B step, so
+waiting for the step would lose the cleanup. `sigterm_stops()` raises `Terminated` in the main thread for the
+whole run. Either way the entry point then cleans up inside `cleanup_shield()`, where further Ctrl-C and
+SIGTERM only print a line: the cleanup is bounded (dist workers are waited on for at most
+`DistributedEngine.close_timeout_s` twice), and breaking it is what would leave processes and `/dev/shm`
+behind.
 """
 
 from __future__ import annotations
@@ -13,21 +21,99 @@ from __future__ import annotations
 import signal
 import sys
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 
 class TrainingInterrupted(KeyboardInterrupt):
-    """Training stopped on Ctrl-C; `str(err)` is one line naming the run folder, what was saved, how to resume."""
+    """Training stopped on Ctrl-C or SIGTERM; `str(err)` is one line naming the run folder, what was saved,
+    how to resume. `step`: the step whose checkpoint this stop saved (None: stopped at once, the newest
+    checkpoint is `newest`, if any); `exit_code`: 130 (SIGINT) or 143 (SIGTERM), as a shell reports them."""
 
-    def __init__(self, run: Path, step: int | None, total: int | None = None) -> None:
+    def __init__(
+        self,
+        run: Path,
+        step: int | None,
+        total: int | None = None,
+        *,
+        signal_name: str = "SIGINT",
+        newest: int | None = None,
+    ) -> None:
         self.run = Path(run)
         self.step = step
-        if step is None:
-            saved = "the steps after its newest checkpoint are re-run"
-        else:
+        self.exit_code = 143 if signal_name == "SIGTERM" else 130
+        head = "terminated (SIGTERM)" if signal_name == "SIGTERM" else "interrupted"
+        if step is not None:
             of = f" of {total}" if total else ""
             saved = f"checkpoint checkpoints/step_{step:06d} saved after step {step}{of}"
-        super().__init__(f"interrupted: {saved}; continue with `populora train --resume {self.run}`")
+        elif newest is not None:
+            saved = (
+                f"stopped at once; the newest checkpoint checkpoints/step_{newest:06d} is kept and the steps "
+                "after it are re-run"
+            )
+        else:
+            saved = "stopped at once, before the first checkpoint (a resume starts from step 0)"
+        super().__init__(f"{head}: {saved}; continue with `populora train --resume {self.run}`")
+
+
+class Terminated(KeyboardInterrupt):
+    """Raised in the main thread on SIGTERM (inside `sigterm_stops()`): the run stops at once and cleans up."""
+
+
+def _main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+@contextmanager
+def sigterm_stops() -> Iterator[None]:
+    """While inside: SIGTERM raises `Terminated` at once in the main thread (once; a second SIGTERM during
+    the cleanup that follows is ignored). The old handler comes back on exit. Elsewhere than the main
+    thread: nothing."""
+    if not _main_thread():
+        yield
+        return
+
+    def handle(signum, frame) -> None:  # noqa: ARG001 - signal handler signature
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the cleanup must not be broken by a repeat
+        _received["SIGTERM"] = True
+        raise Terminated
+
+    _received["SIGTERM"] = False
+    old = signal.signal(signal.SIGTERM, handle)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+_received = {"SIGTERM": False}
+
+
+def sigterm_received() -> bool:
+    """Whether SIGTERM arrived inside the current (or last) `sigterm_stops()`. Asked by the entry point
+    because `Terminated` may reach it as a plain KeyboardInterrupt: Ray's C++ waits turn an exception a
+    signal handler raised into KeyboardInterrupt."""
+    return _received["SIGTERM"]
+
+
+@contextmanager
+def cleanup_shield() -> Iterator[None]:
+    """While inside (the cleanup after a stop): Ctrl-C and SIGTERM print one line instead of breaking it.
+    Main thread only; the old handlers come back on exit."""
+    if not _main_thread():
+        yield
+        return
+
+    def note(signum, frame) -> None:  # noqa: ARG001 - signal handler signature
+        print("still cleaning up (workers, vLLM, sandbox); a moment more", file=sys.stderr, flush=True)
+
+    old = {s: signal.signal(s, note) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
 
 
 class StopRequest:
@@ -62,4 +148,11 @@ class StopRequest:
             self._installed = False
 
 
-__all__ = ["StopRequest", "TrainingInterrupted"]
+__all__ = [
+    "StopRequest",
+    "Terminated",
+    "TrainingInterrupted",
+    "cleanup_shield",
+    "sigterm_received",
+    "sigterm_stops",
+]

@@ -17,7 +17,13 @@ from populora.config import ConfigError, read_yaml, resume_config, to_yaml
 from populora.config_sources import resolve
 from populora.diagnostics.sinks import missing_tracker
 from populora.train.errors import TrainError
-from populora.train.interrupt import TrainingInterrupted
+from populora.train.interrupt import (
+    Terminated,
+    TrainingInterrupted,
+    cleanup_shield,
+    sigterm_received,
+    sigterm_stops,
+)
 from populora.train.run_folder import PRIVATE_UMASK, RunFolderError, lock_run_dir, prepare_run_dir
 
 if TYPE_CHECKING:
@@ -35,7 +41,8 @@ def train(
     from_checkpoint: str | None = None,
 ) -> Path:
     """Run (or resume, or branch) training; returns the run folder. Raises ConfigError / TrainError on user
-    errors and `TrainingInterrupted` (a KeyboardInterrupt naming the run folder) on Ctrl-C.
+    errors and `TrainingInterrupted` (a KeyboardInterrupt naming the run folder) on Ctrl-C or SIGTERM, after
+    the trainer has closed its engine (dist workers, vLLM, scratch folders) and sandbox.
 
     `preset` None means the default (tiny), or the `base:` of `config_file` (`populora.config_sources`);
     with `resume` it must stay None (the run keeps its config). The config is resolved and checked before
@@ -95,40 +102,59 @@ def train(
                 f"--run-dir {run_path}: already holds a run; continue it with "
                 f"`populora train --resume {run_path}` or choose another --run-dir."
             )
-        trainer = Trainer(cfg, run_path, engine=engine, quiet=quiet)
-        try:
-            trainer.setup()
-            start = 0
-            if plan is not None:
-                source = plan.branch_from[0] if plan.branch_from else None
-                start = trainer.restore(branched_from=str(source) if source else None)
-                print(resume_line(run_path, start, cfg.train.steps, plan), file=sys.stderr, flush=True)
-                changed = changed_settings(saved, cfg)
-                if changed:
-                    print(changed, file=sys.stderr, flush=True)
-            trainer.run.write_config(to_yaml(cfg))  # on resume: records a changed train.steps
-            if start >= cfg.train.steps:
-                print(
-                    f"nothing to do: {run_path} finished all {cfg.train.steps} steps "
-                    "(raise train.steps with --set to continue).",
-                    file=sys.stderr,
-                )
-            trainer.fit(start)
-        except OSError as err:
-            if err.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
-                raise TrainError(
-                    f"cannot write to {run_path} ({err.strerror}); free some space or fix the folder, then "
-                    f"continue with `populora train --resume {run_path}` (the newest checkpoint is intact)."
+        with sigterm_stops():  # SIGTERM: stop at once, then the same cleanup as Ctrl-C (train/interrupt.py)
+            try:
+                trainer = Trainer(cfg, run_path, engine=engine, quiet=quiet)
+            except Terminated:
+                raise TrainingInterrupted(
+                    run_path, None, signal_name="SIGTERM", newest=_newest(run_path)
                 ) from None
-            raise
-        except TrainingInterrupted:
-            raise
-        except KeyboardInterrupt:  # before the step loop (loading the model) or a second Ctrl-C
-            raise TrainingInterrupted(run_path, None) from None
-        finally:
-            trainer.close()
+            try:
+                trainer.setup()
+                start = 0
+                if plan is not None:
+                    source = plan.branch_from[0] if plan.branch_from else None
+                    start = trainer.restore(branched_from=str(source) if source else None)
+                    print(resume_line(run_path, start, cfg.train.steps, plan), file=sys.stderr, flush=True)
+                    changed = changed_settings(saved, cfg)
+                    if changed:
+                        print(changed, file=sys.stderr, flush=True)
+                trainer.run.write_config(to_yaml(cfg))  # on resume: records a changed train.steps
+                if start >= cfg.train.steps:
+                    print(
+                        f"nothing to do: {run_path} finished all {cfg.train.steps} steps "
+                        "(raise train.steps with --set to continue).",
+                        file=sys.stderr,
+                    )
+                trainer.fit(start)
+            except OSError as err:
+                if err.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
+                    raise TrainError(
+                        f"cannot write to {run_path} ({err.strerror}); free some space or fix the folder, then "
+                        f"continue with `populora train --resume {run_path}` (the newest checkpoint is intact)."
+                    ) from None
+                raise
+            except TrainingInterrupted:
+                raise
+            except KeyboardInterrupt:  # SIGTERM, a second Ctrl-C, or Ctrl-C before the step loop
+                how = "SIGTERM" if sigterm_received() else "SIGINT"
+                raise TrainingInterrupted(run_path, None, signal_name=how, newest=_newest(run_path)) from None
+            finally:
+                with cleanup_shield():  # bounded; a Ctrl-C or SIGTERM here would leave workers behind
+                    trainer.close()
     finally:
         os.umask(old_umask)
         if lock_fd is not None:
             os.close(lock_fd)
     return run_path
+
+
+def _newest(run: Path) -> int | None:
+    """The step of the run's newest checkpoint, if any (for the line a stop prints)."""
+    from populora.train.checkpoint import list_checkpoints
+
+    try:
+        found = list_checkpoints(run)
+    except OSError:
+        return None
+    return found[-1][0] if found else None

@@ -193,12 +193,14 @@ class Trainer:
             self.buffers[t].extend(registry.seed_problems(t, n, self.sandbox, self.cfg.train.seed))
 
     def close(self) -> None:
-        if self.engine is not None:
-            self.engine.close()  # the vllm engine holds GPU memory and a scratch folder
-        if self.sandbox is not None:
-            self.sandbox.close()
-            self.sandbox = None
-        self.run.close()
+        try:
+            if self.engine is not None:
+                self.engine.close()  # the vllm engine holds GPU memory and a scratch folder
+        finally:  # a failed engine close must not leave the sandbox's processes behind
+            if self.sandbox is not None:
+                self.sandbox.close()
+                self.sandbox = None
+            self.run.close()
 
     # ---------------------------------------------------------------------------------------------- helpers
     @contextmanager
