@@ -32,7 +32,7 @@ def test_the_lane_runs_every_item_once_in_order_in_batches():
     gate.set()
     lane.join()
     assert [i for b in seen for i in b] == list(range(6))  # each item once, in the order handed over
-    assert len(seen) < 6  # items queued while a batch ran are taken together
+    assert len(seen) <= 2  # items queued while a batch ran are taken together
     assert lane.batches == len(seen) and lane.busy_s > 0 and lane.joined_at is not None
     lane.join()  # joining twice is harmless
 
