@@ -38,6 +38,7 @@ RESUMABLE_KEYS: tuple[str, ...] = (
     "train.checkpoint_every",
     "train.keep_checkpoints",
     "train.threads",
+    "train.overlap",  # when the sandbox runs, not what it returns
     "dist.workers",  # e.g. resume on the workers left after losing a node: same maths, other layout
     "dist.address",
     # memory settings: the same update up to float rounding, so a run that ran out of memory can continue
@@ -106,6 +107,9 @@ class TrainConfig:
     """torch intra-op threads on CPU (1-2 on a 2-core laptop; more threads on a busy box make it slower)."""
     keep_checkpoints: int = 3
     """How many of the newest checkpoints to keep on disk (older ones are deleted); 0 keeps all."""
+    overlap: bool = True
+    """Validate each proposal, and score each problem whose rollouts are all in, in the sandbox while the rest of
+    the phase still decodes (a background thread; the same results as false, which runs them after generation)."""
 
 
 @dataclass

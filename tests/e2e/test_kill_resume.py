@@ -113,7 +113,7 @@ def test_sigkill_then_resume_leaves_a_consistent_run(tmp_path, fast):
     assert live == sorted(metrics[-1]["members"]) and live != sorted(metrics[0]["members"])
 
 
-TIMING = {"time", "phase_s", "step_s", "tokens_per_s"}
+TIMING = {"time", "phase_s", "step_s", "tokens_per_s", "overlap_s"}
 
 
 def _stable(run) -> list[dict]:

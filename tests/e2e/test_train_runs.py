@@ -8,7 +8,7 @@ from populora.lora.peft_io import load_peft
 from populora.train.checkpoint import list_checkpoints, read_state
 from populora.train.launch import train
 
-TIMING = {"time", "phase_s", "step_s", "tokens_per_s"}
+TIMING = {"time", "phase_s", "step_s", "tokens_per_s", "overlap_s"}
 
 
 def _stable(rec: dict) -> dict:

@@ -119,3 +119,41 @@ def test_lean_cache_grows_past_its_first_allocation(make_engine):
     old = eng.generate(reqs, seed=2)
     assert [len(g.token_ids) for g in lean] == [150, 130, 110]
     assert [(g.token_ids, g.logprobs) for g in lean] == [(g.token_ids, g.logprobs) for g in old]
+
+
+@pytest.mark.parametrize("path", ["lean", "forward"])
+def test_on_finish_hands_over_each_row_as_it_stops(make_engine, base_and_tok, path, monkeypatch):
+    """`generate(on_finish=)`: each request once, the same object the call returns, nothing sampled differs,
+    and a row is handed over at the decode step it stops, while longer rows of its batch still decode. Three
+    batches (gen_batch_size=4) and a zero-token request cover the chunking and the early return."""
+    import populora.engine.hf as hf
+
+    eng = _stopping_engine(make_engine, base_and_tok)
+    eng.gen_path, eng.gen_batch_size = path, 4
+    reqs = [*_mixed_requests(), GenRequest(slot=0, prompt=PROMPTS[1], max_new_tokens=0)]
+    plain = eng.generate(reqs, seed=5)
+    steps = [0]  # decode steps so far: one `sample_next` per step of a batch
+
+    def counted(*args, **kwargs):
+        steps[0] += 1
+        return sample(*args, **kwargs)
+
+    sample = hf.sample_next
+    monkeypatch.setattr(hf, "sample_next", counted)
+    seen: list[tuple[int, object, int]] = []
+    out = eng.generate(reqs, seed=5, on_finish=lambda i, g: seen.append((i, g, steps[0])))
+    assert sorted(i for i, _, _ in seen) == list(range(len(reqs)))  # each request exactly once
+    assert all(out[i] is g for i, g, _ in seen)  # the very object the caller gets back
+    for a, b in zip(out, plain, strict=True):
+        assert (a.token_ids, a.logprobs, a.finish_reason, a.text) == (
+            b.token_ids,
+            b.logprobs,
+            b.finish_reason,
+            b.text,
+        )
+    assert seen[0][0] == len(reqs) - 1 and seen[0][2] == 0  # the zero-token request, before any decoding
+    # a row of n tokens is handed over right after its batch's n-th decode step: (steps so far - n) is the
+    # steps before its batch began, one value per batch; handing rows over at the end of their batch would
+    # give as many values as there are lengths in a batch
+    starts = {at - len(g.token_ids) for _, g, at in seen[1:]}
+    assert len(starts) == 3 and len({len(g.token_ids) for _, g, _ in seen}) > 3

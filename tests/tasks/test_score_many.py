@@ -168,3 +168,54 @@ def test_trainer_step_scores_the_same_batched(tmp_path):
         ]
     finally:
         tr.close()
+
+
+def test_the_overlap_lane_scores_in_parts_the_same_and_keeps_the_step_deadline(tmp_path):
+    """`Trainer.score_ready` (train.overlap: problems scored as their rollouts come in, in any parts) then
+    `score(ready=)` gives what `score` alone gives; a step deadline already past when generation ended cuts
+    every sandbox answer, counted in `score_past_deadline` as without overlap."""
+    from populora.config import load_config
+    from populora.engine import Generation, build
+    from populora.engine.testing import random_model
+    from populora.train.records import ProposalTrace
+    from populora.train.trainer import Ready, Trainer
+
+    model, tok = random_model(seed=0)
+    cfg = load_config("tiny", ["rl.rollouts=2", "sandbox.workers=2", "tasks.template=compact"])
+    engine = build(model=model, tokenizer=tok, n_slots=4, rank=4, alpha=8, lr=1e-3)
+    tr = Trainer(cfg, tmp_path / "run", engine=engine, quiet=True)
+    tr.setup()
+    try:
+        items, _ = _mixed(tr.sandbox)
+        traces = []
+        for t, p, answers in items:
+            trace = ProposalTrace("T0", "S0", t.name, problem=p)
+            prompt = t.student_prompt(p, template="compact")
+            texts = [t.render_answer(a, template="compact") for a in answers]
+            trace.answers = [
+                Generation(ids, x, [-1.0] * len(ids), "stop", engine.encode(prompt), 2)
+                for x in texts
+                for ids in [engine.tokenizer(x, add_special_tokens=False)["input_ids"]]
+            ]
+            traces.append(trace)
+        fields = ("solves", "formatted", "answer_rewards", "reward")
+        alone, parts, late = (copy.deepcopy(traces) for _ in range(3))
+        tr.score(alone)
+        ready = Ready()
+        tr.score_ready([(t, t.answers) for t in parts[2:3]], ready, None)  # before generation ended
+        tr.score_ready([(t, t.answers) for t in (parts[0], parts[3], parts[1])], ready, time.monotonic())
+        tr.score(parts, ready=ready)
+        assert [[getattr(x, f) for f in fields] for x in parts] == [
+            [getattr(x, f) for f in fields] for x in alone
+        ]
+        assert tr.score_past_deadline == 0
+        ended = time.monotonic() - cfg.sandbox.score_step_deadline_s - 1.0  # generation ended too long ago
+        ready = Ready()
+        tr.score_ready([(t, t.answers) for t in late], ready, ended)
+        tr.score(late, ready=ready)
+        assert (
+            ready.cut == tr.score_past_deadline == 10
+        )  # as test_past_step_deadline_cuts_every_sandbox_answer
+        assert late[2].solves == alone[2].solves and not any(late[0].solves + late[1].solves + late[3].solves)
+    finally:
+        tr.close()

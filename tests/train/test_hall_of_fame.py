@@ -57,7 +57,7 @@ def _same(a, b) -> bool:
     return a == b
 
 
-TIMING = {"time", "phase_s", "step_s", "tokens_per_s"}
+TIMING = {"time", "phase_s", "step_s", "tokens_per_s", "overlap_s"}
 
 
 @pytest.fixture(scope="module")

@@ -13,6 +13,9 @@
 - Threads: generation and training set their own torch thread counts (docs/engine.md, How it works).
 - Progress: `generate` and `train_step` take an optional `progress(done, total, info)` callable (the trainer's
   live console line): requests finished / micro-batches done so far, non-decreasing, ending at total.
+- Finished rows: `generate` takes an optional `on_finish(i, generation)` callable, called once per request as
+  soon as its row stops (request i's `Generation`, the same object the returned list holds), while the other
+  rows still decode: the trainer hands finished rows to the sandbox meanwhile (train/overlap.py).
 """
 
 from __future__ import annotations
@@ -46,6 +49,8 @@ from populora.rl.loss import LOSS_AGG_MODES, policy_loss, row_weights, truncated
 
 # progress(done, total, info): `info` holds "tokens" (generated so far) for generate, "rows" for train_step.
 ProgressFn = Callable[[int, int, dict], None]
+# on_finish(i, generation): request i (its index in the call's list) has finished decoding.
+FinishFn = Callable[[int, Generation], None]
 # Report decoding progress every this many decode steps (and whenever rows finish): cheap, yet live.
 PROGRESS_EVERY = 16
 
@@ -234,11 +239,16 @@ class HFEngine(PeftFolderIO):
 
     @torch.no_grad()
     def generate(
-        self, requests: list[GenRequest], seed: int | None = None, progress: ProgressFn | None = None
+        self,
+        requests: list[GenRequest],
+        seed: int | None = None,
+        progress: ProgressFn | None = None,
+        on_finish: FinishFn | None = None,
     ) -> list[Generation]:
         """Sample every request (any mix of slots) in KV-cached batches; results in request order.
 
-        `progress(done, total, {"tokens": n})` is called as requests finish (see the module docstring)."""
+        `progress(done, total, {"tokens": n})` is called as requests finish, `on_finish(i, generation)` once per
+        request when its row stops (see the module docstring); neither changes what is sampled."""
         if not requests:
             return []
         gen = self.generator if seed is None else torch.Generator().manual_seed(seed)
@@ -252,6 +262,8 @@ class HFEngine(PeftFolderIO):
         results: list[Generation | None] = [None] * len(requests)
         for i in [i for i in order if requests[i].max_new_tokens == 0]:
             results[i] = Generation([], "", [], "length", prompt_ids=prompts[i], slot=requests[i].slot)
+            if on_finish is not None:
+                on_finish(i, results[i])
         order = [i for i in order if requests[i].max_new_tokens > 0]
         total, finished = len(requests), len(requests) - len(order)
         report = None
@@ -270,7 +282,8 @@ class HFEngine(PeftFolderIO):
             batch_fn = self._generate_batch_lean if self.gen_path == "lean" else self._generate_batch
             for c in range(0, len(order), self.gen_batch_size):
                 chunk = sorted(order[c : c + self.gen_batch_size], key=lambda i: (requests[i].slot, i))
-                outs = batch_fn([requests[i] for i in chunk], [prompts[i] for i in chunk], gen, report)
+                done = None if on_finish is None else (lambda row, g, chunk=chunk: on_finish(chunk[row], g))
+                outs = batch_fn([requests[i] for i in chunk], [prompts[i] for i in chunk], gen, report, done)
                 for i, out in zip(chunk, outs, strict=True):
                     results[i] = out
                 finished += len(chunk)
@@ -284,6 +297,7 @@ class HFEngine(PeftFolderIO):
         prompts: list[list[int]],
         gen: torch.Generator,
         report: Callable[[int, int], None] | None = None,
+        finish: FinishFn | None = None,
     ) -> list[Generation]:
         from transformers import DynamicCache
 
@@ -304,6 +318,7 @@ class HFEngine(PeftFolderIO):
         tokens: list[list[int]] = [[] for _ in range(b)]
         logps: list[list[float]] = [[] for _ in range(b)]
         reasons = ["length"] * b
+        built: list[Generation | None] = [None] * b  # rows handed to `finish` as they stopped
         alive = torch.arange(b)  # original row of each row still in the batch
         eos = torch.tensor(sorted(self.eos_ids)) if self.eos_ids else None
         cache = DynamicCache()
@@ -335,6 +350,11 @@ class HFEngine(PeftFolderIO):
                     done[j] = True
                 elif len(tokens[row]) >= int(max_new[row]):
                     done[j] = True
+                if finish is not None and done[j]:
+                    built[row] = self._generation(
+                        reqs[row], prompts[row], tokens[row], logps[row], reasons[row]
+                    )
+                    finish(row, built[row])
             if report is not None and (bool(done.any()) or step % PROGRESS_EVERY == 0):
                 n_done = b - len(alive) + int(done.sum())
                 report(n_done, sum(len(t) for t in tokens))
@@ -353,21 +373,25 @@ class HFEngine(PeftFolderIO):
             step_ids = nxt[:, None].to(dev)
             cur_mask = torch.cat([cur_mask, torch.ones((len(alive), 1), dtype=cur_mask.dtype, device=dev)], 1)
             next_pos = next_pos + 1
-        return self._generations(reqs, prompts, tokens, logps, reasons)
+        return self._generations(reqs, prompts, tokens, logps, reasons, built)
 
-    def _generations(self, reqs, prompts, tokens, logps, reasons) -> list[Generation]:
-        """One `Generation` per request of a finished batch (both decoding paths end here)."""
+    def _generations(self, reqs, prompts, tokens, logps, reasons, built) -> list[Generation]:
+        """One `Generation` per request of a finished batch (both decoding paths end here); rows already
+        handed to `finish` (`built`) keep their object."""
         return [
-            Generation(
-                token_ids=tokens[i],
-                text=self.tokenizer.decode(tokens[i], skip_special_tokens=True),
-                logprobs=logps[i],
-                finish_reason=reasons[i],
-                prompt_ids=list(prompts[i]),
-                slot=reqs[i].slot,
-            )
+            built[i] or self._generation(reqs[i], prompts[i], tokens[i], logps[i], reasons[i])
             for i in range(len(reqs))
         ]
+
+    def _generation(self, req, prompt, tokens, logps, reason) -> Generation:
+        return Generation(
+            token_ids=tokens,
+            text=self.tokenizer.decode(tokens, skip_special_tokens=True),
+            logprobs=logps,
+            finish_reason=reason,
+            prompt_ids=list(prompt),
+            slot=req.slot,
+        )
 
     def _generate_batch_lean(
         self,
@@ -375,6 +399,7 @@ class HFEngine(PeftFolderIO):
         prompts: list[list[int]],
         gen: torch.Generator,
         report: Callable[[int, int], None] | None = None,
+        finish: FinishFn | None = None,
     ) -> list[Generation]:
         """`_generate_batch` on the lean path (engine/decode.py): the same sampling, stopping, pruning and
         random draws, with three savings. (1) Rows with the same prompt and slot (a student's n rollouts of
@@ -411,6 +436,7 @@ class HFEngine(PeftFolderIO):
         tokens: list[list[int]] = [[] for _ in range(b)]
         logps: list[list[float]] = [[] for _ in range(b)]
         reasons = ["length"] * b
+        built: list[Generation | None] = [None] * b  # rows handed to `finish` as they stopped
         eos = self.eos_ids
         n_steps = max(max_new)
         cache = DynamicCache()
@@ -465,11 +491,15 @@ class HFEngine(PeftFolderIO):
                     logps[row].append(x)
                     if t in eos:
                         reasons[row] = "stop"
-                        n_finished += 1
-                    elif len(tokens[row]) >= max_new[row]:
-                        n_finished += 1
-                    else:
+                    elif len(tokens[row]) < max_new[row]:
                         keep.append(j)
+                        continue
+                    n_finished += 1
+                    if finish is not None:
+                        built[row] = self._generation(
+                            reqs[row], prompts[row], tokens[row], logps[row], reasons[row]
+                        )
+                        finish(row, built[row])
                 if report is not None and (n_finished or step % PROGRESS_EVERY == 0):
                     report(b - len(alive) + n_finished, sum(len(t) for t in tokens))
                 if not keep:
@@ -493,7 +523,7 @@ class HFEngine(PeftFolderIO):
                     has_pad = any(padded[r] for r in alive)
                 step_ids = nxt.to(dev)
                 next_pos = next_pos + 1
-        return self._generations(reqs, prompts, tokens, logps, reasons)
+        return self._generations(reqs, prompts, tokens, logps, reasons, built)
 
     # ------------------------------------------------------------------ training
     def _micro_batches(self, rows: list[TrainRow]) -> list[list[int]]:

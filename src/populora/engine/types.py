@@ -107,7 +107,11 @@ class PolicyEngine(Protocol):
     tokenizer: object
 
     def generate(self, requests: list[GenRequest], seed: int | None = None) -> list[Generation]:
-        """One mixed-slot batch; `seed` makes the sampling reproducible (the trainer derives it per phase)."""
+        """One mixed-slot batch; `seed` makes the sampling reproducible (the trainer derives it per phase).
+
+        Optional keywords an engine may take (the trainer checks the signature): `progress(done, total, info)`
+        and `on_finish(i, generation)`, called once per request as its row stops, before the call returns
+        (the hf engine; the trainer hands those rows to the sandbox while the rest decode)."""
         ...
 
     def train_step(self, batch: TrainBatch) -> dict[str, float]:

@@ -1,5 +1,6 @@
-"""`populora bench population`: how fast a training step runs, old code path against new, and how the wall-clock
-grows with the population (single vs 1T+1S vs 2T+2S vs 4T+4S).
+"""`populora bench population`: how fast a training step runs, old code path against new, with and without the
+sandbox overlapped with decoding, and how the wall-clock grows with the population (single vs 1T+1S vs 2T+2S vs
+4T+4S).
 
 **Speed (issue 30).** Two `tiny-learn` trainers with the same seed, one generating through the engine's original
 decode loop (`gen_path="forward"`: every token through transformers' `forward`) and one through the lean path
@@ -12,6 +13,11 @@ step's teacher and student requests in ONE mixed-batch `generate` (same prompts,
 each row's length fixed to what the trainer generated, EOS off), so what the trainer's phase-by-phase
 scheduling costs shows apart from what the model costs; and that rate against the model's arithmetic limit on
 this CPU (FLOPs per token against a measured matmul rate, `populora.engine.bench.arithmetic_limit`).
+
+**Overlap (issue 32 §3).** A third trainer runs the lean path with `train.overlap=true` (validation and scoring
+on a background thread while the phase still decodes, train/overlap.py); the two lean trainers run
+`train.overlap=false` and true, so their rows show the phase split and step time without and with it, and
+`identical_results` checks that every step's metrics (timings aside), problems and events are the same.
 
 **Scaling.** Every configuration does the same work per matchup (the same prompts, rollouts and token budgets;
 the single agent does one matchup's work with one adapter), so the total work grows with the number of matchups
@@ -26,6 +32,7 @@ import json
 import os
 import platform
 import shutil
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -53,13 +60,17 @@ SPEED_PRESET = "tiny-learn"
 # No evolution and no probe inside the timed steps: the speed rows time the step's five phases (the probe has its
 # own benchmark, bench/probe_speed.py).
 SPEED_OVERRIDES = ["evolution.every=0", "diagnostics.probe_every=0"]
-PATHS = [("old", "forward"), ("new", "lean")]
+# (row name, engine gen_path, train.overlap): the issue-30 comparison (old vs new, both sequential) and overlap.
+PATHS = [("old", "forward", False), ("new", "lean", False), ("overlap", "lean", True)]
+TIMING_KEYS = ("time", "phase_s", "step_s", "tokens_per_s", "overlap_s")  # what may differ between runs
 SPEED_PHASES = ["teacher", "validate", "student", "score", "update"]
 
 
 class Meter:
     """Stands in for `engine.generate` and `engine.train_step`: records every call's requests, outputs and
-    CPU seconds (this process's: the sandbox's workers are other processes)."""
+    CPU seconds: the calling thread's for `generate` (it decodes on one thread, `gen_threads=1`; the overlap
+    lane's thread is not counted), this process's for `train_step` (its threads); the sandbox's workers are
+    other processes."""
 
     def __init__(self, engine) -> None:
         self.engine = engine
@@ -70,10 +81,10 @@ class Meter:
     def install(self) -> None:
         meter = self
 
-        def generate(requests, seed=None, progress=None):
-            t = time.process_time()
-            out = meter.generate_fn(requests, seed=seed, progress=progress)
-            meter.calls.append({"requests": requests, "out": out, "cpu_s": time.process_time() - t})
+        def generate(requests, seed=None, progress=None, on_finish=None):
+            t = time.thread_time()
+            out = meter.generate_fn(requests, seed=seed, progress=progress, on_finish=on_finish)
+            meter.calls.append({"requests": requests, "out": out, "cpu_s": time.thread_time() - t})
             return out
 
         def train_step(batch, progress=None):
@@ -131,10 +142,14 @@ def _speed_steps(steps: int, extra: list[str]) -> tuple[dict, dict]:
     """Build one `tiny-learn` trainer per code path, run their steps round-robin; return per path the timed
     steps' records and generate calls, and the trainers' engines' replay results (see the module docstring)."""
     tmp = Path(tempfile.mkdtemp(prefix="populora-bench-speed-"))
-    trainers, per = [], {name: {"records": [], "calls": [], "train_cpu_s": []} for name, _ in PATHS}
+    trainers, per = (
+        [],
+        {name: {"records": [], "calls": [], "train_cpu_s": [], "logs": {}} for name, *_ in PATHS},
+    )
     try:
-        for name, path in PATHS:
-            cfg = load_config(SPEED_PRESET, [*SPEED_OVERRIDES, f"train.steps={steps}", *extra])
+        for name, path, overlap in PATHS:
+            over = [*SPEED_OVERRIDES, f"train.steps={steps}", *extra, f"train.overlap={str(overlap).lower()}"]
+            cfg = load_config(SPEED_PRESET, over)
             tr = Trainer(cfg, tmp / name, quiet=True)
             tr.setup()
             tr.engine.gen_path = path
@@ -144,7 +159,11 @@ def _speed_steps(steps: int, extra: list[str]) -> tuple[dict, dict]:
         for step in range(1, steps + 1):
             for name, tr, meter in trainers:
                 meter.calls, meter.train_cpu_s = [], 0.0
-                rec = tr.step(step).record
+                res = tr.step(step)
+                rec = res.record
+                per[name]["logs"].setdefault("records", []).append(_stable(rec))
+                per[name]["logs"].setdefault("problems", []).append(_stable_problems(step, res.traces))
+                per[name]["logs"].setdefault("events", []).append(res.events)
                 if step == 1:
                     continue  # warm-up
                 per[name]["records"].append(rec)
@@ -157,6 +176,17 @@ def _speed_steps(steps: int, extra: list[str]) -> tuple[dict, dict]:
             tr.close()
         shutil.rmtree(tmp, ignore_errors=True)
     return per, replay
+
+
+def _stable(rec: dict) -> dict:
+    """A metrics record without what timing changes (compared between trainers: `identical_results`)."""
+    return {k: v for k, v in rec.items() if k not in TIMING_KEYS}
+
+
+def _stable_problems(step: int, traces) -> list[dict]:
+    from populora.train.records import problem_records
+
+    return list(problem_records(step, traces))
 
 
 def _replay(tr, meter: Meter, steps_calls: list[list[dict]]) -> dict:
@@ -184,7 +214,7 @@ def _replay(tr, meter: Meter, steps_calls: list[list[dict]]) -> dict:
     return {"tokens": tokens, "cpu_s": cpu, "tokens_per_cpu_s": tokens / max(cpu, 1e-9)}
 
 
-def _speed_row(name: str, path: str, data: dict, replay: dict) -> dict:
+def _speed_row(name: str, path: str, overlap: bool, data: dict, replay: dict) -> dict:
     recs, calls = data["records"], data["calls"]
     n = len(recs)
     gen_tokens = sum(len(g.token_ids) for step in calls for c in step for g in c["out"])
@@ -196,13 +226,20 @@ def _speed_row(name: str, path: str, data: dict, replay: dict) -> dict:
         for g in c["out"]
         if g.token_ids
     ]
+    lane = [r.get("overlap_s") or {} for r in recs]
     return {
         "path": name,
         "gen_path": path,
+        "overlap": overlap,
         "steps_timed": n,
         "step_s_mean": sum(r["step_s"] for r in recs) / n,
+        "step_s_median": statistics.median(r["step_s"] for r in recs),  # a loaded machine's outliers aside
         "step_s": [r["step_s"] for r in recs],
         "phase_s_mean": {k: sum(r["phase_s"][k] for r in recs) / n for k in SPEED_PHASES},
+        "phase_s_median": {k: statistics.median(r["phase_s"][k] for r in recs) for k in SPEED_PHASES},
+        "phase_s": [{k: r["phase_s"][k] for k in SPEED_PHASES} for r in recs],
+        # seconds the overlap lane's thread spent validating / scoring (mostly hidden under generation)
+        "lane_s_mean": {k: sum(x.get(k, 0.0) for x in lane) / n for k in ("validate", "score")},
         "gen_tokens_per_step": gen_tokens / n,
         "gen_cpu_s_per_step": gen_cpu / n,
         "update_cpu_s_per_step": sum(data["train_cpu_s"]) / n,
@@ -216,8 +253,8 @@ def _speed_row(name: str, path: str, data: dict, replay: dict) -> dict:
 def measure_speed(steps: int, extra: list[str] | None = None) -> dict:
     """The speed part of the benchmark (old vs new code path on `tiny-learn`); see the module docstring."""
     per, replay = _speed_steps(steps, list(extra or []))
-    rows = [_speed_row(name, path, per[name], replay[name]) for name, path in PATHS]
-    old, new = rows
+    rows = [_speed_row(name, path, ov, per[name], replay[name]) for name, path, ov in PATHS]
+    old, new, over = rows
     same = all(
         [g.token_ids for c in a for g in c["out"]] == [g.token_ids for c in b for g in c["out"]]
         for a, b in zip(per["old"]["calls"], per["new"]["calls"], strict=True)
@@ -244,6 +281,26 @@ def measure_speed(steps: int, extra: list[str] | None = None) -> dict:
         "engine_vs_trainer": new["engine_gen_tokens_per_cpu_s"] / new["trainer_gen_tokens_per_cpu_s"],
         "arithmetic_limit": limit,
         "engine_share_of_limit": new["engine_gen_tokens_per_cpu_s"] / limit["limit_tokens_per_cpu_s"],
+        # overlap off ("new") vs on ("overlap"), both on the lean path: > 1 means overlap is faster
+        "overlap": {
+            "identical_results": per["new"]["logs"] == per["overlap"]["logs"],
+            "speedup_step": new["step_s_mean"] / over["step_s_mean"],
+            "speedup_step_median": new["step_s_median"] / over["step_s_median"],
+            "speedup_phase": {
+                k: new["phase_s_mean"][k] / max(over["phase_s_mean"][k], 1e-9) for k in SPEED_PHASES
+            },
+            # teacher gen + validate and student gen + score: what overlap can shorten
+            "speedup_gen_and_sandbox": (
+                sum(new["phase_s_mean"][k] for k in SPEED_PHASES[:4])
+                / max(sum(over["phase_s_mean"][k] for k in SPEED_PHASES[:4]), 1e-9)
+            ),
+            # the same, step by step (the steps of the two trainers ran back to back), then the median ratio
+            "speedup_gen_and_sandbox_median": statistics.median(
+                sum(a[k] for k in SPEED_PHASES[:4]) / max(sum(b[k] for k in SPEED_PHASES[:4]), 1e-9)
+                for a, b in zip(new["phase_s"], over["phase_s"], strict=True)
+            ),
+            "lane_s_mean": over["lane_s_mean"],
+        },
     }
 
 
@@ -262,15 +319,16 @@ def _speed_table(speed: dict) -> Table:
         )
     )
     cols = ["path", "s/step", "teacher gen s", "validate s", "student gen s", "score s", "update s"]
-    cols += ["gen tok/step", "trainer gen tok/CPU-s", "engine 1-batch tok/CPU-s"]
+    cols += ["lane s", "gen tok/step", "trainer gen tok/CPU-s", "engine 1-batch tok/CPU-s"]
     for col in cols:
         table.add_column(col, justify="right")
     for r in speed["rows"]:
         ph = r["phase_s_mean"]
         table.add_row(
-            f"{r['path']} ({r['gen_path']})",
+            f"{r['path']} ({r['gen_path']}{', overlap' if r['overlap'] else ''})",
             f"{r['step_s_mean']:.2f}",
             *(f"{ph[k]:.2f}" for k in SPEED_PHASES),
+            f"{sum(r['lane_s_mean'].values()):.2f}",
             f"{r['gen_tokens_per_step']:.0f}",
             f"{r['trainer_gen_tokens_per_cpu_s']:.0f}",
             f"{r['engine_gen_tokens_per_cpu_s']:.0f}",
@@ -281,7 +339,18 @@ def _speed_table(speed: dict) -> Table:
         f"{speed['speedup_step']:.2f}x",
         *(f"{sp[k]:.2f}x" for k in SPEED_PHASES),
         "",
+        "",
         f"{speed['speedup_gen_tokens_per_cpu_s']:.2f}x",
+        "",
+    )
+    ov = speed["overlap"]
+    table.add_row(
+        "new / overlap",
+        f"{ov['speedup_step']:.2f}x",
+        *(f"{ov['speedup_phase'][k]:.2f}x" for k in SPEED_PHASES),
+        "",
+        "",
+        "",
         "",
     )
     return table
@@ -301,7 +370,11 @@ def run(
         f"tiny-learn step: {speed['speedup_step']:.2f}x faster (wall-clock, same run); generations identical: "
         f"{speed['identical_generations']}. Trainer generation {speed['trainer_gen_tokens_per_cpu_s']:.0f} tok/CPU-s "
         f"vs the engine's one mixed batch on the same requests {speed['engine_gen_tokens_per_cpu_s']:.0f} "
-        f"({speed['engine_vs_trainer']:.2f}x). Arithmetic limit: {lim['flops_per_token'] / 1e6:.1f} MFLOP/token at "
+        f"({speed['engine_vs_trainer']:.2f}x). Overlap: step {speed['overlap']['speedup_step']:.2f}x (median "
+        f"{speed['overlap']['speedup_step_median']:.2f}x), generation + sandbox phases "
+        f"{speed['overlap']['speedup_gen_and_sandbox']:.2f}x (median of steps "
+        f"{speed['overlap']['speedup_gen_and_sandbox_median']:.2f}x), results identical: "
+        f"{speed['overlap']['identical_results']}. Arithmetic limit: {lim['flops_per_token'] / 1e6:.1f} MFLOP/token at "
         f"{lim['matmul_gflops_peak']:.0f} GFLOP/s = {lim['limit_tokens_per_cpu_s']:.0f} tok/CPU-s "
         f"(engine at {100 * speed['engine_share_of_limit']:.0f}%; a {lim['decode_shape_rows']}-row decode matmul "
         f"runs at {lim['matmul_gflops_decode_shape']:.0f} GFLOP/s = {lim['limit_tokens_per_cpu_s_decode_shape']:.0f}"

@@ -30,6 +30,9 @@ work is one matchup's: the same prompts, rollouts, tokens and one update, i.e. w
 
 Every generation of a phase goes to the engine as one mixed-slot batch (the shared base forward), and every
 random draw derives from `train.seed` and the step, so a run resumed from a checkpoint replays the same steps.
+With `train.overlap` (the default) the sandbox validates each proposal, and scores each problem whose rollouts
+are all in, on a background thread while the rest of the phase still decodes (train/overlap.py); the results
+are the sequential path's.
 Each phase fills its fields of the step's `ProposalTrace`s (train/records.py); rewards are computed once, in
 `score`, and read by the update and the metrics. Layers and contracts: docs/architecture.md.
 """
@@ -42,6 +45,7 @@ import time
 from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +74,7 @@ from populora.train.credit import blamed_tokens, failure_span, span_advantages
 from populora.train.errors import TrainError
 from populora.train.hall import HallGames
 from populora.train.interrupt import StopRequest, TrainingInterrupted
+from populora.train.overlap import SandboxLane, accepts_on_finish
 from populora.train.probe import Prober
 from populora.train.probe_guard import ProbeGuard
 from populora.train.progress import StepProgress, accepts_progress, note, summary_line
@@ -91,6 +96,15 @@ def task_schedule(types: list[str], prompts: int) -> list[str]:
     """`prompts` task names split equally across `types` (the remainder goes to the first types)."""
     base, extra = divmod(prompts, len(types))
     return [t for i, t in enumerate(types) for _ in range(base + (1 if i < extra else 0))]
+
+
+@dataclass
+class Ready:
+    """What the overlap lane scored during student generation (`Trainer.score_ready`): per trace (by id) which
+    answers parse and their `Scored`, and the answers its deadlines cut."""
+
+    results: dict[int, tuple[list[bool], Any]] = field(default_factory=dict)
+    cut: int = 0
 
 
 class Trainer:
@@ -220,11 +234,34 @@ class Trainer:
         cb = self.live.callback(phase) if self.live is not None else None
         return {"progress": cb} if cb is not None and accepts_progress(method) else {}
 
-    def _generate(self, requests: list[GenRequest], step: int, phase: str) -> list:
+    def _generate(self, requests: list[GenRequest], step: int, phase: str, on_finish=None) -> list:
+        """The phase's one `engine.generate`; `on_finish(i, generation)` is called for each request as its row
+        stops (engines without `on_finish=` return every row at the end: they are handed over then, in order)."""
         if not requests:
             return []
         seed = derive_seed(self.cfg.train.seed, step, phase)
-        return self.engine.generate(requests, seed=seed, **self._progress(self.engine.generate, phase))
+        kw = self._progress(self.engine.generate, phase)
+        if on_finish is None or not accepts_on_finish(self.engine.generate):
+            out = self.engine.generate(requests, seed=seed, **kw)
+            for i, gen in enumerate(out if on_finish is not None else []):
+                on_finish(i, gen)
+            return out
+        return self.engine.generate(requests, seed=seed, on_finish=on_finish, **kw)
+
+    @contextmanager
+    def _lane(self, work) -> Iterator[SandboxLane | None]:
+        """A `SandboxLane` running `work` while the block runs (None with `train.overlap` off); stopped on an
+        error, so its thread never outlives the step."""
+        if not self.cfg.train.overlap:
+            yield None
+            return
+        lane = SandboxLane(work)
+        try:
+            yield lane
+        except BaseException:
+            lane.abort()
+            raise
+        lane.join()  # the phase joined it already; a no-op then
 
     def _request(
         self, slot: int, prompt: str, max_new_tokens: int, temperature: float | None = None
@@ -273,22 +310,36 @@ class Trainer:
             pairs = self._pairs()
 
         # (2) Teacher generation: K references per prompt, one mixed batch over all teachers; then validation.
-        with self._phase(timings, "teacher"):
-            traces = self.propose(pairs, step)
-        with self._phase(timings, "validate"):
-            self.validate(traces, step)
+        # With `train.overlap` a proposal is validated as soon as its row stops decoding (train/overlap.py), so
+        # the validate phase only waits for what generation did not hide.
+        lanes: dict[str, SandboxLane] = {}
+        with self._lane(lambda batch: self.check_proposals(batch, step)) as lane:
+            with self._phase(timings, "teacher"):
+                traces = self.propose(pairs, step, finished=lane.put if lane else None)
+            with self._phase(timings, "validate"):
+                if lane:
+                    lanes["validate"] = lane
+                    lane.join()
+                self.validate(traces, step, checked=lane is not None)
 
         # (3) Student solve: n rollouts per valid problem at the training temperature, one mixed batch; then the
         # sandbox scores every answer and every reward of the step is computed, once. The AZR single agent's
         # rollouts on its own proposals only estimate s; it solves problems drawn from the buffers as well.
-        with self._phase(timings, "student"):
-            if self.single and cfg.population.single_solver == "buffer":
-                for trace in traces:
-                    trace.estimate = True
-                traces = traces + self.solver_problems(traces)
-            self.solve(traces, step)
-        with self._phase(timings, "score"):
-            self.score(traces, step)
+        # With `train.overlap` a problem is scored as soon as its n rollouts are in.
+        ready = Ready()
+        with self._lane(lambda batch: self.score_ready(batch, ready, lanes["score"].joined_at)) as lane:
+            with self._phase(timings, "student"):
+                if self.single and cfg.population.single_solver == "buffer":
+                    for trace in traces:
+                        trace.estimate = True
+                    traces = traces + self.solver_problems(traces)
+                if lane:
+                    lanes["score"] = lane
+                self.solve(traces, step, finished=(lambda t, gens: lane.put((t, gens))) if lane else None)
+            with self._phase(timings, "score"):
+                if lane:
+                    lane.join()
+                self.score(traces, step, ready=ready if lane else None)
 
         # (4) Advantages from those rewards, ONE mixed batch for every member, rating updates.
         with self._phase(timings, "update"):
@@ -320,6 +371,8 @@ class Trainer:
         # answers scored False only because a scoring deadline passed (a problem's or the step's)
         record["score_past_deadline"] = self.score_past_deadline
         record["lr"] = lr  # every adapter's learning rate in this step's update (rl.lr_schedule)
+        # seconds the sandbox validated / scored on the lane's thread, mostly while generation ran (train.overlap)
+        record["overlap_s"] = {k: round(v.busy_s, 4) for k, v in lanes.items()} if cfg.train.overlap else None
         return StepResult(step, record, traces, events)
 
     def schedule_lr(self, step: int) -> float:
@@ -337,12 +390,13 @@ class Trainer:
 
     # (2) ------------------------------------------------------------------------------------------------
     def propose(
-        self, pairs: list[tuple[str, str]], step: int, per_prompt: int | None = None
+        self, pairs: list[tuple[str, str]], step: int, per_prompt: int | None = None, *, finished=None
     ) -> list[ProposalTrace]:
         """One trace per teacher proposal, with the teacher's generation (one mixed batch over all teachers).
 
         Each prompt is sampled `per_prompt` times (default `rl.teacher_group`); consecutive traces share one
-        prompt, and `build_rows` gives them one baseline."""
+        prompt, and `build_rows` gives them one baseline. `finished(trace)` is called with each trace as soon as
+        its generation is in (`train.overlap`: the lane validates it meanwhile)."""
         cfg = self.cfg
         per_prompt = cfg.rl.teacher_group if per_prompt is None else per_prompt
         traces, requests = [], []
@@ -360,13 +414,21 @@ class Trainer:
                 for _ in range(per_prompt):
                     traces.append(ProposalTrace(teacher, student, name, shown_program=shown))
                     requests.append(self.teacher_request(slot, prompt))
-        for trace, gen in zip(traces, self._generate(requests, step, "teacher"), strict=True):
+
+        def on_finish(i: int, gen) -> None:
+            traces[i].gen = gen
+            finished(traces[i])
+
+        gens = self._generate(requests, step, "teacher", on_finish if finished is not None else None)
+        for trace, gen in zip(traces, gens, strict=True):
             trace.gen = gen
         return traces
 
-    def validate(self, traces: list[ProposalTrace], step: int) -> None:
-        """Parse and validate every proposal in the sandbox; valid problems enter the buffers and coverage."""
-        self.check_proposals(traces, step)
+    def validate(self, traces: list[ProposalTrace], step: int, *, checked: bool = False) -> None:
+        """Parse and validate every proposal in the sandbox; valid problems enter the buffers and coverage.
+        `checked`: `check_proposals` already ran on every trace (on the overlap lane, during generation)."""
+        if not checked:
+            self.check_proposals(traces, step)
         self.drop_probe_collisions(traces)
         for trace in traces:
             if trace.valid:
@@ -386,7 +448,8 @@ class Trainer:
 
     def check_proposals(self, traces: list[ProposalTrace], step: int) -> None:
         """Parse and sandbox-validate proposals, filling `problem`/`reason`/`features`; touches no run state
-        (the buffers and coverage are `validate`'s), so a control can measure a teacher without feeding it."""
+        (the buffers and coverage are `validate`'s), so a control can measure a teacher without feeding it.
+        Each trace's verdict is its own: checking the traces in parts (the overlap lane) gives the same."""
         by_task: dict[str, list[tuple[ProposalTrace, Any]]] = defaultdict(list)
         for trace in traces:
             task = self.tasks[trace.task]
@@ -417,8 +480,9 @@ class Trainer:
                     trace.features = None
 
     # (3) ------------------------------------------------------------------------------------------------
-    def solve(self, traces: list[ProposalTrace], step: int) -> None:
-        """n = `rl.rollouts` answers of the matched student to every valid problem (one mixed batch)."""
+    def solve(self, traces: list[ProposalTrace], step: int, *, finished=None) -> None:
+        """n = `rl.rollouts` answers of the matched student to every valid problem (one mixed batch).
+        `finished(trace, answers)` is called as soon as all of a problem's answers are in (`train.overlap`)."""
         cfg, requests, owners = self.cfg, [], []
         for trace in traces:
             if not trace.valid:
@@ -428,7 +492,16 @@ class Trainer:
             for _ in range(cfg.rl.rollouts):
                 requests.append(self._request(slot, prompt, cfg.tasks.student_max_new_tokens))
                 owners.append(trace)
-        for trace, gen in zip(owners, self._generate(requests, step, "student"), strict=True):
+        got: dict[int, dict[int, Any]] = defaultdict(dict)  # trace -> its answers in so far, by request
+
+        def on_finish(i: int, gen) -> None:
+            mine = got[id(owners[i])]
+            mine[i] = gen
+            if len(mine) == cfg.rl.rollouts:  # a trace's requests are consecutive: sorted = rollout order
+                finished(owners[i], [mine[k] for k in sorted(mine)])
+
+        gens = self._generate(requests, step, "student", on_finish if finished is not None else None)
+        for trace, gen in zip(owners, gens, strict=True):
             trace.answers.append(gen)
 
     def solver_problems(self, proposals: list[ProposalTrace]) -> list[ProposalTrace]:
@@ -455,19 +528,23 @@ class Trainer:
             out += [ProposalTrace("A0", "A0", name, problem=p, from_buffer=True) for p in chosen]
         return out
 
-    def score(self, traces: list[ProposalTrace], step: int = 0, *, batched: bool = True) -> None:
+    def score(
+        self, traces: list[ProposalTrace], step: int = 0, *, batched: bool = True, ready: Ready | None = None
+    ) -> None:
         """Every reward of the step, computed here once: each answer's and each proposal's. Under
         `rl.student_rewards=shuffled` the update's copy of the answer rewards is permuted (train/controls.py).
 
         Every valid trace's answers are scored in one `tasks.score_many` (one `run_many` per round across all
         problems: the sandbox's workers are never idle while one problem's jobs finish). `batched=False`
-        scores one problem after another (the old path, same verdicts; kept for tests and measurements)."""
+        scores one problem after another (the old path, same verdicts; kept for tests and measurements).
+        `ready`: what the overlap lane scored during generation (`score_ready`); only the rest is scored here."""
         proposer_reward = learnability_reward if self.single else teacher_reward
         # One deadline for the whole step's scoring (besides each problem's own): a program that is instant
         # on its own input and loops on every answer costs at most this much, whatever the number of problems.
         until = time.monotonic() + self.cfg.sandbox.score_step_deadline_s
-        cut_before = sum(t.past_deadline for t in self.tasks.values())
-        scoring: list[tuple[ProposalTrace, tuple]] = []
+        cut_before = self._cuts()
+        done = ready.results if ready is not None else {}
+        scoring: list[tuple[ProposalTrace, list[bool], tuple]] = []
         for trace in traces:
             if trace.probe_collision:
                 trace.reward = 0.0  # out of the game: no row is built from it (build_rows)
@@ -475,25 +552,53 @@ class Trainer:
             if not trace.valid:
                 trace.reward = self.rewards.invalid_proposal
                 continue
-            task = self.tasks[trace.task]
-            answers = [task.parse_answer(g.text, template=self.cfg.tasks.template) for g in trace.answers]
-            trace.formatted = [not isinstance(a, tasks.FormatError) for a in answers]
-            scoring.append((trace, (task, trace.problem, answers)))
+            if id(trace) not in done:
+                scoring.append((trace, *self._scoring_item(trace, trace.answers)))
         if batched:
-            scored = tasks.score_many([item for _, item in scoring], self.sandbox, until=until)
+            scored = tasks.score_many([item for _, _, item in scoring], self.sandbox, until=until)
         else:
-            scored = [t.score_detailed(p, a, self.sandbox, until=until) for _, (t, p, a) in scoring]
-        for (trace, _), result in zip(scoring, scored, strict=True):
+            scored = [t.score_detailed(p, a, self.sandbox, until=until) for _, _, (t, p, a) in scoring]
+        for (trace, formatted, _), result in zip(scoring, scored, strict=True):
+            done[id(trace)] = (formatted, result)
+        for trace in traces:
+            if trace.probe_collision or not trace.valid:
+                continue
+            trace.formatted, result = done[id(trace)]
             trace.solves = [bool(x) for x in result.solves]
             trace.answer_rewards = [
                 student_reward(fmt, ok, self.rewards)
                 for fmt, ok in zip(trace.formatted, trace.solves, strict=True)
             ]
             trace.reward = proposer_reward(trace.solve_rate, True, self.rewards)
-        self.score_past_deadline = sum(t.past_deadline for t in self.tasks.values()) - cut_before
+        self.score_past_deadline = self._cuts() - cut_before + (ready.cut if ready is not None else 0)
         if self.cfg.rl.student_rewards == "shuffled":
             # its own stream (seed, step): the same permutation on a resume, and the run's rng draws unchanged
             shuffle_student_rewards(traces, random.Random(derive_seed(self.cfg.train.seed, step, "shuffle")))
+
+    def score_ready(
+        self, batch: list[tuple[ProposalTrace, list]], ready: Ready, joined_at: float | None
+    ) -> None:
+        """The overlap lane's scoring: `(trace, answers)` of problems whose rollouts are all in, in one
+        `tasks.score_many`, into `ready` (read by `score`). The step's scoring deadline counts from the end of
+        generation (`joined_at`, as `score` counts from its start) or, before it, from this batch's start: scoring
+        never ends later than `sandbox.score_step_deadline_s` after generation, as without overlap."""
+        until = (joined_at or time.monotonic()) + self.cfg.sandbox.score_step_deadline_s
+        items = [(trace, *self._scoring_item(trace, answers)) for trace, answers in batch]
+        cut_before = self._cuts()
+        scored = tasks.score_many([item for _, _, item in items], self.sandbox, until=until)
+        ready.cut += self._cuts() - cut_before
+        for (trace, formatted, _), result in zip(items, scored, strict=True):
+            ready.results[id(trace)] = (formatted, result)
+
+    def _scoring_item(self, trace: ProposalTrace, answers: list) -> tuple[list[bool], tuple]:
+        """Which of a trace's answers parse, and its `(task, problem, parsed answers)` for `score_many`."""
+        task = self.tasks[trace.task]
+        parsed = [task.parse_answer(g.text, template=self.cfg.tasks.template) for g in answers]
+        return [not isinstance(a, tasks.FormatError) for a in parsed], (task, trace.problem, parsed)
+
+    def _cuts(self) -> int:
+        """Answers scored False so far because a scoring deadline passed (the tasks' running totals)."""
+        return sum(t.past_deadline for t in self.tasks.values())
 
     # (4) ------------------------------------------------------------------------------------------------
     def update(self, traces: list[ProposalTrace]) -> dict[str, float]:
