@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from populora.engine import EngineError, GenRequest, PolicyEngine, TrainBatch, TrainRow, build
+from populora.engine.dist import deal
 from populora.engine.testing import random_model
 
 SLOTS = 3
@@ -133,6 +134,35 @@ def test_generate_returns_results_in_request_order_with_every_slot_spread(same_s
     assert sampled[0].token_ids != sampled[1].token_ids  # each worker draws its own samples
     stats = two.last_dist_stats()["generate"]
     assert stats["rows"] == [7, 7] and all(s > 0 for s in stats["s"])
+
+
+def test_on_finish_gets_every_row_once_per_worker_share_and_changes_nothing(same_start):
+    """`on_finish(i, g)`: each request once, with the very object returned, a worker's rows together (its
+    share from `deal`, as it arrives); the samples are those of the same call without it."""
+    two, _ = same_start
+    reqs = [
+        GenRequest(slot=s, prompt=[3 + i, 11, 4 + s][: 1 + i % 3], max_new_tokens=[0, 3, 9][(i + s) % 3])
+        for i in range(4)
+        for s in range(SLOTS)
+    ]
+    calls: list[tuple[int, object]] = []
+    got = two.generate(reqs, seed=5, on_finish=lambda i, g: calls.append((i, g)))
+    plain = two.generate(reqs, seed=5)
+    assert sorted(i for i, _ in calls) == list(range(len(reqs)))
+    assert all(got[i] is g for i, g in calls)
+    shares = deal([len(r.prompt) + r.max_new_tokens for r in reqs], [r.slot for r in reqs], 2)
+    order = [i for i, _ in calls]
+    assert order in (shares[0] + shares[1], shares[1] + shares[0])  # one worker's share, then the other's
+    key = [(g.token_ids, g.logprobs, g.finish_reason, g.text, g.slot, g.prompt_ids) for g in got]
+    assert key == [(g.token_ids, g.logprobs, g.finish_reason, g.text, g.slot, g.prompt_ids) for g in plain]
+    assert any(g.token_ids for g in got) and any(not g.token_ids for g in got)
+
+    def broken(i, g):
+        raise ValueError("lane broke")
+
+    with pytest.raises(ValueError, match="lane broke"):  # the caller's error as is, the engine still usable
+        two.generate(reqs, seed=5, on_finish=broken)
+    assert [g.token_ids for g in two.generate(reqs, seed=5)] == [g.token_ids for g in got]
 
 
 def test_user_errors_are_raised_before_dispatch_and_keep_the_engine_usable(same_start):

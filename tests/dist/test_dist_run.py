@@ -111,3 +111,39 @@ def test_a_killed_worker_stops_the_run_with_one_line_and_resume_continues(tmp_pa
     metrics = read_jsonl(run / "metrics.jsonl")
     assert [m["step"] for m in metrics] == [1, 2, 3, 4]
     _check_dist(metrics[-1:])
+
+
+TIMING = ("time", "phase_s", "step_s", "tokens_per_s", "overlap_s")  # as tests/train/test_overlap.py
+
+
+def _logs(run) -> dict:
+    """A run's logs without its timings (in the `dist` entry: only the rows and tokens per worker)."""
+
+    def strip(m: dict) -> dict:
+        out = {k: v for k, v in m.items() if k not in TIMING and k != "dist"}
+        d = m["dist"]
+        out["dist"] = (d["generate"]["rows"], d["train"]["rows"], d["train"]["tokens"])
+        return out
+
+    return {
+        "metrics": [strip(m) for m in read_jsonl(run / "metrics.jsonl")],
+        "problems": read_jsonl(run / "problems.jsonl"),
+        "events": [{k: v for k, v in e.items() if k != "seconds"} for e in read_jsonl(run / "events.jsonl")],
+    }
+
+
+def test_two_worker_run_with_overlap_gives_the_sequential_run(tmp_path, fast, ray_address):
+    """train.overlap with the distributed engine (its generate takes on_finish=: each worker's rows go to the
+    sandbox as that worker returns them): the same metrics, problems and events as without it."""
+    from populora.engine.dist import DistributedEngine
+    from populora.train.overlap import accepts_on_finish
+
+    assert accepts_on_finish(DistributedEngine.generate)  # the trainer hands it on_finish=
+    sets = [*fast, "dist.workers=2", "train.steps=2", "train.checkpoint_every=100", "evolution.every=1"]
+    for overlap in ("true", "false"):
+        train(run_dir=tmp_path / overlap, overrides=[*sets, f"train.overlap={overlap}"], quiet=True)
+    on, off = _logs(tmp_path / "true"), _logs(tmp_path / "false")
+    assert len(on["metrics"]) == 2 and on == off
+    lane = [m["overlap_s"] for m in read_jsonl(tmp_path / "true" / "metrics.jsonl")]
+    assert all(x["validate"] > 0 for x in lane)  # the lane ran
+    assert [m["overlap_s"] for m in read_jsonl(tmp_path / "false" / "metrics.jsonl")] == [None, None]

@@ -90,7 +90,7 @@ def _run(
     tr = Trainer(cfg, tmp_path / name, quiet=True)
     tr.setup()
     try:
-        if plain_engine:  # an engine whose generate has no on_finish= (as vLLM and the distributed engine)
+        if plain_engine:  # an engine whose generate has no on_finish= (a third-party engine)
             real = tr.engine.generate
             tr.engine.generate = lambda requests, seed=None, progress=None: real(requests, seed=seed)
         if hook is not None:
@@ -164,6 +164,6 @@ def test_overlap_gives_the_sequential_steps_exactly(sequential, tmp_path):
 
 
 def test_an_engine_without_on_finish_gets_the_same_steps(sequential, tmp_path):
-    """vLLM and the distributed engine return every row at the end: the trainer hands them to the lane then."""
+    """An engine without on_finish= returns every row at the end: the trainer hands them to the lane then."""
     _run(tmp_path, "plain", overlap=True, plain_engine=True)
     assert _logs(tmp_path / "plain") == _logs(sequential)

@@ -89,6 +89,42 @@ def test_seeded_calls_repeat_unseeded_calls_do_not(engine):
     assert [g.token_ids for g in u1] != [g.token_ids for g in u2]
 
 
+def test_on_finish_gets_each_row_as_vllm_finishes_it_and_changes_nothing(engine):
+    """`on_finish(i, g)`: each request once, with the object returned, in the order vLLM finishes them (fewer
+    tokens first: one batch, all prefilled together), not request order; the samples are those of the same
+    call without it, and of `LLM.generate` on the same requests (the engine steps vLLM as `generate` does)."""
+    from vllm.inputs import TokensPrompt
+
+    lengths = [14, 0, 9, 2, 14, 5]
+    reqs = [GenRequest(slot=k % 3, prompt=PROMPTS[k % 3], max_new_tokens=n) for k, n in enumerate(lengths)]
+    calls: list = []
+    got = engine.generate(reqs, seed=3, on_finish=lambda i, g: calls.append((i, g)))
+    plain = engine.generate(reqs, seed=3)
+    assert sorted(i for i, _ in calls) == list(range(len(reqs)))
+    assert all(got[i] is g for i, g in calls)
+    done = [len(got[i].token_ids) for i, _ in calls]
+    assert done == sorted(done) and [i for i, _ in calls] != list(range(len(reqs)))
+    key = [(g.token_ids, g.logprobs, g.finish_reason, g.text) for g in got]
+    assert key == [(g.token_ids, g.logprobs, g.finish_reason, g.text) for g in plain]
+    todo = [i for i, n in enumerate(lengths) if n]
+    direct = engine.llm.generate(
+        [TokensPrompt(prompt_token_ids=got[i].prompt_ids) for i in todo],
+        engine._params(reqs, todo, 3),
+        lora_request=[engine._request(reqs[i].slot) for i in todo],
+        use_tqdm=False,
+    )
+    assert [list(o.outputs[0].token_ids) for o in direct] == [got[i].token_ids for i in todo]
+
+    def broken(i, g):
+        if g.token_ids:
+            raise ValueError("lane broke")
+
+    with pytest.raises(ValueError, match="lane broke"):  # the caller's error as is; nothing left queued
+        engine.generate(reqs, seed=3, on_finish=broken)
+    assert not engine.llm.llm_engine.has_unfinished_requests()
+    assert [g.token_ids for g in engine.generate(reqs, seed=3)] == [g.token_ids for g in got]
+
+
 def test_zero_tokens_like_hf_and_bad_values_raise(engine):
     reqs = [GenRequest(0, "def", 0, 1.0), GenRequest(1, "def", 3, 0.0)]
     v, h = engine.generate(reqs), engine.hf.generate(reqs)

@@ -54,3 +54,26 @@ def test_population_run_with_evolution_and_resume(tmp_path):
     assert [e["step"] for e in events if e["type"] == "resume"] == [2]
     assert [e["step"] for e in events if e["type"] == "evolution"] == [1, 1, 2, 2]  # the deferred one
     assert (run / "checkpoints" / "step_000003" / "state.json").is_file()
+
+
+TIMING = ("time", "phase_s", "step_s", "tokens_per_s", "overlap_s")  # as tests/train/test_overlap.py
+
+
+def test_overlap_on_and_off_give_the_same_run(tmp_path):
+    """train.overlap with vLLM rollouts (the engine hands each request over as vLLM finishes it): the same
+    metrics, problems and events as the sequential run, timings aside."""
+    logs = {}
+    for overlap in ("true", "false"):
+        run = tmp_path / overlap
+        sets = [*FAST, "train.steps=2", "train.checkpoint_every=100", f"train.overlap={overlap}"]
+        res = _train("--run-dir", str(run), *[x for kv in sets for x in ("--set", kv)])
+        assert res.returncode == 0, res.stderr[-3000:]
+        logs[overlap] = {
+            "metrics": [
+                {k: v for k, v in m.items() if k not in TIMING} for m in _lines(run / "metrics.jsonl")
+            ],
+            "problems": _lines(run / "problems.jsonl"),
+            "events": [{k: v for k, v in e.items() if k != "seconds"} for e in _lines(run / "events.jsonl")],
+        }
+    assert len(logs["true"]["metrics"]) == 2 and logs["true"] == logs["false"]
+    assert all(m["overlap_s"]["validate"] > 0 for m in _lines(tmp_path / "true" / "metrics.jsonl"))

