@@ -166,27 +166,11 @@ def _inode(path: Path) -> int | None:
 
 
 def _held_in_shm(pids: set[int] | None = None) -> set[int]:
-    """Inodes under /dev/shm that a live process (of `pids`, default any) has mapped or open. By inode, not
-    name: glibc creates a named semaphore under a temporary name and links it into place, so maps show the
-    temporary name."""
-    held = set()
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit() or (pids is not None and int(d.name) not in pids):
-            continue
-        try:
-            for line in (d / "maps").read_text().splitlines():
-                parts = line.split(maxsplit=5)
-                if len(parts) == 6 and parts[5].startswith("/dev/shm/"):
-                    held.add(int(parts[4]))
-            for fd in (d / "fd").iterdir():
-                try:
-                    if os.readlink(fd).startswith("/dev/shm/"):
-                        held.add(os.stat(fd).st_ino)
-                except OSError:
-                    continue
-        except OSError:
-            continue
-    return held
+    """Inodes under /dev/shm that a live process (of `pids`, default any) has mapped or open (by inode, as
+    the engine's own sweep reads them)."""
+    from populora.engine.vllm import shm_inodes
+
+    return shm_inodes(pids)
 
 
 def one_line(err: str, start: str) -> str:

@@ -1,7 +1,7 @@
 """`bench/gpu_check.sh` is meant for a GPU machine; with `--shrink` it runs the same path here on a tiny config of
 the same family. In this environment vLLM is not installed: the vLLM checks must say so and every other check
 (the preflight, the maximum-length train step on the hf backend, the sandbox, the 2-step `paper-7b`-shaped run,
-8 slots vs 1) must still run and pass. The vLLM lane runs it with vLLM (tests/vllm_backend/test_gpu_check.py)."""
+8 slots vs 1) must still run and pass. The vLLM lane runs it with vLLM (tests/vllm_backend/test_vllm_gpu_check.py)."""
 
 import importlib.util
 import json

@@ -81,7 +81,7 @@ def test_resume_refuses_to_change_the_run(tmp_path):
     assert res.exit_code == 2
     assert res.output.strip() == (
         "error: --set lora.rank: cannot change on --resume (only train.steps, train.checkpoint_every, "
-        "train.keep_checkpoints, train.threads, dist.workers, dist.address, rl.micro_batch_tokens, "
+        "train.keep_checkpoints, train.threads, train.overlap, dist.workers, dist.address, rl.micro_batch_tokens, "
         "rl.activation_checkpointing, model.vllm_gpu_memory_utilization, model.vllm_kv_cache_gb, model.vllm_sleep); "
         "start a new run to change it."
     )

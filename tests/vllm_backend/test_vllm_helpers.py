@@ -180,23 +180,29 @@ def test_unlink_orphans_removes_only_unheld_entries_of_the_recorded_inode(tmp_pa
             f.unlink(missing_ok=True)
 
 
-def test_sweep_ipc_sockets_removes_only_unbound_uuid_sockets(tmp_path):
+def test_sweep_ipc_sockets_removes_only_unbound_uuid_sockets():
+    import shutil
     import socket
+    import tempfile
     import uuid
+    from pathlib import Path
 
     from populora.engine.vllm import sweep_ipc_sockets
 
-    stale, live = tmp_path / str(uuid.uuid4()), tmp_path / str(uuid.uuid4())
-    other = tmp_path / "not-a-uuid"
-    for path in (stale, other):
-        s = socket.socket(socket.AF_UNIX)
-        s.bind(str(path))
-        s.close()  # the file stays, nobody listens: what a killed vLLM process leaves
+    # A short folder: a socket path over 107 bytes cannot be bound, and pytest's tmp_path under xdist is longer.
+    folder = Path(tempfile.mkdtemp(prefix="ipc", dir="/tmp"))
+    stale, live = folder / str(uuid.uuid4()), folder / str(uuid.uuid4())
+    other = folder / "not-a-uuid"
     listening = socket.socket(socket.AF_UNIX)
-    listening.bind(str(live))
-    listening.listen()
     try:
-        assert sweep_ipc_sockets(tmp_path) == [stale]
+        for path in (stale, other):
+            s = socket.socket(socket.AF_UNIX)
+            s.bind(str(path))
+            s.close()  # the file stays, nobody listens: what a killed vLLM process leaves
+        listening.bind(str(live))
+        listening.listen()
+        assert sweep_ipc_sockets(folder) == [stale]
         assert live.exists() and other.exists() and not stale.exists()
     finally:
         listening.close()
+        shutil.rmtree(folder, ignore_errors=True)

@@ -592,9 +592,14 @@ def _proc_children(root: int) -> dict[int, str]:
     return out
 
 
-def _shm_inodes(pids) -> set[int]:
-    """Inodes under /dev/shm that processes `pids` have mapped or open. By inode: a POSIX semaphore is made
-    under a temporary name and linked into place, so the maps show the temporary name."""
+def shm_inodes(pids=None) -> set[int]:
+    """Inodes under /dev/shm that processes `pids` (None: every process) have mapped or open. By inode: a POSIX
+    semaphore is made under a temporary name and linked into place, so the maps show the temporary name."""
+    if pids is None:
+        try:
+            pids = [int(d.name) for d in Path("/proc").iterdir() if d.name.isdigit()]
+        except OSError:
+            return set()
     held: set[int] = set()
     for pid in pids:
         d = Path(f"/proc/{pid}")
@@ -659,7 +664,7 @@ def vllm_shm(root: int | None = None) -> dict[str, int]:
     Taken while vLLM runs, so that `unlink_orphans` can remove exactly these once vLLM is gone."""
     if not SHM.is_dir():
         return {}
-    held = _shm_inodes(vllm_children(root))
+    held = shm_inodes(vllm_children(root))
     out = {}
     try:
         names = os.listdir(SHM)
@@ -741,11 +746,9 @@ def unlink_orphans(entries: dict[str, int]) -> list[str]:
             left[n] = ino
     if not left:
         return []
-    try:
-        pids = [int(d.name) for d in Path("/proc").iterdir() if d.name.isdigit()]
-    except OSError:
-        return []
-    held = _shm_inodes(pids)
+    if not Path("/proc").is_dir():
+        return []  # who holds what cannot be read: unlink nothing
+    held = shm_inodes()
     removed = []
     for n, ino in left.items():
         if ino in held:
