@@ -76,29 +76,19 @@ def test_gpu_check_refuses_the_7b_shape_without_a_gpu():
     assert res.returncode != 0 and "--shrink" in res.stderr
 
 
+def run_check(tmp_path, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
+    """`bench/gpu_check.py` shrunk with `args`; its process and its JSON result."""
+    out = tmp_path / "gpu_check.json"
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "OMP_WAIT_POLICY": "PASSIVE"}
+    cmd = [sys.executable, str(REPO / "bench" / "gpu_check.py"), *SHRUNK, *args, "--out", str(out)]
+    res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    return res, json.loads(out.read_text())
+
+
 def test_gpu_check_fails_a_failed_check_with_exit_1(tmp_path):
     """A check that fails (here: the run, given a dist.workers the config rejects) is a FAIL line, `passed`
     false and exit status 1, and the other parts are unaffected."""
-    out = tmp_path / "gpu_check.json"
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "OMP_WAIT_POLICY": "PASSIVE"}
-    res = subprocess.run(
-        [
-            sys.executable,
-            str(REPO / "bench" / "gpu_check.py"),
-            *SHRUNK,
-            "--only",
-            "run",
-            "--workers",
-            "-1",
-            "--out",
-            str(out),
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    r = json.loads(out.read_text())
+    res, r = run_check(tmp_path, "--only", "run", "--workers", "-1")
     assert res.returncode == 1 and r["passed"] is False, res.stdout[-2000:] + res.stderr[-2000:]
     assert r["checks"]["run_2_steps"]["status"] == "fail"
     assert "FAIL    run_2_steps" in res.stdout
@@ -108,26 +98,7 @@ def test_a_refused_preflight_is_a_fail_line_and_the_step_is_still_measured(tmp_p
     """`--set` reaches the run config: a memory budget the preflight refuses makes `preflight` FAIL with the
     preflight's own one-line message (the keys to change), and the train step still runs, to show what was
     refused."""
-    out = tmp_path / "gpu_check.json"
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "OMP_WAIT_POLICY": "PASSIVE"}
-    res = subprocess.run(
-        [
-            sys.executable,
-            str(REPO / "bench" / "gpu_check.py"),
-            *SHRUNK,
-            "--only",
-            "engine",
-            "--set",
-            "model.memory_gb=0.001",
-            "--out",
-            str(out),
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    r = json.loads(out.read_text())
+    res, r = run_check(tmp_path, "--only", "engine", "--set", "model.memory_gb=0.001")
     assert res.returncode == 1 and r["passed"] is False, res.stdout[-2000:] + res.stderr[-2000:]
     pre = r["checks"]["preflight"]
     assert pre["status"] == "fail" and "model.memory_gb" in pre["line"], pre["line"]
