@@ -121,12 +121,15 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
             raise typer.Exit(2)
         from populora.pretrain.graded import GradedError, is_graded_level, parse_levels
 
-        if is_graded_level(level):
+        def check_levels(flag: str, value: str) -> None:
             try:
-                parse_levels(level)
+                parse_levels(value)
             except GradedError as e:
-                typer.echo(f"error: --level: {e}", err=True)
+                typer.echo(f"error: {flag}: {e}", err=True)
                 raise typer.Exit(2) from None
+
+        if is_graded_level(level):
+            check_levels("--level", level)
             if trace_fraction < 1.0:
                 typer.echo(
                     "error: graded levels take one answer style per task; drop --trace-fraction", err=True
@@ -141,11 +144,7 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
             if not is_graded_level(level):
                 typer.echo("error: --student-level needs graded levels in --level (1-5, ...)", err=True)
                 raise typer.Exit(2)
-            try:
-                parse_levels(student_level)
-            except GradedError as e:
-                typer.echo(f"error: --student-level: {e}", err=True)
-                raise typer.Exit(2) from None
+            check_levels("--student-level", student_level)
         if save_every < 0:
             typer.echo(f"error: --save-every must be >= 0 minutes, got {save_every}", err=True)
             raise typer.Exit(2)
