@@ -356,10 +356,11 @@ class LogConfig:
 @dataclass
 class DiagnosticsConfig:
     probe_every: int = 0
-    """Score every member greedy on the fixed probe sets every this many steps and at step 0 (metrics.jsonl
-    `probe`); 0 disables the probe."""
+    """Score every member greedy on the probe sets (`probe_set`) every this many steps and at step 0
+    (metrics.jsonl `probe`); 0 disables the probe."""
     probe_size: int = 256
-    """Probe problems per task type (the first ones of each fixed set, the same every time); at most 256.
+    """Probe problems per task type (the first ones of each set, the same every time); at most 256 (fixed) or
+    260 (graded).
     Every answer's verdict goes to probe_items.jsonl, so intervals can resample items as well as seeds."""
     probe_proposals: int = 32
     """Fixed teacher prompts per task type for the teachers' validity probe (metrics.jsonl `probe_valid`),
@@ -367,12 +368,14 @@ class DiagnosticsConfig:
     seed, and the sandbox validates; 0 disables it. At most 128 (the references come from the probe sets)."""
     probe_styles: bool = True
     """Also score code_o with the answer's opening forced to the execution trace and to the bare answer
-    (metrics.jsonl `probe_style`: style and skill apart), on templates with two answer styles (compact)."""
+    (metrics.jsonl `probe_style`: style and skill apart), on templates with two answer styles (compact). The
+    tiny presets turn it off: the bundled asset v2 always traces, so there is no second style to force."""
     # issue 30 §3 (pretrain/graded_probe.py): which probe sets the probe reads.
     probe_set: str = "fixed"
-    """`fixed`: the level-easy probe sets (256 per task type, the bundled model's generator); `graded`: the
+    """`fixed`: the level-easy probe sets (256 per task type, the v1 asset's generator); `graded`: the
     difficulty-stratified sets (260 per task type, 52 per graded level 1-5, first items spread evenly across
-    levels), with per-level accuracy in metrics.jsonl `probe_levels`."""
+    levels), with per-level accuracy in metrics.jsonl `probe_levels`; the tiny presets probe the bundled asset
+    v2 on these, its own generator's held-out split."""
 
 
 @dataclass

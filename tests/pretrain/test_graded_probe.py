@@ -78,7 +78,9 @@ def test_probe_set_config_key_is_checked():
     with pytest.raises(ConfigError, match="probe_set"):
         load_config("tiny", ["diagnostics.probe_set=hard"])
     with pytest.raises(ConfigError, match=r"\[1, 256\]"):
-        load_config("tiny", ["diagnostics.probe_size=260"])
+        load_config("tiny", ["diagnostics.probe_set=fixed", "diagnostics.probe_size=260"])
+    with pytest.raises(ConfigError, match=r"\[1, 260\]"):
+        load_config("tiny", ["diagnostics.probe_size=261"])
 
 
 def test_bench_level_targets_by_hand():

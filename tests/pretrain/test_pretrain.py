@@ -273,16 +273,23 @@ def test_parse_mix():
             parse_mix(bad)
 
 
-def test_generator_defaults_are_the_bundled_models_settings():
-    """Trainer seeds and probes are drawn with the generator defaults; they must be the asset's own."""
+def test_the_bundled_model_is_graded_and_its_runs_draw_from_its_generator():
+    """Trainer seeds come from the generator the asset was pretrained on (its graded levels), and the tiny
+    presets probe it on the graded probe sets, with one answer style (the asset always traces code_o)."""
+    from populora.config import load_config
     from populora.pretrain.bench import generator_settings
-    from populora.pretrain.programs import DEFAULT_LEVEL, DEFAULT_NAMES, MAX_STATEMENTS
+    from populora.pretrain.graded import is_graded_level, parse_levels
+    from populora.train.setup import graded_seed_levels
 
-    assert generator_settings(ASSET_DIR) == {
-        "names": DEFAULT_NAMES,
-        "max_statements": MAX_STATEMENTS,
-        "level": DEFAULT_LEVEL,
-    }
+    level = generator_settings(ASSET_DIR)["level"]
+    assert is_graded_level(level)
+    assert graded_seed_levels(ASSET_DIR) == parse_levels(level)
+    assert set(parse_levels(level)) == {1, 2, 3, 4, 5}
+    info = json.loads((ASSET_DIR / "pretrain_info.json").read_text())
+    assert info["config"]["trace"] is True and info["config"].get("trace_fraction", 1.0) == 1.0
+    for preset in ("tiny", "tiny-learn"):
+        dg = load_config(preset).diagnostics
+        assert dg.probe_set == "graded" and dg.probe_styles is False, preset
 
 
 def test_pretrain_tiny_cli_rejects_bad_arguments():
@@ -354,7 +361,7 @@ def test_committed_asset_loads_fits_and_greedy_generates_for_a_compact_prompt():
         "tokenizer_config.json",
         "model.safetensors",
     } <= files
-    assert sum(p.stat().st_size for p in ASSET_DIR.iterdir()) <= 20 * 2**20
+    assert sum(p.stat().st_size for p in ASSET_DIR.iterdir()) <= 12 * 10**6  # issue 30: at most 12 MB
     torch.set_num_threads(1)
     model = AutoModelForCausalLM.from_pretrained(ASSET_DIR).eval()
     tok = AutoTokenizer.from_pretrained(ASSET_DIR)

@@ -1,9 +1,13 @@
 """The probe guard (train/probe_guard.py): a proposal whose program is a probe program, exactly or with other
 constants, is out of the game (no reward, row, buffer entry or rating) and counted in metrics.jsonl."""
 
-from test_step_phases import _gen, trainer  # noqa: F401 - the fixture: a real trainer, sandbox and tasks
+import json
+
+import pytest
+from test_step_phases import _gen, set_up_trainer, trainer  # noqa: F401 - the fixture: a real trainer
 
 from populora import tasks
+from populora.engine.testing import random_model
 from populora.pretrain.probe import load_probe
 from populora.train.probe_guard import ProbeGuard, program_key
 from populora.train.records import ProposalTrace, metrics_record, problem_records
@@ -101,13 +105,38 @@ def test_check_proposals_alone_does_not_drop_probe_programs(trainer):  # noqa: F
     assert tr_.valid and not tr_.probe_collision
 
 
-def test_seeds_that_twin_a_probe_program_stay_out_of_the_buffers(trainer):  # noqa: F811
+@pytest.fixture
+def easy_trainer(tmp_path):
+    """A trainer whose model folder says it was pretrained on the level-easy generator (the v1 asset's), probed
+    on the fixed sets: that generator's training split has masked twins of the fixed probe, so the guard has
+    something to keep out. (The graded generator splits on the masked program: no seed can twin its probe.)"""
+    model, tok = random_model(seed=0)
+    folder = tmp_path / "easy-model"
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    (folder / "pretrain_info.json").write_text(json.dumps({"config": {"level": "easy"}}))
+    tr = set_up_trainer(tmp_path, [f"model.name={folder}", "diagnostics.probe_set=fixed"], (model, tok))
+    yield tr
+    tr.close()
+
+
+def test_seeds_that_twin_a_probe_program_stay_out_of_the_buffers(easy_trainer):
     from populora.train.setup import synthetic_seeds
 
-    guard = trainer.probe_guard
-    seeds = synthetic_seeds(trainer.cfg.tasks.seed_synthetic, trainer.sandbox, trainer.cfg.train.seed)
+    tr = easy_trainer
+    guard = tr.probe_guard
+    seeds = synthetic_seeds(tr.cfg.tasks.seed_synthetic, tr.sandbox, tr.cfg.train.seed)
     twins = [p for p in seeds if guard.collides(p.program)]
     assert twins, "the generator's training split has masked twins of the probe (4 of 48 at seed 0)"
     for p in twins:
-        assert p not in trainer.buffers[p.task]
-    assert all(p in trainer.buffers[p.task] for p in seeds if p not in twins and p.task != "code_f")
+        assert p not in tr.buffers[p.task]
+    assert all(p in tr.buffers[p.task] for p in seeds if p not in twins and p.task != "code_f")
+
+
+def test_graded_seeds_never_twin_the_graded_probe(trainer):  # noqa: F811
+    from populora.pretrain.graded import parse_levels
+    from populora.train.setup import synthetic_seeds
+
+    assert trainer.cfg.diagnostics.probe_set == "graded"  # the tiny preset on the bundled (graded) model
+    seeds = synthetic_seeds(64, trainer.sandbox, 0, parse_levels("1-5"))
+    assert len(seeds) > 150 and not any(trainer.probe_guard.collides(p.program) for p in seeds)

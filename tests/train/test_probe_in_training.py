@@ -112,6 +112,7 @@ def test_trainer_logs_the_probe_at_step_0_and_every_k_steps(tmp_path):
             "diagnostics.probe_size=2",
             "diagnostics.probe_proposals=2",
             "diagnostics.probe_set=graded",  # the stratified sets: items of levels 1 and 2, read per level
+            "diagnostics.probe_styles=true",  # and the forced answer styles (`probe_style`)
         ],
     )
     engine = build(model=model, tokenizer=tok, n_slots=4, rank=4, alpha=8, lr=1e-3)

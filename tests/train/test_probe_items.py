@@ -97,8 +97,10 @@ def test_forced_answers_on_the_bundled_model_are_greedy_continuations_and_determ
     try:
         problems = {"code_i": probe_subset(2)["code_i"], "code_o": probe_subset(6)["code_o"]}
         slots = {"T0": 0, "S0": 1}
-        a = probe_members(engine, slots, problems, sandbox, styles=STYLES)
-        b = probe_members(engine, slots, problems, sandbox, styles=STYLES)
+        # budgets the answers end well inside: a free answer's budget counts its opening, a forced one's not
+        budget = {"code_i": 64, "code_o": 256}
+        a = probe_members(engine, slots, problems, sandbox, styles=STYLES, max_new_tokens=budget)
+        b = probe_members(engine, slots, problems, sandbox, styles=STYLES, max_new_tokens=budget)
         # greedy decoding: the same answers and verdicts every time
         assert a.texts == b.texts and a.correct == b.correct and a.style == b.style
         assert set(a.correct) == {"free", "trace", "bare"} and set(a.correct["trace"]["S0"]) == {"code_o"}
@@ -107,7 +109,7 @@ def test_forced_answers_on_the_bundled_model_are_greedy_continuations_and_determ
         t = tasks.get("code_o")
         for style, opening in STYLES["code_o"].items():
             reqs = [
-                GenRequest(1, t.student_prompt(p, template="compact") + opening, 128, 0.0)
+                GenRequest(1, t.student_prompt(p, template="compact") + opening, budget["code_o"], 0.0)
                 for p in problems["code_o"]
             ]
             direct = [opening + g.text for g in engine.generate(reqs, seed=0)]
@@ -116,17 +118,17 @@ def test_forced_answers_on_the_bundled_model_are_greedy_continuations_and_determ
         engine.close()
 
 
-def test_probe_size_256_is_the_default_and_tiny_learns_and_the_ceiling():
+def test_probe_size_defaults_tiny_learns_graded_260_and_the_ceilings():
     assert load_config("tiny").diagnostics.probe_size == 256
     cfg = load_config("tiny-learn")
-    assert cfg.diagnostics.probe_size == 256 and cfg.diagnostics.probe_styles is True
+    assert cfg.diagnostics.probe_size == 260 and cfg.diagnostics.probe_set == "graded"
     assert {t: len(ps) for t, ps in probe_subset(256).items()} == {
         "code_i": 256,
         "code_o": 256,
         "code_f": 256,
     }
     with pytest.raises(ConfigError, match="diagnostics.probe_size"):
-        load_config("tiny", ["diagnostics.probe_size=257"])
+        load_config("tiny", ["diagnostics.probe_set=fixed", "diagnostics.probe_size=257"])
 
 
 def test_probe_line_reads_roles_styles_and_seconds():
@@ -200,6 +202,7 @@ def test_the_probe_shows_its_progress_and_a_line_on_the_console(tmp_path):
         "train.threads=1",
     ]
     over += ["diagnostics.probe_every=1", "diagnostics.probe_size=2", "diagnostics.probe_proposals=1"]
+    over += ["diagnostics.probe_set=fixed", "diagnostics.probe_styles=true"]  # a two-style probe's lines too
     tr = Trainer(load_config("tiny", over), tmp_path / "run", engine=engine, quiet=False)
     tr.console = Console(file=buf, force_terminal=True, width=300)
     tr.prober.budget = dict.fromkeys(tr.prober.budget, 4)

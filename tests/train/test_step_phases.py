@@ -34,13 +34,19 @@ def _gen(engine, slot: int, prompt: str, text: str) -> Generation:
     )
 
 
-@pytest.fixture
-def trainer(tmp_path):
-    model, tok = random_model(seed=0)
-    cfg = load_config("tiny", ["rl.rollouts=2", "sandbox.workers=1", "tasks.template=compact"])
+def set_up_trainer(tmp_path, overrides=(), model_and_tokenizer=None) -> Trainer:
+    """A set-up tiny-preset trainer on a random model (or the given one) with `overrides` on top."""
+    model, tok = model_and_tokenizer or random_model(seed=0)
+    cfg = load_config("tiny", ["rl.rollouts=2", "sandbox.workers=1", "tasks.template=compact", *overrides])
     engine = build(model=model, tokenizer=tok, n_slots=4, rank=4, alpha=8, lr=1e-3)
     tr = Trainer(cfg, tmp_path / "run", engine=engine, quiet=True)
     tr.setup()
+    return tr
+
+
+@pytest.fixture
+def trainer(tmp_path):
+    tr = set_up_trainer(tmp_path)
     yield tr
     tr.close()
 
