@@ -32,7 +32,8 @@ def test_mean_ci_is_the_student_t_interval():
 
 def test_arms_are_compute_matched_population_settings_only(tmp_path):
     runs = specs(tmp_path, "tiny-learn", [0, 1], quick=False, arms=list(ARMS))
-    assert [r.meta["arm"] for r in runs] == [a for a in ARMS for _ in range(2)]
+    # seed by seed: a part-way experiment holds whole seeds
+    assert [(r.meta["seed"], r.meta["arm"]) for r in runs] == [(s, a) for s in (0, 1) for a in ARMS]
     for r in runs:  # an arm changes who plays (the shuffled controls also the students' reward), nothing else
         extra = ["rl.student_rewards=shuffled"] if r.meta["arm"].endswith("shuffled") else []
         assert [o for o in r.overrides[:-1] if not o.startswith("population.")] == extra

@@ -109,7 +109,8 @@ def specs(
     overrides: Sequence[str] = (),
     arms: Sequence[str] | None = None,
 ) -> list[RunSpec]:
-    """The runs of the ablation, arm by arm (all seeds of an arm before the next arm)."""
+    """The runs of the ablation, seed by seed (every arm of a seed before the next seed): an experiment stopped
+    part-way over several sittings then holds whole seeds, each arm paired with the others on it."""
     extra = (QUICK if quick else []) + list(overrides)
     return [
         RunSpec(
@@ -119,8 +120,8 @@ def specs(
             path=out / "runs" / arm / f"seed{seed}",
             meta={"arm": arm, "seed": seed},
         )
-        for arm in (arms or DEFAULT_ARMS)
         for seed in seeds
+        for arm in (arms or DEFAULT_ARMS)
     ]
 
 
