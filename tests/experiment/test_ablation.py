@@ -146,6 +146,13 @@ def test_quick_ablation_runs_every_arm_writes_json_and_html(quick_ablation):
     # 4T+4S has four members per role: its rating spread is measured, the single agent has none.
     assert data["results"]["4T+4S"]["runs"][0]["rating_spread"]["teacher"] is not None
     assert data["results"]["single"]["runs"][0]["rating_spread"]["teacher"] is None
+    # the paper's claims, each with a verdict; 4T+4S-shuffled is not a default arm, so (b) did not run
+    cl = data["claims"]
+    assert cl["seeds_used"] == [0] and cl["hardest_level"] == 4  # the quick probe's 4 items: levels 1-4
+    assert cl["a_probe"]["verdict_overall"] in ("shown", "not shown")
+    assert cl["b_reward"]["verdict"] == "not run" and "curves" not in cl
+    assert set(cl["e_arms_race"]["arms"]) == {"1T+1S", "4T+4S"}
+    assert (out / "claims.png").stat().st_size > 0
     page = (out / "experiment.html").read_text()
     assert "Population-size ablation" in page and page.count("data:image/png;base64") >= 3
     assert "4T+4S" in page
@@ -176,6 +183,41 @@ def test_a_finished_experiment_is_not_rerun_and_its_settings_hold(quick_ablation
     finally:
         os.close(fd)
     assert res.exit_code == 2 and "in use by another sitting" in res.output
+
+
+def test_claims_read_a_finished_experiment_and_refuse_one_without_a_whole_seed(quick_ablation, tmp_path):
+    import shutil
+
+    out, _ = quick_ablation
+    res = CliRunner().invoke(
+        app,
+        [
+            "experiment",
+            "claims",
+            str(out),
+            "--json",
+            str(tmp_path / "c.json"),
+            "--figure",
+            str(tmp_path / "c.png"),
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    assert "(e) arms race oscillates" in res.output and "not run" in res.output
+    data = json.loads((tmp_path / "c.json").read_text())
+    assert data["arms_finished"] == dict.fromkeys(DEFAULT_ARMS, [0]) and set(data["curves"]) == set(
+        DEFAULT_ARMS
+    )
+    assert (tmp_path / "c.png").stat().st_size > 0
+    # part-way: the claims whose arms have not finished say so; with no run finished, nothing to read
+    part = tmp_path / "part"
+    shutil.copytree(out, part)
+    (part / "runs" / "4T+4S" / "seed0" / "metrics.jsonl").unlink()
+    res = CliRunner().invoke(app, ["experiment", "claims", str(part)])
+    assert res.exit_code == 0 and res.output.count("not finished yet") >= 5, res.output
+    for metrics in part.glob("runs/*/seed0/metrics.jsonl"):
+        metrics.unlink()
+    res = CliRunner().invoke(app, ["experiment", "claims", str(part)])
+    assert res.exit_code == 2 and "no run has finished yet" in res.output and f"--resume {part}" in res.output
 
 
 TIMING = {"path", "step_s", "probe_s"}

@@ -9,7 +9,7 @@ import pytest
 from populora.experiment.probe_data import ITEMS_FILE, arm_changes, probe_change
 
 
-def _run(path, items: bool, end: dict[str, dict[str, float]], start_acc: float = 0.5):
+def _run(path, items: bool, end: dict[str, dict[str, float]], start_acc: float = 0.5, levels=None):
     path.mkdir(parents=True)
     members = {m: {"role": "teacher" if m.startswith("T") else "student"} for m in ("T0", "S0", "S1")}
     recs = [
@@ -30,7 +30,9 @@ def _run(path, items: bool, end: dict[str, dict[str, float]], start_acc: float =
         def line(step, verdicts):
             return {
                 "step": step,
-                "items": {"code_o": {"index": [0, 1], "id": ["p0", "p1"]}},
+                "items": {
+                    "code_o": {"index": [0, 1], "id": ["p0", "p1"], **({"level": levels} if levels else {})}
+                },
                 "answers": {"free": {m: {"code_o": ok} for m, ok in verdicts.items()}},
                 "style": {},
             }
@@ -51,6 +53,14 @@ def test_per_item_changes_by_hand(tmp_path):
     assert c.source == "items" and c.members == ["S0", "S1"] and c.items == ["code_o/0", "code_o/1"]
     # base: item 0 right (1), item 1 wrong (0); S0 ends 1, 1; S1 ends 0, 0 (the cut last line is skipped)
     assert c.values.tolist() == [[0.0, 1.0], [-1.0, 0.0]]
+
+
+def test_one_level_of_the_graded_probe_by_hand(tmp_path):
+    run = _run(tmp_path / "r", True, END, levels=[1, 5])
+    c = probe_change(run, level=5)  # item 1 only: both students' change there
+    assert c.items == ["code_o/1"] and c.values.tolist() == [[1.0], [0.0]]
+    assert probe_change(run, level=3) is None  # no item of that level: no per-task fallback either
+    assert probe_change(_run(tmp_path / "fixed", True, END), level=5) is None  # the fixed probe has no levels
 
 
 def test_per_task_fallback_by_hand(tmp_path):

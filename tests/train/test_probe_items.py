@@ -169,11 +169,12 @@ def test_probe_items_reader_keeps_logged_probes_and_the_last_line_of_a_step(tmp_
     run = load_run(tmp_path)
     free = run.probe_items()
     ids = [p.id for p in problems["code_o"]]
+    # the fixed probe: no levels
     assert free == [
         {"step": 0, "member": "S0", "task": "code_o", "item": 0, "id": ids[0], "correct": True, "style": "trace",
-         "answers": "free"},
+         "answers": "free", "level": None},
         {"step": 0, "member": "S0", "task": "code_o", "item": 1, "id": ids[1], "correct": False, "style": None,
-         "answers": "free"},
+         "answers": "free", "level": None},
     ]  # fmt: skip
     assert [(r["correct"], r["style"]) for r in run.probe_items("trace")] == [
         (True, "trace"),

@@ -154,8 +154,9 @@ class Run:
     def probe_items(self, answers: str = "free") -> list[dict[str, Any]]:
         """Every probe verdict of the run, one record per (probe step, member, task, item), from
         probe_items.jsonl (docs/run-folder.md): `{"step", "member", "task", "item", "id", "correct", "style",
-        "answers"}`. `item` is the problem's index in its fixed probe set (the same problem in every run of one
-        asset), `id` its problem id, `correct` a bool.
+        "answers", "level"}`. `item` is the problem's index in its fixed probe set (the same problem in every run of one
+        asset), `id` its problem id, `correct` a bool, `level` its difficulty level on the graded probe (None on
+        the fixed probe).
 
         `answers`: "free" (the greedy answers, the ones metrics.jsonl `probe` counts), "trace" or "bare" (the
         answers with that opening forced, tasks with two styles only) or "all". `style` is the style a free
@@ -177,6 +178,7 @@ class Run:
                 for member, by_task in by_member.items():
                     for task, verdicts in by_task.items():
                         index, ids = items[task]["index"], items[task]["id"]
+                        levels = items[task].get("level")  # graded probe only
                         seen = (styles.get(member) or {}).get(task)
                         for k, ok in enumerate(verdicts):
                             style = (seen[k] if seen else None) if which == "free" else which
@@ -190,6 +192,7 @@ class Run:
                                     "correct": bool(ok),
                                     "style": style,
                                     "answers": which,
+                                    "level": levels[k] if levels else None,
                                 }
                             )
         return out

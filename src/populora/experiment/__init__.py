@@ -10,7 +10,8 @@
   commands that run them and the older controls: controlled/ (`populora experiment control NAME`);
 - runs.py: resumable runs, one or `--jobs` at a time, with progress (progress.py: steps done, time left);
   settings.py: an experiment's settings (`--resume OUT`); run_records.py: the raw per-step records of a run;
-  measures.py: the per-run numbers (from populora.diagnostics) and confidence intervals; evaluation.py:
+  measures.py: the per-run numbers (from populora.diagnostics) and confidence intervals; claims.py: the
+  paper's claims (a-f) with intervals, controls and verdicts (`populora experiment claims OUT`); evaluation.py:
   `--eval` through `populora eval`; page.py: experiment.html.
 
 This package sits on top of the trainer, like the CLI: it is the only package besides `cli` that imports

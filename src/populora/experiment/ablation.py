@@ -362,6 +362,12 @@ def _run(
         from populora.experiment.evaluation import evaluate_runs
 
         result["eval"] = evaluate_runs(dirs, st["eval"], st["eval_limit"], out / "eval", log=log)
+    from populora.experiment.claims import claims, claims_figure
+
+    # the paper's claims (a-f) with their verdicts; the curves behind the figure stay in the raw records
+    answered = claims(out)
+    claims_figure(answered, out / "claims.png")
+    result["claims"] = {k: v for k, v in answered.items() if k != "curves"}
     out.mkdir(parents=True, exist_ok=True)
     _write_json(out / "experiment.json", result)
     write_ablation_page(result, out / "experiment.html")

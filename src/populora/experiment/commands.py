@@ -109,6 +109,39 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         _print_table(head, rows)
         _print_table(*contrast_rows(result))
 
+    @exp.command("claims")
+    def claims_command(
+        out: Path = typer.Argument(..., help="The experiment folder `experiment ablation --out` made."),
+        json_out: Path = typer.Option(None, "--json", help="Where the JSON goes (default OUT/claims.json)."),
+        figure: Path = typer.Option(None, "--figure", help="Where the PNG goes (default OUT/claims.png)."),
+        hardest: int = typer.Option(
+            None, "--hardest", help="The probe level claim (a) also reads (default: the highest it holds)."
+        ),
+    ) -> None:
+        """The paper's claims (a-f) answered from an ablation's finished runs, each with its interval, its
+        control and a verdict; reads an experiment part-way through its sittings too (the seeds every arm
+        finished)."""
+        import json
+
+        from populora.experiment.claims import claim_rows, claims, claims_figure
+        from populora.experiment.settings import ExperimentError
+
+        try:
+            result = claims(out, hardest=hardest)
+        except ExperimentError as exc:
+            _fail(str(exc))
+        if not result["seeds_used"]:
+            _fail(
+                f"{out}: no run has finished yet ({result['arms_finished']}); "
+                f"continue with `populora experiment ablation --resume {out}`."
+            )
+        json_out = json_out or out / "claims.json"
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(json.dumps(result, indent=1) + "\n")
+        png = claims_figure(result, figure or out / "claims.png")
+        _print_table(*claim_rows(result))
+        typer.echo(f"seeds {result['seeds_used']} of every arm; wrote {json_out} and {png}")
+
     @exp.command("learning")
     def learning(
         out: Path = typer.Option(..., "--out", help="Experiment folder (runs/seed<S>/, learning.json/.png)."),

@@ -32,6 +32,7 @@ def contrasts(
     single: str | None = None,
     answers: str = "free",
     task: str | None = None,
+    level: int | None = None,
 ) -> dict:
     """`{"arms": {arm: summary}, "differences": {"a - b": interval}, "best_vs_single": {arm: ...}, "source"}`.
 
@@ -39,10 +40,11 @@ def contrasts(
     arm, against which every population arm's best member is also compared. Arms without a probe at step 0
     and later are left out (with a note under "missing"). `answers`: "free" (the greedy answers) or a forced
     answer style ("trace", "bare": code_o's items with that opening forced, so style and skill are apart);
-    `task` keeps one task type's items (a gain on one type can hide behind a loss on another)."""
+    `task` keeps one task type's items (a gain on one type can hide behind a loss on another); `level` the
+    graded probe's items of one difficulty level (per-item runs only)."""
     arrays, sources, missing = {}, set(), []
     for arm, run_dirs in dirs.items():
-        arr, source = arm_changes(run_dirs, answers, task)
+        arr, source = arm_changes(run_dirs, answers, task, level)
         if arr is None:
             missing.append(arm)
             continue

@@ -39,13 +39,16 @@ def solver_members(run, members) -> list[str]:
     return [m for m in members if run.role_of(m) in ("student", "single")]
 
 
-def _from_items(run, answers: str = "free", task: str | None = None) -> ProbeChange | None:
+def _from_items(
+    run, answers: str = "free", task: str | None = None, level: int | None = None
+) -> ProbeChange | None:
     """Per item from the run's probe_items.jsonl; `answers`: "free" (the greedy answers), or "trace"/"bare"
-    (code_o with that answer style forced: the skill with the style held fixed, tasks with two styles only)."""
+    (code_o with that answer style forced: the skill with the style held fixed, tasks with two styles only);
+    `level`: the graded probe's items of that difficulty level only."""
     rows = [
         (int(r["step"]), str(r["member"]), f"{r['task']}/{r['item']}", float(bool(r["correct"])))
         for r in run.probe_items(answers)
-        if task is None or r["task"] == task
+        if (task is None or r["task"] == task) and (level is None or r.get("level") == level)
     ]
     steps = sorted({s for s, *_ in rows})
     if len(steps) < 2 or steps[0] != 0:
@@ -86,16 +89,18 @@ def _from_tasks(run, task: str | None = None) -> ProbeChange | None:
     return ProbeChange(members, [task or "tasks"], values, "tasks")
 
 
-def probe_change(run_dir: Path, answers: str = "free", task: str | None = None) -> ProbeChange | None:
+def probe_change(
+    run_dir: Path, answers: str = "free", task: str | None = None, level: int | None = None
+) -> ProbeChange | None:
     """The run's solvers' probe change per item (or per run when only per-task accuracy is logged); None
     when the run has no probe at step 0 and at a later step. `answers` other than "free" (a forced answer
     style) has no per-task fallback: None without per-item verdicts. `task` keeps that task type's items
-    only."""
+    only; `level` the graded probe's items of that level (per item only: no per-task fallback either)."""
     from populora.diagnostics.run import load_run
 
     run = load_run(run_dir)
-    found = _from_items(run, answers, task) if (Path(run_dir) / ITEMS_FILE).is_file() else None
-    if answers != "free":
+    found = _from_items(run, answers, task, level) if (Path(run_dir) / ITEMS_FILE).is_file() else None
+    if answers != "free" or level is not None:
         return found
     return found or _from_tasks(run, task)
 
@@ -118,15 +123,16 @@ def per_task_fallback(run_dirs: list[Path], task: str | None = None) -> list[Pro
 
 
 def arm_changes(
-    run_dirs: list[Path], answers: str = "free", task: str | None = None
+    run_dirs: list[Path], answers: str = "free", task: str | None = None, level: int | None = None
 ) -> tuple[np.ndarray | None, str]:
     """`([seed, member, item] array or None, source)` for the runs of one arm, per item when every seed has
-    items on the same probe, else per task (for free answers; a forced style has no per-task fallback)."""
-    changes = [probe_change(d, answers, task) for d in run_dirs]
+    items on the same probe, else per task (for free answers; a forced style or a level has no per-task
+    fallback)."""
+    changes = [probe_change(d, answers, task, level) for d in run_dirs]
     arr = arm_array(changes)
     if arr is not None:
         return arr, changes[0].source
-    if answers != "free":
+    if answers != "free" or level is not None:
         return None, "none"
     changes = per_task_fallback(run_dirs, task)
     arr = arm_array(changes)

@@ -1,0 +1,472 @@
+"""The paper's claims answered from an ablation's runs, each with its interval and its control (issue 31 §3).
+
+`populora experiment claims OUT` (and the end of `experiment ablation`) reads every finished run of the
+experiment in OUT, keeps the seeds every arm finished (whole, paired seeds: an experiment part-way through
+its sittings can be read too) and answers:
+
+- (a) `probe`: the population's solvers (`4T+4S`, and `1T+1S`) against the single agent's on the probe, the
+  mean change and the best member against the best of as many single seeds, overall and on the hardest level
+  of the graded probe (contrasts.py: bootstrap over seeds and items, paired by seed);
+- (b) `reward`: the population minus its shuffled-reward control, overall and on the hardest level;
+- (c) `collapse`: per run, the slope of the valid proposals' mean complexity per feature (per 100 steps), the
+  new distinct valid programs per step in the first and last quarter of the run, and for the single agent its
+  self-solve rate (first and last quarter, and its slope over the second half: a plateau is near 0);
+- (d) `coverage`: the CVT cells filled in the second half of the run;
+- (e) `arms_race`: the teachers' margin per step, (teacher wins - teacher losses) / teacher games, smoothed
+  over `WINDOW` steps; the lead changes of its sign and the share of steps each role leads;
+- (f) `ratings`: at the last step, the spread (standard deviation) of the living members' TrueSkill mu per
+  role, divided by their mean sigma: above 1, the members stand apart by more than their ratings' uncertainty.
+
+Per-run measures get a mean and a 95% t-interval over seeds per arm (measures.mean_ci) and, for the
+population against the single agent or its control, the paired per-seed difference. Each claim gets a
+`verdict` by the rule written next to it ("shown" / "not shown"), or "not finished yet" (its arms have no
+seed finished in every arm) or "not run" (the experiment has not those arms).
+`claims_figure` draws the paper's figures: probe per arm over steps (all levels and the hardest), complexity,
+new programs and coverage over steps, the single agent's self-solve rate, the teachers' margin and the
+population's ratings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from populora.experiment import settings as exp_settings
+from populora.experiment.measures import edge_means, mean_ci, slope
+from populora.experiment.run_records import run_records
+
+SINGLE, ONE, POP, CONTROL = "single", "1T+1S", "4T+4S", "4T+4S-shuffled"
+WINDOW = 10  # steps the teachers' margin is smoothed over: one evolution period of tiny-learn
+LEAD_SHARE = 0.1  # a role "takes the lead" when it leads at least this share of the steps
+PRIMARY = "ast_depth"  # the complexity feature a verdict reads (all four are reported)
+
+
+def _arr(xs: Sequence) -> np.ndarray:
+    return np.array([np.nan if v is None else float(v) for v in xs], dtype=float)
+
+
+def smooth(y: np.ndarray, window: int = WINDOW) -> np.ndarray:
+    """Trailing mean over the last `window` finite values (NaN until the first finite one)."""
+    out = np.full(y.shape, np.nan)
+    for i in range(len(y)):
+        w = y[max(0, i - window + 1) : i + 1]
+        w = w[np.isfinite(w)]
+        if w.size:
+            out[i] = w.mean()
+    return out
+
+
+def lead_changes(margin: np.ndarray) -> int:
+    """How often the sign of `margin` switches, ties (0) and NaN skipped: +,+,0,-,+ has 2."""
+    signs = [np.sign(v) for v in margin if np.isfinite(v) and v != 0]
+    return int(sum(a != b for a, b in zip(signs, signs[1:], strict=False)))
+
+
+def teacher_margin(rec: dict) -> np.ndarray:
+    """Per step, (teacher wins - teacher losses) / teacher games (NaN for a step without games)."""
+    roles = rec["roles"]
+    out = []
+    for g in rec["games"]:
+        w = l_ = n = 0
+        for member, res in (g.get("games") or {}).items():
+            if roles.get(member) != "teacher" or not isinstance(res, dict):
+                continue
+            w, l_ = w + int(res.get("win", 0)), l_ + int(res.get("loss", 0))
+            n += int(res.get("win", 0)) + int(res.get("loss", 0)) + int(res.get("draw", 0))
+        out.append((w - l_) / n if n else np.nan)
+    return np.array(out, dtype=float)
+
+
+def run_claim_measures(rec: dict) -> dict:
+    """Every per-run number the claims read, from one run's raw records (run_records.run_records)."""
+    st = rec["steps"]
+    steps = _arr(st["step"])
+    out: dict = {"complexity_slope": {}}
+    for f, ys in (st.get("complexity") or {}).items():
+        s = slope(steps, _arr(ys))
+        out["complexity_slope"][f] = None if s is None else 100.0 * s
+    total = _arr(st.get("distinct_programs_total") or [])
+    new = np.diff(np.concatenate([[0.0], total])) if total.size else total
+    a, b = edge_means(new)
+    out["new_programs"] = {"start": a, "end": b, "change": None if a is None or b is None else b - a}
+    ss = _arr(st.get("self_solve_rate") or [])
+    if np.isfinite(ss).any():
+        a, b = edge_means(ss)
+        half = len(ss) // 2
+        s2 = slope(steps[half:], ss[half:])
+        out["self_solve"] = {"start": a, "end": b, "slope_second_half": None if s2 is None else 100.0 * s2}
+    cells = _arr(st.get("coverage_cells") or [])
+    fin = np.flatnonzero(np.isfinite(cells))
+    out["coverage_growth_second_half"] = (
+        float(cells[fin[-1]] - cells[fin[len(fin) // 2]]) if fin.size else None
+    )
+    out["coverage_cells_end"] = float(cells[fin[-1]]) if fin.size else None
+    if "teacher" in rec["roles"].values():
+        m = smooth(teacher_margin(rec))
+        lead = m[np.isfinite(m)]
+        out["arms_race"] = {
+            "lead_changes": lead_changes(m),
+            "teacher_lead_share": float((lead > 0).mean()) if lead.size else None,
+            "student_lead_share": float((lead < 0).mean()) if lead.size else None,
+        }
+    out["ratings"] = {}
+    for role in ("teacher", "student"):
+        mus, sigmas = [], []
+        for member, r in rec["ratings"].items():
+            if rec["roles"].get(member) == role and r["mu"] and r["mu"][-1] is not None:
+                mus.append(float(r["mu"][-1]))
+                sigmas.append(float(r["sigma"][-1]))
+        if len(mus) >= 2:
+            out["ratings"][role] = {
+                "mu_spread": float(np.std(mus)),
+                "mean_sigma": float(np.mean(sigmas)),
+                "spread_over_sigma": float(np.std(mus) / np.mean(sigmas)),
+            }
+    return out
+
+
+def _get(d: dict, path: Sequence[str]):
+    for k in path:
+        if not isinstance(d, dict) or d.get(k) is None:
+            return None
+        d = d[k]
+    return d
+
+
+def finished_runs(out: Path, st: dict) -> dict[str, dict[int, Path]]:
+    """`{arm: {seed: run folder}}` of the runs that reached the experiment's last step and probed there."""
+    done: dict[str, dict[int, Path]] = {}
+    for arm in st["arms"]:
+        for seed in range(st["seeds"]):
+            path = out / "runs" / arm / f"seed{seed}"
+            rec = run_records(path) if (path / "metrics.jsonl").is_file() else None
+            if rec and rec["probe"] and rec["probe"][-1]["step"] == st["steps"]:
+                done.setdefault(arm, {})[seed] = path
+    return done
+
+
+def _arm_stats(per_run: dict[str, list[dict]], path: Sequence[str]) -> dict:
+    return {arm: mean_ci([_get(m, path) for m in runs]) for arm, runs in per_run.items()}
+
+
+def _paired(per_run: dict[str, list[dict]], a: str, b: str, path: Sequence[str]) -> dict | None:
+    if a not in per_run or b not in per_run:
+        return None
+    xs = [_get(m, path) for m in per_run[a]]
+    ys = [_get(m, path) for m in per_run[b]]
+    return mean_ci([x - y for x, y in zip(xs, ys, strict=True) if x is not None and y is not None])
+
+
+def _above(ci: dict | None, bar: float = 0.0) -> bool:
+    return bool(ci and ci.get("lo") is not None and ci["lo"] > bar)
+
+
+def _below(ci: dict | None, bar: float = 0.0) -> bool:
+    return bool(ci and ci.get("hi") is not None and ci["hi"] < bar)
+
+
+def highest_level(run_dir: Path) -> int | None:
+    """The hardest level on the run's graded probe (its items' largest `level`; None on the fixed probe)."""
+    from populora.diagnostics.run import load_run
+
+    levels = [r["level"] for r in load_run(run_dir).probe_items() if r.get("level") is not None]
+    return max(levels) if levels else None
+
+
+def claims(out: Path, hardest: int | None = None) -> dict:
+    """The claims of the experiment in OUT (see the module docstring), from its finished runs. `hardest`:
+    the probe level claim (a) also reads (default: the highest level the probe holds)."""
+    from populora.experiment.contrasts import contrasts
+
+    out = Path(out)
+    st = exp_settings.load(out)
+    if st is None:
+        raise exp_settings.ExperimentError(
+            f"{out} holds no experiment (no settings.json); give the folder `experiment ablation --out` made."
+        )
+    done = finished_runs(out, st)
+    arms = [a for a in st["arms"] if a in done]
+    seeds = sorted(set.intersection(*(set(done[a]) for a in arms))) if arms else []
+    dirs = {a: [done[a][s] for s in seeds] for a in arms} if seeds else {}
+    records = {a: [run_records(p) for p in ps] for a, ps in dirs.items()}
+    per_run = {a: [run_claim_measures(r) for r in rs] for a, rs in records.items()}
+    seed_lists = dict.fromkeys(dirs, seeds)
+    if hardest is None and dirs:
+        hardest = highest_level(next(iter(dirs.values()))[0])
+    pairs = [(a, b) for a, b in ((POP, SINGLE), (ONE, SINGLE), (POP, CONTROL)) if a in dirs and b in dirs]
+    overall = contrasts(dirs, seed_lists, pairs, single=SINGLE) if dirs else {}
+    top = contrasts(dirs, seed_lists, pairs, single=SINGLE, level=hardest) if dirs and hardest else {}
+    result: dict = {
+        "steps": st["steps"],
+        "arms_finished": {a: sorted(done.get(a, {})) for a in st["arms"]},
+        "seeds_used": seeds,
+        "hardest_level": hardest,
+        "window": WINDOW,
+        "per_run": {
+            a: [{"seed": s, **m} for s, m in zip(seeds, ms, strict=True)] for a, ms in per_run.items()
+        },
+    }
+
+    def verdict(ok: bool, *needs: str) -> str:
+        """ "shown" / "not shown" by the claim's rule once its arms have whole seeds; else why not."""
+        missing = [a for a in needs if a not in dirs]
+        if not missing:
+            return "shown" if ok else "not shown"
+        return "not finished yet" if all(a in st["arms"] for a in missing) else "not run"
+
+    def diff(c: dict, key: str) -> dict | None:
+        return (c.get("differences") or {}).get(key)
+
+    a_all, a_top = diff(overall, f"{POP} - {SINGLE}"), diff(top, f"{POP} - {SINGLE}")
+    result["a_probe"] = {
+        "claim": "the population's solvers beat the single agent's on the probe, overall and on the hardest level",
+        "rule": "the paired 4T+4S - single interval of the mean probe change above 0, overall and hardest level",
+        "overall": overall,
+        "hardest": top,
+        "verdict_overall": verdict(_above(a_all), POP, SINGLE),
+        "verdict_hardest": verdict(_above(a_top), POP, SINGLE),
+    }
+    b_all, b_top = diff(overall, f"{POP} - {CONTROL}"), diff(top, f"{POP} - {CONTROL}")
+    result["b_reward"] = {
+        "claim": "the gain comes from the reward (population minus its shuffled-reward control)",
+        "rule": "the paired 4T+4S - 4T+4S-shuffled interval above 0 (overall; the hardest level reported)",
+        "overall": b_all,
+        "hardest": b_top,
+        "verdict": verdict(_above(b_all), POP, CONTROL),
+    }
+    cx = ("complexity_slope", PRIMARY)
+    single_slope = _arm_stats(per_run, cx).get(SINGLE)
+    single_new = _arm_stats(per_run, ("new_programs", "change")).get(SINGLE)
+    pop_minus = _paired(per_run, POP, SINGLE, cx)
+    result["c_collapse"] = {
+        "claim": "the single agent's proposals collapse (complexity falls, fewer new programs, self-solve rate "
+        "rises to a plateau) and the population's do not",
+        "rule": f"single's {PRIMARY} slope and its change in new programs per step below 0, and the paired "
+        f"4T+4S - single {PRIMARY} slope above 0",
+        "complexity_slope_per_100_steps": {
+            f: _arm_stats(per_run, ("complexity_slope", f))
+            for f in ("ast_depth", "cyclomatic", "loc", "n_vars")
+        },
+        "new_programs_per_step": {
+            k: _arm_stats(per_run, ("new_programs", k)) for k in ("start", "end", "change")
+        },
+        "single_self_solve": {
+            k: mean_ci([_get(m, ("self_solve", k)) for m in per_run.get(SINGLE, [])])
+            for k in ("start", "end", "slope_second_half")
+        },
+        "population_minus_single_slope": pop_minus,
+        "verdict": verdict(_below(single_slope) and _below(single_new) and _above(pop_minus), POP, SINGLE),
+    }
+    growth = _arm_stats(per_run, ("coverage_growth_second_half",))
+    cov_minus = _paired(per_run, POP, SINGLE, ("coverage_growth_second_half",))
+    result["d_coverage"] = {
+        "claim": "coverage keeps growing in the population",
+        "rule": "4T+4S's cells filled in the second half above 0, and the paired 4T+4S - single above 0",
+        "growth_second_half": growth,
+        "cells_end": _arm_stats(per_run, ("coverage_cells_end",)),
+        "population_minus_single": cov_minus,
+        "verdict": verdict(_above(growth.get(POP)) and _above(cov_minus), POP, SINGLE),
+    }
+    race = {}
+    for arm in (a for a in (ONE, POP, CONTROL) if a in per_run):
+        runs = per_run[arm]
+        turns = [
+            (m["arms_race"]["lead_changes"] >= 2)
+            and min(m["arms_race"]["teacher_lead_share"] or 0, m["arms_race"]["student_lead_share"] or 0)
+            >= LEAD_SHARE
+            for m in runs
+            if "arms_race" in m
+        ]
+        race[arm] = {
+            "lead_changes": mean_ci([_get(m, ("arms_race", "lead_changes")) for m in runs]),
+            "teacher_lead_share": mean_ci([_get(m, ("arms_race", "teacher_lead_share")) for m in runs]),
+            "seeds_taking_turns": int(sum(turns)),
+            "seeds": len(turns),
+        }
+    pop_race = race.get(POP)
+    result["e_arms_race"] = {
+        "claim": "the arms race oscillates: both roles take the lead in turn",
+        "rule": f"in at least half of 4T+4S's seeds the teachers' margin (smoothed over {WINDOW} steps) changes "
+        f"sign at least twice and each role leads at least {LEAD_SHARE:.0%} of the steps",
+        "arms": race,
+        "verdict": verdict(
+            bool(pop_race and pop_race["seeds"] and 2 * pop_race["seeds_taking_turns"] >= pop_race["seeds"]),
+            POP,
+        ),
+    }
+    ratio = ("ratings", "student", "spread_over_sigma")
+    result["f_ratings"] = {
+        "claim": "members differentiate in rating",
+        "rule": "4T+4S's students' mu spread / mean sigma at the last step above 1 (its interval's lower end)",
+        "students": _arm_stats(per_run, ratio),
+        "teachers": _arm_stats(per_run, ("ratings", "teacher", "spread_over_sigma")),
+        "population_minus_control": _paired(per_run, POP, CONTROL, ratio),
+        "verdict": verdict(_above(_arm_stats(per_run, ratio).get(POP), 1.0), POP),
+    }
+    result["curves"] = {a: [_curves(r, hardest) for r in rs] for a, rs in records.items()}
+    return result
+
+
+def _solver_mean(probe: dict, roles: dict, level: int | None, levels: dict | None) -> float | None:
+    """Mean probe accuracy of the solvers (students, or the single agent) over task types (and one level)."""
+    vals = []
+    for member, accs in probe.items():
+        if roles.get(member) not in ("student", "single", None):
+            continue
+        if level is None:
+            vals += [v for v in accs.values() if v is not None]
+        else:
+            vals += [
+                by_level.get(str(level), by_level.get(level))
+                for by_level in ((levels or {}).get(member) or {}).values()
+                if by_level.get(str(level), by_level.get(level)) is not None
+            ]
+    return float(np.mean(vals)) if vals else None
+
+
+def _curves(rec: dict, hardest: int | None) -> dict:
+    roles = rec["roles"]
+    st = rec["steps"]
+    total = _arr(st.get("distinct_programs_total") or [])
+    ratings = {
+        m: r["mu"] for m, r in rec["ratings"].items() if roles.get(m) in ("teacher", "student") and r["mu"]
+    }
+    return {
+        "probe_steps": [p["step"] for p in rec["probe"]],
+        "probe": [_solver_mean(p["probe"], roles, None, None) for p in rec["probe"]],
+        "probe_hardest": [
+            _solver_mean(p["probe"], roles, hardest, p.get("probe_levels")) if hardest is not None else None
+            for p in rec["probe"]
+        ],
+        "steps": st["step"],
+        "complexity": (st.get("complexity") or {}).get(PRIMARY),
+        "new_programs": [
+            None if not np.isfinite(v) else float(v) for v in np.diff(np.concatenate([[0], total]))
+        ],
+        "coverage_cells": st.get("coverage_cells"),
+        "self_solve_rate": st.get("self_solve_rate"),
+        "teacher_margin": [None if not np.isfinite(v) else float(v) for v in smooth(teacher_margin(rec))],
+        "mu": ratings,
+        "roles": {m: roles[m] for m in ratings},
+    }
+
+
+def claims_figure(result: dict, path: Path) -> Path:
+    """The paper's figures from `claims(...)`: one panel per measure, one line per arm (mean over seeds)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [
+        ("probe", "probe_steps", "solvers' probe accuracy"),
+        ("probe_hardest", "probe_steps", f"probe accuracy, level {result['hardest_level']}"),
+        ("complexity", "steps", f"proposals' {PRIMARY} (valid)"),
+        ("new_programs", "steps", "new distinct programs per step"),
+        ("coverage_cells", "steps", "CVT cells filled"),
+        ("self_solve_rate", "steps", "single agent's self-solve rate"),
+        ("teacher_margin", "steps", f"teachers' margin ({WINDOW}-step mean)"),
+    ]
+    fig, axes = plt.subplots(2, 4, figsize=(18, 8))
+    for ax, (key, xkey, title) in zip(axes.flat, panels, strict=False):
+        for i, (arm, curves) in enumerate(result["curves"].items()):  # one colour per arm in every panel
+            ys = [_arr(c[key] or []) for c in curves]
+            if not ys or not any(np.isfinite(y).any() for y in ys):
+                continue
+            n = min(len(y) for y in ys)
+            y = np.nanmean(np.stack([y[:n] for y in ys]), axis=0) if n else np.array([])
+            if key in ("complexity", "new_programs"):
+                y = smooth(y)
+            ax.plot(curves[0][xkey][:n], y, f"C{i}", label=arm, marker="o" if xkey == "probe_steps" else None)
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("step")
+        if key == "teacher_margin":
+            ax.axhline(0, color="grey", lw=0.8)
+    axes.flat[0].legend(fontsize=8)
+    ax = axes.flat[7]
+    pop = (result["curves"].get(POP) or [None])[0]
+    if pop:
+        for m, mu in pop["mu"].items():
+            ax.plot(
+                pop["steps"][: len(mu)], _arr(mu), color="C0" if pop["roles"][m] == "teacher" else "C1", lw=1
+            )
+        ax.set_title(
+            f"{POP} seed {result['seeds_used'][0]}: mu (teachers blue, students orange)", fontsize=10
+        )
+        ax.set_xlabel("step")
+    fig.suptitle(f"claims: {len(result['seeds_used'])} seed(s) per arm, {result['steps']} steps")
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+def claim_rows(result: dict) -> tuple[list[str], list[list[str]]]:
+    """The console table: one row per claim, its key number with interval, and the verdict."""
+
+    def pts(ci: dict | None, k: float = 100.0, unit: str = " pts") -> str:
+        if not ci or ci.get("mean") is None:
+            return "-"
+        if ci.get("lo") is None:
+            return f"{k * ci['mean']:+.1f}{unit}"
+        return f"{k * ci['mean']:+.1f} [{k * ci['lo']:+.1f}, {k * ci['hi']:+.1f}]{unit}"
+
+    a, b, c = result["a_probe"], result["b_reward"], result["c_collapse"]
+    d, e, f = result["d_coverage"], result["e_arms_race"], result["f_ratings"]
+    diffs = (a["overall"].get("differences") or {}), (a["hardest"].get("differences") or {})
+    race = e["arms"].get(POP) or {}
+    rows = [
+        [
+            "(a) population > single",
+            f"{POP} - single",
+            pts(diffs[0].get(f"{POP} - {SINGLE}")),
+            a["verdict_overall"],
+        ],
+        [
+            "(a) ... hardest level",
+            f"{POP} - single",
+            pts(diffs[1].get(f"{POP} - {SINGLE}")),
+            a["verdict_hardest"],
+        ],
+        ["(b) gain from reward", f"{POP} - shuffled", pts(b["overall"]), b["verdict"]],
+        [
+            "(c) single collapses",
+            f"single {PRIMARY} slope /100 steps",
+            pts(c["complexity_slope_per_100_steps"][PRIMARY].get(SINGLE), 1.0, ""),
+            c["verdict"],
+        ],
+        [
+            "(d) coverage grows",
+            f"{POP} cells, 2nd half",
+            pts(d["growth_second_half"].get(POP), 1.0, ""),
+            d["verdict"],
+        ],
+        [
+            "(e) arms race oscillates",
+            f"{POP} seeds taking turns",
+            f"{race.get('seeds_taking_turns', 0)}/{race.get('seeds', 0)}",
+            e["verdict"],
+        ],
+        [
+            "(f) ratings differentiate",
+            "students' mu spread / sigma",
+            pts(f["students"].get(POP), 1.0, ""),
+            f["verdict"],
+        ],
+    ]
+    return ["claim", "measure", "value [95% CI]", "verdict"], rows
+
+
+__all__ = [
+    "claim_rows",
+    "claims",
+    "claims_figure",
+    "finished_runs",
+    "lead_changes",
+    "run_claim_measures",
+    "smooth",
+]

@@ -1,0 +1,93 @@
+"""The claims' per-run measures (experiment/claims.py) on hand-computed records: the teachers' margin and its
+lead changes, complexity slopes, new programs, the single agent's self-solve plateau, coverage growth and the
+rating spread. The claims of a real (quick) experiment are checked in test_ablation.py."""
+
+import math
+
+import numpy as np
+import pytest
+
+from populora.experiment.claims import lead_changes, run_claim_measures, smooth, teacher_margin
+
+
+def test_lead_changes_count_sign_switches_skipping_ties_and_gaps():
+    assert lead_changes(np.array([0.2, 0.1, 0.0, -0.3, np.nan, 0.4])) == 2
+    assert lead_changes(np.array([-0.5, -0.1, -0.2])) == 0
+    assert lead_changes(np.array([np.nan, 0.0])) == 0
+
+
+def test_smooth_is_a_trailing_mean_over_finite_values():
+    y = np.array([np.nan, 1.0, 3.0, np.nan, 5.0])
+    out = smooth(y, window=2)
+    assert math.isnan(out[0])
+    assert out[1:].tolist() == [1.0, 2.0, 3.0, 5.0]  # [1], [1,3], [3,nan], [nan,5]
+
+
+def _record(steps: int = 8) -> dict:
+    """A 2T+2S run: teachers win the first half of the games and lose the second; T1 ends rated higher."""
+    games = []
+    for s in range(1, steps + 1):
+        t_wins = s <= steps // 2
+        g = {
+            "T0": {"win": int(t_wins), "draw": 1, "loss": int(not t_wins)},
+            "T1": {"win": int(t_wins), "draw": 0, "loss": int(not t_wins)},
+            "S0": {"win": int(not t_wins), "draw": 1, "loss": int(t_wins)},
+        }
+        games.append({"step": s, "games": g})
+    return {
+        "roles": {"T0": "teacher", "T1": "teacher", "S0": "student", "S1": "student"},
+        "steps": {
+            "step": list(range(1, steps + 1)),
+            "complexity": {"ast_depth": [10.0 - 0.5 * s for s in range(1, steps + 1)]},
+            "distinct_programs_total": [4, 8, 12, 16, 17, 18, 19, 20][:steps],
+            "self_solve_rate": [None] * steps,
+            "coverage_cells": [2, 4, 5, 6, 6, 7, 9, 10][:steps],
+        },
+        "games": games,
+        "ratings": {
+            "T0": {"mu": [25.0, 20.0], "sigma": [8.0, 2.0]},
+            "T1": {"mu": [25.0, 30.0], "sigma": [8.0, 2.0]},
+            "S0": {"mu": [25.0, 24.0], "sigma": [8.0, 4.0]},
+            "S1": {"mu": [25.0, 26.0], "sigma": [8.0, 4.0]},
+        },
+    }
+
+
+def test_teacher_margin_counts_the_teachers_games_only():
+    m = teacher_margin(_record())
+    # steps 1-4: teachers 2 wins, 1 draw in 3 games; steps 5-8: 2 losses, 1 draw (S0's results not counted)
+    assert m.tolist() == pytest.approx([2 / 3] * 4 + [-2 / 3] * 4)
+
+
+def test_run_claim_measures_on_a_hand_record():
+    m = run_claim_measures(_record())
+    assert m["complexity_slope"]["ast_depth"] == pytest.approx(-50.0)  # -0.5 per step = -50 per 100 steps
+    # new distinct programs per step: 4,4,4,4 then 1,1,1,1; the first and last quarter are 2 steps each
+    assert m["new_programs"] == {"start": 4.0, "end": 1.0, "change": -3.0}
+    assert "self_solve" not in m  # a population has no self-solve rate
+    assert (
+        m["coverage_growth_second_half"] == 10 - 6
+    )  # cells at the last step minus at the middle one (index 4)
+    assert m["coverage_cells_end"] == 10
+    # smoothed over 10 steps the margin falls from +2/3 but stays >= 0 up to step 8 (mean of 4 x +, 4 x -)
+    race = m["arms_race"]
+    assert race["lead_changes"] == 0 and race["student_lead_share"] == 0.0
+    assert race["teacher_lead_share"] == pytest.approx(7 / 8)  # step 8's mean is exactly 0: nobody leads
+    assert m["ratings"]["teacher"] == pytest.approx(
+        {"mu_spread": 5.0, "mean_sigma": 2.0, "spread_over_sigma": 2.5}
+    )
+    assert m["ratings"]["student"] == pytest.approx(
+        {"mu_spread": 1.0, "mean_sigma": 4.0, "spread_over_sigma": 0.25}
+    )
+
+
+def test_the_single_agents_self_solve_rate_rises_to_a_plateau():
+    rec = _record()
+    rec["roles"] = {"A0": "single"}
+    rec["games"] = [{"step": g["step"], "games": {}} for g in rec["games"]]
+    rec["ratings"] = {"A0": {"mu": [None], "sigma": [None]}}
+    rec["steps"]["self_solve_rate"] = [0.1, 0.3, 0.5, 0.6, 0.6, 0.6, 0.6, 0.6]
+    m = run_claim_measures(rec)
+    assert m["self_solve"]["start"] == pytest.approx(0.2) and m["self_solve"]["end"] == pytest.approx(0.6)
+    assert m["self_solve"]["slope_second_half"] == pytest.approx(0.0, abs=1e-12)  # the plateau
+    assert "arms_race" not in m and m["ratings"] == {}
