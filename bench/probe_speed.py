@@ -9,6 +9,11 @@ the answer block would save only those.
 
 python bench/probe_speed.py [--sizes 64,256] [--members 2] [--out bench/results/probe_speed.json]
 
+`--dtypes`: instead, the probe on the graded sets (`--sizes` items per task type, graded budgets) with the frozen
+base generating in float32 and in bfloat16 (`model.gen_dtype`, engine/gen_dtype.py), alternated `--reps` times
+in one run: CPU seconds, tokens per CPU-second, each dtype's accuracy per task and how many verdicts agree
+(default output bench/results/probe_speed_dtypes.json).
+
 `--paths`: instead, the probe as it runs through the engine's original decode loop (`gen_path="forward"`) and
 the lean path (`"lean"`, engine/decode.py), alternated `--reps` times in one run, with a check that both give
 the same answers (default output bench/results/probe_speed_paths.json).
@@ -67,12 +72,17 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--paths", action="store_true", help="old vs new generation path (see the docstring)")
     ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument(
+        "--dtypes", action="store_true", help="float32 vs bfloat16 generation (see the docstring)"
+    )
     args = ap.parse_args()
     cfg = load_config("tiny-learn", [f"population.teachers={args.members}"])
     engine = build_engine(cfg)
     slots = {f"M{k}": k for k in range(args.members)}
     if args.paths:
         return compare_paths(engine, slots, args)
+    if args.dtypes:
+        return compare_dtypes(engine, slots, args)
     args.out = args.out or Path("bench/results/probe_speed.json")
     code_o = get("code_o")
     results: dict = {"members": args.members, "threads": engine.gen_threads, "sizes": {}}
@@ -147,6 +157,57 @@ def compare_paths(engine, slots, args) -> None:
                 flush=True,
             )
     engine.gen_path = "lean"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=1) + "\n")
+    print(f"wrote {out}")
+
+
+def compare_dtypes(engine, slots, args) -> None:
+    """The graded probe with float32 and bfloat16 generation alternated; CPU seconds, rates and agreement."""
+    import torch
+
+    from populora.engine.gen_dtype import GenerationWeights
+    from populora.pretrain.graded_probe import MAX_NEW_TOKENS as GRADED_BUDGET
+    from populora.pretrain.graded_probe import probe_selection
+
+    out = args.out or Path("bench/results/probe_speed_dtypes.json")
+    low = GenerationWeights(engine.model, engine.params, torch.bfloat16)
+    results: dict = {"members": args.members, "threads": engine.gen_threads, "reps": args.reps, "sizes": {}}
+    with Sandbox(workers=2) as sb:
+        for size in map(int, args.sizes.split(",")):
+            problems, _ = probe_selection("graded", size, ["code_i", "code_o", "code_f"])
+            row: dict = {"float32": [], "bfloat16": []}
+            verdicts: dict = {}
+            for _ in range(args.reps):
+                for name, weights in (("float32", None), ("bfloat16", low)):
+                    engine.gen_weights = weights
+
+                    def probe(problems=problems, name=name, verdicts=verdicts):
+                        eng = Counting(engine)
+                        verdicts[name] = probe_members(eng, slots, problems, sb, max_new_tokens=GRADED_BUDGET)
+                        return eng
+
+                    m = measure(probe)
+                    m["tokens_per_cpu_s"] = round(m["tokens"] / max(m["cpu_s"], 1e-9), 1)
+                    row[name].append(m)
+                    print(f"size {size:>3} {name:<8} {m}", flush=True)
+            engine.gen_weights = None
+            cpu = {d: min(m["cpu_s"] for m in row[d]) for d in ("float32", "bfloat16")}
+            rate = {d: max(m["tokens_per_cpu_s"] for m in row[d]) for d in ("float32", "bfloat16")}
+            row["speedup_cpu"] = cpu["float32"] / cpu["bfloat16"]
+            row["speedup_tokens_per_cpu_s"] = rate["bfloat16"] / rate["float32"]
+            row["accuracy"] = {d: verdicts[d].accuracy() for d in verdicts}
+            a, b = verdicts["float32"].correct["free"], verdicts["bfloat16"].correct["free"]
+            pairs = [(x, y) for m in a for t in a[m] for x, y in zip(a[m][t], b[m][t], strict=True)]
+            row["verdicts_agree"] = sum(x == y for x, y in pairs) / len(pairs)
+            row["verdicts"] = len(pairs)
+            results["sizes"][size] = row
+            print(
+                f"size {size}: bfloat16 {row['speedup_cpu']:.2f}x less CPU, {row['speedup_tokens_per_cpu_s']:.2f}x "
+                f"tokens per CPU-second (best of {args.reps}); verdicts agree {100 * row['verdicts_agree']:.1f}% "
+                f"of {len(pairs)}",
+                flush=True,
+            )
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=1) + "\n")
     print(f"wrote {out}")

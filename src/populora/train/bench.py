@@ -14,6 +14,11 @@ each row's length fixed to what the trainer generated, EOS off), so what the tra
 scheduling costs shows apart from what the model costs; and that rate against the model's arithmetic limit on
 this CPU (FLOPs per token against a measured matmul rate, `populora.engine.bench.arithmetic_limit`).
 
+**bfloat16 generation.** A fourth trainer is the overlap one with `model.gen_dtype=bfloat16` (the frozen base
+generates in bfloat16, training stays float32; engine/gen_dtype.py); `bfloat16` holds its ratios to the float32
+overlap row, and `speedup_step_old_vs_fastest` the old path's step over this one's. Its tokens differ from the
+float32 rows' by rounding, so its steps do the same kind of work, not the same tokens.
+
 **Overlap (issue 32 §3).** A third trainer runs the lean path with `train.overlap=true` (validation and scoring
 on a background thread while the phase still decodes, train/overlap.py); the two lean trainers run
 `train.overlap=false` and true, so their rows show the phase split and step time without and with it, and
@@ -60,8 +65,14 @@ SPEED_PRESET = "tiny-learn"
 # No evolution and no probe inside the timed steps: the speed rows time the step's five phases (the probe has its
 # own benchmark, bench/probe_speed.py).
 SPEED_OVERRIDES = ["evolution.every=0", "diagnostics.probe_every=0"]
-# (row name, engine gen_path, train.overlap): the issue-30 comparison (old vs new, both sequential) and overlap.
-PATHS = [("old", "forward", False), ("new", "lean", False), ("overlap", "lean", True)]
+# (row name, engine gen_path, train.overlap, overrides): the issue-30 comparison (old vs new, both sequential),
+# overlap, and overlap with the base generating in bfloat16 (model.gen_dtype, engine/gen_dtype.py).
+PATHS = [
+    ("old", "forward", False, []),
+    ("new", "lean", False, []),
+    ("overlap", "lean", True, []),
+    ("bf16", "lean", True, ["model.gen_dtype=bfloat16"]),
+]
 TIMING_KEYS = ("time", "phase_s", "step_s", "tokens_per_s", "overlap_s")  # what may differ between runs
 SPEED_PHASES = ["teacher", "validate", "student", "score", "update"]
 
@@ -147,8 +158,14 @@ def _speed_steps(steps: int, extra: list[str]) -> tuple[dict, dict]:
         {name: {"records": [], "calls": [], "train_cpu_s": [], "logs": {}} for name, *_ in PATHS},
     )
     try:
-        for name, path, overlap in PATHS:
-            over = [*SPEED_OVERRIDES, f"train.steps={steps}", *extra, f"train.overlap={str(overlap).lower()}"]
+        for name, path, overlap, own in PATHS:
+            over = [
+                *SPEED_OVERRIDES,
+                f"train.steps={steps}",
+                *extra,
+                f"train.overlap={str(overlap).lower()}",
+                *own,
+            ]
             cfg = load_config(SPEED_PRESET, over)
             tr = Trainer(cfg, tmp / name, quiet=True)
             tr.setup()
@@ -253,8 +270,10 @@ def _speed_row(name: str, path: str, overlap: bool, data: dict, replay: dict) ->
 def measure_speed(steps: int, extra: list[str] | None = None) -> dict:
     """The speed part of the benchmark (old vs new code path on `tiny-learn`); see the module docstring."""
     per, replay = _speed_steps(steps, list(extra or []))
-    rows = [_speed_row(name, path, ov, per[name], replay[name]) for name, path, ov in PATHS]
-    old, new, over = rows
+    rows = [_speed_row(name, path, ov, per[name], replay[name]) for name, path, ov, _ in PATHS]
+    for row, (*_, own) in zip(rows, PATHS, strict=True):
+        row["overrides"] = own
+    old, new, over, low = rows
     same = all(
         [g.token_ids for c in a for g in c["out"]] == [g.token_ids for c in b for g in c["out"]]
         for a, b in zip(per["old"]["calls"], per["new"]["calls"], strict=True)
@@ -301,6 +320,20 @@ def measure_speed(steps: int, extra: list[str] | None = None) -> dict:
             ),
             "lane_s_mean": over["lane_s_mean"],
         },
+        # overlap in float32 vs overlap with bfloat16 generation: > 1 means bfloat16 is faster. Its generations
+        # are not the float32 ones (rounding), so this is the cost of the same work, not of the same tokens.
+        "bfloat16": {
+            "speedup_step": over["step_s_mean"] / low["step_s_mean"],
+            "speedup_step_median": over["step_s_median"] / low["step_s_median"],
+            "speedup_phase": {
+                k: over["phase_s_mean"][k] / max(low["phase_s_mean"][k], 1e-9) for k in SPEED_PHASES
+            },
+            "speedup_gen_tokens_per_cpu_s": low["trainer_gen_tokens_per_cpu_s"]
+            / over["trainer_gen_tokens_per_cpu_s"],
+            "engine_gen_tokens_per_cpu_s": low["engine_gen_tokens_per_cpu_s"],
+        },
+        # the old code path against the fastest row (bfloat16 generation with overlap), the issue-30 ratio
+        "speedup_step_old_vs_fastest": old["step_s_mean"] / low["step_s_mean"],
     }
 
 
@@ -343,16 +376,19 @@ def _speed_table(speed: dict) -> Table:
         f"{speed['speedup_gen_tokens_per_cpu_s']:.2f}x",
         "",
     )
-    ov = speed["overlap"]
-    table.add_row(
-        "new / overlap",
-        f"{ov['speedup_step']:.2f}x",
-        *(f"{ov['speedup_phase'][k]:.2f}x" for k in SPEED_PHASES),
-        "",
-        "",
-        "",
-        "",
-    )
+    for label, ratios in (("new / overlap", speed["overlap"]), ("overlap / bf16", speed["bfloat16"])):
+        table.add_row(
+            label,
+            f"{ratios['speedup_step']:.2f}x",
+            *(f"{ratios['speedup_phase'][k]:.2f}x" for k in SPEED_PHASES),
+            "",
+            "",
+            f"{ratios['speedup_gen_tokens_per_cpu_s']:.2f}x"
+            if "speedup_gen_tokens_per_cpu_s" in ratios
+            else "",
+            "",
+        )
+    table.add_row("old / bf16", f"{speed['speedup_step_old_vs_fastest']:.2f}x", *[""] * (len(cols) - 2))
     return table
 
 
@@ -374,7 +410,9 @@ def run(
         f"{speed['overlap']['speedup_step_median']:.2f}x), generation + sandbox phases "
         f"{speed['overlap']['speedup_gen_and_sandbox']:.2f}x (median of steps "
         f"{speed['overlap']['speedup_gen_and_sandbox_median']:.2f}x), results identical: "
-        f"{speed['overlap']['identical_results']}. Arithmetic limit: {lim['flops_per_token'] / 1e6:.1f} MFLOP/token at "
+        f"{speed['overlap']['identical_results']}. bfloat16 generation (model.gen_dtype): step "
+        f"{speed['bfloat16']['speedup_step']:.2f}x over overlap in float32; old path / fastest "
+        f"{speed['speedup_step_old_vs_fastest']:.2f}x. Arithmetic limit: {lim['flops_per_token'] / 1e6:.1f} MFLOP/token at "
         f"{lim['matmul_gflops_peak']:.0f} GFLOP/s = {lim['limit_tokens_per_cpu_s']:.0f} tok/CPU-s "
         f"(engine at {100 * speed['engine_share_of_limit']:.0f}%; a {lim['decode_shape_rows']}-row decode matmul "
         f"runs at {lim['matmul_gflops_decode_shape']:.0f} GFLOP/s = {lim['limit_tokens_per_cpu_s_decode_shape']:.0f}"

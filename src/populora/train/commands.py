@@ -157,11 +157,15 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
     def bench_population(
         quick: bool = typer.Option(False, "--quick", help="Fewer steps and configurations (a smoke run)."),
         out: Path = typer.Option(None, "--out", help="JSON output (default bench/results/population.json)."),
+        scaling: bool = typer.Option(
+            True, "--scaling/--no-scaling", help="Also time single vs 1T+1S vs 2T+2S vs 4T+4S (default on)."
+        ),
     ) -> None:
-        """A tiny-learn step on the old vs new generation path, then single vs 1T+1S vs 2T+2S vs 4T+4S."""
+        """A tiny-learn step on the old vs new generation path (and with overlap, and bfloat16 generation), then
+        single vs 1T+1S vs 2T+2S vs 4T+4S."""
         from populora.train.bench import run
 
-        run(quick=quick, out=out)
+        run(quick=quick, out=out, scaling=scaling)
 
 
 def _write_report(run_dir: Path) -> Path | None:

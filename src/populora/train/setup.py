@@ -132,7 +132,7 @@ def build_engine(cfg: Config) -> PolicyEngine:
     device = preflight(cfg)
     name = cfg.model.dtype if cfg.model.dtype != "auto" else ("bfloat16" if device == "cuda" else "float32")
     m = cfg.model
-    vllm_opts = (
+    engine_opts = (
         dict(
             vllm_dtype=None if m.vllm_dtype == "model" else m.vllm_dtype,
             gpu_memory_utilization=m.vllm_gpu_memory_utilization,
@@ -143,9 +143,11 @@ def build_engine(cfg: Config) -> PolicyEngine:
     )
     if device == "cuda" and cfg.dist.workers > 1 and cfg.model.memory_gb <= 0:
         # each Ray worker checks the plan against its own GPU before loading anything
-        vllm_opts["memory_plan"] = gpu_plan(cfg, resolve_model(cfg.model.name, cfg.model.revision or None))
+        engine_opts["memory_plan"] = gpu_plan(cfg, resolve_model(cfg.model.name, cfg.model.revision or None))
     if m.backend == "vllm":
-        vllm_opts["sleep"] = m.vllm_sleep
+        engine_opts["sleep"] = m.vllm_sleep
+    elif m.gen_dtype != "model":
+        engine_opts["gen_dtype"] = m.gen_dtype  # the hf engine's generation dtype (engine/gen_dtype.py)
     try:
         return build(
             model=cfg.model.name,
@@ -170,7 +172,7 @@ def build_engine(cfg: Config) -> PolicyEngine:
             dtype=getattr(torch, name),
             workers=cfg.dist.workers,
             address=cfg.dist.address or None,
-            **vllm_opts,
+            **engine_opts,
         )
     except EngineError as err:
         raise TrainError(f"model: {err}") from None
