@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from populora.cli import app
 from populora.experiment.ablation import ARMS, DEFAULT_ARMS, parse_arms, plan_jobs, specs
 from populora.experiment.measures import mean_ci
-from populora.experiment.progress import eta_seconds, fmt_duration
+from populora.experiment.progress import eta_by_kind, fmt_duration
 from populora.experiment.run_records import run_records
 from populora.experiment.settings import ExperimentError
 
@@ -52,9 +52,13 @@ def test_arms_are_named_with_or_without_plus():
 
 
 def test_eta_and_jobs_are_hand_computed():
-    # 30 of 200 steps done in 600 s: 20 s a step, 170 steps left, 2 at a time: 1700 s
-    assert eta_seconds(30, 200, 600.0, 2) == 1700.0
-    assert eta_seconds(0, 200, 0.0, 2) is None
+    # one kind: 30 of 200 steps done in 600 s: 20 s a step, 170 steps left, 2 at a time: 1700 s
+    assert eta_by_kind([("", 30, 200, 600.0)], 2) == 1700.0
+    # by kind: single 50/100 steps in 250 s (5 s a step), 4T+4S 10/100 in 200 s (20 s a step), 2T+2S none yet
+    # (priced at the mean, 450 s / 60 steps = 7.5 s): (50 x 5 + 90 x 20 + 100 x 7.5) / 2 = 1400 s
+    rows = [("single", 50, 100, 250.0), ("4T+4S", 10, 100, 200.0), ("2T+2S", 0, 100, 0.0)]
+    assert eta_by_kind(rows, 2) == 1400.0
+    assert eta_by_kind([("single", 0, 100, 0.0)], 1) is None
     assert fmt_duration(1700.0) == "about 28 min left"
     assert fmt_duration(7500.0) == "about 2 h 05 min left"
     assert fmt_duration(42.0) == "about 42 s left"

@@ -4,6 +4,11 @@ The estimate uses the runs' own finished steps: the seconds a step took (`step_s
 where one ran) summed over every step done so far, in this sitting or an earlier one, divided by those steps,
 times the steps left, divided by how many runs go side by side. Steps measured while J runs shared the cores
 already carry that slowdown, so dividing by J is right. Model loading between runs is not counted.
+
+Runs of one kind (an ablation's arm) cost alike and different kinds do not (a 4T+4S step does four matchups'
+work and probes eight members, a single agent's one matchup and one member), so each kind's steps left are
+priced at that kind's own seconds per step once one of its runs has a step done, and at the mean of all runs
+before that (`eta_by_kind`).
 """
 
 from __future__ import annotations
@@ -34,12 +39,20 @@ def read_progress(path: Path) -> tuple[int, float]:
     return (max(by_step) if by_step else 0), sum(by_step.values())
 
 
-def eta_seconds(done: int, total: int, spent: float, parallel: int) -> float | None:
-    """Seconds left: `total - done` steps at `spent / done` seconds each, `parallel` at a time (None before
-    any step is done)."""
+def eta_by_kind(rows: Sequence[tuple[str, int, int, float]], parallel: int) -> float | None:
+    """Seconds left for runs `(kind, steps done, steps to reach, seconds spent)`: each kind's steps left at its
+    own seconds per step (the mean of all runs for a kind with none done yet), `parallel` at a time."""
+    done = sum(min(d, t) for _, d, t, _ in rows)
+    spent = sum(s for *_, s in rows)
     if done <= 0 or spent <= 0:
         return None
-    return max(0, total - done) * (spent / done) / max(1, parallel)
+    per_kind: dict[str, list[float]] = {}
+    for kind, d, t, s in rows:
+        acc = per_kind.setdefault(kind, [0, 0.0])
+        acc[0] += min(d, t)
+        acc[1] += s
+    rate = {k: (s / d if d > 0 else spent / done) for k, (d, s) in per_kind.items()}
+    return sum(max(0, t - d) * rate[kind] for kind, d, t, _ in rows) / max(1, parallel)
 
 
 def fmt_duration(seconds: float | None) -> str:
@@ -56,21 +69,22 @@ def fmt_duration(seconds: float | None) -> str:
 class Progress:
     """The experiment's runs (name, folder, steps it should reach), `jobs` at a time."""
 
-    runs: Sequence[tuple[str, Path, int]]
+    runs: Sequence[tuple[str, Path, int]] | Sequence[tuple[str, Path, int, str]]  # (..., kind): priced apart
     jobs: int
 
     def snapshot(self) -> dict[str, tuple[int, float]]:
-        return {name: read_progress(path) for name, path, _ in self.runs}
+        return {name: read_progress(path) for name, path, *_ in self.runs}
 
     def summary(self, running: Sequence[str] = ()) -> str:
         """`712/2000 steps (36%); running: single seed 2 at step 12/100; about 3 h 08 min left`."""
         snap = self.snapshot()
-        target = {name: steps for name, _, steps in self.runs}
+        target = {run[0]: run[2] for run in self.runs}
+        kind = {run[0]: (run[3] if len(run) > 3 else "") for run in self.runs}
         done = sum(min(snap[n][0], target[n]) for n in target)
-        spent = sum(t for _, t in snap.values())
         total = sum(target.values())
         left_runs = sum(1 for n in target if snap[n][0] < target[n])
-        eta = eta_seconds(done, total, spent, min(self.jobs, left_runs) or 1)
+        rows = [(kind[n], snap[n][0], target[n], snap[n][1]) for n in target]
+        eta = eta_by_kind(rows, min(self.jobs, left_runs) or 1)
         now = (
             "; running: " + ", ".join(f"{n} at step {snap[n][0]}/{target[n]}" for n in running)
             if running
@@ -80,4 +94,4 @@ class Progress:
         return f"{done}/{total} steps ({pct:.0f}%){now}; {fmt_duration(eta)}"
 
 
-__all__ = ["Progress", "eta_seconds", "fmt_duration", "read_progress"]
+__all__ = ["Progress", "eta_by_kind", "fmt_duration", "read_progress"]

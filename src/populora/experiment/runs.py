@@ -192,7 +192,8 @@ def run_all(
     here. `threads`: train.threads of each run (None: the run's own config). `how`: how to continue, for the
     line an interrupt prints."""
     steps = {s.name: target_steps(s) for s in specs}
-    progress = Progress([(s.name, s.path, steps[s.name]) for s in specs], jobs)
+    # runs of one arm are priced at that arm's own seconds per step (progress.eta_by_kind)
+    progress = Progress([(s.name, s.path, steps[s.name], str(s.meta.get("arm", ""))) for s in specs], jobs)
     if jobs <= 1:
         return _run_in_process(specs, steps, progress, log, threads, progress_every, how)
     return _run_side_by_side(specs, steps, progress, log, jobs, threads, progress_every, how)
