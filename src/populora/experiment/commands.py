@@ -240,9 +240,18 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         operators: str = typer.Option(
             None, "--operators", help="Comma-separated crossovers (default X1-X9)."
         ),
+        specialists: str = typer.Option(
+            "rl",
+            "--specialists",
+            help="How the specialists are made: rl (single-task RL runs, then recovery runs) or gold (the "
+            "engine's update on gold answers of training problems, >= 10 points above the base; children "
+            "scored at birth over --seeds operator seeds, with intervals).",
+        ),
+        seeds: int = typer.Option(None, "--seeds", help="gold: operator seeds per crossover (default 3)."),
         overrides: list[str] = typer.Option([], "--set", help="key=value for every run (repeatable)."),
     ) -> None:
-        """Two single-task specialists, a child per crossover operator, probed at birth and after recovery."""
+        """Two single-task specialists, a child per crossover operator, probed at birth and after recovery
+        (rl), or at birth with intervals over probe items and operator seeds (gold)."""
         from populora.config import ConfigError
         from populora.experiment.page import retention_rows
         from populora.experiment.retention import run_retention
@@ -252,7 +261,21 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         for op in ops or []:
             if op not in OPERATORS or not op.startswith("X"):
                 _fail(f"--operators: {op!r} is not a crossover; use X1..X9")
+        if specialists not in ("rl", "gold"):
+            _fail(f"--specialists {specialists!r}: use rl or gold")
+        if seeds is not None and (specialists != "gold" or seeds < 1):
+            _fail(
+                "--seeds N (N >= 1) goes with --specialists gold (the rl form makes one child per operator)"
+            )
         try:
+            if specialists == "gold":
+                from populora.experiment.gold_retention import gold_rows_table, run_gold_retention
+
+                result = run_gold_retention(
+                    out, preset, quick, specialist_steps, ops, seeds, overrides, log=typer.echo
+                )
+                _print_table(*gold_rows_table(result))
+                return
             result = run_retention(
                 out, preset, quick, specialist_steps, recovery_steps, ops, overrides, log=typer.echo
             )

@@ -1,0 +1,65 @@
+"""Crossover retention with gold specialists (experiment/gold_retention.py): the kept share and its interval by
+hand, the gold training rows on the bundled model, and `experiment retention --specialists gold --quick` end to
+end (real engine, sandbox and operators)."""
+
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from populora.cli import app
+from populora.experiment.gold_retention import gold_rows, kept_interval
+
+
+def test_kept_share_by_hand():
+    base = np.array([0, 0, 1, 0])
+    parent = np.array([1, 1, 1, 1])  # gain: 1 - 0.25 = 0.75
+    child = np.array([[1, 0, 1, 0], [1, 1, 1, 0]])  # mean 0.625: keeps (0.625 - 0.25) / 0.75 = 0.5
+    k = kept_interval(child, parent, base)
+    assert k["kept"] == pytest.approx(0.5) and k["seeds"] == 2 and k["items"] == 4
+    assert k["lo"] <= 0.5 <= k["hi"]
+    # a parent no better than the base has no gain to keep
+    assert np.isnan(kept_interval(child, base, base)["kept"])
+
+
+def test_gold_rows_are_the_gold_answer_then_eos_at_advantage_one():
+    from populora.config import load_config
+    from populora.sandbox import Sandbox
+    from populora.tasks import get
+    from populora.train.setup import build_engine, synthetic_seeds
+
+    eng = build_engine(load_config("tiny", []))
+    try:
+        with Sandbox(workers=1) as sb:
+            problems = [p for p in synthetic_seeds(3, sb, 0, (1, 2)) if p.task == "code_o"]
+        rows = gold_rows(eng, "code_o", problems, slot=1)
+        task = get("code_o")
+        for row, p in zip(rows, problems, strict=True):
+            assert row.slot == 1 and row.advantages == 1.0
+            assert row.response_ids[-1] == eng.tokenizer.eos_token_id
+            text = eng.tokenizer.decode(row.response_ids[:-1])
+            assert task.render_answer(task.gold_answer(p), template="compact") == text
+    finally:
+        eng.close()
+
+
+@pytest.mark.timeout(900)
+def test_quick_gold_retention_end_to_end(tmp_path):
+    out = tmp_path / "ret"
+    res = CliRunner().invoke(
+        app, ["experiment", "retention", "--specialists", "gold", "--quick", "--out", str(out)]
+    )
+    assert res.exit_code == 0, res.output
+    data = json.loads((out / "experiment.json").read_text())
+    assert data["specialists"] == "gold" and data["operators"] == ["X1", "X2"] and data["operator_seeds"] == 2
+    assert set(data["accuracy"]) == {"base", "code_o specialist", "code_i specialist"} | {
+        f"{op} seed {s}" for op in ("X1", "X2") for s in (0, 1)
+    }
+    assert set(data["kept"]["X1"]) == {"code_o", "code_i"} and data["probe_items"] == {
+        "code_o": 4,
+        "code_i": 4,
+    }
+    assert "kept of the code_o gain" in res.output
+    res = CliRunner().invoke(app, ["experiment", "retention", "--out", str(out), "--seeds", "2"])
+    assert res.exit_code == 2 and "--specialists gold" in res.output
