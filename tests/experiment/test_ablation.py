@@ -211,6 +211,7 @@ def test_claims_read_a_finished_experiment_and_refuse_one_without_a_whole_seed(q
     assert data["arms_finished"] == dict.fromkeys(DEFAULT_ARMS, [0]) and set(data["curves"]) == set(
         DEFAULT_ARMS
     )
+    assert data["records"]["4T+4S"][0]["seed"] == 0 and data["settings"]["steps"] == 2  # re-readable alone
     assert (tmp_path / "c.png").stat().st_size > 0
     # part-way: the claims whose arms have not finished say so; with no run finished, nothing to read
     part = tmp_path / "part"

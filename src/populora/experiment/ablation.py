@@ -364,10 +364,10 @@ def _run(
         result["eval"] = evaluate_runs(dirs, st["eval"], st["eval_limit"], out / "eval", log=log)
     from populora.experiment.claims import claims, claims_figure
 
-    # the paper's claims (a-f) with their verdicts; the curves behind the figure stay in the raw records
+    # the paper's claims (a-f) with their verdicts; the curves and records are in each run's `records` already
     answered = claims(out)
     claims_figure(answered, out / "claims.png")
-    result["claims"] = {k: v for k, v in answered.items() if k != "curves"}
+    result["claims"] = {k: v for k, v in answered.items() if k not in ("curves", "records")}
     out.mkdir(parents=True, exist_ok=True)
     _write_json(out / "experiment.json", result)
     write_ablation_page(result, out / "experiment.html")

@@ -199,6 +199,8 @@ def claims(out: Path, hardest: int | None = None) -> dict:
     overall = contrasts(dirs, seed_lists, pairs, single=SINGLE) if dirs else {}
     top = contrasts(dirs, seed_lists, pairs, single=SINGLE, level=hardest) if dirs and hardest else {}
     result: dict = {
+        "settings": st,
+        "sittings": exp_settings.sittings(out),
         "steps": st["steps"],
         "arms_finished": {a: sorted(done.get(a, {})) for a in st["arms"]},
         "seeds_used": seeds,
@@ -306,6 +308,10 @@ def claims(out: Path, hardest: int | None = None) -> dict:
         "verdict": verdict(_above(_arm_stats(per_run, ratio).get(POP), 1.0), POP),
     }
     result["curves"] = {a: [_curves(r, hardest) for r in rs] for a, rs in records.items()}
+    # the raw per-step records of every run read (run_records.py), so the claims can be re-read from this file
+    result["records"] = {
+        a: [{"seed": s, **r} for s, r in zip(seeds, rs, strict=True)] for a, rs in records.items()
+    }
     return result
 
 
