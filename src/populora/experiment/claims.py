@@ -372,7 +372,7 @@ def claims_figure(result: dict, path: Path) -> Path:
         ("complexity", "steps", f"proposals' {PRIMARY} (valid)"),
         ("new_programs", "steps", "new distinct programs per step"),
         ("coverage_cells", "steps", "CVT cells filled"),
-        ("self_solve_rate", "steps", "single agent's self-solve rate"),
+        ("self_solve_rate", "steps", f"single agent's self-solve rate ({WINDOW}-step mean)"),
         ("teacher_margin", "steps", f"teachers' margin ({WINDOW}-step mean)"),
     ]
     fig, axes = plt.subplots(2, 4, figsize=(18, 8))
@@ -383,7 +383,7 @@ def claims_figure(result: dict, path: Path) -> Path:
                 continue
             n = min(len(y) for y in ys)
             y = np.nanmean(np.stack([y[:n] for y in ys]), axis=0) if n else np.array([])
-            if key in ("complexity", "new_programs"):
+            if key in ("complexity", "new_programs", "self_solve_rate"):  # per-step noise: trailing means
                 y = smooth(y)
             ax.plot(curves[0][xkey][:n], y, f"C{i}", label=arm, marker="o" if xkey == "probe_steps" else None)
         ax.set_title(title, fontsize=10)
@@ -402,6 +402,8 @@ def claims_figure(result: dict, path: Path) -> Path:
             f"{POP} seed {result['seeds_used'][0]}: mu (teachers blue, students orange)", fontsize=10
         )
         ax.set_xlabel("step")
+    else:
+        ax.axis("off")  # no 4T+4S run finished yet
     fig.suptitle(f"claims: {len(result['seeds_used'])} seed(s) per arm, {result['steps']} steps")
     fig.tight_layout()
     path = Path(path)
