@@ -39,7 +39,12 @@ def test_gold_rows_are_the_gold_answer_then_eos_at_advantage_one():
             assert row.slot == 1 and row.advantages == 1.0
             assert row.response_ids[-1] == eng.tokenizer.eos_token_id
             text = eng.tokenizer.decode(row.response_ids[:-1])
-            assert task.render_answer(task.gold_answer(p), template="compact") == text
+            gold = task.render_answer(task.gold_answer(p), template="compact")
+            assert text.startswith("```trace\n") and text.endswith(gold)  # the asset's traced style
+        bare = gold_rows(eng, "code_o", problems, slot=0, trace=False)
+        assert [eng.tokenizer.decode(r.response_ids[:-1]) for r in bare] == [
+            task.render_answer(task.gold_answer(p), template="compact") for p in problems
+        ]
     finally:
         eng.close()
 

@@ -29,9 +29,12 @@ MIN_GAIN = 0.10  # issue 31 §4: a parent at least 10 points above the base on i
 B = 2000
 
 
-def gold_rows(engine, task_name: str, problems: Sequence, slot: int) -> list:
-    """One training row per problem: its gold answer (compact template, then EOS) at advantage +1."""
+def gold_rows(engine, task_name: str, problems: Sequence, slot: int, trace: bool = True) -> list:
+    """One training row per problem: its gold answer (compact template, then EOS) at advantage +1. `trace`: a
+    code_o answer opens with the program's execution trace, as the graded asset was pretrained to answer
+    (pretrain/corpus.py); a bare gold answer would train it away from its own style."""
     from populora.engine import TrainRow
+    from populora.pretrain.trace import render_trace
     from populora.tasks import get
 
     task = get(task_name)
@@ -39,6 +42,8 @@ def gold_rows(engine, task_name: str, problems: Sequence, slot: int) -> list:
     rows = []
     for p in problems:
         answer = task.render_answer(task.gold_answer(p), template="compact")
+        if trace and task_name == "code_o":
+            answer = render_trace(p.program, p.inputs[0], general=True) + answer
         ids = engine.tokenizer(answer, add_special_tokens=False)["input_ids"] + [eos]
         prompt = engine.encode(task.student_prompt(p, template="compact"))
         rows.append(TrainRow(slot=slot, prompt_ids=prompt, response_ids=ids, advantages=1.0))
