@@ -267,6 +267,18 @@ def _speed_row(name: str, path: str, overlap: bool, data: dict, replay: dict) ->
     }
 
 
+def _ratios(slow: dict, fast: dict) -> dict:
+    """How much faster row `fast` is than row `slow`: the step, each phase, the trainer's generation rate."""
+    return {
+        "speedup_step": slow["step_s_mean"] / fast["step_s_mean"],
+        "speedup_phase": {
+            k: slow["phase_s_mean"][k] / max(fast["phase_s_mean"][k], 1e-9) for k in SPEED_PHASES
+        },
+        "speedup_gen_tokens_per_cpu_s": fast["trainer_gen_tokens_per_cpu_s"]
+        / slow["trainer_gen_tokens_per_cpu_s"],
+    }
+
+
 def measure_speed(steps: int, extra: list[str] | None = None) -> dict:
     """The speed part of the benchmark (old vs new code path on `tiny-learn`); see the module docstring."""
     per, replay = _speed_steps(steps, list(extra or []))
@@ -289,12 +301,7 @@ def measure_speed(steps: int, extra: list[str] | None = None) -> dict:
         "method": "one trainer per code path, same seed, steps run round-robin; CPU seconds of this process",
         "rows": rows,
         "identical_generations": same,
-        "speedup_step": old["step_s_mean"] / new["step_s_mean"],
-        "speedup_phase": {
-            k: old["phase_s_mean"][k] / max(new["phase_s_mean"][k], 1e-9) for k in SPEED_PHASES
-        },
-        "speedup_gen_tokens_per_cpu_s": new["trainer_gen_tokens_per_cpu_s"]
-        / old["trainer_gen_tokens_per_cpu_s"],
+        **_ratios(old, new),
         "trainer_gen_tokens_per_cpu_s": new["trainer_gen_tokens_per_cpu_s"],
         "engine_gen_tokens_per_cpu_s": new["engine_gen_tokens_per_cpu_s"],
         "engine_vs_trainer": new["engine_gen_tokens_per_cpu_s"] / new["trainer_gen_tokens_per_cpu_s"],
@@ -323,13 +330,8 @@ def measure_speed(steps: int, extra: list[str] | None = None) -> dict:
         # overlap in float32 vs overlap with bfloat16 generation: > 1 means bfloat16 is faster. Its generations
         # are not the float32 ones (rounding), so this is the cost of the same work, not of the same tokens.
         "bfloat16": {
-            "speedup_step": over["step_s_mean"] / low["step_s_mean"],
+            **_ratios(over, low),
             "speedup_step_median": over["step_s_median"] / low["step_s_median"],
-            "speedup_phase": {
-                k: over["phase_s_mean"][k] / max(low["phase_s_mean"][k], 1e-9) for k in SPEED_PHASES
-            },
-            "speedup_gen_tokens_per_cpu_s": low["trainer_gen_tokens_per_cpu_s"]
-            / over["trainer_gen_tokens_per_cpu_s"],
             "engine_gen_tokens_per_cpu_s": low["engine_gen_tokens_per_cpu_s"],
         },
         # the old code path against the fastest row (bfloat16 generation with overlap), the issue-30 ratio
