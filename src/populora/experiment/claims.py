@@ -19,8 +19,9 @@ its sittings can be read too) and answers:
 
 Per-run measures get a mean and a 95% t-interval over seeds per arm (measures.mean_ci) and, for the
 population against the single agent or its control, the paired per-seed difference. Each claim gets a
-`verdict` by the rule written next to it ("shown" / "not shown"), or "not finished yet" (its arms have no
-seed finished in every arm) or "not run" (the experiment has not those arms).
+`verdict` by the rule written next to it ("shown" / "not shown") once `MIN_SEEDS` whole seeds are in (before,
+"pending": one seed's interval resamples items only, not the seed's own noise), or "not finished yet" (its arms
+have no seed finished in every arm) or "not run" (the experiment has not those arms).
 `claims_figure` draws the paper's figures: probe per arm over steps (all levels and the hardest), complexity,
 new programs and coverage over steps, the single agent's self-solve rate, the teachers' margin and the
 population's ratings.
@@ -41,6 +42,7 @@ SINGLE, ONE, POP, CONTROL = "single", "1T+1S", "4T+4S", "4T+4S-shuffled"
 WINDOW = 10  # steps the teachers' margin is smoothed over: one evolution period of tiny-learn
 LEAD_SHARE = 0.1  # a role "takes the lead" when it leads at least this share of the steps
 PRIMARY = "ast_depth"  # the complexity feature a verdict reads (all four are reported)
+MIN_SEEDS = 3  # a verdict needs intervals over seeds as well as items: fewer whole seeds read "pending"
 
 
 def _arr(xs: Sequence) -> np.ndarray:
@@ -206,6 +208,7 @@ def claims(out: Path, hardest: int | None = None) -> dict:
         "seeds_used": seeds,
         "hardest_level": hardest,
         "window": WINDOW,
+        "min_seeds": MIN_SEEDS,
         "per_run": {
             a: [{"seed": s, **m} for s, m in zip(seeds, ms, strict=True)] for a, ms in per_run.items()
         },
@@ -214,6 +217,8 @@ def claims(out: Path, hardest: int | None = None) -> dict:
     def verdict(ok: bool, *needs: str) -> str:
         """ "shown" / "not shown" by the claim's rule once its arms have whole seeds; else why not."""
         missing = [a for a in needs if a not in dirs]
+        if not missing and len(seeds) < MIN_SEEDS:
+            return f"pending ({len(seeds)} of {MIN_SEEDS} seeds)"
         if not missing:
             return "shown" if ok else "not shown"
         return "not finished yet" if all(a in st["arms"] for a in missing) else "not run"
