@@ -137,15 +137,16 @@ def _get(d: dict, path: Sequence[str]):
     return d
 
 
-def finished_runs(out: Path, st: dict) -> dict[str, dict[int, Path]]:
-    """`{arm: {seed: run folder}}` of the runs that reached the experiment's last step and probed there."""
-    done: dict[str, dict[int, Path]] = {}
+def finished_runs(out: Path, st: dict) -> dict[str, dict[int, tuple[Path, dict]]]:
+    """`{arm: {seed: (run folder, its raw records)}}` of the runs that reached the experiment's last step and
+    probed there (the records are read once, here)."""
+    done: dict[str, dict[int, tuple[Path, dict]]] = {}
     for arm in st["arms"]:
         for seed in range(st["seeds"]):
             path = out / "runs" / arm / f"seed{seed}"
             rec = run_records(path) if (path / "metrics.jsonl").is_file() else None
             if rec and rec["probe"] and rec["probe"][-1]["step"] == st["steps"]:
-                done.setdefault(arm, {})[seed] = path
+                done.setdefault(arm, {})[seed] = (path, rec)
     return done
 
 
@@ -191,8 +192,8 @@ def claims(out: Path, hardest: int | None = None) -> dict:
     done = finished_runs(out, st)
     arms = [a for a in st["arms"] if a in done]
     seeds = sorted(set.intersection(*(set(done[a]) for a in arms))) if arms else []
-    dirs = {a: [done[a][s] for s in seeds] for a in arms} if seeds else {}
-    records = {a: [run_records(p) for p in ps] for a, ps in dirs.items()}
+    dirs = {a: [done[a][s][0] for s in seeds] for a in arms} if seeds else {}
+    records = {a: [done[a][s][1] for s in seeds] for a in dirs}
     per_run = {a: [run_claim_measures(r) for r in rs] for a, rs in records.items()}
     seed_lists = dict.fromkeys(dirs, seeds)
     if hardest is None and dirs:
@@ -335,11 +336,8 @@ def _solver_mean(probe: dict, roles: dict, level: int | None, levels: dict | Non
         if level is None:
             vals += [v for v in accs.values() if v is not None]
         else:
-            vals += [
-                by_level.get(str(level), by_level.get(level))
-                for by_level in ((levels or {}).get(member) or {}).values()
-                if by_level.get(str(level), by_level.get(level)) is not None
-            ]
+            found = (by_level.get(str(level)) for by_level in ((levels or {}).get(member) or {}).values())
+            vals += [v for v in found if v is not None]  # JSON keeps the level keys as strings
     return float(np.mean(vals)) if vals else None
 
 

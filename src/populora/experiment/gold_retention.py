@@ -58,9 +58,7 @@ def train_specialist(
     from populora.train.setup import synthetic_seeds
 
     for step in range(1, steps + 1):
-        problems = [
-            p for p in synthetic_seeds(per_step, sandbox, seed * 100_003 + step, levels) if p.task == task
-        ]
+        problems = synthetic_seeds(per_step, sandbox, seed * 100_003 + step, levels, types=(task,))
         engine.train_step(TrainBatch(gold_rows(engine, task, problems, slot)))
         if step % 10 == 0 or step == steps:
             log(f"  {task} specialist: step {step}/{steps}")
@@ -117,6 +115,7 @@ def run_gold_retention(
     steps = specialist_steps or (2 if quick else 40)
     ops = list(operators or (("X1", "X2") if quick else CROSSOVERS))
     n_seeds = seeds or (2 if quick else 3)
+    per_step = 8 if quick else 32  # fresh training problems per update
     size = ["diagnostics.probe_size=4"] if quick else []
     # 8 slots: base, two parents, and children scored 5 at a time in one mixed batch
     cfg = load_config(preset, [*size, *overrides, "population.teachers=4", "population.students=4"])
@@ -128,10 +127,8 @@ def run_gold_retention(
         with Sandbox(workers=2) as sb:
             for k, task in enumerate(SPECIALISTS):
                 engine.reset_slot(k + 1, seed=cfg.train.seed + k)
-                log(f"gold specialist on {task}: {steps} steps of {8 if quick else 32} problems ...")
-                train_specialist(
-                    engine, k + 1, task, steps, 8 if quick else 32, sb, cfg.train.seed + k, levels, log
-                )
+                log(f"gold specialist on {task}: {steps} steps of {per_step} problems ...")
+                train_specialist(engine, k + 1, task, steps, per_step, sb, cfg.train.seed + k, levels, log)
             parents = [engine.get_adapter(k + 1) for k in range(len(SPECIALISTS))]
             children = {(op, s): apply(op, parents=parents, seed=s) for op in ops for s in range(n_seeds)}
             engine.reset_slot(0, seed=0)  # slot 0 stays at B = 0: the base model

@@ -38,17 +38,20 @@ def derive_seed(*parts: Any) -> int:
     return int.from_bytes(h, "little") & 0x7FFFFFFF
 
 
-def synthetic_seeds(n: int, sandbox: Sandbox, seed: int, levels: tuple[int, ...] | None = None) -> list:
+def synthetic_seeds(
+    n: int, sandbox: Sandbox, seed: int, levels: tuple[int, ...] | None = None, types: tuple[str, ...] = TASKS
+) -> list:
     """`n` seed problems per task type from the pretraining program generator, validated in the sandbox.
 
     AZR seeds its buffers with 256 programs its base model proposed before training; a tiny model proposes
     too few valid ones, so the tiny preset seeds from the generator its base model was pretrained on instead:
     `levels` None is `programs.py`'s generator (the v1 asset's), a tuple of graded levels draws each problem's
     level from it (`graded.sample_graded`, train split), as the model's corpus did (`graded_seed_levels`).
+    `types`: the task types to make (default all, in TASKS order: the trainer's seeds do not change).
     """
     rng = random.Random(derive_seed("seeds", seed))
     out = []
-    for name in TASKS:
+    for name in (t for t in TASKS if t in types):
         task = tasks.get(name)
         for _ in range(n):
             try:
