@@ -1,9 +1,8 @@
 """Generation in a lower precision than training: the frozen base's weights in `gen_dtype` while `generate` runs.
 
-Why: on a CPU with bfloat16 matrix units (AMX, AVX512-BF16: `lscpu | grep -E 'amx|avx512_bf16'`) a bfloat16
-matmul of the tiny model's shapes runs 3-4x faster than float32 and its decode attention about 2x
-(`python bench/probe_speed.py --dtypes` measures the probe both ways in one run); GPUs generate in bfloat16 as a
-rule (vLLM does). Training and log-probs keep the base's own dtype, so the update's maths does not change; the
+Why: on a CPU with bfloat16 matrix units (AMX, AVX512-BF16: `lscpu | grep -E 'amx|avx512_bf16'`) bfloat16
+matmuls are faster than float32 ones; `python bench/probe_speed.py --dtypes` measures the probe both ways in one
+run (1.26x here, docs/engine.md). GPUs generate in bfloat16 as a rule (vLLM does). Training and log-probs keep the base's own dtype, so the update's maths does not change; the
 sampler's log-probs (`Generation.logprobs`) then differ from the trainer's by the rounding, as with vLLM, and
 `rl.tis_cap` corrects for that where it matters (PPO clip, TIS).
 
