@@ -146,6 +146,7 @@ def test_quick_ablation_runs_every_arm_writes_json_and_html(quick_ablation):
     assert all(d["paired"] and d["n_seeds"] == [1, 1] for d in c["differences"].values())
     assert c["best_vs_single"]["4T+4S"]["k"] == 4
     assert "2T+2S - shuffled" in output and "best of 4 single seeds" in output
+    assert "(a) population > single" in output  # the claims table ends the command's output
     assert output.count("runs finished") == len(DEFAULT_ARMS) and "left" in output
     # 4T+4S has four members per role: its rating spread is measured, the single agent has none.
     assert data["results"]["4T+4S"]["runs"][0]["rating_spread"]["teacher"] is not None

@@ -65,6 +65,6 @@ def test_quick_gold_retention_end_to_end(tmp_path):
         "code_o": 4,
         "code_i": 4,
     }
-    assert "kept of the code_o gain" in res.output
+    assert "kept of the code_o gain" in res.output and "parents >= +10 pts on their task" in res.output
     res = CliRunner().invoke(app, ["experiment", "retention", "--out", str(out), "--seeds", "2"])
     assert res.exit_code == 2 and "--specialists gold" in res.output

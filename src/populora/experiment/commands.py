@@ -108,6 +108,11 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         head, rows = ablation_rows(result)
         _print_table(head, rows)
         _print_table(*contrast_rows(result))
+        from populora.experiment.claims import claim_rows
+
+        _print_table(
+            *claim_rows(result["claims"])
+        )  # the paper's claims (a-f); OUT/claims.png has the figures
 
     @exp.command("claims")
     def claims_command(
