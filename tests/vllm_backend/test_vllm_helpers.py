@@ -206,3 +206,97 @@ def test_sweep_ipc_sockets_removes_only_unbound_uuid_sockets():
     finally:
         listening.close()
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def _holder(path, hold_s: float | None):
+    """A process that maps `path` and keeps it mapped `hold_s` seconds (None: until its stdin closes)."""
+    import subprocess
+    import sys
+
+    wait = "sys.stdin.read()" if hold_s is None else f"time.sleep({hold_s})"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"import mmap, sys, time; f = open({str(path)!r}, 'r+b'); m = mmap.mmap(f.fileno(), 4096); "
+            f"f.close(); print('ok', flush=True); {wait}",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout.readline().strip() == "ok"
+    return proc
+
+
+def test_release_shm_waits_for_a_holder_that_is_still_ending_then_unlinks(tmp_path, caplog):
+    """The leak CI found: vLLM's worker still maps its queue for a moment after its engine core is gone. A
+    one-shot unlink leaves the entry (held); `release_shm` retries until the holder is gone. An entry held for
+    longer than the timeout stays, and a warning names it."""
+    import logging
+    import os
+    import uuid
+    from pathlib import Path
+
+    from populora.engine.vllm import release_shm, unlink_orphans
+
+    shm = Path("/dev/shm")
+    if not shm.is_dir():
+        pytest.skip("no /dev/shm here")
+    tag = uuid.uuid4().hex[:8]
+    ending, stuck = shm / f"populora-test-{tag}-ending", shm / f"populora-test-{tag}-stuck"
+    for f in (ending, stuck):
+        f.write_bytes(b"\0" * 4096)
+    a, b = _holder(ending, 1.5), _holder(stuck, None)
+    try:
+        entries = {p.name: os.stat(p).st_ino for p in (ending, stuck)}
+        assert unlink_orphans(entries) == []  # both held now: the one-shot unlink of before left them
+        with caplog.at_level(logging.WARNING, logger="populora.engine.vllm"):
+            left = release_shm(entries, timeout_s=6.0)
+        assert left == [stuck.name]
+        assert not ending.exists() and stuck.exists()
+        assert stuck.name in caplog.text and "still held" in caplog.text
+    finally:
+        for p in (a, b):
+            p.stdin.close()
+            p.wait()
+        for f in (ending, stuck):
+            f.unlink(missing_ok=True)
+
+
+def test_end_orphaned_vllm_kills_one_that_ignores_sigterm_and_waits_until_it_is_gone():
+    """An orphan that ignores SIGTERM is killed after the grace, and the call returns only once the kernel
+    has ended it (its maps would otherwise still hold /dev/shm); a pid whose program changed is left alone."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from populora.engine.vllm import end_orphaned_vllm
+
+    stubborn = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+            "print('ok', flush=True); time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert stubborn.stdout.readline().strip() == "ok"
+        cmd = Path(f"/proc/{stubborn.pid}/cmdline").read_bytes().split(b"\0", 1)[0].decode()
+        left = end_orphaned_vllm(
+            {stubborn.pid: cmd, other.pid: "VLLM::EngineCore"}, grace_s=0.5, kill_wait_s=10
+        )
+        assert left == {}
+        state = Path(f"/proc/{stubborn.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        assert state == "Z"  # killed (only its exit status is left, for its parent: us)
+        assert stubborn.wait(timeout=5) == -9
+        assert other.poll() is None  # not vLLM's program: untouched
+    finally:
+        for p in (stubborn, other):
+            if p.poll() is None:
+                p.kill()
+            p.wait()

@@ -684,10 +684,10 @@ class DistributedEngine(PeftFolderIO):
 
         from populora.engine.vllm import (
             end_orphaned_vllm,
+            release_shm,
             remove_files,
             sweep_ipc_sockets,
             sweep_stale_scratch,
-            unlink_orphans,
         )
 
         here = [i for i in self._infos if i.get("node") == os.uname().nodename]
@@ -703,13 +703,8 @@ class DistributedEngine(PeftFolderIO):
             shm.update(i.get("shm") or {})
         end_orphaned_vllm(orphans)
         remove_files([f for i in here for f in i.get("tmp_files") or []])
-        deadline = time.monotonic() + 5.0
-        while shm:  # a process that held an entry may take a moment to be reaped
-            unlink_orphans(shm)
-            shm = {n: ino for n, ino in shm.items() if (Path("/dev/shm") / n).exists()}
-            if not shm or time.monotonic() > deadline:
-                break
-            time.sleep(0.2)
+        if shm:  # retried until nobody holds them: a process that held an entry may take a while to exit
+            release_shm(shm)
         root = self._scratch_root or ("/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir())
         sweep_stale_scratch(Path(root))
         sweep_ipc_sockets()

@@ -531,7 +531,7 @@ class VLLMEngine:
         that they left behind, and delete the scratch adapters. The engine is unusable after."""
         llm = self.__dict__.pop("llm", None)
         if llm is not None:
-            shutdown_llm(llm, getattr(self, "shm", None))
+            shutdown_llm(llm, getattr(self, "shm", None), getattr(self, "vllm_pids", None))
             remove_files(getattr(self, "tmp_files", ()))
         shutil.rmtree(self._scratch, ignore_errors=True)
 
@@ -548,11 +548,13 @@ SHM = Path("/dev/shm")
 SHUTDOWN_TIMEOUT_S = 20.0  # vLLM's own default grace is 5 s, which a loaded CPU host overruns
 
 
-def shutdown_llm(llm, shm: dict[str, int] | None = None) -> None:
+def shutdown_llm(llm, shm: dict[str, int] | None = None, pids: dict[int, str] | None = None) -> None:
     """End a `vllm.LLM`'s engine-core subprocess now (otherwise it lives until the process exits), then
     unlink what its processes left in /dev/shm (`shm`, from `vllm_shm()` while they ran): an engine core
     that misses its grace period is killed, and its 160 MiB message queue (`psm_*`) would hold RAM until
-    reboot. Stale ZMQ socket files of vLLM in the temp dir go too (`sweep_ipc_sockets`)."""
+    reboot. Its `VLLM::Worker` (in `pids`, from `vllm_children()` at start) may still be ending after the
+    engine core is gone, holding its queue: it is given the same grace, then ended, before the unlink.
+    Stale ZMQ socket files of vLLM in the temp dir go too (`sweep_ipc_sockets`)."""
     import multiprocessing
 
     core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
@@ -562,8 +564,10 @@ def shutdown_llm(llm, shm: dict[str, int] | None = None) -> None:
         except TypeError:  # an engine-core client without the timeout argument
             core.shutdown()
     multiprocessing.active_children()  # reap the ended engine core so no zombie is left behind
+    if pids:
+        end_orphaned_vllm(pids, grace_s=SHUTDOWN_TIMEOUT_S)
     if shm:
-        unlink_orphans(shm)
+        release_shm(shm)
     sweep_ipc_sockets()
 
 
@@ -625,37 +629,50 @@ def vllm_children(root: int | None = None) -> dict[int, str]:
     return {p: cmd for p, cmd in kids.items() if cmd.startswith("VLLM")}
 
 
-def end_orphaned_vllm(pids: dict[int, str], grace_s: float = 10.0) -> None:
-    """End vLLM processes `pids` (from `vllm_children`) that outlived their parent: vLLM's engine core does
-    not notice its parent's death and would run on, holding its memory and /dev/shm, until reboot. SIGTERM
-    first (they then free their shared memory themselves), SIGKILL after `grace_s`. A pid now used by another
-    program (its command line no longer vLLM's) is left alone."""
-    import signal
+def _still_running(pid: int, cmd: str) -> bool:
+    """Process `pid` runs and is still the program `cmd` (a zombie, or a pid reused by another, is not)."""
+    try:
+        now = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0", 1)[0].decode(errors="replace")
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return now == cmd and state != "Z"
+
+
+def _wait_gone(pids: dict[int, str], timeout_s: float) -> dict[int, str]:
+    """Wait at most `timeout_s` for `pids` to end; return those still running."""
     import time
 
-    def still(pid: int, cmd: str) -> bool:
-        try:
-            now = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0", 1)[0].decode(errors="replace")
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            return False
-        return now == cmd and state != "Z"
+    deadline = time.monotonic() + timeout_s
+    live = {p: c for p, c in pids.items() if _still_running(p, c)}
+    while live and time.monotonic() < deadline:
+        time.sleep(0.1)
+        live = {p: c for p, c in live.items() if _still_running(p, c)}
+    return live
 
-    live = {p: c for p, c in pids.items() if still(p, c)}
+
+def end_orphaned_vllm(pids: dict[int, str], grace_s: float = 10.0, kill_wait_s: float = 10.0) -> dict[int, str]:
+    """End vLLM processes `pids` (from `vllm_children`) that outlived their parent: vLLM's engine core does
+    not notice its parent's death and would run on, holding its memory and /dev/shm, until reboot. SIGTERM
+    first (they then free their shared memory themselves), SIGKILL after `grace_s`, then wait at most
+    `kill_wait_s` for the kernel to tear them down (until then they still map their /dev/shm segments, which
+    could not be unlinked). A pid now used by another program (its command line no longer vLLM's) is left
+    alone. Returns those still running after all that (none, unless the kernel is stuck)."""
+    import signal
+
+    live = {p: c for p, c in pids.items() if _still_running(p, c)}
     for p in live:
         try:
             os.kill(p, signal.SIGTERM)
         except OSError:
             pass
-    deadline = time.monotonic() + grace_s
-    while live and time.monotonic() < deadline:
-        time.sleep(0.1)
-        live = {p: c for p, c in live.items() if still(p, c)}
+    live = _wait_gone(live, grace_s)
     for p in live:
         try:
             os.kill(p, signal.SIGKILL)
         except OSError:
             pass
+    return _wait_gone(live, kill_wait_s)
 
 
 def vllm_shm(root: int | None = None) -> dict[str, int]:
@@ -736,14 +753,7 @@ def unlink_orphans(entries: dict[str, int]) -> list[str]:
     """Unlink those of `entries` (name -> inode under /dev/shm) that still exist as the same file and that no
     live process of this user has mapped or open any more; return their names. Safe to call while others use
     /dev/shm: a name reused since (another inode) or still held is left alone."""
-    left = {}
-    for n, ino in entries.items():
-        try:
-            st = os.stat(SHM / n, follow_symlinks=False)
-        except OSError:
-            continue
-        if st.st_ino == ino and st.st_uid == os.getuid():
-            left[n] = ino
+    left = {n: ino for n, ino in entries.items() if _same_file(SHM / n, ino)}
     if not left:
         return []
     if not Path("/proc").is_dir():
@@ -759,3 +769,42 @@ def unlink_orphans(entries: dict[str, int]) -> list[str]:
         except OSError:
             continue
     return removed
+
+
+RELEASE_TIMEOUT_S = 30.0  # a process that held an entry may take a while to exit and unmap it on a loaded host
+
+
+def release_shm(entries: dict[str, int], timeout_s: float = RELEASE_TIMEOUT_S) -> list[str]:
+    """Unlink `entries` (name -> inode under /dev/shm, from `vllm_shm()`) as soon as nobody holds them,
+    retrying until every one is gone or `timeout_s` passes: a one-shot `unlink_orphans` right after vLLM's
+    processes were told to end can race with their exit (a worker still tearing down maps its queue for a
+    moment) and leak hundreds of MiB of RAM until reboot. Returns the names still there at the end (held
+    by a live process: left alone, with a warning naming them)."""
+    import logging
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    left = dict(entries)
+    while True:
+        unlink_orphans(left)
+        left = {n: ino for n, ino in left.items() if _same_file(SHM / n, ino)}
+        if not left or time.monotonic() >= deadline:
+            break
+        time.sleep(0.2)
+    if left:
+        logging.getLogger(__name__).warning(
+            "vLLM: %d /dev/shm entr%s still held after %.0fs, left in place: %s",
+            len(left),
+            "y" if len(left) == 1 else "ies",
+            timeout_s,
+            ", ".join(sorted(left)),
+        )
+    return sorted(left)
+
+
+def _same_file(path: Path, ino: int) -> bool:
+    try:
+        st = os.stat(path, follow_symlinks=False)
+    except OSError:
+        return False
+    return st.st_ino == ino and st.st_uid == os.getuid()

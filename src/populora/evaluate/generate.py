@@ -294,9 +294,10 @@ class VLLMGenerator:
         except (ValueError, RuntimeError) as exc:
             raise GenerationError(f"vLLM could not start on {self.base}: {exc}") from exc
         self._max_rank = max_rank
-        from populora.engine.vllm import vllm_shm
+        from populora.engine.vllm import vllm_children, vllm_shm
 
         self._shm = vllm_shm()  # what vLLM's processes hold in /dev/shm: unlinked at close if left behind
+        self._vllm_pids = vllm_children()  # its worker may outlive the engine core at close: ended then
         return self._llm
 
     def generate(
@@ -374,7 +375,7 @@ class VLLMGenerator:
         if self._llm is not None:
             from populora.engine.vllm import shutdown_llm
 
-            shutdown_llm(self._llm, getattr(self, "_shm", None))
+            shutdown_llm(self._llm, getattr(self, "_shm", None), getattr(self, "_vllm_pids", None))
             self._llm = None
 
 
