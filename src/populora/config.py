@@ -935,6 +935,11 @@ def validate(cfg: Config) -> Config:
     _require(
         bool(cfg.model.name.strip()), "model.name: is empty; use 'tiny', 'smol', a model folder or a hub id."
     )
+    _require(
+        cfg.model.backend != "vllm" or cfg.model.gen_dtype == "model",
+        f"model.gen_dtype={cfg.model.gen_dtype} applies to backend=hf only; with backend=vllm set "
+        "model.vllm_dtype (the dtype vLLM samples in) and leave model.gen_dtype at 'model'.",
+    )
     dg = cfg.diagnostics
     _require(
         dg.probe_every >= 0, f"diagnostics.probe_every: must be >= 0 (0 disables), got {dg.probe_every}."
