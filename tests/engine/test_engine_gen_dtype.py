@@ -76,6 +76,8 @@ def test_gen_dtype_with_the_vllm_backend_is_refused_with_the_key_to_use():
     """vLLM samples in model.vllm_dtype; a gen_dtype it would silently ignore is named instead."""
     from populora.config import ConfigError, load_config
 
-    with pytest.raises(ConfigError, match=r"model.gen_dtype=bfloat16 applies to backend=hf.*model.vllm_dtype"):
+    with pytest.raises(
+        ConfigError, match=r"model.gen_dtype=bfloat16 applies to backend=hf.*model.vllm_dtype"
+    ):
         load_config("tiny", ["model.backend=vllm", "model.gen_dtype=bfloat16"])
     assert load_config("tiny", ["model.backend=vllm"]).model.gen_dtype == "model"

@@ -651,7 +651,9 @@ def _wait_gone(pids: dict[int, str], timeout_s: float) -> dict[int, str]:
     return live
 
 
-def end_orphaned_vllm(pids: dict[int, str], grace_s: float = 10.0, kill_wait_s: float = 10.0) -> dict[int, str]:
+def end_orphaned_vllm(
+    pids: dict[int, str], grace_s: float = 10.0, kill_wait_s: float = 10.0
+) -> dict[int, str]:
     """End vLLM processes `pids` (from `vllm_children`) that outlived their parent: vLLM's engine core does
     not notice its parent's death and would run on, holding its memory and /dev/shm, until reboot. SIGTERM
     first (they then free their shared memory themselves), SIGKILL after `grace_s`, then wait at most
@@ -771,7 +773,9 @@ def unlink_orphans(entries: dict[str, int]) -> list[str]:
     return removed
 
 
-RELEASE_TIMEOUT_S = 30.0  # a process that held an entry may take a while to exit and unmap it on a loaded host
+RELEASE_TIMEOUT_S = (
+    30.0  # a process that held an entry may take a while to exit and unmap it on a loaded host
+)
 
 
 def release_shm(entries: dict[str, int], timeout_s: float = RELEASE_TIMEOUT_S) -> list[str]:
