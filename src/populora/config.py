@@ -44,6 +44,7 @@ RESUMABLE_KEYS: tuple[str, ...] = (
     # memory settings: the same update up to float rounding, so a run that ran out of memory can continue
     "rl.micro_batch_tokens",
     "rl.activation_checkpointing",
+    "rl.share_prompt_forward",  # the same forward, each distinct prompt once: equal up to float rounding
     "model.vllm_gpu_memory_utilization",  # where vLLM's share of the GPU goes: sampling speed, not samples
     "model.vllm_kv_cache_gb",
     "model.vllm_sleep",
@@ -277,6 +278,10 @@ class RLConfig:
     activation_checkpointing: bool = False
     """Recompute each decoder layer's activations in the backward pass instead of keeping them (less memory,
     about one more forward of compute); the same gradients."""
+    share_prompt_forward: bool = True
+    """Rows of one member and one prompt (a student's rollouts of a problem) share one forward of the prompt in
+    train steps and log-probs, exact up to float rounding (engine/shared_prompts.py); off under lora.dropout and
+    activation checkpointing. false = every row's prompt runs again, the old path."""
     tis_cap: float = 0.0
     """Truncated importance sampling for the sampler/trainer mismatch (vLLM samples in bf16, the trainer's
     forward differs): each token's policy-gradient term is weighted by min(exp(logp_trainer - logp_sampler),

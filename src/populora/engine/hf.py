@@ -37,6 +37,7 @@ from populora.engine.decode import LeanDecoder
 from populora.engine.gen_dtype import GenerationWeights, resolve_gen_dtype
 from populora.engine.optim import SlotAdamW, clip_slot_grads
 from populora.engine.sampling import sample_next
+from populora.engine.shared_prompts import pack_groups, shared_prompt_hidden, shares_prompts, split_shared
 from populora.engine.types import EngineError, Generation, GenRequest, PeftFolderIO, TrainBatch, TrainRow
 from populora.lora.adapter import LoRAAdapter
 from populora.lora.layers import (
@@ -104,6 +105,7 @@ class HFEngine(PeftFolderIO):
         model_name: str | None = None,
         lora_dropout: float = 0.0,
         activation_checkpointing: bool = False,
+        share_prompts: bool = True,
         tis_cap: float = 0.0,
         max_rank: int | None = None,
         gen_dtype: str | torch.dtype | None = None,
@@ -159,6 +161,8 @@ class HFEngine(PeftFolderIO):
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
         self._keep_kw = next((k for k in ("logits_to_keep", "num_logits_to_keep") if k in params), None)
         self.activation_checkpointing = bool(activation_checkpointing)
+        # rows of one (slot, prompt) share one forward of the prompt in train steps and log-probs, where exact
+        self.share_prompts = bool(share_prompts)
         if self.activation_checkpointing:
             checkpoint_layers(self._decoder, self.ctx)
         # Generation path: "lean" (engine/decode.py: shared prompt prefills, preallocated KV cache, no
@@ -589,10 +593,39 @@ class HFEngine(PeftFolderIO):
         groups = balanced if fits and padded(balanced) <= 1.1 * padded(greedy) else greedy
         return [sorted(g, key=lambda i: (rows[i].slot, i)) for g in groups]
 
+    def _shares_prompt_forward(self) -> bool:
+        """Whether the update may run each distinct (slot, prompt) once (engine/shared_prompts.py): exact up to
+        rounding only without LoRA dropout in this forward and without checkpointed layers."""
+        dropout = self.lora_dropout > 0 and torch.is_grad_enabled()
+        # architectures the lean decoder knows (engine/decode.py): a standard decoder with a DynamicCache
+        known = self._lean is not None
+        return self.share_prompts and known and not dropout and not self.activation_checkpointing
+
+    def _batches(self, rows: list[TrainRow]) -> list[list[int]]:
+        """The micro-batches of a train step or log-prob pass. Where the prompt forward is shared, the rows
+        whose (slot, prompt) recurs go in batches that keep a prompt's rows together (`pack_groups`) and the
+        rest in `_micro_batches` of their own: for a row alone with its prompt, two forwards would only add
+        per-call cost."""
+        if not self._shares_prompt_forward():
+            return self._micro_batches(rows)
+        shared, alone = split_shared(rows)
+        if not shared:
+            return self._micro_batches(rows)
+        out = [
+            [shared[j] for j in g] for g in pack_groups([rows[i] for i in shared], self.micro_batch_tokens)
+        ]
+        if alone:
+            out += [[alone[j] for j in g] for g in self._micro_batches([rows[i] for i in alone])]
+        return out
+
     def _response_hidden(self, rows: list[TrainRow]) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
         """Final hidden states `[N, H]` at the positions that predict each response token (rows concatenated),
         the targets `[N]`, and the response length of each row. The lm_head runs later, in chunks
         (`populora.rl.logprobs`), so the `[N, V]` logits are never held at once."""
+        if self._shares_prompt_forward() and shares_prompts(rows):
+            return shared_prompt_hidden(
+                rows, self._decoder, self.ctx.use, self._cache_kw, self.pad_id, self.device
+            )
         b = len(rows)
         seqs = [list(r.prompt_ids) + list(r.response_ids) for r in rows]
         width = max(len(s) for s in seqs)
@@ -635,7 +668,7 @@ class HFEngine(PeftFolderIO):
         out: dict[int, list[float]] = {}
         index = {id(r): i for i, r in enumerate(batch.rows)}
         with torch_threads(self.train_threads):
-            for group in self._micro_batches(rows):
+            for group in self._batches(rows):
                 sub = [rows[i] for i in group]
                 logp, _, _, n_resp = self._response_logprobs(sub)
                 lp = logp.cpu().tolist()
@@ -678,7 +711,8 @@ class HFEngine(PeftFolderIO):
         acc: dict[str, dict[int, float]] = defaultdict(lambda: defaultdict(float))
         for p in self.params:
             p.grad = None
-        groups = self._micro_batches(rows)
+        with torch.enable_grad():  # the dropout test in `_batches` reads the grad mode of the forward
+            groups = self._batches(rows)
         if progress is not None:
             progress(0, len(groups), {"rows": 0})
         with torch_threads(self.train_threads), torch.enable_grad(), self._dropout_on():

@@ -168,6 +168,7 @@ def build_engine(cfg: Config) -> PolicyEngine:
             train_threads=cfg.train.threads,
             micro_batch_tokens=cfg.rl.micro_batch_tokens,
             activation_checkpointing=cfg.rl.activation_checkpointing,
+            share_prompts=cfg.rl.share_prompt_forward,
             tis_cap=cfg.rl.tis_cap,
             lora_dropout=cfg.lora.dropout,
             revision=cfg.model.revision or None,
