@@ -151,6 +151,19 @@ def test_validate_solve_score_update_rate_metrics(trainer):
         None,
     )
     assert rec["members"]["T1"]["reward"] is None and rec["coverage_cells"] == 1
+    assert t0["is_weight"] is None  # rl.tis_cap off: the engine reports no importance weight
+    with_tis = metrics_record(
+        1,
+        items,
+        {**tm, "is_weight/0": 0.93},
+        matchups,
+        timings,
+        1.0,
+        members=tr.pop.ordered(),
+        mode="population",
+        coverage=tr.coverage,
+    )
+    assert with_tis["members"]["T0"]["is_weight"] == 0.93 and with_tis["members"]["S0"]["is_weight"] is None
     assert rec["tokens"] == sum(len(it.gen.token_ids) for it in items) + sum(
         len(g.token_ids) for g in good.answers
     )

@@ -168,6 +168,8 @@ def metrics_record(
             "sigma": None if mode == "single" else m.sigma,
             "loss": tm.get(f"loss/{slot}"),
             "grad_norm": tm.get(f"grad_norm/{slot}"),
+            # rl.tis_cap > 0: the mean truncated importance weight of its tokens (1 = sampler and trainer agree)
+            "is_weight": tm.get(f"is_weight/{slot}"),
             "complexity": summarize([t.features for t in as_teacher if t.valid]) if teacher_like else None,
             "n_valid": n_valid if teacher_like else None,
             "n_proposed": len(as_teacher) if teacher_like else None,
