@@ -129,17 +129,21 @@ def test_validate_solve_score_update_rate_metrics(trainer):
     assert tr.pop["T0"].mu + tr.pop["S0"].mu == pytest.approx(50.0)  # zero-sum from equal sigmas
 
     timings = dict.fromkeys(PHASES, 0.1)
-    rec = metrics_record(
-        1,
-        items,
-        tm,
-        matchups,
-        timings,
-        1.0,
-        members=tr.pop.ordered(),
-        mode="population",
-        coverage=tr.coverage,
-    )
+
+    def record(train_metrics):
+        return metrics_record(
+            1,
+            items,
+            train_metrics,
+            matchups,
+            timings,
+            1.0,
+            members=tr.pop.ordered(),
+            mode="population",
+            coverage=tr.coverage,
+        )
+
+    rec = record(tm)
     t0, s0 = rec["members"]["T0"], rec["members"]["S0"]
     assert (t0["valid_rate"], t0["reward"], t0["n_valid"], t0["n_proposed"]) == (0.5, -0.25, 1, 2)
     assert t0["solve_rate"] == {"code_i": None, "code_o": 0.5, "code_f": None, "all": 0.5}
@@ -152,17 +156,7 @@ def test_validate_solve_score_update_rate_metrics(trainer):
     )
     assert rec["members"]["T1"]["reward"] is None and rec["coverage_cells"] == 1
     assert t0["is_weight"] is None  # rl.tis_cap off: the engine reports no importance weight
-    with_tis = metrics_record(
-        1,
-        items,
-        {**tm, "is_weight/0": 0.93},
-        matchups,
-        timings,
-        1.0,
-        members=tr.pop.ordered(),
-        mode="population",
-        coverage=tr.coverage,
-    )
+    with_tis = record({**tm, "is_weight/0": 0.93})
     assert with_tis["members"]["T0"]["is_weight"] == 0.93 and with_tis["members"]["S0"]["is_weight"] is None
     assert rec["tokens"] == sum(len(it.gen.token_ids) for it in items) + sum(
         len(g.token_ids) for g in good.answers
