@@ -213,6 +213,13 @@ def test_claims_read_a_finished_experiment_and_refuse_one_without_a_whole_seed(q
         DEFAULT_ARMS
     )
     assert data["records"]["4T+4S"][0]["seed"] == 0 and data["settings"]["steps"] == 2  # re-readable alone
+    # each claim's number seed by seed: (a) is the paired difference of the solvers' probe changes
+    from populora.experiment.claims import probe_change
+
+    pop, single = data["curves"]["4T+4S"][0], data["curves"]["single"][0]
+    assert data["a_probe"]["per_seed"]["overall"] == [pytest.approx(probe_change(pop) - probe_change(single))]
+    assert data["b_reward"]["per_seed"]["overall"] == []  # no shuffled arm
+    assert len(data["e_arms_race"]["per_seed"]) == 1 and "per seed" in res.output
     assert (tmp_path / "c.png").stat().st_size > 0
     # part-way: the claims whose arms have not finished say so; with no run finished, nothing to read
     part = tmp_path / "part"

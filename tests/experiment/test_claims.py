@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from populora.experiment.claims import lead_changes, run_claim_measures, smooth, teacher_margin
+from populora.experiment.claims import lead_changes, probe_change, run_claim_measures, smooth, teacher_margin
 
 
 def test_lead_changes_count_sign_switches_skipping_ties_and_gaps():
@@ -91,3 +91,9 @@ def test_the_single_agents_self_solve_rate_rises_to_a_plateau():
     assert m["self_solve"]["start"] == pytest.approx(0.2) and m["self_solve"]["end"] == pytest.approx(0.6)
     assert m["self_solve"]["slope_second_half"] == pytest.approx(0.0, abs=1e-12)  # the plateau
     assert "arms_race" not in m and m["ratings"] == {}
+
+
+def test_probe_change_is_the_last_probe_minus_the_first():
+    assert probe_change({"probe": [0.20, 0.25, None, 0.23]}) == pytest.approx(0.03)
+    assert probe_change({"probe_hardest": [0.1, 0.4]}, "probe_hardest") == pytest.approx(0.3)
+    assert probe_change({"probe": [0.2]}) is None and probe_change({"probe": []}) is None

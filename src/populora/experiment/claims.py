@@ -320,6 +320,7 @@ def claims(out: Path, hardest: int | None = None) -> dict:
         "verdict": verdict(_above(_arm_stats(per_run, ratio).get(POP), 1.0), POP),
     }
     result["curves"] = {a: [_curves(r, hardest) for r in rs] for a, rs in records.items()}
+    _add_per_seed(result, per_run)
     # the raw per-step records of every run read (run_records.py), so the claims can be re-read from this file
     result["records"] = {
         a: [{"seed": s, **r} for s, r in zip(seeds, rs, strict=True)] for a, rs in records.items()
@@ -339,6 +340,38 @@ def _solver_mean(probe: dict, roles: dict, level: int | None, levels: dict | Non
             found = (by_level.get(str(level)) for by_level in ((levels or {}).get(member) or {}).values())
             vals += [v for v in found if v is not None]  # JSON keeps the level keys as strings
     return float(np.mean(vals)) if vals else None
+
+
+def probe_change(curve: dict, key: str = "probe") -> float | None:
+    """A run's solvers' mean probe accuracy at its last probe minus at its first (None without two probes)."""
+    ys = [y for y in curve.get(key) or [] if y is not None]
+    return ys[-1] - ys[0] if len(ys) >= 2 else None
+
+
+def _minus(xs: Sequence, ys: Sequence) -> list[float | None]:
+    return [None if x is None or y is None else x - y for x, y in zip(xs, ys, strict=False)]
+
+
+def _add_per_seed(result: dict, per_run: dict) -> None:
+    """Each claim's key number seed by seed (`per_seed`, in `seeds_used` order), so a reader sees the spread
+    an interval summarises: the paired probe differences of (a) and (b) (solvers' mean change) and the
+    per-run measure of (c)-(f)."""
+
+    def changes(arm: str, key: str) -> list[float | None]:
+        return [probe_change(c, key) for c in result["curves"].get(arm, [])]
+
+    def measure(arm: str, path: tuple) -> list[float | None]:
+        return [_get(m, path) for m in per_run.get(arm, [])]
+
+    for name, other in (("a_probe", SINGLE), ("b_reward", CONTROL)):
+        result[name]["per_seed"] = {
+            "overall": _minus(changes(POP, "probe"), changes(other, "probe")),
+            "hardest": _minus(changes(POP, "probe_hardest"), changes(other, "probe_hardest")),
+        }
+    result["c_collapse"]["per_seed"] = measure(SINGLE, ("complexity_slope", PRIMARY))
+    result["d_coverage"]["per_seed"] = measure(POP, ("coverage_growth_second_half",))
+    result["e_arms_race"]["per_seed"] = measure(POP, ("arms_race", "lead_changes"))
+    result["f_ratings"]["per_seed"] = measure(POP, ("ratings", "student", "spread_over_sigma"))
 
 
 def _curves(rec: dict, hardest: int | None) -> dict:
@@ -432,6 +465,9 @@ def claim_rows(result: dict) -> tuple[list[str], list[list[str]]]:
             return f"{k * ci['mean']:+.1f}{unit}"
         return f"{k * ci['mean']:+.1f} [{k * ci['lo']:+.1f}, {k * ci['hi']:+.1f}]{unit}"
 
+    def seeds(xs: Sequence | None, k: float = 1.0, digits: int = 1) -> str:
+        return ", ".join("-" if x is None else f"{k * x:+.{digits}f}" for x in xs or []) or "-"
+
     a, b, c = result["a_probe"], result["b_reward"], result["c_collapse"]
     d, e, f = result["d_coverage"], result["e_arms_race"], result["f_ratings"]
     race = e["arms"].get(POP) or {}
@@ -440,41 +476,53 @@ def claim_rows(result: dict) -> tuple[list[str], list[list[str]]]:
             "(a) population > single",
             f"{POP} - single",
             pts(a["overall"]),
+            seeds(a.get("per_seed", {}).get("overall"), 100),
             a["verdict_overall"],
         ],
         [
             "(a) ... hardest level",
             f"{POP} - single",
             pts(a["hardest"]),
+            seeds(a.get("per_seed", {}).get("hardest"), 100),
             a["verdict_hardest"],
         ],
-        ["(b) gain from reward", f"{POP} - shuffled", pts(b["overall"]), b["verdict_overall"]],
+        [
+            "(b) gain from reward",
+            f"{POP} - shuffled",
+            pts(b["overall"]),
+            seeds(b.get("per_seed", {}).get("overall"), 100),
+            b["verdict_overall"],
+        ],
         [
             "(c) single collapses",
             f"single {PRIMARY} slope /100 steps",
             pts(c["complexity_slope_per_100_steps"][PRIMARY].get(SINGLE), 1.0, ""),
+            seeds(c.get("per_seed")),
             c["verdict"],
         ],
         [
             "(d) coverage grows",
             f"{POP} cells, 2nd half",
             pts(d["growth_second_half"].get(POP), 1.0, ""),
+            seeds(d.get("per_seed"), digits=0),
             d["verdict"],
         ],
         [
             "(e) arms race oscillates",
             f"{POP} seeds taking turns",
             f"{race.get('seeds_taking_turns', 0)}/{race.get('seeds', 0)}",
+            "lead changes " + seeds(e.get("per_seed"), digits=0).replace("+", ""),
             e["verdict"],
         ],
         [
             "(f) ratings differentiate",
             "students' mu spread / sigma",
             pts(f["students"].get(POP), 1.0, ""),
+            seeds(f.get("per_seed"), digits=2),
             f["verdict"],
         ],
     ]
-    return ["claim", "measure", "value [95% CI]", "verdict"], rows
+    return ["claim", "measure", "value [95% CI]", "per seed", "verdict"], rows
 
 
 __all__ = [
