@@ -773,9 +773,8 @@ def unlink_orphans(entries: dict[str, int]) -> list[str]:
     return removed
 
 
-RELEASE_TIMEOUT_S = (
-    30.0  # a process that held an entry may take a while to exit and unmap it on a loaded host
-)
+# A process that held an entry may take a while to exit and unmap it on a loaded host.
+RELEASE_TIMEOUT_S = 30.0
 
 
 def release_shm(entries: dict[str, int], timeout_s: float = RELEASE_TIMEOUT_S) -> list[str]:
