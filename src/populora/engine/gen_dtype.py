@@ -2,9 +2,10 @@
 
 Why: on a CPU with bfloat16 matrix units (AMX, AVX512-BF16: `lscpu | grep -E 'amx|avx512_bf16'`) bfloat16
 matmuls are faster than float32 ones; `python bench/probe_speed.py --dtypes` measures the probe both ways in one
-run (1.26x here, docs/engine.md). GPUs generate in bfloat16 as a rule (vLLM does). Training and log-probs keep the base's own dtype, so the update's maths does not change; the
-sampler's log-probs (`Generation.logprobs`) then differ from the trainer's by the rounding, as with vLLM, and
-`rl.tis_cap` corrects for that where it matters (PPO clip, TIS).
+run (1.26x here, docs/engine.md). GPUs generate in bfloat16 as a rule (vLLM does). Training and log-probs keep
+the base's own dtype, so the update's maths does not change; the sampler's log-probs (`Generation.logprobs`)
+then differ from the trainer's by the rounding, as with vLLM, and `rl.tis_cap` corrects for that where it
+matters (PPO clip, TIS).
 
 How: `GenerationWeights.use()` points every floating-point parameter of the base (not the LoRA factors, which stay
 float32: the LoRA branch casts its input and adds its output in the base's dtype) at a copy in `gen_dtype`, made

@@ -711,11 +711,10 @@ class HFEngine(PeftFolderIO):
         acc: dict[str, dict[int, float]] = defaultdict(lambda: defaultdict(float))
         for p in self.params:
             p.grad = None
-        with torch.enable_grad():  # the dropout test in `_batches` reads the grad mode of the forward
-            groups = self._batches(rows)
-        if progress is not None:
-            progress(0, len(groups), {"rows": 0})
         with torch_threads(self.train_threads), torch.enable_grad(), self._dropout_on():
+            groups = self._batches(rows)  # in grad mode: under LoRA dropout the prompt forward is not shared
+            if progress is not None:
+                progress(0, len(groups), {"rows": 0})
             for n_group, group in enumerate(groups, 1):
                 sub = [rows[i] for i in group]
                 logp, ent, _, n_resp = self._response_logprobs(sub, entropy_grad=bool(self.entropy_coef))

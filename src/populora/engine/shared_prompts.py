@@ -77,12 +77,12 @@ def pack_groups(rows: Sequence[TrainRow], budget: int) -> list[list[int]]:
     is sorted by (slot, row) as the multi-LoRA layers prefer."""
     if not rows:
         return []
+    if budget <= 0:
+        return [sorted(range(len(rows)), key=lambda i: (rows[i].slot, i))]
     first, group_of = prompt_groups(rows)
     members: list[list[int]] = [[] for _ in first]
     for i, g in enumerate(group_of):
         members[g].append(i)
-    if budget <= 0:
-        return [sorted(range(len(rows)), key=lambda i: (rows[i].slot, i))]
 
     def cost(batch: list[list[int]]) -> int:
         plens = [len(rows[m[0]].prompt_ids) for m in batch]

@@ -465,8 +465,8 @@ def claim_rows(result: dict) -> tuple[list[str], list[list[str]]]:
             return f"{k * ci['mean']:+.1f}{unit}"
         return f"{k * ci['mean']:+.1f} [{k * ci['lo']:+.1f}, {k * ci['hi']:+.1f}]{unit}"
 
-    def seeds(xs: Sequence | None, k: float = 1.0, digits: int = 1) -> str:
-        return ", ".join("-" if x is None else f"{k * x:+.{digits}f}" for x in xs or []) or "-"
+    def seeds(xs: Sequence | None, k: float = 1.0, digits: int = 1, sign: str = "+") -> str:
+        return ", ".join("-" if x is None else f"{k * x:{sign}.{digits}f}" for x in xs or []) or "-"
 
     a, b, c = result["a_probe"], result["b_reward"], result["c_collapse"]
     d, e, f = result["d_coverage"], result["e_arms_race"], result["f_ratings"]
@@ -476,49 +476,49 @@ def claim_rows(result: dict) -> tuple[list[str], list[list[str]]]:
             "(a) population > single",
             f"{POP} - single",
             pts(a["overall"]),
-            seeds(a.get("per_seed", {}).get("overall"), 100),
+            seeds(a["per_seed"]["overall"], 100),
             a["verdict_overall"],
         ],
         [
             "(a) ... hardest level",
             f"{POP} - single",
             pts(a["hardest"]),
-            seeds(a.get("per_seed", {}).get("hardest"), 100),
+            seeds(a["per_seed"]["hardest"], 100),
             a["verdict_hardest"],
         ],
         [
             "(b) gain from reward",
             f"{POP} - shuffled",
             pts(b["overall"]),
-            seeds(b.get("per_seed", {}).get("overall"), 100),
+            seeds(b["per_seed"]["overall"], 100),
             b["verdict_overall"],
         ],
         [
             "(c) single collapses",
             f"single {PRIMARY} slope /100 steps",
             pts(c["complexity_slope_per_100_steps"][PRIMARY].get(SINGLE), 1.0, ""),
-            seeds(c.get("per_seed")),
+            seeds(c["per_seed"]),
             c["verdict"],
         ],
         [
             "(d) coverage grows",
             f"{POP} cells, 2nd half",
             pts(d["growth_second_half"].get(POP), 1.0, ""),
-            seeds(d.get("per_seed"), digits=0),
+            seeds(d["per_seed"], digits=0),
             d["verdict"],
         ],
         [
             "(e) arms race oscillates",
             f"{POP} seeds taking turns",
             f"{race.get('seeds_taking_turns', 0)}/{race.get('seeds', 0)}",
-            "lead changes " + seeds(e.get("per_seed"), digits=0).replace("+", ""),
+            "lead changes " + seeds(e["per_seed"], digits=0, sign=""),
             e["verdict"],
         ],
         [
             "(f) ratings differentiate",
             "students' mu spread / sigma",
             pts(f["students"].get(POP), 1.0, ""),
-            seeds(f.get("per_seed"), digits=2),
+            seeds(f["per_seed"], digits=2),
             f["verdict"],
         ],
     ]
