@@ -110,9 +110,8 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         _print_table(*contrast_rows(result))
         from populora.experiment.claims import claim_rows
 
-        _print_table(
-            *claim_rows(result["claims"])
-        )  # the paper's claims (a-f); OUT/claims.png has the figures
+        # the paper's claims (a-f); OUT/claims.png has the figures
+        _print_table(*claim_rows(result["claims"]))
 
     @exp.command("claims")
     def claims_command(
