@@ -102,6 +102,7 @@ def test_run_records_keep_the_raw_per_step_data(tmp_path):
     assert st["valid_rate"] == [2 / 3, 1.0]
     assert st["complexity"] == {"loc": [2.0, 3.0], "n_vars": [1.0, 2.0]}
     assert st["distinct_programs"] == [1, 2] and st["distinct_programs_total"] == [1, 2]
+    assert st["valid_total"] == [2, 4]  # valid proposals so far (the invalid one of step 1 not counted)
     assert r["games"][1] == {"step": 2, "games": {"A0": {"win": 1, "draw": 0, "loss": 0}}}
     assert r["roles"] == {"A0": "single"} and r["ratings"]["A0"]["mu"] == [None, None]
 
@@ -220,6 +221,14 @@ def test_claims_read_a_finished_experiment_and_refuse_one_without_a_whole_seed(q
     assert data["a_probe"]["per_seed"]["overall"] == [pytest.approx(probe_change(pop) - probe_change(single))]
     assert data["b_reward"]["per_seed"]["overall"] == []  # no shuffled arm
     assert len(data["e_arms_race"]["per_seed"]) == 1 and "per seed" in res.output
+    # (d) at an equal budget: the valid proposals every run reached, each arm's cells at that budget
+    finals = [recs[0]["steps"]["valid_total"][-1] for recs in data["records"].values()]
+    matched = data["d_coverage"]["matched"]
+    if min(finals) > 0:
+        assert matched["valid_proposals"] == min(finals)
+        assert set(matched["cells"]) == set(DEFAULT_ARMS) and "(d) ... at equal proposals" in res.output
+    else:  # a run with no valid proposal: no common budget, said as None
+        assert matched == {"valid_proposals": None}
     assert (tmp_path / "c.png").stat().st_size > 0
     # part-way: the claims whose arms have not finished say so; with no run finished, nothing to read
     part = tmp_path / "part"

@@ -11,7 +11,8 @@ its sittings can be read too) and answers:
 - (c) `collapse`: per run, the slope of the valid proposals' mean complexity per feature (per 100 steps), the
   new distinct valid programs per step in the first and last quarter of the run, and for the single agent its
   self-solve rate (first and last quarter, and its slope over the second half: a plateau is near 0);
-- (d) `coverage`: the CVT cells filled in the second half of the run;
+- (d) `coverage`: the CVT cells filled in the second half of the run; and, as a secondary reading with no rule
+  (matched.py), the cells and distinct programs of every arm at an equal number of valid proposals;
 - (e) `arms_race`: the teachers' margin per step, (teacher wins - teacher losses) / teacher games, smoothed
   over `WINDOW` steps; the lead changes of its sign and the share of steps each role leads;
 - (f) `ratings`: at the last step, the spread (standard deviation) of the living members' TrueSkill mu per
@@ -35,6 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from populora.experiment import settings as exp_settings
+from populora.experiment.matched import budget_curve, common_budget, matched_measures, mean_curve_on_grid
 from populora.experiment.measures import edge_means, mean_ci, slope
 from populora.experiment.run_records import run_records
 
@@ -162,6 +164,22 @@ def _paired(per_run: dict[str, list[dict]], a: str, b: str, path: Sequence[str])
     return mean_ci([x - y for x, y in zip(xs, ys, strict=True) if x is not None and y is not None])
 
 
+def _matched(records: dict[str, list[dict]]) -> dict:
+    """Every arm at the same number of valid proposals (matched.py): the budget every run reached, each arm's
+    cells and distinct programs then, and the paired 4T+4S - single of each. No verdict reads it."""
+    keys = ("cells", "distinct_programs")
+    budget = common_budget([r for rs in records.values() for r in rs])
+    if budget is None:
+        return {"valid_proposals": None}
+    per = {a: [matched_measures(r, budget) for r in rs] for a, rs in records.items()}
+    return {
+        "valid_proposals": budget,
+        **{k: _arm_stats(per, (k,)) for k in keys},
+        "population_minus_single": {k: _paired(per, POP, SINGLE, (k,)) for k in keys},
+        "per_seed": {a: [m["cells"] for m in ms] for a, ms in per.items()},
+    }
+
+
 def _above(ci: dict | None, bar: float = 0.0) -> bool:
     return bool(ci and ci.get("lo") is not None and ci["lo"] > bar)
 
@@ -282,6 +300,7 @@ def claims(out: Path, hardest: int | None = None) -> dict:
         "cells_end": _arm_stats(per_run, ("coverage_cells_end",)),
         "population_minus_single": cov_minus,
         "verdict": verdict(_above(growth.get(POP)) and _above(cov_minus), POP, SINGLE),
+        "matched": _matched(records),
     }
     race = {}
     for arm in (a for a in (ONE, POP, CONTROL) if a in per_run):
@@ -394,6 +413,7 @@ def _curves(rec: dict, hardest: int | None) -> dict:
             None if not np.isfinite(v) else float(v) for v in np.diff(np.concatenate([[0], total]))
         ],
         "coverage_cells": st.get("coverage_cells"),
+        "cells_by_valid": budget_curve(rec),
         "self_solve_rate": st.get("self_solve_rate"),
         "teacher_margin": [None if not np.isfinite(v) else float(v) for v in smooth(teacher_margin(rec))],
         "mu": ratings,
@@ -417,7 +437,7 @@ def claims_figure(result: dict, path: Path) -> Path:
         ("self_solve_rate", "steps", f"single agent's self-solve rate ({WINDOW}-step mean)"),
         ("teacher_margin", "steps", f"teachers' margin ({WINDOW}-step mean)"),
     ]
-    fig, axes = plt.subplots(2, 4, figsize=(18, 8))
+    fig, axes = plt.subplots(3, 3, figsize=(15, 12))
     for ax, (key, xkey, title) in zip(axes.flat, panels, strict=False):
         for i, (arm, curves) in enumerate(result["curves"].items()):  # one colour per arm in every panel
             ys = [_arr(c[key] or []) for c in curves]
@@ -433,7 +453,14 @@ def claims_figure(result: dict, path: Path) -> Path:
         if key == "teacher_margin":
             ax.axhline(0, color="grey", lw=0.8)
     axes.flat[0].legend(fontsize=8)
-    ax = axes.flat[7]
+    ax = axes.flat[7]  # coverage against the valid proposals made: arms at an equal budget (matched.py)
+    for i, (arm, curves) in enumerate(result["curves"].items()):
+        grid, y = mean_curve_on_grid([tuple(c.get("cells_by_valid") or ([], [])) for c in curves])
+        if grid.size:
+            ax.plot(grid, y, f"C{i}", label=arm)
+    ax.set_title("CVT cells filled vs valid proposals made", fontsize=10)
+    ax.set_xlabel("valid proposals")
+    ax = axes.flat[8]
     pop = (result["curves"].get(POP) or [None])[0]
     if pop:
         for m, mu in pop["mu"].items():
@@ -507,6 +534,7 @@ def claim_rows(result: dict) -> tuple[list[str], list[list[str]]]:
             seeds(d["per_seed"], digits=0),
             d["verdict"],
         ],
+        _matched_row(d.get("matched") or {}, pts, seeds),
         [
             "(e) arms race oscillates",
             f"{POP} seeds taking turns",
@@ -523,6 +551,20 @@ def claim_rows(result: dict) -> tuple[list[str], list[list[str]]]:
         ],
     ]
     return ["claim", "measure", "value [95% CI]", "per seed", "verdict"], rows
+
+
+def _matched_row(m: dict, pts, seeds) -> list[str]:
+    """The table's row for the equal-budget reading of (d): 4T+4S - single cells at the common budget."""
+    per = m.get("per_seed") or {}
+    diffs = _minus(per.get(POP) or [], per.get(SINGLE) or [])
+    n = m.get("valid_proposals")
+    return [
+        "(d) ... at equal proposals",
+        f"{POP} - single cells at {n} valid" if n else "cells at an equal budget",
+        pts((m.get("population_minus_single") or {}).get("cells"), 1.0, ""),
+        seeds(diffs, digits=0),
+        "no rule (secondary)",
+    ]
 
 
 __all__ = [

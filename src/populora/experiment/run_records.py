@@ -7,8 +7,8 @@ answered later from the experiment file alone:
   written (`probe`, `probe_style`, `probe_valid` and whatever a newer prober adds, e.g. per-level results);
 - `steps`: per training step, columns aligned on `step`: seconds per step and per probe, coverage (fraction and
   cells), the single agent's self-solve rate (None in population mode), the step's valid-proposal rate,
-  the mean complexity of its valid proposals per feature, and the distinct valid programs (of the step, and
-  cumulative since step 1);
+  the mean complexity of its valid proposals per feature, the distinct valid programs (of the step, and
+  cumulative since step 1) and the valid proposals made so far (`valid_total`);
 - `games`: per step, each member's wins, draws and losses (metrics.jsonl `games`);
 - `ratings`: per member, its TrueSkill mu and sigma over steps (None while it was not alive or unrated);
 - `roles`: member -> role.
@@ -19,6 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from populora.diagnostics.sinks import read_jsonl
+from populora.experiment.matched import valid_total_column
 
 # metrics keys that start with "probe" but are no probe result: a timing and a per-step count
 _NOT_PROBE = {"probe_s", "probe_collisions"}
@@ -103,6 +104,8 @@ def run_records(path: Path) -> dict:
             "complexity": complexity,
             "distinct_programs": distinct,
             "distinct_programs_total": distinct_total,
+            # valid proposals made so far: coverage at an equal budget across arms (matched.py)
+            "valid_total": valid_total_column(valid_by_step, [r["step"] for r in steps]),
         },
         "games": [{"step": r["step"], "games": r.get("games") or {}} for r in steps],
         "ratings": ratings,
