@@ -362,7 +362,8 @@ def _run(
         from populora.experiment.evaluation import evaluate_runs
 
         result["eval"] = evaluate_runs(dirs, st["eval"], st["eval_limit"], out / "eval", log=log)
-    from populora.experiment.claims import claims, claims_figure
+    from populora.experiment.claims import claims
+    from populora.experiment.claims_view import claims_figure
 
     # the paper's claims (a-f) with their verdicts; the curves and records are in each run's `records` already
     answered = claims(out)

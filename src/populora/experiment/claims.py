@@ -23,9 +23,7 @@ population against the single agent or its control, the paired per-seed differen
 `verdict` by the rule written next to it ("shown" / "not shown") once `MIN_SEEDS` whole seeds are in (before,
 "pending": one seed's interval resamples items only, not the seed's own noise), or "not finished yet" (its arms
 have no seed finished in every arm) or "not run" (the experiment has not those arms).
-`claims_figure` draws the paper's figures: probe per arm over steps (all levels and the hardest), complexity,
-new programs and coverage over steps, the single agent's self-solve rate, the teachers' margin and the
-population's ratings.
+The figure and the console table are claims_view.py's.
 """
 
 from __future__ import annotations
@@ -36,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from populora.experiment import settings as exp_settings
-from populora.experiment.matched import budget_curve, common_budget, matched_measures, mean_curve_on_grid
+from populora.experiment.matched import budget_curve, common_budget, matched_measures
 from populora.experiment.measures import edge_means, mean_ci, slope
 from populora.experiment.run_records import run_records
 
@@ -47,7 +45,7 @@ PRIMARY = "ast_depth"  # the complexity feature a verdict reads (all four are re
 MIN_SEEDS = 3  # a verdict needs intervals over seeds as well as items: fewer whole seeds read "pending"
 
 
-def _arr(xs: Sequence) -> np.ndarray:
+def as_array(xs: Sequence) -> np.ndarray:
     return np.array([np.nan if v is None else float(v) for v in xs], dtype=float)
 
 
@@ -86,22 +84,22 @@ def teacher_margin(rec: dict) -> np.ndarray:
 def run_claim_measures(rec: dict) -> dict:
     """Every per-run number the claims read, from one run's raw records (run_records.run_records)."""
     st = rec["steps"]
-    steps = _arr(st["step"])
+    steps = as_array(st["step"])
     out: dict = {"complexity_slope": {}}
     for f, ys in (st.get("complexity") or {}).items():
-        s = slope(steps, _arr(ys))
+        s = slope(steps, as_array(ys))
         out["complexity_slope"][f] = None if s is None else 100.0 * s
-    total = _arr(st.get("distinct_programs_total") or [])
+    total = as_array(st.get("distinct_programs_total") or [])
     new = np.diff(np.concatenate([[0.0], total])) if total.size else total
     a, b = edge_means(new)
     out["new_programs"] = {"start": a, "end": b, "change": None if a is None or b is None else b - a}
-    ss = _arr(st.get("self_solve_rate") or [])
+    ss = as_array(st.get("self_solve_rate") or [])
     if np.isfinite(ss).any():
         a, b = edge_means(ss)
         half = len(ss) // 2
         s2 = slope(steps[half:], ss[half:])
         out["self_solve"] = {"start": a, "end": b, "slope_second_half": None if s2 is None else 100.0 * s2}
-    cells = _arr(st.get("coverage_cells") or [])
+    cells = as_array(st.get("coverage_cells") or [])
     fin = np.flatnonzero(np.isfinite(cells))
     out["coverage_growth_second_half"] = (
         float(cells[fin[-1]] - cells[fin[len(fin) // 2]]) if fin.size else None
@@ -367,7 +365,7 @@ def probe_change(curve: dict, key: str = "probe") -> float | None:
     return ys[-1] - ys[0] if len(ys) >= 2 else None
 
 
-def _minus(xs: Sequence, ys: Sequence) -> list[float | None]:
+def minus(xs: Sequence, ys: Sequence) -> list[float | None]:
     return [None if x is None or y is None else x - y for x, y in zip(xs, ys, strict=False)]
 
 
@@ -384,8 +382,8 @@ def _add_per_seed(result: dict, per_run: dict) -> None:
 
     for name, other in (("a_probe", SINGLE), ("b_reward", CONTROL)):
         result[name]["per_seed"] = {
-            "overall": _minus(changes(POP, "probe"), changes(other, "probe")),
-            "hardest": _minus(changes(POP, "probe_hardest"), changes(other, "probe_hardest")),
+            "overall": minus(changes(POP, "probe"), changes(other, "probe")),
+            "hardest": minus(changes(POP, "probe_hardest"), changes(other, "probe_hardest")),
         }
     result["c_collapse"]["per_seed"] = measure(SINGLE, ("complexity_slope", PRIMARY))
     result["d_coverage"]["per_seed"] = measure(POP, ("coverage_growth_second_half",))
@@ -396,7 +394,7 @@ def _add_per_seed(result: dict, per_run: dict) -> None:
 def _curves(rec: dict, hardest: int | None) -> dict:
     roles = rec["roles"]
     st = rec["steps"]
-    total = _arr(st.get("distinct_programs_total") or [])
+    total = as_array(st.get("distinct_programs_total") or [])
     ratings = {
         m: r["mu"] for m, r in rec["ratings"].items() if roles.get(m) in ("teacher", "student") and r["mu"]
     }
@@ -421,156 +419,8 @@ def _curves(rec: dict, hardest: int | None) -> dict:
     }
 
 
-def claims_figure(result: dict, path: Path) -> Path:
-    """The paper's figures from `claims(...)`: one panel per measure, one line per arm (mean over seeds)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    panels = [
-        ("probe", "probe_steps", "solvers' probe accuracy"),
-        ("probe_hardest", "probe_steps", f"probe accuracy, level {result['hardest_level']}"),
-        ("complexity", "steps", f"proposals' {PRIMARY} (valid)"),
-        ("new_programs", "steps", "new distinct programs per step"),
-        ("coverage_cells", "steps", "CVT cells filled"),
-        ("self_solve_rate", "steps", f"single agent's self-solve rate ({WINDOW}-step mean)"),
-        ("teacher_margin", "steps", f"teachers' margin ({WINDOW}-step mean)"),
-    ]
-    fig, axes = plt.subplots(3, 3, figsize=(15, 12))
-    for ax, (key, xkey, title) in zip(axes.flat, panels, strict=False):
-        for i, (arm, curves) in enumerate(result["curves"].items()):  # one colour per arm in every panel
-            ys = [_arr(c[key] or []) for c in curves]
-            if not ys or not any(np.isfinite(y).any() for y in ys):
-                continue
-            n = min(len(y) for y in ys)
-            y = np.nanmean(np.stack([y[:n] for y in ys]), axis=0) if n else np.array([])
-            if key in ("complexity", "new_programs", "self_solve_rate"):  # per-step noise: trailing means
-                y = smooth(y)
-            ax.plot(curves[0][xkey][:n], y, f"C{i}", label=arm, marker="o" if xkey == "probe_steps" else None)
-        ax.set_title(title, fontsize=10)
-        ax.set_xlabel("step")
-        if key == "teacher_margin":
-            ax.axhline(0, color="grey", lw=0.8)
-    axes.flat[0].legend(fontsize=8)
-    ax = axes.flat[7]  # coverage against the valid proposals made: arms at an equal budget (matched.py)
-    for i, (arm, curves) in enumerate(result["curves"].items()):
-        grid, y = mean_curve_on_grid([tuple(c.get("cells_by_valid") or ([], [])) for c in curves])
-        if grid.size:
-            ax.plot(grid, y, f"C{i}", label=arm)
-    ax.set_title("CVT cells filled vs valid proposals made", fontsize=10)
-    ax.set_xlabel("valid proposals")
-    ax = axes.flat[8]
-    pop = (result["curves"].get(POP) or [None])[0]
-    if pop:
-        for m, mu in pop["mu"].items():
-            ax.plot(
-                pop["steps"][: len(mu)], _arr(mu), color="C0" if pop["roles"][m] == "teacher" else "C1", lw=1
-            )
-        ax.set_title(
-            f"{POP} seed {result['seeds_used'][0]}: mu (teachers blue, students orange)", fontsize=10
-        )
-        ax.set_xlabel("step")
-    else:
-        ax.axis("off")  # no 4T+4S run finished yet
-    fig.suptitle(f"claims: {len(result['seeds_used'])} seed(s) per arm, {result['steps']} steps")
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path
-
-
-def claim_rows(result: dict) -> tuple[list[str], list[list[str]]]:
-    """The console table: one row per claim, its key number with interval, and the verdict."""
-
-    def pts(ci: dict | None, k: float = 100.0, unit: str = " pts") -> str:
-        if not ci or ci.get("mean") is None:
-            return "-"
-        if ci.get("lo") is None:
-            return f"{k * ci['mean']:+.1f}{unit}"
-        return f"{k * ci['mean']:+.1f} [{k * ci['lo']:+.1f}, {k * ci['hi']:+.1f}]{unit}"
-
-    def seeds(xs: Sequence | None, k: float = 1.0, digits: int = 1, sign: str = "+") -> str:
-        return ", ".join("-" if x is None else f"{k * x:{sign}.{digits}f}" for x in xs or []) or "-"
-
-    a, b, c = result["a_probe"], result["b_reward"], result["c_collapse"]
-    d, e, f = result["d_coverage"], result["e_arms_race"], result["f_ratings"]
-    race = e["arms"].get(POP) or {}
-    rows = [
-        [
-            "(a) population > single",
-            f"{POP} - single",
-            pts(a["overall"]),
-            seeds(a["per_seed"]["overall"], 100),
-            a["verdict_overall"],
-        ],
-        [
-            "(a) ... hardest level",
-            f"{POP} - single",
-            pts(a["hardest"]),
-            seeds(a["per_seed"]["hardest"], 100),
-            a["verdict_hardest"],
-        ],
-        [
-            "(b) gain from reward",
-            f"{POP} - shuffled",
-            pts(b["overall"]),
-            seeds(b["per_seed"]["overall"], 100),
-            b["verdict_overall"],
-        ],
-        [
-            "(c) single collapses",
-            f"single {PRIMARY} slope /100 steps",
-            pts(c["complexity_slope_per_100_steps"][PRIMARY].get(SINGLE), 1.0, ""),
-            seeds(c["per_seed"]),
-            c["verdict"],
-        ],
-        [
-            "(d) coverage grows",
-            f"{POP} cells, 2nd half",
-            pts(d["growth_second_half"].get(POP), 1.0, ""),
-            seeds(d["per_seed"], digits=0),
-            d["verdict"],
-        ],
-        _matched_row(d.get("matched") or {}, pts, seeds),
-        [
-            "(e) arms race oscillates",
-            f"{POP} seeds taking turns",
-            f"{race.get('seeds_taking_turns', 0)}/{race.get('seeds', 0)}",
-            "lead changes " + seeds(e["per_seed"], digits=0, sign=""),
-            e["verdict"],
-        ],
-        [
-            "(f) ratings differentiate",
-            "students' mu spread / sigma",
-            pts(f["students"].get(POP), 1.0, ""),
-            seeds(f["per_seed"], digits=2),
-            f["verdict"],
-        ],
-    ]
-    return ["claim", "measure", "value [95% CI]", "per seed", "verdict"], rows
-
-
-def _matched_row(m: dict, pts, seeds) -> list[str]:
-    """The table's row for the equal-budget reading of (d): 4T+4S - single cells at the common budget."""
-    per = m.get("per_seed") or {}
-    diffs = _minus(per.get(POP) or [], per.get(SINGLE) or [])
-    n = m.get("valid_proposals")
-    return [
-        "(d) ... at equal proposals",
-        f"{POP} - single cells at {n} valid" if n else "cells at an equal budget",
-        pts((m.get("population_minus_single") or {}).get("cells"), 1.0, ""),
-        seeds(diffs, digits=0),
-        "no rule (secondary)",
-    ]
-
-
 __all__ = [
-    "claim_rows",
     "claims",
-    "claims_figure",
     "finished_runs",
     "lead_changes",
     "run_claim_measures",

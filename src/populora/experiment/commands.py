@@ -108,7 +108,7 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         head, rows = ablation_rows(result)
         _print_table(head, rows)
         _print_table(*contrast_rows(result))
-        from populora.experiment.claims import claim_rows
+        from populora.experiment.claims_view import claim_rows
 
         # the paper's claims (a-f); OUT/claims.png has the figures
         _print_table(*claim_rows(result["claims"]))
@@ -127,7 +127,8 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         finished)."""
         import json
 
-        from populora.experiment.claims import claim_rows, claims, claims_figure
+        from populora.experiment.claims import claims
+        from populora.experiment.claims_view import claim_rows, claims_figure
         from populora.experiment.settings import ExperimentError
 
         try:

@@ -1,0 +1,170 @@
+"""How the claims are shown (claims.py answers them): the paper's figures and the console table.
+
+`claims_figure` draws one panel per measure, one line per arm (mean over seeds): probe per arm over steps (all
+levels and the hardest), complexity, new programs and coverage over steps, coverage against the valid proposals
+made (arms at an equal budget, matched.py), the single agent's self-solve rate, the teachers' margin and the
+population's ratings. `claim_rows` is the table `populora experiment claims` prints: one row per claim, its key
+number with its interval, the number seed by seed, and the verdict.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from populora.experiment.claims import POP, PRIMARY, SINGLE, WINDOW, as_array, minus, smooth
+from populora.experiment.matched import mean_curve_on_grid
+
+
+def claims_figure(result: dict, path: Path) -> Path:
+    """The paper's figures from `claims(...)`: one panel per measure, one line per arm (mean over seeds)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [
+        ("probe", "probe_steps", "solvers' probe accuracy"),
+        ("probe_hardest", "probe_steps", f"probe accuracy, level {result['hardest_level']}"),
+        ("complexity", "steps", f"proposals' {PRIMARY} (valid)"),
+        ("new_programs", "steps", "new distinct programs per step"),
+        ("coverage_cells", "steps", "CVT cells filled"),
+        ("self_solve_rate", "steps", f"single agent's self-solve rate ({WINDOW}-step mean)"),
+        ("teacher_margin", "steps", f"teachers' margin ({WINDOW}-step mean)"),
+    ]
+    fig, axes = plt.subplots(3, 3, figsize=(15, 12))
+    for ax, (key, xkey, title) in zip(axes.flat, panels, strict=False):
+        for i, (arm, curves) in enumerate(result["curves"].items()):  # one colour per arm in every panel
+            ys = [as_array(c[key] or []) for c in curves]
+            if not ys or not any(np.isfinite(y).any() for y in ys):
+                continue
+            n = min(len(y) for y in ys)
+            y = np.nanmean(np.stack([y[:n] for y in ys]), axis=0) if n else np.array([])
+            if key in ("complexity", "new_programs", "self_solve_rate"):  # per-step noise: trailing means
+                y = smooth(y)
+            ax.plot(curves[0][xkey][:n], y, f"C{i}", label=arm, marker="o" if xkey == "probe_steps" else None)
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("step")
+        if key == "teacher_margin":
+            ax.axhline(0, color="grey", lw=0.8)
+    axes.flat[0].legend(fontsize=8)
+    ax = axes.flat[7]  # coverage against the valid proposals made: arms at an equal budget (matched.py)
+    for i, (arm, curves) in enumerate(result["curves"].items()):
+        grid, y = mean_curve_on_grid([tuple(c.get("cells_by_valid") or ([], [])) for c in curves])
+        if grid.size:
+            ax.plot(grid, y, f"C{i}", label=arm)
+    ax.set_title("CVT cells filled vs valid proposals made", fontsize=10)
+    ax.set_xlabel("valid proposals")
+    ax = axes.flat[8]
+    pop = (result["curves"].get(POP) or [None])[0]
+    if pop:
+        for m, mu in pop["mu"].items():
+            ax.plot(
+                pop["steps"][: len(mu)],
+                as_array(mu),
+                color="C0" if pop["roles"][m] == "teacher" else "C1",
+                lw=1,
+            )
+        ax.set_title(
+            f"{POP} seed {result['seeds_used'][0]}: mu (teachers blue, students orange)", fontsize=10
+        )
+        ax.set_xlabel("step")
+    else:
+        ax.axis("off")  # no 4T+4S run finished yet
+    fig.suptitle(f"claims: {len(result['seeds_used'])} seed(s) per arm, {result['steps']} steps")
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+def claim_rows(result: dict) -> tuple[list[str], list[list[str]]]:
+    """The console table: one row per claim, its key number with interval, and the verdict."""
+
+    def pts(ci: dict | None, k: float = 100.0, unit: str = " pts") -> str:
+        if not ci or ci.get("mean") is None:
+            return "-"
+        if ci.get("lo") is None:
+            return f"{k * ci['mean']:+.1f}{unit}"
+        return f"{k * ci['mean']:+.1f} [{k * ci['lo']:+.1f}, {k * ci['hi']:+.1f}]{unit}"
+
+    def seeds(xs: Sequence | None, k: float = 1.0, digits: int = 1, sign: str = "+") -> str:
+        return ", ".join("-" if x is None else f"{k * x:{sign}.{digits}f}" for x in xs or []) or "-"
+
+    a, b, c = result["a_probe"], result["b_reward"], result["c_collapse"]
+    d, e, f = result["d_coverage"], result["e_arms_race"], result["f_ratings"]
+    race = e["arms"].get(POP) or {}
+    rows = [
+        [
+            "(a) population > single",
+            f"{POP} - single",
+            pts(a["overall"]),
+            seeds(a["per_seed"]["overall"], 100),
+            a["verdict_overall"],
+        ],
+        [
+            "(a) ... hardest level",
+            f"{POP} - single",
+            pts(a["hardest"]),
+            seeds(a["per_seed"]["hardest"], 100),
+            a["verdict_hardest"],
+        ],
+        [
+            "(b) gain from reward",
+            f"{POP} - shuffled",
+            pts(b["overall"]),
+            seeds(b["per_seed"]["overall"], 100),
+            b["verdict_overall"],
+        ],
+        [
+            "(c) single collapses",
+            f"single {PRIMARY} slope /100 steps",
+            pts(c["complexity_slope_per_100_steps"][PRIMARY].get(SINGLE), 1.0, ""),
+            seeds(c["per_seed"]),
+            c["verdict"],
+        ],
+        [
+            "(d) coverage grows",
+            f"{POP} cells, 2nd half",
+            pts(d["growth_second_half"].get(POP), 1.0, ""),
+            seeds(d["per_seed"], digits=0),
+            d["verdict"],
+        ],
+        _matched_row(d.get("matched") or {}, pts, seeds),
+        [
+            "(e) arms race oscillates",
+            f"{POP} seeds taking turns",
+            f"{race.get('seeds_taking_turns', 0)}/{race.get('seeds', 0)}",
+            "lead changes " + seeds(e["per_seed"], digits=0, sign=""),
+            e["verdict"],
+        ],
+        [
+            "(f) ratings differentiate",
+            "students' mu spread / sigma",
+            pts(f["students"].get(POP), 1.0, ""),
+            seeds(f["per_seed"], digits=2),
+            f["verdict"],
+        ],
+    ]
+    return ["claim", "measure", "value [95% CI]", "per seed", "verdict"], rows
+
+
+def _matched_row(m: dict, pts, seeds) -> list[str]:
+    """The table's row for the equal-budget reading of (d): 4T+4S - single cells at the common budget."""
+    per = m.get("per_seed") or {}
+    diffs = minus(per.get(POP) or [], per.get(SINGLE) or [])
+    n = m.get("valid_proposals")
+    return [
+        "(d) ... at equal proposals",
+        f"{POP} - single cells at {n} valid" if n else "cells at an equal budget",
+        pts((m.get("population_minus_single") or {}).get("cells"), 1.0, ""),
+        seeds(diffs, digits=0),
+        "no rule (secondary)",
+    ]
+
+
+__all__ = ["claim_rows", "claims_figure"]
