@@ -98,28 +98,14 @@ def claim_rows(result: dict) -> tuple[list[str], list[list[str]]]:
     a, b, c = result["a_probe"], result["b_reward"], result["c_collapse"]
     d, e, f = result["d_coverage"], result["e_arms_race"], result["f_ratings"]
     race = e["arms"].get(POP) or {}
+
+    def probe_row(label: str, measure: str, claim: dict, key: str) -> list[str]:
+        return [label, measure, pts(claim[key]), seeds(claim["per_seed"][key], 100), claim[f"verdict_{key}"]]
+
     rows = [
-        [
-            "(a) population > single",
-            f"{POP} - single",
-            pts(a["overall"]),
-            seeds(a["per_seed"]["overall"], 100),
-            a["verdict_overall"],
-        ],
-        [
-            "(a) ... hardest level",
-            f"{POP} - single",
-            pts(a["hardest"]),
-            seeds(a["per_seed"]["hardest"], 100),
-            a["verdict_hardest"],
-        ],
-        [
-            "(b) gain from reward",
-            f"{POP} - shuffled",
-            pts(b["overall"]),
-            seeds(b["per_seed"]["overall"], 100),
-            b["verdict_overall"],
-        ],
+        probe_row("(a) population > single", f"{POP} - single", a, "overall"),
+        probe_row("(a) ... hardest level", f"{POP} - single", a, "hardest"),
+        probe_row("(b) gain from reward", f"{POP} - shuffled", b, "overall"),
         [
             "(c) single collapses",
             f"single {PRIMARY} slope /100 steps",
