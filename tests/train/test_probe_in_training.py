@@ -280,3 +280,51 @@ def test_score_teachers_validates_in_the_sandbox_and_feeds_nothing(tmp_path):
     assert rates[other] == {"code_i": 0.0, "code_o": 0.0, "code_f": 0.0}
     assert before == after  # measuring the teachers puts nothing in the buffers
     assert fake.seen == [(VALID_PROBE_SEED, {0.9})]  # one batch, the teachers' temperature, the fixed seed
+
+
+def test_probe_roles_solvers_scores_the_students_only(tmp_path):
+    model, tok = random_model(seed=1)
+    cfg = load_config(
+        "tiny",
+        [
+            "train.steps=1",
+            "train.checkpoint_every=1",
+            "train.threads=1",
+            "rl.rollouts=1",
+            "tasks.prompts=3",
+            "tasks.teacher_max_new_tokens=8",
+            "tasks.student_max_new_tokens=8",
+            "tasks.seed_synthetic=2",
+            "sandbox.workers=1",
+            "evolution.every=0",
+            "diagnostics.probe_every=1",
+            "diagnostics.probe_size=2",
+            "diagnostics.probe_proposals=2",
+            "diagnostics.probe_roles=solvers",
+        ],
+    )
+    with pytest.raises(ConfigError, match="diagnostics.probe_roles: 'teachers' is not allowed"):
+        load_config("tiny", ["diagnostics.probe_roles=teachers"])
+    engine = build(model=model, tokenizer=tok, n_slots=4, rank=4, alpha=8, lr=1e-3)
+    tr = Trainer(cfg, tmp_path / "run", engine=engine, quiet=True)
+    tr.prober.budget = dict.fromkeys(tr.prober.budget, 4)
+    assert tr.prober.roles == "solvers"
+    tr.setup()
+    tr.run.write_config(to_yaml(cfg))
+    try:
+        tr.fit(0)
+    finally:
+        tr.close()
+    run_dir = tmp_path / "run"
+    recs = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in recs] == [0, 1]
+    for rec in recs:
+        assert set(rec["probe"]) == {"S0", "S1"}  # the teachers are not asked ...
+        assert set(rec["probe_valid"]) == {"T0", "T1"}  # ... but their validity probe still runs
+    items = [json.loads(x) for x in (run_dir / "probe_items.jsonl").read_text().splitlines()]
+    assert all(set(line["answers"]["free"]) == {"S0", "S1"} for line in items)
+    assert check_run(run_dir) == []
+    run = load_run(run_dir)
+    assert set(probe_by_role(run)) == {"student"} and probe_change(run, "student") is not None
+    page = render_report(run)
+    assert 'id="probe"' in page and "No probe logged" not in page

@@ -31,7 +31,8 @@ style is generated, one extra answer per code_o item instead of two.
 `engine.generate` (temperature 0; the engine sorts by prompt length and chunks), then one for the forced
 styles; one sandbox `score` per problem for all answers to it. Members whose adapters are equal answer alike,
 so only one of them is asked (`same_adapters`; at step 0 every member is the base model, so that probe costs
-one member's answers). Token budgets are `MAX_NEW_TOKENS` (greedy answers end with EOS well inside them).
+one member's answers). `diagnostics.probe_roles: solvers` scores the students only (the single agent is its own
+solver): half a population's answers. Token budgets are `MAX_NEW_TOKENS` (greedy answers end with EOS well inside them).
 Every task type is probed whatever `tasks.types` trains, so a specialist's loss on the other types shows.
 The live console line counts the answers ("probe 120/1536 answers"), and a line after each probe gives the
 mean accuracies and its seconds.
@@ -66,6 +67,8 @@ from populora.train.progress import accepts_progress, note
 PROBE_SEED = 0  # greedy decoding draws nothing; a fixed seed keeps the engine's own generator untouched
 VALID_PROBE_SEED = 7_919  # the teachers' probe samples: one seed for every probe of every run
 ITEMS_FILE = "probe_items.jsonl"  # per-item verdicts, one line per probe (docs/run-folder.md)
+PROBE_ROLES = ("all", "solvers")  # diagnostics.probe_roles: whose answers the probe scores
+SOLVER_ROLES = ("student", "single")  # the members "solvers" keeps
 # The answer styles a template's tasks can open with, as the opening line forced after the prompt. Only the
 # compact template (the bundled model) has two: its code_o answers were pretrained half traced, half bare.
 ANSWER_STYLES: dict[str, dict[str, dict[str, str]]] = {
@@ -383,8 +386,12 @@ class Prober:
         styles: bool = True,
         types: Sequence[str] = TASKS,
         probe_set: str = "fixed",
+        roles: str = "all",
     ) -> None:
         self.every = every
+        if roles not in PROBE_ROLES:
+            raise ValueError(f"probe roles {roles!r}: choose one of {', '.join(PROBE_ROLES)}")
+        self.roles = roles  # "all" members, or the "solvers" only (diagnostics.probe_roles)
         self.probe_set = probe_set  # "fixed" or "graded" (pretrain/graded_probe.py: items with levels)
         self._levels: dict[str, list[int]] | None = None
         self.size = size
@@ -419,6 +426,7 @@ class Prober:
             d.probe_styles,
             _family_types(cfg),
             getattr(d, "probe_set", "fixed"),
+            getattr(d, "probe_roles", "all"),
         )
 
     @property
@@ -461,7 +469,10 @@ class Prober:
 
     def scores(self, trainer: Any, step: int | None = None) -> ProbeScores:
         """Every verdict of the members alive now (after this step's evolution)."""
-        slots = {m.id: m.slot for m in trainer.pop.ordered()}
+        members = trainer.pop.ordered()
+        if self.roles == "solvers":  # the students, or the single agent (its own solver)
+            members = [m for m in members if m.role in SOLVER_ROLES]
+        slots = {m.id: m.slot for m in members}
         # Members with equal adapters answer alike (greedy): ask one of them (all four at step 0).
         aliases = same_adapters(trainer.engine, slots) if hasattr(trainer.engine, "get_adapter") else {}
         asked = {m: slot for m, slot in slots.items() if aliases.get(m, m) == m}
