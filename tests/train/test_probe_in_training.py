@@ -78,6 +78,32 @@ def test_score_members_agrees_with_the_single_slot_scorer_on_the_bundled_model(s
     assert many["T0"] == one == many["S0"]  # fresh adapters (B = 0) are the base model
 
 
+# A 4-member tiny run on a random model, probed on 2 items per task type with short budgets (quick).
+QUICK_PROBED_RUN = [
+    "train.threads=1",
+    "rl.rollouts=1",
+    "tasks.prompts=3",
+    "tasks.teacher_max_new_tokens=8",
+    "tasks.student_max_new_tokens=8",
+    "tasks.seed_synthetic=2",
+    "sandbox.workers=1",
+    "diagnostics.probe_size=2",
+    "diagnostics.probe_proposals=2",
+]
+
+
+def _probed_trainer(tmp_path, seed: int, overrides: list[str]) -> Trainer:
+    """A set-up trainer of QUICK_PROBED_RUN + `overrides` writing to tmp_path / "run"."""
+    model, tok = random_model(seed=seed)
+    cfg = load_config("tiny", QUICK_PROBED_RUN + overrides)
+    engine = build(model=model, tokenizer=tok, n_slots=4, rank=4, alpha=8, lr=1e-3)
+    tr = Trainer(cfg, tmp_path / "run", engine=engine, quiet=True)
+    tr.prober.budget = dict.fromkeys(tr.prober.budget, 4)  # a random model: short answers keep it quick
+    tr.setup()
+    tr.run.write_config(to_yaml(cfg))
+    return tr
+
+
 def test_probe_config_keys_are_checked():
     cfg = load_config("tiny", ["diagnostics.probe_every=5", "diagnostics.probe_size=32"])
     assert (cfg.diagnostics.probe_every, cfg.diagnostics.probe_size) == (5, 32)
@@ -94,32 +120,18 @@ def test_probe_config_keys_are_checked():
 
 
 def test_trainer_logs_the_probe_at_step_0_and_every_k_steps(tmp_path):
-    model, tok = random_model(seed=0)
-    cfg = load_config(
-        "tiny",
+    tr = _probed_trainer(
+        tmp_path,
+        0,
         [
             "train.steps=3",  # evolution at step 2 (never at the final step)
             "train.checkpoint_every=3",
-            "train.threads=1",
-            "rl.rollouts=1",
-            "tasks.prompts=3",
-            "tasks.teacher_max_new_tokens=8",
-            "tasks.student_max_new_tokens=8",
-            "tasks.seed_synthetic=2",
-            "sandbox.workers=1",
             "evolution.every=2",
             "diagnostics.probe_every=2",
-            "diagnostics.probe_size=2",
-            "diagnostics.probe_proposals=2",
             "diagnostics.probe_set=graded",  # the stratified sets: items of levels 1 and 2, read per level
             "diagnostics.probe_styles=true",  # and the forced answer styles (`probe_style`)
         ],
     )
-    engine = build(model=model, tokenizer=tok, n_slots=4, rank=4, alpha=8, lr=1e-3)
-    tr = Trainer(cfg, tmp_path / "run", engine=engine, quiet=True)
-    tr.prober.budget = dict.fromkeys(tr.prober.budget, 4)  # a random model: short answers keep it quick
-    tr.setup()
-    tr.run.write_config(to_yaml(cfg))
     try:
         tr.fit(0)
         tr.prober.at_start(tr, 0)  # a restart at step 0 keeps the step-0 probe instead of adding one
@@ -283,34 +295,16 @@ def test_score_teachers_validates_in_the_sandbox_and_feeds_nothing(tmp_path):
 
 
 def test_probe_roles_solvers_scores_the_students_only(tmp_path):
-    model, tok = random_model(seed=1)
-    cfg = load_config(
-        "tiny",
-        [
-            "train.steps=1",
-            "train.checkpoint_every=1",
-            "train.threads=1",
-            "rl.rollouts=1",
-            "tasks.prompts=3",
-            "tasks.teacher_max_new_tokens=8",
-            "tasks.student_max_new_tokens=8",
-            "tasks.seed_synthetic=2",
-            "sandbox.workers=1",
-            "evolution.every=0",
-            "diagnostics.probe_every=1",
-            "diagnostics.probe_size=2",
-            "diagnostics.probe_proposals=2",
-            "diagnostics.probe_roles=solvers",
-        ],
-    )
     with pytest.raises(ConfigError, match="diagnostics.probe_roles: 'teachers' is not allowed"):
         load_config("tiny", ["diagnostics.probe_roles=teachers"])
-    engine = build(model=model, tokenizer=tok, n_slots=4, rank=4, alpha=8, lr=1e-3)
-    tr = Trainer(cfg, tmp_path / "run", engine=engine, quiet=True)
-    tr.prober.budget = dict.fromkeys(tr.prober.budget, 4)
+    overrides = [
+        "train.steps=1",
+        "train.checkpoint_every=1",
+        "evolution.every=0",
+        "diagnostics.probe_every=1",
+    ]
+    tr = _probed_trainer(tmp_path, 1, [*overrides, "diagnostics.probe_roles=solvers"])
     assert tr.prober.roles == "solvers"
-    tr.setup()
-    tr.run.write_config(to_yaml(cfg))
     try:
         tr.fit(0)
     finally:
