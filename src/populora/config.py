@@ -381,7 +381,7 @@ class DiagnosticsConfig:
     tiny presets turn it off: the bundled asset v2 always traces, so there is no second style to force."""
     probe_roles: Literal["all", "solvers"] = "all"
     """Whose answers the probe scores: `all` members, or the `solvers` only (students; the single agent is its own
-    solver), which halves a population's probe (a 4T+4S probe asks 4 of 8 members; the claims of
+    solver): half a population's probe answers (a 4T+4S probe asks 4 of 8 members; the claims of
     `experiment claims` read the solvers only). The teachers' validity probe (`probe_proposals`) runs either
     way; a report or an experiment then has no teacher curve on the probe."""
     # issue 30 §3 (pretrain/graded_probe.py): which probe sets the probe reads.

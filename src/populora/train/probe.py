@@ -32,7 +32,8 @@ style is generated, one extra answer per code_o item instead of two.
 styles; one sandbox `score` per problem for all answers to it. Members whose adapters are equal answer alike,
 so only one of them is asked (`same_adapters`; at step 0 every member is the base model, so that probe costs
 one member's answers). `diagnostics.probe_roles: solvers` scores the students only (the single agent is its own
-solver): half a population's answers. Token budgets are `MAX_NEW_TOKENS` (greedy answers end with EOS well inside them).
+solver): half a population's answers. Token budgets are `MAX_NEW_TOKENS` (greedy answers end with EOS well
+inside them).
 Every task type is probed whatever `tasks.types` trains, so a specialist's loss on the other types shows.
 The live console line counts the answers ("probe 120/1536 answers"), and a line after each probe gives the
 mean accuracies and its seconds.
