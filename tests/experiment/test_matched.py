@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 
 from populora.experiment.matched import (
@@ -9,9 +11,9 @@ from populora.experiment.matched import (
     common_budget,
     matched_measures,
     mean_curve_on_grid,
-    valid_total_column,
     value_at_budget,
 )
+from populora.experiment.run_records import run_records
 
 
 def _rec(valid_total, cells, distinct=None) -> dict:
@@ -24,9 +26,17 @@ def _rec(valid_total, cells, distinct=None) -> dict:
     }
 
 
-def test_valid_total_is_the_running_count_of_valid_proposals():
-    by_step = {1: ["a", "b"], 3: ["c"]}  # step 2 made no valid proposal
-    assert valid_total_column(by_step, [1, 2, 3, 4]) == [2, 2, 3, 3]
+def test_valid_total_is_the_running_count_of_valid_proposals(tmp_path):
+    steps = [{"step": s, "members": {"A0": {"role": "single"}}} for s in (1, 2, 3, 4)]
+    problems = [
+        {"step": 1, "valid": True, "program": "a"},
+        {"step": 1, "valid": True, "program": "b"},
+        {"step": 2, "valid": False, "program": None},  # step 2 made no valid proposal
+        {"step": 3, "valid": True, "program": "c"},
+    ]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in steps))
+    (tmp_path / "problems.jsonl").write_text("".join(json.dumps(p) + "\n" for p in problems))
+    assert run_records(tmp_path)["steps"]["valid_total"] == [2, 2, 3, 3]
 
 
 def test_value_at_budget_reads_the_first_step_that_reaches_it():

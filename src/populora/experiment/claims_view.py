@@ -98,6 +98,8 @@ def claim_rows(result: dict) -> tuple[list[str], list[list[str]]]:
     a, b, c = result["a_probe"], result["b_reward"], result["c_collapse"]
     d, e, f = result["d_coverage"], result["e_arms_race"], result["f_ratings"]
     race = e["arms"].get(POP) or {}
+    matched = d.get("matched") or {}  # (d) at an equal budget: no rule reads it
+    per, budget = matched.get("per_seed") or {}, matched.get("valid_proposals")
 
     def probe_row(label: str, measure: str, claim: dict, key: str) -> list[str]:
         return [label, measure, pts(claim[key]), seeds(claim["per_seed"][key], 100), claim[f"verdict_{key}"]]
@@ -120,7 +122,13 @@ def claim_rows(result: dict) -> tuple[list[str], list[list[str]]]:
             seeds(d["per_seed"], digits=0),
             d["verdict"],
         ],
-        _matched_row(d.get("matched") or {}, pts, seeds),
+        [
+            "(d) ... at equal proposals",
+            f"{POP} - single cells at {budget} valid" if budget else "cells at an equal budget",
+            pts((matched.get("population_minus_single") or {}).get("cells"), 1.0, ""),
+            seeds(minus(per.get(POP) or [], per.get(SINGLE) or []), digits=0),
+            "no rule (secondary)",
+        ],
         [
             "(e) arms race oscillates",
             f"{POP} seeds taking turns",
@@ -137,20 +145,6 @@ def claim_rows(result: dict) -> tuple[list[str], list[list[str]]]:
         ],
     ]
     return ["claim", "measure", "value [95% CI]", "per seed", "verdict"], rows
-
-
-def _matched_row(m: dict, pts, seeds) -> list[str]:
-    """The table's row for the equal-budget reading of (d): 4T+4S - single cells at the common budget."""
-    per = m.get("per_seed") or {}
-    diffs = minus(per.get(POP) or [], per.get(SINGLE) or [])
-    n = m.get("valid_proposals")
-    return [
-        "(d) ... at equal proposals",
-        f"{POP} - single cells at {n} valid" if n else "cells at an equal budget",
-        pts((m.get("population_minus_single") or {}).get("cells"), 1.0, ""),
-        seeds(diffs, digits=0),
-        "no rule (secondary)",
-    ]
 
 
 __all__ = ["claim_rows", "claims_figure"]

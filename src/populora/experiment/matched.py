@@ -52,15 +52,6 @@ def matched_measures(rec: dict, budget: int) -> dict:
     }
 
 
-def valid_total_column(valid_by_step: dict[int, list], steps: Sequence[int]) -> list[int]:
-    """The cumulative count of valid proposals after each of `steps` (run_records.py's `valid_total`)."""
-    out, total = [], 0
-    for s in steps:
-        total += len(valid_by_step.get(s, []))
-        out.append(total)
-    return out
-
-
 def budget_curve(rec: dict) -> tuple[list[float], list[float]]:
     """(valid proposals so far, CVT cells filled) per step of one run: the figure's coverage-per-proposal panel."""
     st = rec["steps"]
@@ -91,5 +82,4 @@ __all__ = [
     "matched_measures",
     "mean_curve_on_grid",
     "value_at_budget",
-    "valid_total_column",
 ]

@@ -19,7 +19,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from populora.diagnostics.sinks import read_jsonl
-from populora.experiment.matched import valid_total_column
 
 # metrics keys that start with "probe" but are no probe result: a timing and a per-step count
 _NOT_PROBE = {"probe_s", "probe_collisions"}
@@ -57,7 +56,7 @@ def run_records(path: Path) -> dict:
             valid_by_step.setdefault(s, []).append(p)
     features = sorted({f for ps in valid_by_step.values() for p in ps for f in (p.get("features") or {})})
     seen_programs: set[str] = set()
-    distinct, distinct_total = [], []
+    distinct, distinct_total, valid_total = [], [], []
     complexity: dict[str, list[float | None]] = {f: [] for f in features}
     for r in steps:
         valid = valid_by_step.get(r["step"], [])
@@ -65,6 +64,7 @@ def run_records(path: Path) -> dict:
         seen_programs |= programs
         distinct.append(len(programs))
         distinct_total.append(len(seen_programs))
+        valid_total.append((valid_total[-1] if valid_total else 0) + len(valid))
         for f in features:
             complexity[f].append(
                 _mean([p["features"][f] for p in valid if (p.get("features") or {}).get(f) is not None])
@@ -105,7 +105,7 @@ def run_records(path: Path) -> dict:
             "distinct_programs": distinct,
             "distinct_programs_total": distinct_total,
             # valid proposals made so far: coverage at an equal budget across arms (matched.py)
-            "valid_total": valid_total_column(valid_by_step, [r["step"] for r in steps]),
+            "valid_total": valid_total,
         },
         "games": [{"step": r["step"], "games": r.get("games") or {}} for r in steps],
         "ratings": ratings,
