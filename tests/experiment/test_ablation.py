@@ -245,9 +245,9 @@ def test_claims_read_a_finished_experiment_and_refuse_one_without_a_whole_seed(q
 TIMING = {"path", "step_s", "probe_s"}
 
 
-def _numbers(data: dict, arm: str) -> dict:
+def _numbers(data: dict, arm: str, run: int = 0) -> dict:
     """A run's measures and records without wall-clock fields and paths: what a replay must reproduce."""
-    run = json.loads(json.dumps(data["results"][arm]["runs"][0]))
+    run = json.loads(json.dumps(data["results"][arm]["runs"][run]))
     for k in TIMING:
         run.pop(k, None)
         run["records"]["steps"].pop(k, None)
@@ -304,3 +304,49 @@ def test_an_interrupted_experiment_resumes_to_the_same_numbers(quick_ablation, t
     assert list(data["results"]) == ["single", "1T+1S"] and len(data["sittings"]) == 2
     for arm in ("single", "1T+1S"):
         assert _numbers(data, arm) == _numbers(ref, arm)
+
+
+@pytest.mark.timeout(900)
+def test_a_finished_experiment_extends_by_seeds_and_keeps_its_runs(tmp_path):
+    """`--resume OUT --seeds N` adds seeds N-1.. to every arm; the finished seed's runs are not touched, and the
+    experiment's files hold every seed. Fewer seeds than saved are refused."""
+    out = tmp_path / "abl"
+    runner = CliRunner()
+    base = ["experiment", "ablation", "--quick", "--arms", "single,1T1S", "--jobs", "1", *SETS]
+    res = runner.invoke(app, [*base, "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    before = {p: p.stat().st_mtime_ns for p in out.glob("runs/*/seed0/metrics.jsonl")}
+    assert len(before) == 2
+    extend = [
+        "experiment",
+        "ablation",
+        "--resume",
+        str(out),
+        "--seeds",
+        "2",
+        "--jobs",
+        "1",
+        "--progress-every",
+        "0",
+    ]
+    res = runner.invoke(app, extend)
+    assert res.exit_code == 0, res.output
+    assert f"extending {out} from 1 to 2 seeds per arm" in res.output
+    assert res.output.count("finished before, kept") == 2
+    assert {p: p.stat().st_mtime_ns for p in out.glob("runs/*/seed0/metrics.jsonl")} == before
+    assert all((out / "runs" / arm / "seed1" / "metrics.jsonl").is_file() for arm in ("single", "1T+1S"))
+    saved = json.loads((out / "settings.json").read_text())
+    assert saved["seeds"] == 2 and [(a["from"], a["to"]) for a in saved["seeds_added"]] == [(1, 2)]
+    data = json.loads((out / "experiment.json").read_text())
+    assert data["seeds"] == [0, 1]
+    assert all(len(data["results"][arm]["runs"]) == 2 for arm in ("single", "1T+1S"))
+    # the seeds of the two sittings differ (a new seed is a new run, not a copy of seed 0)
+    assert _numbers(data, "single", 0)["records"]["steps"] != _numbers(data, "single", 1)["records"]["steps"]
+    res = runner.invoke(app, ["experiment", "ablation", "--resume", str(out), "--seeds", "1"])
+    assert (
+        res.exit_code == 2
+        and "--seeds 1 (the experiment has 2; seeds can be added, not dropped)" in res.output
+    )
+    # --out with only more seeds points to the way that adds them
+    res = runner.invoke(app, [*base, "--out", str(out), "--seeds", "3"])
+    assert res.exit_code == 2 and f"--resume {out} --seeds N adds seeds" in res.output

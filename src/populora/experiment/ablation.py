@@ -227,15 +227,17 @@ def summarize(runs: list[dict], mean_ci: Callable) -> dict:
 
 
 def experiment_settings(out: Path, resume: bool, flags: dict) -> dict:
-    """The settings this sitting runs: those saved in OUT on `--resume` (any given flag must agree), else the
-    flags resolved, which must agree with an experiment already in OUT."""
+    """The settings this sitting runs: those saved in OUT on `--resume` (any given flag must agree, except a
+    larger --seeds, which extends the experiment), else the flags resolved, which must agree with an experiment
+    already in OUT."""
     saved = exp_settings.load(out)
     if resume:
         given = {k: v for k, v in flags.items() if v is not None and v is not False and v != []}
         if "arms" in given:
             given["arms"] = list(given["arms"])
         exp_settings.check_resume(out, saved, given, resume=True)
-        return saved
+        assert saved is not None  # check_resume refuses a folder without settings
+        return {**saved, "seeds": given["seeds"]} if exp_settings.adds_seeds(saved, given) else saved
     st = resolve_settings(**flags)
     exp_settings.check_resume(out, saved, st, resume=False)
     return st
@@ -288,8 +290,14 @@ def run_ablation(
         st = experiment_settings(out, False, flags)
     lock_fd = _lock(out)  # one sitting at a time: two would train the same runs twice
     try:
-        if exp_settings.load(out) is None:
+        saved = exp_settings.load(out)
+        if saved is None:
             exp_settings.save(out, {**st, "command": exp_settings.command_line(), "created": time.time()})
+        elif st["seeds"] > saved["seeds"]:
+            log(
+                f"extending {out} from {saved['seeds']} to {st['seeds']} seeds per arm (the finished runs stay)"
+            )
+            st = exp_settings.extend_seeds(out, saved, st["seeds"])
         return _run(out, st, resume, jobs, log, progress_every)
     finally:
         os.close(lock_fd)

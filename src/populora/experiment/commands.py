@@ -38,7 +38,11 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
             None, "--preset", help="Preset every arm starts from (default: tiny-learn)."
         ),
         steps: int = typer.Option(None, "--steps", help="Training steps per run (default: the preset's)."),
-        seeds: int = typer.Option(None, "--seeds", help="Seeds per arm (0..S-1); default 3, 1 with --quick."),
+        seeds: int = typer.Option(
+            None,
+            "--seeds",
+            help="Seeds per arm (0..S-1); default 3, 1 with --quick. With --resume, a larger S adds seeds.",
+        ),
         arms: str = typer.Option(
             None,
             "--arms",

@@ -4,6 +4,9 @@ The settings are what makes two sittings one experiment: the preset, steps, seed
 `--quick`, the `--set` overrides and the `--eval` request. They are written before the first run starts; a
 later sitting (`--resume OUT`, or the same command with `--out OUT`) takes them from the file, and any flag
 the user gives that says something else is refused with one line naming the flag, both values and the fix.
+One setting may change: `--resume OUT --seeds N` with N above the saved count extends the experiment by seeds
+(each seed's runs are independent of the others, so the finished ones stay valid); the new count is saved and
+the change kept in the file's `seeds_added`. Fewer seeds are refused: the claims read every whole seed.
 How many runs go side by side (`--jobs`) and their threads are not settings: they change how fast the
 experiment goes, not what it measures, so every sitting chooses them afresh.
 """
@@ -68,7 +71,8 @@ def load(out: Path) -> dict | None:
 
 
 def save(out: Path, settings: dict) -> None:
-    """Write the settings (once, at the experiment's start) atomically: a kill leaves the old file or the new."""
+    """Write the settings (at the experiment's start, and when seeds are added) atomically: a kill leaves the
+    old file or the new."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     tmp = out / f".{SETTINGS_FILE}.{os.getpid()}"
@@ -84,13 +88,21 @@ def _show(key: str, value) -> str:
     return str(value)
 
 
-def conflicts(saved: dict, given: dict) -> list[str]:
-    """`flag value` descriptions of each given setting that differs from the saved one."""
-    return [
-        f"{FLAGS[k]} {_show(k, given[k])} (the experiment has {_show(k, saved[k])})"
-        for k in KEYS
-        if k in given and given[k] != saved[k]
-    ]
+def adds_seeds(saved: dict, given: dict) -> bool:
+    """Whether `given` raises the saved number of seeds (what `--resume OUT --seeds N` may do)."""
+    return "seeds" in given and given["seeds"] > saved["seeds"]
+
+
+def conflicts(saved: dict, given: dict, resume: bool = False) -> list[str]:
+    """`flag value` descriptions of each given setting that differs from the saved one (on `resume`, more
+    seeds than saved is an extension, not a conflict)."""
+    out = []
+    for k in KEYS:
+        if k not in given or given[k] == saved[k] or (k == "seeds" and resume and adds_seeds(saved, given)):
+            continue
+        why = "; seeds can be added, not dropped" if k == "seeds" and given[k] < saved[k] else ""
+        out.append(f"{FLAGS[k]} {_show(k, given[k])} (the experiment has {_show(k, saved[k])}{why})")
+    return out
 
 
 def check_resume(out: Path, saved: dict | None, given: dict, resume: bool) -> None:
@@ -103,13 +115,23 @@ def check_resume(out: Path, saved: dict | None, given: dict, resume: bool) -> No
                 f"pass the --out folder of `populora experiment ablation`, or start one with --out {out}."
             )
         return
-    bad = conflicts(saved, given)
+    bad = conflicts(saved, given, resume)
     if bad:
         how = "drop those flags to continue it" if resume else f"continue it with --resume {out}"
+        if not resume and [k for k in KEYS if k in given and given[k] != saved[k]] == ["seeds"]:
+            how += f" (--resume {out} --seeds N adds seeds)"
         raise ExperimentError(
             f"{out} holds an experiment with other settings: {'; '.join(bad)}; {how}, or start a new "
             "experiment in another --out."
         )
+
+
+def extend_seeds(out: Path, saved: dict, seeds: int) -> dict:
+    """The saved settings with `seeds` seeds, written back with the change recorded in `seeds_added`."""
+    added = [*saved.get("seeds_added", []), {"time": time.time(), "from": saved["seeds"], "to": seeds}]
+    new = {**saved, "seeds": seeds, "seeds_added": added}
+    save(out, new)
+    return new
 
 
 def command_line() -> str:
@@ -146,8 +168,10 @@ def sittings(out: Path) -> list[dict]:
 __all__ = [
     "ExperimentError",
     "KEYS",
+    "adds_seeds",
     "check_resume",
     "conflicts",
+    "extend_seeds",
     "load",
     "record_sitting",
     "save",
