@@ -7,7 +7,14 @@ import math
 import numpy as np
 import pytest
 
-from populora.experiment.claims import lead_changes, probe_change, run_claim_measures, smooth, teacher_margin
+from populora.experiment.claims import (
+    lead_changes,
+    new_program_share,
+    probe_change,
+    run_claim_measures,
+    smooth,
+    teacher_margin,
+)
 
 
 def test_lead_changes_count_sign_switches_skipping_ties_and_gaps():
@@ -21,6 +28,13 @@ def test_smooth_is_a_trailing_mean_over_finite_values():
     out = smooth(y, window=2)
     assert math.isnan(out[0])
     assert out[1:].tolist() == [1.0, 2.0, 3.0, 5.0]  # [1], [1,3], [3,nan], [nan,5]
+
+
+def test_new_program_share_is_new_programs_over_valid_proposals_per_step():
+    out = new_program_share(np.array([2.0, 3.0, 3.0, 5.0]), np.array([2.0, 4.0, 4.0, 9.0]))
+    assert out[:2].tolist() == [1.0, 0.5] and math.isnan(out[2])  # step 3 made no valid proposal
+    assert out[3] == pytest.approx(2 / 5)
+    assert new_program_share(np.array([1.0]), np.array([])).size == 0  # records before valid_total
 
 
 def _record(steps: int = 8) -> dict:
@@ -40,6 +54,7 @@ def _record(steps: int = 8) -> dict:
             "step": list(range(1, steps + 1)),
             "complexity": {"ast_depth": [10.0 - 0.5 * s for s in range(1, steps + 1)]},
             "distinct_programs_total": [4, 8, 12, 16, 17, 18, 19, 20][:steps],
+            "valid_total": [4, 8, 12, 16, 20, 24, 28, 32][:steps],
             "self_solve_rate": [None] * steps,
             "coverage_cells": [2, 4, 5, 6, 6, 7, 9, 10][:steps],
         },
@@ -64,6 +79,8 @@ def test_run_claim_measures_on_a_hand_record():
     assert m["complexity_slope"]["ast_depth"] == pytest.approx(-50.0)  # -0.5 per step = -50 per 100 steps
     # new distinct programs per step: 4,4,4,4 then 1,1,1,1; the first and last quarter are 2 steps each
     assert m["new_programs"] == {"start": 4.0, "end": 1.0, "change": -3.0}
+    # 4 valid proposals every step: every one new at first, one in four at the end
+    assert m["new_program_share"] == {"start": 1.0, "end": 0.25, "change": -0.75}
     assert "self_solve" not in m  # a population has no self-solve rate
     assert (
         m["coverage_growth_second_half"] == 10 - 6

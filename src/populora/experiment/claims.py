@@ -9,8 +9,9 @@ its sittings can be read too) and answers:
   of the graded probe (contrasts.py: bootstrap over seeds and items, paired by seed);
 - (b) `reward`: the population minus its shuffled-reward control, overall and on the hardest level;
 - (c) `collapse`: per run, the slope of the valid proposals' mean complexity per feature (per 100 steps), the
-  new distinct valid programs per step in the first and last quarter of the run, and for the single agent its
-  self-solve rate (first and last quarter, and its slope over the second half: a plateau is near 0);
+  new distinct valid programs per step in the first and last quarter of the run (and, with no rule, the share
+  of valid proposals that are new: arms propose different volumes), and for the single agent its self-solve
+  rate (first and last quarter, and its slope over the second half: a plateau is near 0);
 - (d) `coverage`: the CVT cells filled in the second half of the run; and, as a secondary reading with no rule
   (matched.py), the cells and distinct programs of every arm at an equal number of valid proposals;
 - (e) `arms_race`: the teachers' margin per step, (teacher wins - teacher losses) / teacher games, smoothed
@@ -60,6 +61,22 @@ def smooth(y: np.ndarray, window: int = WINDOW) -> np.ndarray:
     return out
 
 
+def per_step(total: np.ndarray) -> np.ndarray:
+    """Per-step increments of a cumulative count: [2, 5, 5, 9] -> [2, 3, 0, 4]."""
+    return np.diff(np.concatenate([[0.0], total])) if total.size else total
+
+
+def new_program_share(distinct_total: np.ndarray, valid_total: np.ndarray) -> np.ndarray:
+    """Per step, the new distinct valid programs over the valid proposals made (NaN where none was valid).
+    A population proposes several times as many programs per step as the single agent, so the raw count of new
+    programs compares volumes; this share compares how often a proposal is new. Cumulative inputs:
+    distinct [2, 3, 3], valid [2, 4, 4] -> [1.0, 0.5, nan]."""
+    new, made = per_step(distinct_total), per_step(valid_total)
+    n = min(len(new), len(made))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(made[:n] > 0, new[:n] / made[:n], np.nan)
+
+
 def lead_changes(margin: np.ndarray) -> int:
     """How often the sign of `margin` switches, ties (0) and NaN skipped: +,+,0,-,+ has 2."""
     signs = [np.sign(v) for v in margin if np.isfinite(v) and v != 0]
@@ -90,9 +107,10 @@ def run_claim_measures(rec: dict) -> dict:
         s = slope(steps, as_array(ys))
         out["complexity_slope"][f] = None if s is None else 100.0 * s
     total = as_array(st.get("distinct_programs_total") or [])
-    new = np.diff(np.concatenate([[0.0], total])) if total.size else total
-    a, b = edge_means(new)
+    a, b = edge_means(per_step(total))
     out["new_programs"] = {"start": a, "end": b, "change": None if a is None or b is None else b - a}
+    a, b = edge_means(new_program_share(total, as_array(st.get("valid_total") or [])))
+    out["new_program_share"] = {"start": a, "end": b, "change": None if a is None or b is None else b - a}
     ss = as_array(st.get("self_solve_rate") or [])
     if np.isfinite(ss).any():
         a, b = edge_means(ss)
@@ -282,6 +300,10 @@ def claims(out: Path, hardest: int | None = None) -> dict:
         "new_programs_per_step": {
             k: _arm_stats(per_run, ("new_programs", k)) for k in ("start", "end", "change")
         },
+        # secondary, no rule reads it: the share of valid proposals that are new programs (arms' volumes differ)
+        "new_program_share": {
+            k: _arm_stats(per_run, ("new_program_share", k)) for k in ("start", "end", "change")
+        },
         "single_self_solve": {
             k: mean_ci([_get(m, ("self_solve", k)) for m in per_run.get(SINGLE, [])])
             for k in ("start", "end", "slope_second_half")
@@ -407,8 +429,10 @@ def _curves(rec: dict, hardest: int | None) -> dict:
         ],
         "steps": st["step"],
         "complexity": (st.get("complexity") or {}).get(PRIMARY),
-        "new_programs": [
-            None if not np.isfinite(v) else float(v) for v in np.diff(np.concatenate([[0], total]))
+        "new_programs": [None if not np.isfinite(v) else float(v) for v in per_step(total)],
+        "new_program_share": [
+            None if not np.isfinite(v) else float(v)
+            for v in new_program_share(total, as_array(st.get("valid_total") or []))
         ],
         "coverage_cells": st.get("coverage_cells"),
         "cells_by_valid": budget_curve(rec),

@@ -1,7 +1,7 @@
 """How the claims are shown (claims.py answers them): the paper's figures and the console table.
 
 `claims_figure` draws one panel per measure, one line per arm (mean over seeds): probe per arm over steps (all
-levels and the hardest), complexity, new programs and coverage over steps, coverage against the valid proposals
+levels and the hardest), complexity, the share of valid proposals that are new programs and coverage over steps, coverage against the valid proposals
 made (arms at an equal budget, matched.py), the single agent's self-solve rate, the teachers' margin and the
 population's ratings. `claim_rows` is the table `populora experiment claims` prints: one row per claim, its key
 number with its interval, the number seed by seed, and the verdict.
@@ -29,7 +29,7 @@ def claims_figure(result: dict, path: Path) -> Path:
         ("probe", "probe_steps", "solvers' probe accuracy"),
         ("probe_hardest", "probe_steps", f"probe accuracy, level {result['hardest_level']}"),
         ("complexity", "steps", f"proposals' {PRIMARY} (valid)"),
-        ("new_programs", "steps", "new distinct programs per step"),
+        ("new_program_share", "steps", f"new programs per valid proposal ({WINDOW}-step mean)"),
         ("coverage_cells", "steps", "CVT cells filled"),
         ("self_solve_rate", "steps", f"single agent's self-solve rate ({WINDOW}-step mean)"),
         ("teacher_margin", "steps", f"teachers' margin ({WINDOW}-step mean)"),
@@ -42,7 +42,11 @@ def claims_figure(result: dict, path: Path) -> Path:
                 continue
             n = min(len(y) for y in ys)
             y = np.nanmean(np.stack([y[:n] for y in ys]), axis=0) if n else np.array([])
-            if key in ("complexity", "new_programs", "self_solve_rate"):  # per-step noise: trailing means
+            if key in (
+                "complexity",
+                "new_program_share",
+                "self_solve_rate",
+            ):  # per-step noise: trailing means
                 y = smooth(y)
             ax.plot(curves[0][xkey][:n], y, f"C{i}", label=arm, marker="o" if xkey == "probe_steps" else None)
         ax.set_title(title, fontsize=10)
