@@ -36,7 +36,7 @@ import numpy as np
 
 from populora.experiment import settings as exp_settings
 from populora.experiment.matched import budget_curve, common_budget, matched_measures
-from populora.experiment.measures import edge_means, mean_ci, slope
+from populora.experiment.measures import as_array, as_list, edge_means, mean_ci, slope
 from populora.experiment.run_records import run_records
 
 SINGLE, ONE, POP, CONTROL = "single", "1T+1S", "4T+4S", "4T+4S-shuffled"
@@ -44,10 +44,6 @@ WINDOW = 10  # steps the teachers' margin is smoothed over: one evolution period
 LEAD_SHARE = 0.1  # a role "takes the lead" when it leads at least this share of the steps
 PRIMARY = "ast_depth"  # the complexity feature a verdict reads (all four are reported)
 MIN_SEEDS = 3  # a verdict needs intervals over seeds as well as items: fewer whole seeds read "pending"
-
-
-def as_array(xs: Sequence) -> np.ndarray:
-    return np.array([np.nan if v is None else float(v) for v in xs], dtype=float)
 
 
 def smooth(y: np.ndarray, window: int = WINDOW) -> np.ndarray:
@@ -429,15 +425,12 @@ def _curves(rec: dict, hardest: int | None) -> dict:
         ],
         "steps": st["step"],
         "complexity": (st.get("complexity") or {}).get(PRIMARY),
-        "new_programs": [None if not np.isfinite(v) else float(v) for v in per_step(total)],
-        "new_program_share": [
-            None if not np.isfinite(v) else float(v)
-            for v in new_program_share(total, as_array(st.get("valid_total") or []))
-        ],
+        "new_programs": as_list(per_step(total)),
+        "new_program_share": as_list(new_program_share(total, as_array(st.get("valid_total") or []))),
         "coverage_cells": st.get("coverage_cells"),
         "cells_by_valid": budget_curve(rec),
         "self_solve_rate": st.get("self_solve_rate"),
-        "teacher_margin": [None if not np.isfinite(v) else float(v) for v in smooth(teacher_margin(rec))],
+        "teacher_margin": as_list(smooth(teacher_margin(rec))),
         "mu": ratings,
         "roles": {m: roles[m] for m in ratings},
     }

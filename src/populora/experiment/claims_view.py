@@ -14,8 +14,9 @@ from pathlib import Path
 
 import numpy as np
 
-from populora.experiment.claims import POP, PRIMARY, SINGLE, WINDOW, as_array, minus, smooth
+from populora.experiment.claims import POP, PRIMARY, SINGLE, WINDOW, minus, smooth
 from populora.experiment.matched import mean_curve_on_grid
+from populora.experiment.measures import as_array
 
 
 def claims_figure(result: dict, path: Path) -> Path:

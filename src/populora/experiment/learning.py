@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from populora.experiment.measures import as_array
 from populora.experiment.runs import RunSpec, run_all
 from populora.names import TASKS
 
@@ -99,7 +100,7 @@ def learning_figure(seeds: dict[int, dict], path: Path) -> Path:
         ys = []
         for i, (seed, d) in enumerate(sorted(seeds.items())):
             c = d["curves"]
-            y = 100 * np.array([np.nan if v is None else v for v in c.get(ykey, [])], float)
+            y = 100 * as_array(c.get(ykey, []))
             if y.size == 0:
                 continue
             ax.plot(

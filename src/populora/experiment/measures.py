@@ -25,7 +25,7 @@ from populora.diagnostics.probe import PROBE_KEYS, probe_by_role
 from populora.diagnostics.run import Run
 from populora.names import TASKS
 
-__all__ = ["as_list", "edge_means", "mean_ci", "run_curves", "run_measures", "slope"]
+__all__ = ["as_array", "as_list", "edge_means", "mean_ci", "run_curves", "run_measures", "slope"]
 
 
 def mean_ci(values: Sequence[float | None], level: float = 0.95) -> dict:
@@ -136,7 +136,13 @@ def run_measures(run: Run) -> dict:
 
 
 def as_list(y: np.ndarray) -> list[float | None]:
+    """A float array as JSON-ready values (NaN -> None); `as_array` is its inverse."""
     return [float(v) if np.isfinite(v) else None for v in np.asarray(y, dtype=float)]
+
+
+def as_array(xs: Sequence) -> np.ndarray:
+    """JSON values as a float array (None -> NaN)."""
+    return np.array([np.nan if v is None else float(v) for v in xs], dtype=float)
 
 
 def run_curves(run: Run) -> dict:

@@ -14,6 +14,7 @@ import numpy as np
 
 from populora.diagnostics.features import FEATURE_LABELS, FEATURES
 from populora.experiment.contrasts import fmt
+from populora.experiment.measures import as_array
 from populora.report import plots
 from populora.report.html import _page
 
@@ -43,16 +44,12 @@ def _img(fig, alt: str) -> str:
     return f'<img alt="{_esc(alt)}" src="data:image/png;base64,{plots.to_png_base64(fig)}">'
 
 
-def _arr(xs: list) -> np.ndarray:
-    return np.array([np.nan if v is None else v for v in xs], dtype=float)
-
-
 def _seed_band(curves: list[dict], key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
     """(steps, mean over seeds, lo, hi) of one curve key, on the steps all seeds share."""
     if not curves:
         return None
     steps = curves[0]["steps"]
-    ys = [_arr(c[key]) for c in curves if c["steps"] == steps]
+    ys = [as_array(c[key]) for c in curves if c["steps"] == steps]
     if not ys:
         return None
     y = np.vstack(ys)
