@@ -53,10 +53,30 @@ def test_gold_rows_are_the_gold_answer_then_eos_at_advantage_one():
 def test_quick_gold_retention_end_to_end(tmp_path):
     out = tmp_path / "ret"
     res = CliRunner().invoke(
-        app, ["experiment", "retention", "--specialists", "gold", "--quick", "--out", str(out)]
+        app,
+        [
+            "experiment",
+            "retention",
+            "--specialists",
+            "gold",
+            "--quick",
+            "--out",
+            str(out),
+            "--probe-every",
+            "1",
+        ],
     )
     assert res.exit_code == 0, res.output
     data = json.loads((out / "experiment.json").read_text())
+    # the specialists' curve: each scored on its own task after every step, its gain over the base; the last
+    # point is the parent the children are made from, scored again with the others at the end
+    curve = data["specialist_curve"]
+    for t in ("code_o", "code_i"):
+        assert [c["step"] for c in curve[t]] == [1, 2]
+        for c in curve[t]:
+            assert c["gain"] == pytest.approx(c["accuracy"] - data["accuracy"]["base"][t])
+        assert curve[t][-1]["accuracy"] == pytest.approx(data["accuracy"][f"{t} specialist"][t])
+    assert "code_i specialist at step 2:" in res.output
     assert data["specialists"] == "gold" and data["operators"] == ["X1", "X2"] and data["operator_seeds"] == 2
     assert set(data["accuracy"]) == {"base", "code_o specialist", "code_i specialist"} | {
         f"{op} seed {s}" for op in ("X1", "X2") for s in (0, 1)
@@ -68,3 +88,5 @@ def test_quick_gold_retention_end_to_end(tmp_path):
     assert "kept of the code_o gain" in res.output and "parents >= +10 pts on their task" in res.output
     res = CliRunner().invoke(app, ["experiment", "retention", "--out", str(out), "--seeds", "2"])
     assert res.exit_code == 2 and "--specialists gold" in res.output
+    res = CliRunner().invoke(app, ["experiment", "retention", "--out", str(out), "--probe-every", "5"])
+    assert res.exit_code == 2 and "--probe-every K (K >= 1) goes with --specialists gold" in res.output

@@ -257,6 +257,11 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
             "scored at birth over --seeds operator seeds, with intervals).",
         ),
         seeds: int = typer.Option(None, "--seeds", help="gold: operator seeds per crossover (default 3)."),
+        probe_every: int = typer.Option(
+            0,
+            "--probe-every",
+            help="gold: also score each specialist on its own task every K steps (its gain as it trains).",
+        ),
         overrides: list[str] = typer.Option([], "--set", help="key=value for every run (repeatable)."),
     ) -> None:
         """Two single-task specialists, a child per crossover operator, probed at birth and after recovery
@@ -276,12 +281,24 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
             _fail(
                 "--seeds N (N >= 1) goes with --specialists gold (the rl form makes one child per operator)"
             )
+        if probe_every and (specialists != "gold" or probe_every < 0):
+            _fail(
+                "--probe-every K (K >= 1) goes with --specialists gold; the rl form's runs have their own probe"
+            )
         try:
             if specialists == "gold":
                 from populora.experiment.gold_retention import gold_rows_table, run_gold_retention
 
                 result = run_gold_retention(
-                    out, preset, quick, specialist_steps, ops, seeds, overrides, log=typer.echo
+                    out,
+                    preset,
+                    quick,
+                    specialist_steps,
+                    ops,
+                    seeds,
+                    overrides,
+                    log=typer.echo,
+                    probe_every=probe_every,
                 )
                 _print_table(*gold_rows_table(result))
                 return

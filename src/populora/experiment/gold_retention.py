@@ -51,9 +51,20 @@ def gold_rows(engine, task_name: str, problems: Sequence, slot: int, trace: bool
 
 
 def train_specialist(
-    engine, slot: int, task: str, steps: int, per_step: int, sandbox, seed: int, levels, log: Callable = print
+    engine,
+    slot: int,
+    task: str,
+    steps: int,
+    per_step: int,
+    sandbox,
+    seed: int,
+    levels,
+    log: Callable = print,
+    every: int = 0,
+    checkpoint: Callable[[int], None] | None = None,
 ) -> None:
-    """`steps` updates of slot `slot` on the gold answers of `per_step` fresh training problems of `task`."""
+    """`steps` updates of slot `slot` on the gold answers of `per_step` fresh training problems of `task`;
+    `checkpoint(step)` after every `every` steps (0: never)."""
     from populora.engine import TrainBatch
     from populora.train.setup import synthetic_seeds
 
@@ -62,6 +73,8 @@ def train_specialist(
         engine.train_step(TrainBatch(gold_rows(engine, task, problems, slot)))
         if step % 10 == 0 or step == steps:
             log(f"  {task} specialist: step {step}/{steps}")
+        if every and checkpoint is not None and step % every == 0:
+            checkpoint(step)
 
 
 def kept_interval(child: np.ndarray, parent: np.ndarray, base: np.ndarray, seed: int = 12_345) -> dict:
@@ -98,9 +111,11 @@ def run_gold_retention(
     seeds: int | None = None,
     overrides: Sequence[str] = (),
     log: Callable[[str], None] = print,
+    probe_every: int = 0,
 ) -> dict:
     """Train the gold specialists, make every child per operator seed, score them at birth; write
-    OUT/experiment.json and return it (see the module docstring)."""
+    OUT/experiment.json and return it (see the module docstring). `probe_every` K > 0 also scores each
+    specialist on its own task every K steps against the base (`specialist_curve`): how its gain grows."""
     from populora.config import load_config
     from populora.engine.models import resolve_model
     from populora.experiment.retention import CROSSOVERS
@@ -125,28 +140,54 @@ def run_gold_retention(
     engine = build_engine(cfg)
     try:
         with Sandbox(workers=2) as sb:
-            for k, task in enumerate(SPECIALISTS):
-                engine.reset_slot(k + 1, seed=cfg.train.seed + k)
-                log(f"gold specialist on {task}: {steps} steps of {per_step} problems ...")
-                train_specialist(engine, k + 1, task, steps, per_step, sb, cfg.train.seed + k, levels, log)
-            parents = [engine.get_adapter(k + 1) for k in range(len(SPECIALISTS))]
-            children = {(op, s): apply(op, parents=parents, seed=s) for op in ops for s in range(n_seeds)}
             engine.reset_slot(0, seed=0)  # slot 0 stays at B = 0: the base model
             verdicts: dict = {}
 
-            def score(slots: dict[str, int]) -> None:
-                found = probe_members(engine, slots, problems, sb, "compact", GRADED_BUDGET)
-                for m in slots:
-                    verdicts[m] = {t: np.array(found.correct["free"][m][t]) for t in SPECIALISTS}
+            def score(slots: dict[str, int], tasks: Sequence[str] = SPECIALISTS) -> dict:
+                found = probe_members(
+                    engine, slots, {t: problems[t] for t in tasks}, sb, "compact", GRADED_BUDGET
+                )
+                return {m: {t: np.array(found.correct["free"][m][t]) for t in tasks} for m in slots}
 
-            score({"base": 0, "code_o specialist": 1, "code_i specialist": 2})
+            curve: dict[str, list[dict]] = {}
+            if probe_every:
+                base_acc = {t: float(v.mean()) for t, v in score({"base": 0})["base"].items()}
+            for k, task in enumerate(SPECIALISTS):
+                engine.reset_slot(k + 1, seed=cfg.train.seed + k)
+                log(f"gold specialist on {task}: {steps} steps of {per_step} problems ...")
+                curve[task] = []
+
+                def checkpoint(step: int, task: str = task, slot: int = k + 1) -> None:
+                    acc = float(score({"specialist": slot}, (task,))["specialist"][task].mean())
+                    curve[task].append({"step": step, "accuracy": acc, "gain": acc - base_acc[task]})
+                    log(
+                        f"  {task} specialist at step {step}: {100 * acc:.1f}% ({100 * (acc - base_acc[task]):+.1f} pts)"
+                    )
+
+                train_specialist(
+                    engine,
+                    k + 1,
+                    task,
+                    steps,
+                    per_step,
+                    sb,
+                    cfg.train.seed + k,
+                    levels,
+                    log,
+                    every=probe_every,
+                    checkpoint=checkpoint,
+                )
+            parents = [engine.get_adapter(k + 1) for k in range(len(SPECIALISTS))]
+            children = {(op, s): apply(op, parents=parents, seed=s) for op in ops for s in range(n_seeds)}
+
+            verdicts.update(score({"base": 0, "code_o specialist": 1, "code_i specialist": 2}))
             keys = list(children)
             for c in range(0, len(keys), 5):
                 batch = keys[c : c + 5]
                 for j, key in enumerate(batch):
                     engine.set_adapter(3 + j, children[key])
                 log(f"scoring children {c + 1}-{c + len(batch)} of {len(keys)} ...")
-                score({f"{op} seed {s}": 3 + j for j, (op, s) in enumerate(batch)})
+                verdicts.update(score({f"{op} seed {s}": 3 + j for j, (op, s) in enumerate(batch)}))
     finally:
         engine.close()
     base = verdicts["base"]
@@ -178,6 +219,8 @@ def run_gold_retention(
         "accuracy": acc,
         "specialist_gain": gains,
         "specialists_specialise": {t: gains[t] >= MIN_GAIN for t in SPECIALISTS},
+        "probe_every": probe_every,
+        "specialist_curve": curve if probe_every else None,
         "kept": rows,
         "command_seconds": round(time.time() - t0, 1),
     }
