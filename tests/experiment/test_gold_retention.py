@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from populora.cli import app
-from populora.experiment.gold_retention import gold_rows, kept_interval
+from populora.experiment.gold_retention import gold_rows, gold_rows_table, kept_interval
 
 
 def test_kept_share_by_hand():
@@ -21,6 +21,20 @@ def test_kept_share_by_hand():
     assert k["lo"] <= 0.5 <= k["hi"]
     # a parent no better than the base has no gain to keep
     assert np.isnan(kept_interval(child, base, base)["kept"])
+
+
+def test_the_table_signs_each_gain_once():
+    nan = {"kept": float("nan"), "lo": None, "hi": None}
+    result = {
+        "operators": ["X1"],
+        "kept": {"X1": {"code_o": nan, "code_i": {"kept": 0.5, "lo": -0.25, "hi": 1.0}}},
+        "specialist_gain": {"code_o": -0.019, "code_i": 0.104},
+        "specialists_specialise": {"code_o": False, "code_i": True},
+    }
+    _, rows = gold_rows_table(result)
+    assert rows[0] == ["X1", "-", "+0.50 [-0.25, +1.00]"]
+    assert rows[1][1] == "code_o -1.9 pts, code_i +10.4 pts"
+    assert rows[2][1].startswith("no: ")
 
 
 def test_gold_rows_are_the_gold_answer_then_eos_at_advantage_one():

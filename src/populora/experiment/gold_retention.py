@@ -241,7 +241,7 @@ def gold_rows_table(result: dict) -> tuple[list[str], list[list[str]]]:
 
     head = ["operator", *(f"kept of the {t} gain" for t in SPECIALISTS)]
     rows = [[op, *(cell(result["kept"][op][t]) for t in SPECIALISTS)] for op in result["operators"]]
-    gains = ", ".join(f"{t} +{100 * g:.1f} pts" for t, g in result["specialist_gain"].items())
+    gains = ", ".join(f"{t} {100 * g:+.1f} pts" for t, g in result["specialist_gain"].items())
     rows.append(["specialists' gain over the base", gains, ""])
     ok = result["specialists_specialise"]
     verdict = "yes" if all(ok.values()) else "no: the kept shares read noise (a smaller gain is a few items)"
