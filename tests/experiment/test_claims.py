@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from populora.experiment.claims import (
+    collapsed_solvers,
     lead_changes,
     new_program_share,
     probe_change,
@@ -35,6 +36,27 @@ def test_new_program_share_is_new_programs_over_valid_proposals_per_step():
     assert out[:2].tolist() == [1.0, 0.5] and math.isnan(out[2])  # step 3 made no valid proposal
     assert out[3] == pytest.approx(2 / 5)
     assert new_program_share(np.array([1.0]), np.array([])).size == 0  # records before valid_total
+
+
+def test_collapsed_solvers_end_below_half_the_solvers_start():
+    roles = {"T0": "teacher", "S0": "student", "S1": "student", "S2": "student"}
+    first = {
+        "T0": {"code_i": 0.0},
+        "S0": {"code_i": 0.2, "code_o": 0.2},
+        "S1": {"code_i": 0.3, "code_o": 0.1},
+    }
+    # start: the students' mean 0.2, so below 0.1 is a collapse; S2 (born later) counts, the teacher does not
+    last = {
+        "T0": {"code_i": 0.0},
+        "S0": {"code_i": 0.05, "code_o": 0.1},
+        "S2": {"code_i": 0.1, "code_o": 0.12},
+    }
+    probes = [{"step": 0, "probe": first}, {"step": 100, "probe": last}]
+    assert collapsed_solvers(probes, roles) == 1  # S0 at 0.075; S2 at 0.11 is not
+    assert collapsed_solvers(probes, roles, frac=0.6) == 2
+    assert collapsed_solvers(probes[:1], roles) is None
+    single = [{"step": 0, "probe": {"A0": {"code_i": 0.4}}}, {"step": 9, "probe": {"A0": {"code_i": 0.1}}}]
+    assert collapsed_solvers(single, {"A0": "single"}) == 1
 
 
 def _record(steps: int = 8) -> dict:

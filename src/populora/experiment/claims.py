@@ -44,6 +44,7 @@ WINDOW = 10  # steps the teachers' margin is smoothed over: one evolution period
 LEAD_SHARE = 0.1  # a role "takes the lead" when it leads at least this share of the steps
 PRIMARY = "ast_depth"  # the complexity feature a verdict reads (all four are reported)
 MIN_SEEDS = 3  # a verdict needs intervals over seeds as well as items: fewer whole seeds read "pending"
+COLLAPSE = 0.5  # a solver ending below half the solvers' starting probe accuracy has collapsed (a diagnostic)
 
 
 def smooth(y: np.ndarray, window: int = WINDOW) -> np.ndarray:
@@ -71,6 +72,23 @@ def new_program_share(distinct_total: np.ndarray, valid_total: np.ndarray) -> np
     n = min(len(new), len(made))
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(made[:n] > 0, new[:n] / made[:n], np.nan)
+
+
+def collapsed_solvers(probes: Sequence[dict], roles: dict, frac: float = COLLAPSE) -> int | None:
+    """How many solvers (students, or the single agent) end below `frac` of the solvers' mean accuracy at the
+    first probe (mean over task types; None without two probes). A shuffled-reward control can lose its
+    students this way, and then "population minus control" reads the control's collapse, not a gain."""
+    if len(probes) < 2:
+        return None
+    start = _solver_mean(probes[0]["probe"], roles, None, None)
+    if not start:
+        return None
+    ends = [
+        float(np.mean([v for v in accs.values() if v is not None] or [np.nan]))
+        for m, accs in probes[-1]["probe"].items()
+        if roles.get(m) in ("student", "single", None)
+    ]
+    return sum(1 for e in ends if np.isfinite(e) and e < frac * start)
 
 
 def lead_changes(margin: np.ndarray) -> int:
@@ -119,6 +137,7 @@ def run_claim_measures(rec: dict) -> dict:
         float(cells[fin[-1]] - cells[fin[len(fin) // 2]]) if fin.size else None
     )
     out["coverage_cells_end"] = float(cells[fin[-1]]) if fin.size else None
+    out["collapsed_solvers"] = collapsed_solvers(rec.get("probe") or [], rec["roles"])
     if "teacher" in rec["roles"].values():
         m = smooth(teacher_margin(rec))
         lead = m[np.isfinite(m)]
@@ -403,6 +422,9 @@ def _add_per_seed(result: dict, per_run: dict) -> None:
             "overall": minus(changes(POP, "probe"), changes(other, "probe")),
             "hardest": minus(changes(POP, "probe_hardest"), changes(other, "probe_hardest")),
         }
+    # no rule reads it: solvers that lost over half their probe accuracy, per arm and seed (a control that
+    # collapses makes "population minus control" large without any gain)
+    result["b_reward"]["collapsed_solvers"] = {arm: measure(arm, ("collapsed_solvers",)) for arm in per_run}
     result["c_collapse"]["per_seed"] = measure(SINGLE, ("complexity_slope", PRIMARY))
     result["d_coverage"]["per_seed"] = measure(POP, ("coverage_growth_second_half",))
     result["e_arms_race"]["per_seed"] = measure(POP, ("arms_race", "lead_changes"))

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from populora.experiment.claims import POP, PRIMARY, SINGLE, WINDOW, minus, smooth
+from populora.experiment.claims import CONTROL, POP, PRIMARY, SINGLE, WINDOW, minus, smooth
 from populora.experiment.matched import mean_curve_on_grid
 from populora.experiment.measures import as_array
 
@@ -103,6 +103,7 @@ def claim_rows(result: dict) -> tuple[list[str], list[list[str]]]:
     a, b, c = result["a_probe"], result["b_reward"], result["c_collapse"]
     d, e, f = result["d_coverage"], result["e_arms_race"], result["f_ratings"]
     race = e["arms"].get(POP) or {}
+    collapsed = b.get("collapsed_solvers") or {}  # a control whose students collapse inflates (b)
     matched = d.get("matched") or {}  # (d) at an equal budget: no rule reads it
     per, budget = matched.get("per_seed") or {}, matched.get("valid_proposals")
 
@@ -113,6 +114,13 @@ def claim_rows(result: dict) -> tuple[list[str], list[list[str]]]:
         probe_row("(a) population > single", f"{POP} - single", a, "overall"),
         probe_row("(a) ... hardest level", f"{POP} - single", a, "hardest"),
         probe_row("(b) gain from reward", f"{POP} - shuffled", b, "overall"),
+        [
+            "(b) ... solvers collapsed",
+            "solvers ending < half the start",
+            ", ".join(f"{arm} {sum(n or 0 for n in ns)}" for arm, ns in collapsed.items()) or "-",
+            f"{CONTROL} " + seeds(collapsed.get(CONTROL), digits=0, sign=""),
+            "no rule (diagnostic)",
+        ],
         [
             "(c) single collapses",
             f"single {PRIMARY} slope /100 steps",
