@@ -1,8 +1,8 @@
 """How the claims are shown (claims.py answers them): the paper's figures and the console table.
 
 `claims_figure` draws one panel per measure, one line per arm (mean over seeds): probe per arm over steps (all
-levels and the hardest), complexity, the share of valid proposals that are new programs and coverage over steps, coverage against the valid proposals
-made (arms at an equal budget, matched.py), the single agent's self-solve rate, the teachers' margin and the
+levels and the hardest), complexity, the share of valid proposals that are new programs and coverage over
+steps, coverage against the valid proposals made (arms at an equal budget, matched.py), the single agent's self-solve rate, the teachers' margin and the
 population's ratings. `claim_rows` is the table `populora experiment claims` prints: one row per claim, its key
 number with its interval, the number seed by seed, and the verdict.
 """
@@ -17,6 +17,8 @@ import numpy as np
 from populora.experiment.claims import CONTROL, POP, PRIMARY, SINGLE, WINDOW, minus, smooth
 from populora.experiment.matched import mean_curve_on_grid
 from populora.experiment.measures import as_array
+
+SMOOTHED = ("complexity", "new_program_share", "self_solve_rate")  # per-step noise: trailing means
 
 
 def claims_figure(result: dict, path: Path) -> Path:
@@ -43,11 +45,7 @@ def claims_figure(result: dict, path: Path) -> Path:
                 continue
             n = min(len(y) for y in ys)
             y = np.nanmean(np.stack([y[:n] for y in ys]), axis=0) if n else np.array([])
-            if key in (
-                "complexity",
-                "new_program_share",
-                "self_solve_rate",
-            ):  # per-step noise: trailing means
+            if key in SMOOTHED:
                 y = smooth(y)
             ax.plot(curves[0][xkey][:n], y, f"C{i}", label=arm, marker="o" if xkey == "probe_steps" else None)
         ax.set_title(title, fontsize=10)

@@ -149,9 +149,10 @@ def run_gold_retention(
                 )
                 return {m: {t: np.array(found.correct["free"][m][t]) for t in tasks} for m in slots}
 
+            # the base once, first: the specialists' curve and the children's kept shares both read it
+            verdicts.update(score({"base": 0}))
+            base_acc = {t: float(v.mean()) for t, v in verdicts["base"].items()}
             curve: dict[str, list[dict]] = {}
-            if probe_every:
-                base_acc = {t: float(v.mean()) for t, v in score({"base": 0})["base"].items()}
             for k, task in enumerate(SPECIALISTS):
                 engine.reset_slot(k + 1, seed=cfg.train.seed + k)
                 log(f"gold specialist on {task}: {steps} steps of {per_step} problems ...")
@@ -159,10 +160,9 @@ def run_gold_retention(
 
                 def checkpoint(step: int, task: str = task, slot: int = k + 1) -> None:
                     acc = float(score({"specialist": slot}, (task,))["specialist"][task].mean())
-                    curve[task].append({"step": step, "accuracy": acc, "gain": acc - base_acc[task]})
-                    log(
-                        f"  {task} specialist at step {step}: {100 * acc:.1f}% ({100 * (acc - base_acc[task]):+.1f} pts)"
-                    )
+                    gain = acc - base_acc[task]
+                    curve[task].append({"step": step, "accuracy": acc, "gain": gain})
+                    log(f"  {task} specialist at step {step}: {100 * acc:.1f}% ({100 * gain:+.1f} pts)")
 
                 train_specialist(
                     engine,
@@ -180,7 +180,7 @@ def run_gold_retention(
             parents = [engine.get_adapter(k + 1) for k in range(len(SPECIALISTS))]
             children = {(op, s): apply(op, parents=parents, seed=s) for op in ops for s in range(n_seeds)}
 
-            verdicts.update(score({"base": 0, "code_o specialist": 1, "code_i specialist": 2}))
+            verdicts.update(score({"code_o specialist": 1, "code_i specialist": 2}))
             keys = list(children)
             for c in range(0, len(keys), 5):
                 batch = keys[c : c + 5]
