@@ -1,6 +1,7 @@
 """`populora experiment ablation` end to end (real trainer, tiny model, sandbox): --quick over every arm, its
 settings kept and checked, and an experiment interrupted after a checkpoint then resumed (`--resume`, the
-runs side by side in their own processes) giving the same numbers as the uninterrupted one."""
+runs side by side in their own processes) giving the same numbers as the uninterrupted one, and a background
+experiment stopped by `kill -INT` or `kill` stopping its side-by-side runs."""
 
 import json
 import math
@@ -350,3 +351,57 @@ def test_a_finished_experiment_extends_by_seeds_and_keeps_its_runs(tmp_path):
     # --out with only more seeds points to the way that adds them
     res = runner.invoke(app, [*base, "--out", str(out), "--seeds", "3"])
     assert res.exit_code == 2 and f"--resume {out} --seeds N adds seeds" in res.output
+
+
+def _wait_for(paths, proc, deadline_s):
+    """Poll until every path exists; the experiment's output if it ended first or the deadline passed."""
+    import time
+
+    t0 = time.monotonic()
+    while not all(p.exists() for p in paths):
+        if proc.poll() is not None or time.monotonic() - t0 > deadline_s:
+            proc.kill()
+            return proc.communicate()[0]
+        time.sleep(0.5)
+    return None
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_a_background_experiment_stops_its_side_by_side_runs_on_a_signal(tmp_path, sig):
+    """`nohup populora experiment ablation ... &` then `kill -INT PID` or `kill PID`: the shell started the
+    experiment with SIGINT ignored, and its runs live in their own sessions, so the experiment itself must
+    answer and forward the signal (SIGINT: each run checkpoints its step in flight; SIGTERM: at once)."""
+    import signal
+    import subprocess
+    import sys
+
+    out = tmp_path / "abl"
+    cmd = [sys.executable, "-m", "populora.cli", "experiment", "ablation", "--quick", "--arms", "single,1T1S"]
+    cmd += ["--steps", "40", "--out", str(out), "--jobs", "2", *SETS]
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "OMP_WAIT_POLICY": "PASSIVE"},
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),  # as `cmd &` starts it
+    )
+    runs = [out / "runs" / arm / "seed0" for arm in ("single", "1T+1S")]
+    failed = _wait_for([r / "checkpoints" / "step_000001" for r in runs], proc, 600)
+    assert failed is None, failed
+    proc.send_signal(getattr(signal, sig))
+    try:
+        output = proc.communicate(timeout=300)[0]
+    except subprocess.TimeoutExpired:  # the signal was dropped: kill it (its runs die with it) and say so
+        proc.kill()
+        pytest.fail(f"the experiment ignored {sig}: {proc.communicate()[0][-2000:]}")
+    assert proc.returncode == (130 if sig == "SIGINT" else 143), output
+    assert f"continue with `populora experiment ablation --resume {out}`" in output
+    for run in runs:
+        log = run.with_name("seed0.log").read_text()
+        if sig == "SIGINT":  # the step in flight finished and was checkpointed
+            assert "interrupted: checkpoint checkpoints/step_" in log, log[-2000:]
+        else:
+            assert "terminated (SIGTERM)" in log, log[-2000:]
+    assert not (out / "experiment.json").exists()

@@ -109,6 +109,8 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
             )
         except (ConfigError, ExperimentError, TrainError) as exc:
             _fail(str(exc))
+        except KeyboardInterrupt as err:  # what was kept and how to go on is printed already
+            raise typer.Exit(getattr(err, "exit_code", 130)) from None
         head, rows = ablation_rows(result)
         _print_table(head, rows)
         _print_table(*contrast_rows(result))

@@ -13,6 +13,12 @@ its output in `<run folder>.log` beside the run folder. Children die with the ex
 the experiment kills its runs, which keep their newest checkpoint) and stop at a Ctrl-C of the experiment
 after checkpointing their step in flight. Both ways print one line per run start and finish and a progress
 line every `progress_every` seconds, each with the time left (progress.py).
+
+Stopping an experiment that runs in the background (`nohup ... &`, a scheduler): `kill -INT PID` does what a
+Ctrl-C does, and `kill PID` (SIGTERM) stops the runs at once, each keeping its newest checkpoint, as
+`populora train` does on SIGTERM (train/interrupt.py). Both are forwarded to the side-by-side runs, which live
+in their own sessions. A shell starts a background job with SIGINT ignored, and Python then installs no
+handler for it; `stop_signals()` puts Python's back, so that `kill -INT` is not silently dropped.
 """
 
 from __future__ import annotations
@@ -25,7 +31,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -180,6 +187,37 @@ class _Ticker:
             self._thread.join(timeout=5)
 
 
+class ExperimentStopped(KeyboardInterrupt):
+    """The experiment got SIGTERM: its runs are stopped at once (each keeps its newest checkpoint).
+    `exit_code`: 143, as a shell reports a SIGTERM."""
+
+    exit_code = 143
+
+
+@contextmanager
+def stop_signals() -> Iterator[None]:
+    """While inside (main thread only): SIGTERM raises `ExperimentStopped` (once; a repeat during the stop is
+    ignored), and SIGINT raises KeyboardInterrupt even where the shell started us with SIGINT ignored (a
+    background job). The old handlers come back on exit."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_term(signum, frame) -> None:  # noqa: ARG001 - signal handler signature
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # stopping the runs must not be broken by a repeat
+        raise ExperimentStopped
+
+    old_term = signal.signal(signal.SIGTERM, on_term)
+    old_int = signal.getsignal(signal.SIGINT)
+    if old_int == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old_term)
+        signal.signal(signal.SIGINT, old_int)
+
+
 def run_all(
     specs: Sequence[RunSpec],
     log: Callable[[str], None] = print,
@@ -194,9 +232,10 @@ def run_all(
     steps = {s.name: target_steps(s) for s in specs}
     # runs of one arm are priced at that arm's own seconds per step (progress.eta_by_kind)
     progress = Progress([(s.name, s.path, steps[s.name], str(s.meta.get("arm", ""))) for s in specs], jobs)
-    if jobs <= 1:
-        return _run_in_process(specs, steps, progress, log, threads, progress_every, how)
-    return _run_side_by_side(specs, steps, progress, log, jobs, threads, progress_every, how)
+    with stop_signals():
+        if jobs <= 1:
+            return _run_in_process(specs, steps, progress, log, threads, progress_every, how)
+        return _run_side_by_side(specs, steps, progress, log, jobs, threads, progress_every, how)
 
 
 def _run_in_process(specs, steps, progress, log, threads, progress_every, how) -> dict[str, float]:
@@ -288,8 +327,8 @@ def _run_side_by_side(specs, steps, progress, log, jobs, threads, progress_every
             if progress_every > 0 and time.monotonic() - last_tick >= progress_every and running:
                 last_tick = time.monotonic()
                 log(f"progress: {progress.summary(list(running))}")
-    except KeyboardInterrupt:
-        _stop_children(running, log)
+    except KeyboardInterrupt as err:
+        _stop_children(running, log, signal.SIGTERM if isinstance(err, ExperimentStopped) else signal.SIGINT)
         names = ", ".join(f"{s.name} ({_saved(s)})" for _, s, *_ in running.values()) or "none"
         log(f"interrupted: {finished} of {n} runs finished; stopped: {names}; {how}.")
         raise
@@ -298,15 +337,19 @@ def _run_side_by_side(specs, steps, progress, log, jobs, threads, progress_every
     return seconds
 
 
-def _stop_children(running: dict, log: Callable[[str], None]) -> None:
-    """Ctrl-C: each child checkpoints its step in flight and stops; a second Ctrl-C kills them at once."""
+def _stop_children(running: dict, log: Callable[[str], None], sig: int = signal.SIGINT) -> None:
+    """Ctrl-C (SIGINT): each child checkpoints its step in flight and stops; a second Ctrl-C kills them at
+    once. SIGTERM: each child stops at once, keeping its newest checkpoint."""
     procs = [entry[2] for entry in running.values()]
     for p in procs:
         if p.poll() is None:
-            p.send_signal(signal.SIGINT)
-    log(
-        f"stopping {len(procs)} run(s) after their step in flight (Ctrl-C again kills them; checkpoints stay)"
-    )
+            p.send_signal(sig)
+    if sig == signal.SIGTERM:
+        log(f"terminated (SIGTERM): stopping {len(procs)} run(s) at once (their newest checkpoints stay)")
+    else:
+        log(
+            f"stopping {len(procs)} run(s) after their step in flight (Ctrl-C again kills them; checkpoints stay)"
+        )
     try:
         for p in procs:
             p.wait()
@@ -337,6 +380,7 @@ def _tail(path: Path) -> str:
 
 
 __all__ = [
+    "ExperimentStopped",
     "RunSpec",
     "interrupted_line",
     "last_step",
@@ -344,6 +388,7 @@ __all__ = [
     "run_all",
     "run_one",
     "run_state",
+    "stop_signals",
     "target_steps",
     "train_command",
 ]
