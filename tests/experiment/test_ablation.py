@@ -221,6 +221,14 @@ def test_claims_read_a_finished_experiment_and_refuse_one_without_a_whole_seed(q
     pop, single = data["curves"]["4T+4S"][0], data["curves"]["single"][0]
     assert data["a_probe"]["per_seed"]["overall"] == [pytest.approx(probe_change(pop) - probe_change(single))]
     assert data["b_reward"]["per_seed"]["overall"] == []  # no shuffled arm
+    # what scale a verdict needs: one seed gives no spread to extrapolate from
+    assert data["a_probe"]["seeds_needed"] == {
+        "effects": [0.02, 0.05],
+        "power": 0.8,
+        "overall": [None, None],
+        "hardest": [None, None],
+    }
+    assert "(a) ... seeds needed" in res.output
     assert len(data["e_arms_race"]["per_seed"]) == 1 and "per seed" in res.output
     # (d) at an equal budget: the valid proposals every run reached, each arm's cells at that budget
     finals = [recs[0]["steps"]["valid_total"][-1] for recs in data["records"].values()]

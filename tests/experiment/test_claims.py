@@ -136,3 +136,19 @@ def test_probe_change_is_the_last_probe_minus_the_first():
     assert probe_change({"probe": [0.20, 0.25, None, 0.23]}) == pytest.approx(0.03)
     assert probe_change({"probe_hardest": [0.1, 0.4]}, "probe_hardest") == pytest.approx(0.3)
     assert probe_change({"probe": [0.2]}) is None and probe_change({"probe": []}) is None
+
+
+def test_claims_say_how_many_seeds_a_2_or_5_point_effect_needs():
+    from populora.experiment.claims import _add_per_seed
+
+    # 4T+4S - single per seed: +1, +3, +5 points (sd 2 points): 10 seeds for 2 points (test_stats by hand)
+    pop = [{"probe": [0.20, 0.21 + d], "probe_hardest": [0.1, 0.1]} for d in (0.0, 0.02, 0.04)]
+    single = [{"probe": [0.20, 0.20], "probe_hardest": [0.1, 0.1]}] * 3
+    result = {"curves": {"4T+4S": pop, "single": single}, **{k: {} for k in ("a_probe", "b_reward")}}
+    result.update({k: {} for k in ("c_collapse", "d_coverage", "e_arms_race", "f_ratings")})
+    _add_per_seed(result, {})
+    assert result["a_probe"]["per_seed"]["overall"] == pytest.approx([0.01, 0.03, 0.05])
+    need = result["a_probe"]["seeds_needed"]
+    assert need["effects"] == [0.02, 0.05] and need["overall"][0] == 10 and need["overall"][1] < 10
+    assert need["hardest"] == [None, None]  # no spread on the hardest level: nothing to extrapolate from
+    assert result["b_reward"]["seeds_needed"]["overall"] == [None, None]  # no shuffled arm

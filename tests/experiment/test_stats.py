@@ -11,6 +11,7 @@ from populora.experiment.stats import (
     excludes_zero,
     expected_max,
     mean_stat,
+    seeds_needed,
 )
 
 
@@ -86,3 +87,13 @@ def test_best_member_against_the_best_of_k_single_seeds():
     assert r["mean"] == pytest.approx(3.0 - 670 / 256)  # +0.38, where best minus the single MEAN says +1.5
     naive = 3.0 - single.mean()
     assert r["mean"] < naive / 3  # the single mean would read the order statistic as an effect
+
+
+def test_seeds_needed_by_hand():
+    # sd of [1, 3, 5] is 2. Effect 2 (sd/effect 1): n = 9 has (t_.975,8 + t_.8,8)^2 = (2.306 + 0.889)^2 = 10.21
+    # > 9, n = 10 has (2.262 + 0.883)^2 = 9.90 <= 10. Effect 4: n = 4 has ((3.182 + 0.978) / 2)^2 = 4.33 > 4,
+    # n = 5 has ((2.776 + 0.941) / 2)^2 = 3.45 <= 5
+    assert seeds_needed([1.0, 3.0, 5.0], 2.0) == 10
+    assert seeds_needed([1.0, 3.0, None, 5.0], 4.0) == 5  # a seed without a value is left out
+    assert seeds_needed([1.0, 3.0, 5.0], 2.0, power=0.5) < 10  # less power, fewer seeds
+    assert seeds_needed([2.0], 1.0) is None and seeds_needed([2.0, 2.0], 1.0) is None  # nothing to go on

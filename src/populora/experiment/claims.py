@@ -19,6 +19,10 @@ its sittings can be read too) and answers:
 - (f) `ratings`: at the last step, the spread (standard deviation) of the living members' TrueSkill mu per
   role, divided by their mean sigma: above 1, the members stand apart by more than their ratings' uncertainty.
 
+For (a) and (b), `seeds_needed` says what scale a verdict would need: the seeds per arm that would detect a true
+difference of 2 or 5 probe points with 80% power, extrapolated from the per-seed differences measured
+(stats.seeds_needed; a lower bound, since the probe's item noise does not shrink with seeds).
+
 Per-run measures get a mean and a 95% t-interval over seeds per arm (measures.mean_ci) and, for the
 population against the single agent or its control, the paired per-seed difference. Each claim gets a
 `verdict` by the rule written next to it ("shown" / "not shown") once `MIN_SEEDS` whole seeds are in (before,
@@ -38,6 +42,7 @@ from populora.experiment import settings as exp_settings
 from populora.experiment.matched import budget_curve, common_budget, matched_measures
 from populora.experiment.measures import as_array, as_list, edge_means, mean_ci, slope
 from populora.experiment.run_records import run_records
+from populora.experiment.stats import seeds_needed
 
 SINGLE, ONE, POP, CONTROL = "single", "1T+1S", "4T+4S", "4T+4S-shuffled"
 WINDOW = 10  # steps the teachers' margin is smoothed over: one evolution period of tiny-learn
@@ -45,6 +50,10 @@ LEAD_SHARE = 0.1  # a role "takes the lead" when it leads at least this share of
 PRIMARY = "ast_depth"  # the complexity feature a verdict reads (all four are reported)
 MIN_SEEDS = 3  # a verdict needs intervals over seeds as well as items: fewer whole seeds read "pending"
 COLLAPSE = 0.5  # a solver ending below half the solvers' starting probe accuracy has collapsed (a diagnostic)
+# "what scale would be needed": the seeds per arm for (a) and (b) to detect a true difference of these sizes
+# (probe accuracy, 2 and 5 points) with POWER, extrapolated from the per-seed spread measured (stats.seeds_needed)
+EFFECTS = (0.02, 0.05)
+POWER = 0.8
 
 
 def smooth(y: np.ndarray, window: int = WINDOW) -> np.ndarray:
@@ -418,9 +427,16 @@ def _add_per_seed(result: dict, per_run: dict) -> None:
         return [_get(m, path) for m in per_run.get(arm, [])]
 
     for name, other in (("a_probe", SINGLE), ("b_reward", CONTROL)):
-        result[name]["per_seed"] = {
+        per_seed = {
             "overall": minus(changes(POP, "probe"), changes(other, "probe")),
             "hardest": minus(changes(POP, "probe_hardest"), changes(other, "probe_hardest")),
+        }
+        result[name]["per_seed"] = per_seed
+        # no rule reads it: how many seeds per arm an effect of each size would need at the spread seen
+        result[name]["seeds_needed"] = {
+            "effects": list(EFFECTS),
+            "power": POWER,
+            **{k: [seeds_needed(v, e, power=POWER) for e in EFFECTS] for k, v in per_seed.items()},
         }
     # no rule reads it: solvers that lost over half their probe accuracy, per arm and seed (a control that
     # collapses makes "population minus control" large without any gain)

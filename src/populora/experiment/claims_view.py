@@ -108,10 +108,24 @@ def claim_rows(result: dict) -> tuple[list[str], list[list[str]]]:
     def probe_row(label: str, measure: str, claim: dict, key: str) -> list[str]:
         return [label, measure, pts(claim[key]), seeds(claim["per_seed"][key], 100), claim[f"verdict_{key}"]]
 
+    def scale_row(label: str, claim: dict) -> list[str]:
+        """The seeds per arm a 2- or 5-point difference would need at the per-seed spread seen."""
+        need = claim.get("seeds_needed") or {}
+        sizes = " / ".join(f"{100 * e:.0f}" for e in need.get("effects", []))
+        counts = " / ".join("-" if n is None else str(n) for n in need.get("overall", []))
+        spread = [x for x in claim["per_seed"]["overall"] if x is not None]
+        sd = (
+            f"sd {100 * float(np.std(spread, ddof=1)):.1f} pts over {len(spread)}" if len(spread) > 1 else "-"
+        )
+        power = f"{100 * need.get('power', 0):.0f}%"
+        return [label, f"seeds per arm for {sizes} pts ({power} power)", counts or "-", sd, "no rule (scale)"]
+
     rows = [
         probe_row("(a) population > single", f"{POP} - single", a, "overall"),
         probe_row("(a) ... hardest level", f"{POP} - single", a, "hardest"),
+        scale_row("(a) ... seeds needed", a),
         probe_row("(b) gain from reward", f"{POP} - shuffled", b, "overall"),
+        scale_row("(b) ... seeds needed", b),
         [
             "(b) ... solvers collapsed",
             "solvers ending < half the start",
