@@ -130,7 +130,8 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
     ) -> None:
         """The paper's claims (a-f) answered from an ablation's finished runs, each with its interval, its
         control and a verdict; reads an experiment part-way through its sittings too (the seeds every arm
-        finished)."""
+        finished). For (a) and (b) it also says how many seeds per arm a 2- or 5-point difference would need at
+        the spread measured."""
         import json
 
         from populora.experiment.claims import claims
