@@ -161,7 +161,11 @@ def test_quick_ablation_runs_every_arm_writes_json_and_html(quick_ablation):
     assert set(cl["e_arms_race"]["arms"]) == {"1T+1S", "4T+4S"}
     assert (out / "claims.png").stat().st_size > 0
     page = (out / "experiment.html").read_text()
-    assert "Population-size ablation" in page and page.count("data:image/png;base64") >= 3
+    assert "Population-size ablation" in page and page.count("data:image/png;base64") >= 4
+    # the claims with their verdicts and their figure, at the top of the page
+    card = "<h2>The paper's claims</h2>"
+    assert card in page and "(e) arms race oscillates" in page and "pending (1 of 3 seeds)" in page
+    assert page.index(card) < page.index("Summary (mean")
     assert "4T+4S" in page
 
 

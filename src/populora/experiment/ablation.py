@@ -379,6 +379,6 @@ def _run(
     result["claims"] = {k: v for k, v in answered.items() if k not in ("curves", "records")}
     out.mkdir(parents=True, exist_ok=True)
     _write_json(out / "experiment.json", result)
-    write_ablation_page(result, out / "experiment.html")
+    write_ablation_page(result, out / "experiment.html", claims_png=out / "claims.png")
     log(f"wrote {out / 'experiment.json'} and {out / 'experiment.html'}")
     return result

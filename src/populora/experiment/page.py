@@ -6,6 +6,7 @@ report; every number on it is in experiment.json.
 
 from __future__ import annotations
 
+import base64
 import datetime as _dt
 import html
 from pathlib import Path
@@ -241,7 +242,29 @@ def _eval_table(ev: dict) -> str:
     )
 
 
-def write_ablation_page(result: dict, path: Path) -> Path:
+def _claims_card(claims: dict | None, png: Path | None) -> str:
+    """The paper's claims (a-f) with their verdicts, as `experiment claims` prints them, and their figure."""
+    if not claims or not claims.get("seeds_used"):
+        return ""
+    from populora.experiment.claims_view import claim_rows
+
+    head, rows = claim_rows(claims)
+    img = ""
+    if png is not None and png.is_file():  # drawn from the curves, which experiment.json does not repeat
+        data = base64.b64encode(png.read_bytes()).decode("ascii")
+        img = f'<img alt="the claims per arm over steps" src="data:image/png;base64,{data}">'
+    return (
+        '<section class="card"><h2>The paper\'s claims</h2>'
+        + _table(head, [[_esc(c) for c in r] for r in rows])
+        + f'<p class="cap">Seeds {_esc(claims["seeds_used"])} of every arm. Each verdict follows the rule fixed '
+        'before the data (docs/learning.md, "Answering the paper\'s claims"); intervals are 95%, over seeds '
+        'and probe items (a, b) or over seeds (c-f). Rows marked "no rule" are readings that no verdict uses. '
+        "Every number is under <code>claims</code> in experiment.json.</p>" + img + "</section>"
+    )
+
+
+def write_ablation_page(result: dict, path: Path, claims_png: Path | None = None) -> Path:
+    """experiment.html of an ablation; `claims_png`: the claims figure to show with the claims' table."""
     res = result["results"]
     head, rows = ablation_rows(result)
     quick = " (--quick: a pipeline check, too short to show learning)" if result.get("quick") else ""
@@ -250,7 +273,8 @@ def write_ablation_page(result: dict, path: Path) -> Path:
         f'<p class="sub">preset {_esc(result["preset"])} · seeds {_esc(result["seeds"])} · overrides '
         f"{_esc(' '.join(result['overrides']) or 'none')} · generated "
         f"{_dt.datetime.now().strftime('%Y-%m-%d %H:%M')}</p>"
-        '<section class="card"><h2>Summary (mean [95% CI over seeds])</h2>'
+        + _claims_card(result.get("claims"), claims_png)
+        + '<section class="card"><h2>Summary (mean [95% CI over seeds])</h2>'
         + _table(head, rows)
         + '<p class="cap">Probe: greedy accuracy (%) on the fixed held-out probe, mean over the three task '
         "types; change = last probe minus step 0, per seed. Valid rate: first and last quarter of the steps. "
