@@ -232,7 +232,8 @@ def test_claims_read_a_finished_experiment_and_refuse_one_without_a_whole_seed(q
         "overall": [None, None],
         "hardest": [None, None],
     }
-    assert "(a) ... seeds needed" in res.output
+    assert "(a) ... seeds needed" in res.output and "(f) ... ratings vs probe" in res.output
+    assert set(data["f_ratings"]["rating_vs_probe"]) == set(DEFAULT_ARMS)
     assert len(data["e_arms_race"]["per_seed"]) == 1 and "per seed" in res.output
     # (d) at an equal budget: the valid proposals every run reached, each arm's cells at that budget
     finals = [recs[0]["steps"]["valid_total"][-1] for recs in data["records"].values()]

@@ -12,6 +12,7 @@ from populora.experiment.claims import (
     lead_changes,
     new_program_share,
     probe_change,
+    rating_skill_agreement,
     run_claim_measures,
     smooth,
     teacher_margin,
@@ -152,3 +153,20 @@ def test_claims_say_how_many_seeds_a_2_or_5_point_effect_needs():
     assert need["effects"] == [0.02, 0.05] and need["overall"][0] == 10 and need["overall"][1] < 10
     assert need["hardest"] == [None, None]  # no spread on the hardest level: nothing to extrapolate from
     assert result["b_reward"]["seeds_needed"]["overall"] == [None, None]  # no shuffled arm
+
+
+def test_rating_skill_agreement_ranks_the_students_mu_against_their_probe():
+    roles = {"T0": "teacher", "S0": "student", "S1": "student", "S2": "student", "S3": "student"}
+    acc = {"S0": 0.1, "S1": 0.2, "S2": 0.4, "S3": 0.3, "T0": 0.9}  # the teacher is not ranked
+    rec = {
+        "roles": roles,
+        "steps": {"step": [1, 2]},
+        "probe": [{"step": 0, "probe": {}}, {"step": 2, "probe": {m: {"code_i": a} for m, a in acc.items()}}],
+        "ratings": {m: {"mu": [None, mu]} for m, mu in zip(roles, [5.0, 1.0, 2.0, 3.0, 4.0], strict=True)},
+    }
+    # ranks of mu 1, 2, 3, 4 against accuracy 0.1, 0.2, 0.4, 0.3: sum of d^2 = 2, 1 - 6 * 2 / (4 * 15) = 0.8
+    assert rating_skill_agreement(rec) == pytest.approx(0.8)
+    rec["ratings"]["S3"]["mu"] = [None, None]  # S3 not rated at that step: three students left, ranked alike
+    assert rating_skill_agreement(rec) == pytest.approx(1.0)
+    rec["ratings"]["S2"]["mu"] = [None, None]  # two students: no correlation
+    assert rating_skill_agreement(rec) is None

@@ -17,7 +17,9 @@ its sittings can be read too) and answers:
 - (e) `arms_race`: the teachers' margin per step, (teacher wins - teacher losses) / teacher games, smoothed
   over `WINDOW` steps; the lead changes of its sign and the share of steps each role leads;
 - (f) `ratings`: at the last step, the spread (standard deviation) of the living members' TrueSkill mu per
-  role, divided by their mean sigma: above 1, the members stand apart by more than their ratings' uncertainty.
+  role, divided by their mean sigma: above 1, the members stand apart by more than their ratings' uncertainty;
+  and, with no rule, whether the ratings order the students as the held-out probe does (`rating_vs_probe`: the
+  Spearman correlation of mu and probe accuracy at the last probe), since evolution selects by rating.
 
 For (a) and (b), `seeds_needed` says what scale a verdict would need: the seeds per arm that would detect a true
 difference of 2 or 5 probe points with 80% power, extrapolated from the per-seed differences measured
@@ -121,6 +123,34 @@ def teacher_margin(rec: dict) -> np.ndarray:
     return np.array(out, dtype=float)
 
 
+def rating_skill_agreement(rec: dict) -> float | None:
+    """At the run's last probe, the Spearman rank correlation between the students' TrueSkill mu and their
+    probe accuracy (mean over task types), over the students alive and rated then. Evolution selects by rating;
+    near 1 it keeps the members that solve held-out problems best, near or below 0 winning games has come apart
+    from held-out skill. None with fewer than 3 students or no rank order (all equal). mu 1, 2, 3, 4 against
+    accuracy 0.1, 0.2, 0.4, 0.3: 1 - 6 * 2 / (4 * 15) = 0.8."""
+    from scipy.stats import spearmanr
+
+    probes = [p for p in rec.get("probe") or [] if p.get("probe")]
+    if not probes:
+        return None
+    last = probes[-1]
+    steps = list(rec["steps"]["step"])
+    if last["step"] not in steps:
+        return None
+    i = steps.index(last["step"])
+    mus, accs = [], []
+    for member, acc in last["probe"].items():
+        mu = ((rec.get("ratings") or {}).get(member) or {}).get("mu") or []
+        vals = [v for v in acc.values() if v is not None]
+        if rec["roles"].get(member) == "student" and i < len(mu) and mu[i] is not None and vals:
+            mus.append(float(mu[i]))
+            accs.append(float(np.mean(vals)))
+    if len(mus) < 3 or len(set(mus)) < 2 or len(set(accs)) < 2:
+        return None
+    return float(spearmanr(mus, accs).statistic)
+
+
 def run_claim_measures(rec: dict) -> dict:
     """Every per-run number the claims read, from one run's raw records (run_records.run_records)."""
     st = rec["steps"]
@@ -155,6 +185,7 @@ def run_claim_measures(rec: dict) -> dict:
             "teacher_lead_share": float((lead > 0).mean()) if lead.size else None,
             "student_lead_share": float((lead < 0).mean()) if lead.size else None,
         }
+    out["rating_skill"] = rating_skill_agreement(rec)
     out["ratings"] = {}
     for role in ("teacher", "student"):
         mus, sigmas = [], []
@@ -381,6 +412,8 @@ def claims(out: Path, hardest: int | None = None) -> dict:
         "teachers": _arm_stats(per_run, ("ratings", "teacher", "spread_over_sigma")),
         "population_minus_control": _paired(per_run, POP, CONTROL, ratio),
         "verdict": verdict(_above(_arm_stats(per_run, ratio).get(POP), 1.0), POP),
+        # no rule reads it: whether the ratings evolution selects by rank the students as the probe does
+        "rating_vs_probe": _arm_stats(per_run, ("rating_skill",)),
     }
     result["curves"] = {a: [_curves(r, hardest) for r in rs] for a, rs in records.items()}
     _add_per_seed(result, per_run)
@@ -445,6 +478,7 @@ def _add_per_seed(result: dict, per_run: dict) -> None:
     result["d_coverage"]["per_seed"] = measure(POP, ("coverage_growth_second_half",))
     result["e_arms_race"]["per_seed"] = measure(POP, ("arms_race", "lead_changes"))
     result["f_ratings"]["per_seed"] = measure(POP, ("ratings", "student", "spread_over_sigma"))
+    result["f_ratings"]["rating_vs_probe_per_seed"] = measure(POP, ("rating_skill",))
 
 
 def _curves(rec: dict, hardest: int | None) -> dict:

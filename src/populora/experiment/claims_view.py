@@ -168,6 +168,13 @@ def claim_rows(result: dict) -> tuple[list[str], list[list[str]]]:
             seeds(f["per_seed"], digits=2),
             f["verdict"],
         ],
+        [
+            "(f) ... ratings vs probe",
+            "students' mu vs probe, rank corr.",
+            pts((f.get("rating_vs_probe") or {}).get(POP), 1.0, ""),
+            seeds(f.get("rating_vs_probe_per_seed"), digits=2),
+            "no rule (diagnostic)",
+        ],
     ]
     return ["claim", "measure", "value [95% CI]", "per seed", "verdict"], rows
 
