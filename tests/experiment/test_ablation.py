@@ -229,6 +229,7 @@ def test_claims_read_a_finished_experiment_and_refuse_one_without_a_whole_seed(q
     assert data["a_probe"]["seeds_needed"] == {
         "effects": [0.02, 0.05],
         "power": 0.8,
+        "sd": None,
         "overall": [None, None],
         "hardest": [None, None],
     }

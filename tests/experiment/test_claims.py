@@ -151,6 +151,7 @@ def test_claims_say_how_many_seeds_a_2_or_5_point_effect_needs():
     assert result["a_probe"]["per_seed"]["overall"] == pytest.approx([0.01, 0.03, 0.05])
     need = result["a_probe"]["seeds_needed"]
     assert need["effects"] == [0.02, 0.05] and need["overall"][0] == 10 and need["overall"][1] < 10
+    assert need["sd"] == pytest.approx(0.02)
     assert need["hardest"] == [None, None]  # no spread on the hardest level: nothing to extrapolate from
     assert result["b_reward"]["seeds_needed"]["overall"] == [None, None]  # no shuffled arm
 

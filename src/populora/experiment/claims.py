@@ -448,6 +448,12 @@ def minus(xs: Sequence, ys: Sequence) -> list[float | None]:
     return [None if x is None or y is None else x - y for x, y in zip(xs, ys, strict=False)]
 
 
+def _sd(xs: Sequence[float | None]) -> float | None:
+    """Sample standard deviation of the values given (None with fewer than 2)."""
+    v = [x for x in xs if x is not None]
+    return float(np.std(v, ddof=1)) if len(v) > 1 else None
+
+
 def _add_per_seed(result: dict, per_run: dict) -> None:
     """Each claim's key number seed by seed (`per_seed`, in `seeds_used` order), so a reader sees the spread
     an interval summarises: the paired probe differences of (a) and (b) (solvers' mean change) and the
@@ -469,6 +475,7 @@ def _add_per_seed(result: dict, per_run: dict) -> None:
         result[name]["seeds_needed"] = {
             "effects": list(EFFECTS),
             "power": POWER,
+            "sd": _sd(per_seed["overall"]),  # the spread the counts extrapolate from (overall)
             **{k: [seeds_needed(v, e, power=POWER) for e in EFFECTS] for k, v in per_seed.items()},
         }
     # no rule reads it: solvers that lost over half their probe accuracy, per arm and seed (a control that

@@ -113,10 +113,8 @@ def claim_rows(result: dict) -> tuple[list[str], list[list[str]]]:
         need = claim.get("seeds_needed") or {}
         sizes = " / ".join(f"{100 * e:.0f}" for e in need.get("effects", []))
         counts = " / ".join("-" if n is None else str(n) for n in need.get("overall", []))
-        spread = [x for x in claim["per_seed"]["overall"] if x is not None]
-        sd = (
-            f"sd {100 * float(np.std(spread, ddof=1)):.1f} pts over {len(spread)}" if len(spread) > 1 else "-"
-        )
+        n = sum(x is not None for x in claim["per_seed"]["overall"])
+        sd = f"sd {100 * need['sd']:.1f} pts over {n}" if need.get("sd") is not None else "-"
         power = f"{100 * need.get('power', 0):.0f}%"
         return [label, f"seeds per arm for {sizes} pts ({power} power)", counts or "-", sd, "no rule (scale)"]
 
