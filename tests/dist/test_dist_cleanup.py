@@ -61,7 +61,7 @@ def test_ctrl_c_finishes_the_step_and_leaves_nothing_behind(run, ray_address):
     assert rc == 130, err[-3000:]
     line = one_line(err, "interrupted:")
     assert "saved after step" in line and f"--resume {run.dir}" in line
-    assert run.leftovers() == []
+    assert run.leftovers() == [], err[-3000:]
     _resumes_to_the_end(run.dir, ray_address)
 
 
@@ -72,7 +72,7 @@ def test_sigterm_stops_at_once_and_leaves_nothing_behind(run, ray_address):
     assert rc == 143, err[-3000:]
     line = one_line(err, "terminated (SIGTERM):")
     assert "newest checkpoint checkpoints/step_" in line and f"--resume {run.dir}" in line
-    assert run.leftovers() == []
+    assert run.leftovers() == [], err[-3000:]
     _resumes_to_the_end(run.dir, ray_address)
 
 
@@ -83,5 +83,5 @@ def test_a_dead_worker_stops_the_others_and_leaves_nothing_behind(run, ray_addre
     assert rc == 2, err[-3000:]
     line = one_line(err, "error:")
     assert "dist worker" in line and "died" in line and f"--resume {run.dir}" in line
-    assert run.leftovers() == []
+    assert run.leftovers() == [], err[-3000:]
     _resumes_to_the_end(run.dir, ray_address)

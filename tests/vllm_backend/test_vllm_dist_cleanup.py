@@ -55,7 +55,7 @@ def test_a_double_ctrl_c_mid_step_releases_the_vllm_workers(run):
     rc, err = run.finish()
     assert rc == 130, err[-3000:]
     assert f"--resume {run.dir}" in one_line(err, "interrupted:")
-    assert run.leftovers() == []
+    assert run.leftovers() == [], err[-3000:]
     assert check_run(run.dir) == []
 
 
@@ -65,7 +65,7 @@ def test_sigterm_releases_the_vllm_workers(run):
     rc, err = run.finish()
     assert rc == 143, err[-3000:]
     assert f"--resume {run.dir}" in one_line(err, "terminated (SIGTERM):")
-    assert run.leftovers() == []
+    assert run.leftovers() == [], err[-3000:]
     assert check_run(run.dir) == []
 
 
@@ -76,5 +76,5 @@ def test_a_dead_vllm_worker_stops_the_other_and_leaves_nothing_behind(run):
     assert rc == 2, err[-3000:]
     line = one_line(err, "error:")
     assert "dist worker" in line and "died" in line
-    assert run.leftovers() == []
+    assert run.leftovers() == [], err[-3000:]
     assert check_run(run.dir) == []

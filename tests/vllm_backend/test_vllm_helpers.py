@@ -180,6 +180,52 @@ def test_unlink_orphans_removes_only_unheld_entries_of_the_recorded_inode(tmp_pa
             f.unlink(missing_ok=True)
 
 
+def test_unlink_new_orphans_removes_only_new_unheld_multiprocessing_entries():
+    """The second line behind the record: what appeared since the snapshot under Python's multiprocessing
+    names (`psm_<8 hex>`, `sem.mp-<8>`) and nobody holds goes; what existed before, what a process still maps
+    and other names stay."""
+    import secrets
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from populora.engine.vllm import shm_entries, unlink_new_orphans
+
+    shm = Path("/dev/shm")
+    if not shm.is_dir():
+        pytest.skip("no /dev/shm here")
+    old = shm / f"psm_{secrets.token_hex(4)}"
+    old.write_bytes(b"\0" * 4096)
+    before = shm_entries()
+    new_segment = shm / f"psm_{secrets.token_hex(4)}"
+    new_semaphore = shm / f"sem.mp-{secrets.token_hex(4)}"
+    held = shm / f"psm_{secrets.token_hex(4)}"
+    other = shm / f"populora-test-{secrets.token_hex(4)}"
+    for f in (new_segment, new_semaphore, held, other):
+        f.write_bytes(b"\0" * 4096)
+    holder = subprocess.Popen(  # maps `held` until its stdin closes
+        [
+            sys.executable,
+            "-c",
+            f"import mmap, sys; f = open({str(held)!r}, 'r+b'); m = mmap.mmap(f.fileno(), 4096); f.close(); "
+            "print('ok', flush=True); sys.stdin.read()",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "ok"
+        assert sorted(unlink_new_orphans(before)) == sorted([new_segment.name, new_semaphore.name])
+        assert old.exists() and held.exists() and other.exists()
+        assert not new_segment.exists() and not new_semaphore.exists()
+    finally:
+        holder.stdin.close()
+        holder.wait()
+        for f in (old, new_segment, new_semaphore, held, other):
+            f.unlink(missing_ok=True)
+
+
 def test_sweep_ipc_sockets_removes_only_unbound_uuid_sockets():
     import shutil
     import socket

@@ -177,6 +177,7 @@ class DistWorker:
             "node": os.uname().nodename,
             # what vLLM's processes hold in /dev/shm: the driver unlinks it should this worker die with them
             "shm": dict(getattr(self.engine, "shm", None) or {}),
+            "shm_before": getattr(self.engine, "shm_before", None),  # /dev/shm before its vLLM started
             "vllm_pids": dict(getattr(self.engine, "vllm_pids", None) or {}),
             "tmp_files": list(getattr(self.engine, "tmp_files", None) or []),
             "loss_agg": self.hf.loss_agg,
@@ -688,6 +689,7 @@ class DistributedEngine(PeftFolderIO):
             remove_files,
             sweep_ipc_sockets,
             sweep_stale_scratch,
+            unlink_new_orphans,
         )
 
         here = [i for i in self._infos if i.get("node") == os.uname().nodename]
@@ -705,6 +707,11 @@ class DistributedEngine(PeftFolderIO):
         remove_files([f for i in here for f in i.get("tmp_files") or []])
         if shm:  # retried until nobody holds them: a process that held an entry may take a while to exit
             release_shm(shm)
+        befores = [i["shm_before"] for i in here if i.get("shm_before") is not None]
+        if befores:  # what the record missed: new since every local worker's vLLM started, held by nobody
+            unlink_new_orphans(
+                {n: ino for n, ino in befores[0].items() if all(b.get(n) == ino for b in befores)}
+            )
         root = self._scratch_root or ("/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir())
         sweep_stale_scratch(Path(root))
         sweep_ipc_sockets()

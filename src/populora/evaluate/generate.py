@@ -282,6 +282,9 @@ class VLLMGenerator:
         kw: dict = {"max_model_len": self.max_model_len} if self.max_model_len else {}
         if not str(self.device).startswith("cuda") and not os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
             kw["kv_cache_memory_bytes"] = cpu_kv_cache_bytes(self.base, 0.0, self.max_model_len)
+        from populora.engine.vllm import shm_entries, vllm_children, vllm_shm
+
+        self._shm_before = shm_entries()  # new after vLLM starts and held by nobody at close: its leftover
         try:
             self._llm = LLM(
                 model=self.base,
@@ -294,8 +297,6 @@ class VLLMGenerator:
         except (ValueError, RuntimeError) as exc:
             raise GenerationError(f"vLLM could not start on {self.base}: {exc}") from exc
         self._max_rank = max_rank
-        from populora.engine.vllm import vllm_children, vllm_shm
-
         self._shm = vllm_shm()  # what vLLM's processes hold in /dev/shm: unlinked at close if left behind
         self._vllm_pids = vllm_children()  # its worker may outlive the engine core at close: ended then
         return self._llm
@@ -375,7 +376,12 @@ class VLLMGenerator:
         if self._llm is not None:
             from populora.engine.vllm import shutdown_llm
 
-            shutdown_llm(self._llm, getattr(self, "_shm", None), getattr(self, "_vllm_pids", None))
+            shutdown_llm(
+                self._llm,
+                getattr(self, "_shm", None),
+                getattr(self, "_vllm_pids", None),
+                getattr(self, "_shm_before", None),
+            )
             self._llm = None
 
 
