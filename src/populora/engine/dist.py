@@ -695,8 +695,14 @@ class DistributedEngine(PeftFolderIO):
         here = [i for i in self._infos if i.get("node") == os.uname().nodename]
         if not here:
             return
-        deadline = time.monotonic() + 10.0  # ray.kill returns before the processes are gone
-        while time.monotonic() < deadline and any(_alive(int(i["pid"])) for i in here):
+        # ray.kill returns before the processes are gone. Ray makes each worker a process-group leader and
+        # kills the group; wait for the whole group (vLLM's processes included, even one the record missed),
+        # since a process still mapping a /dev/shm entry keeps it from being unlinked.
+        groups = {int(i["pid"]) for i in here} - {os.getpgid(0)}
+        deadline = time.monotonic() + 10.0
+        while time.monotonic() < deadline and (
+            any(_alive(int(i["pid"])) for i in here) or _live_in_groups(groups)
+        ):
             time.sleep(0.1)
         orphans: dict[int, str] = {}
         shm: dict[str, int] = {}
@@ -750,6 +756,24 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def _live_in_groups(groups: set[int]) -> bool:
+    """Whether a live (not zombie) process belongs to one of process groups `groups` (Linux /proc)."""
+    if not groups:
+        return False
+    try:
+        entries = [d for d in Path("/proc").iterdir() if d.name.isdigit()]
+    except OSError:
+        return False
+    for d in entries:
+        try:
+            fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 2 and fields[0] != "Z" and int(fields[2]) in groups:
+            return True
+    return False
 
 
 def _python_sigterm_handler() -> Any:
