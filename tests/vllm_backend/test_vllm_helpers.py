@@ -1,7 +1,12 @@
 """The vLLM backend's pure helpers, which run without vLLM: rank rounding, the CPU KV-cache default, the memory
 preflight (vLLM holds a second copy of the base and a KV cache) and the config keys."""
 
+import contextlib
 import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +22,8 @@ from populora.engine.vllm import (
 )
 from populora.train.errors import TrainError
 from populora.train.setup import preflight
+
+SHM = Path("/dev/shm")
 
 
 def test_lora_rank_rounds_up_to_a_value_vllm_accepts():
@@ -137,29 +144,14 @@ def test_adapters_for_vllm_are_written_in_its_dtype(tmp_path):
     assert 2 * sizes["bfloat16"] == sizes["float32"]
 
 
-def test_unlink_orphans_removes_only_unheld_entries_of_the_recorded_inode(tmp_path):
-    """The /dev/shm entries vLLM's processes held are unlinked after close only when nobody holds them any
-    more and the name still is the same file."""
-    import os
-    import subprocess
-    import sys
-    import uuid
-    from pathlib import Path
-
-    from populora.engine.vllm import unlink_orphans
-
-    shm = Path("/dev/shm")
-    if not shm.is_dir():
-        pytest.skip("no /dev/shm here")
-    tag = uuid.uuid4().hex[:8]
-    held, orphan, renamed = (shm / f"populora-test-{tag}-{k}" for k in ("held", "orphan", "renamed"))
-    for f in (held, orphan, renamed):
-        f.write_bytes(b"\0" * 4096)
-    holder = subprocess.Popen(  # maps `held` and keeps it mapped until its stdin closes
+@contextlib.contextmanager
+def mapped_by_another_process(path):
+    """A subprocess that maps `path` (4096 bytes) for the duration of the block."""
+    holder = subprocess.Popen(
         [
             sys.executable,
             "-c",
-            f"import mmap, sys; f = open({str(held)!r}, 'r+b'); m = mmap.mmap(f.fileno(), 4096); f.close(); "
+            f"import mmap, sys; f = open({str(path)!r}, 'r+b'); m = mmap.mmap(f.fileno(), 4096); f.close(); "
             "print('ok', flush=True); sys.stdin.read()",
         ],
         stdin=subprocess.PIPE,
@@ -168,14 +160,33 @@ def test_unlink_orphans_removes_only_unheld_entries_of_the_recorded_inode(tmp_pa
     )
     try:
         assert holder.stdout.readline().strip() == "ok"
-        entries = {p.name: os.stat(p).st_ino for p in (held, orphan, renamed)}
-        os.unlink(renamed)
-        renamed.write_bytes(b"new")  # the same name, another file since: not ours any more
-        assert unlink_orphans(entries) == [orphan.name]
-        assert held.exists() and renamed.exists() and not orphan.exists()
+        yield
     finally:
         holder.stdin.close()
         holder.wait()
+
+
+def test_unlink_orphans_removes_only_unheld_entries_of_the_recorded_inode(tmp_path):
+    """The /dev/shm entries vLLM's processes held are unlinked after close only when nobody holds them any
+    more and the name still is the same file."""
+    import uuid
+
+    from populora.engine.vllm import unlink_orphans
+
+    if not SHM.is_dir():
+        pytest.skip("no /dev/shm here")
+    tag = uuid.uuid4().hex[:8]
+    held, orphan, renamed = (SHM / f"populora-test-{tag}-{k}" for k in ("held", "orphan", "renamed"))
+    for f in (held, orphan, renamed):
+        f.write_bytes(b"\0" * 4096)
+    try:
+        with mapped_by_another_process(held):
+            entries = {p.name: os.stat(p).st_ino for p in (held, orphan, renamed)}
+            os.unlink(renamed)
+            renamed.write_bytes(b"new")  # the same name, another file since: not ours any more
+            assert unlink_orphans(entries) == [orphan.name]
+            assert held.exists() and renamed.exists() and not orphan.exists()
+    finally:
         for f in (held, orphan, renamed):
             f.unlink(missing_ok=True)
 
@@ -185,43 +196,26 @@ def test_unlink_new_orphans_removes_only_new_unheld_multiprocessing_entries():
     names (`psm_<8 hex>`, `sem.mp-<8>`) and nobody holds goes; what existed before, what a process still maps
     and other names stay."""
     import secrets
-    import subprocess
-    import sys
-    from pathlib import Path
 
     from populora.engine.vllm import shm_entries, unlink_new_orphans
 
-    shm = Path("/dev/shm")
-    if not shm.is_dir():
+    if not SHM.is_dir():
         pytest.skip("no /dev/shm here")
-    old = shm / f"psm_{secrets.token_hex(4)}"
+    old = SHM / f"psm_{secrets.token_hex(4)}"
     old.write_bytes(b"\0" * 4096)
     before = shm_entries()
-    new_segment = shm / f"psm_{secrets.token_hex(4)}"
-    new_semaphore = shm / f"sem.mp-{secrets.token_hex(4)}"
-    held = shm / f"psm_{secrets.token_hex(4)}"
-    other = shm / f"populora-test-{secrets.token_hex(4)}"
+    new_segment = SHM / f"psm_{secrets.token_hex(4)}"
+    new_semaphore = SHM / f"sem.mp-{secrets.token_hex(4)}"
+    held = SHM / f"psm_{secrets.token_hex(4)}"
+    other = SHM / f"populora-test-{secrets.token_hex(4)}"
     for f in (new_segment, new_semaphore, held, other):
         f.write_bytes(b"\0" * 4096)
-    holder = subprocess.Popen(  # maps `held` until its stdin closes
-        [
-            sys.executable,
-            "-c",
-            f"import mmap, sys; f = open({str(held)!r}, 'r+b'); m = mmap.mmap(f.fileno(), 4096); f.close(); "
-            "print('ok', flush=True); sys.stdin.read()",
-        ],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
     try:
-        assert holder.stdout.readline().strip() == "ok"
-        assert sorted(unlink_new_orphans(before)) == sorted([new_segment.name, new_semaphore.name])
-        assert old.exists() and held.exists() and other.exists()
-        assert not new_segment.exists() and not new_semaphore.exists()
+        with mapped_by_another_process(held):
+            assert sorted(unlink_new_orphans(before)) == sorted([new_segment.name, new_semaphore.name])
+            assert old.exists() and held.exists() and other.exists()
+            assert not new_segment.exists() and not new_semaphore.exists()
     finally:
-        holder.stdin.close()
-        holder.wait()
         for f in (old, new_segment, new_semaphore, held, other):
             f.unlink(missing_ok=True)
 
