@@ -220,6 +220,84 @@ def test_unlink_new_orphans_removes_only_new_unheld_multiprocessing_entries():
             f.unlink(missing_ok=True)
 
 
+def test_unlink_new_orphans_waits_for_a_dying_group_and_names_what_it_could_not_unlink(caplog):
+    """In the dist sweep, a killed worker's vLLM processes may still map their queue for a moment: an entry
+    held by a process of `dying_groups` is waited for (here the holder ends a second later), while one held
+    by a process of another group is left at once, and one held past the timeout is named with its pid."""
+    import secrets
+
+    from populora.engine.vllm import shm_entries, unlink_new_orphans
+
+    if not SHM.is_dir():
+        pytest.skip("no /dev/shm here")
+    before = shm_entries()
+    dying, kept = SHM / f"psm_{secrets.token_hex(4)}", SHM / f"psm_{secrets.token_hex(4)}"
+    for f in (dying, kept):
+        f.write_bytes(b"\0" * 4096)
+    code = (
+        "import mmap, sys, time; f = open(sys.argv[1], 'r+b'); m = mmap.mmap(f.fileno(), 4096); f.close(); "
+        "print('ok', flush=True); time.sleep(float(sys.argv[2]))"
+    )
+    holders = []
+    made = [dying, kept]
+    try:
+        for f, seconds, own_group in ((dying, 1.0, True), (kept, 60.0, False)):
+            p = subprocess.Popen(
+                [sys.executable, "-c", code, str(f), str(seconds)],
+                stdout=subprocess.PIPE,
+                text=True,
+                start_new_session=own_group,
+            )
+            assert p.stdout.readline().strip() == "ok"
+            holders.append(p)
+        group = os.getpgid(holders[0].pid)
+        assert unlink_new_orphans(before, dying_groups={group}, timeout_s=60) == [dying.name]
+        assert not dying.exists() and kept.exists()  # the other group's holder was not waited for
+
+        again = SHM / f"psm_{secrets.token_hex(4)}"
+        made.append(again)
+        again.write_bytes(b"\0" * 4096)
+        p = subprocess.Popen(
+            [sys.executable, "-c", code, str(again), "60"],
+            stdout=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        holders.append(p)
+        assert p.stdout.readline().strip() == "ok"
+        with caplog.at_level("WARNING"):
+            assert unlink_new_orphans(before, dying_groups={os.getpgid(p.pid)}, timeout_s=0.5) == []
+        assert again.exists()
+        assert f"{again.name} (pids {p.pid})" in caplog.text
+    finally:
+        for p in holders:
+            p.kill()
+            p.wait()
+        for f in made:
+            f.unlink(missing_ok=True)
+
+
+def test_vllm_in_groups_finds_vllm_processes_by_group_even_unrecorded():
+    """The sweep ends vLLM's processes left in a killed worker's process group, recorded or not: found by the
+    group and a `VLLM` process title; other programs of the group, and other groups, are not touched."""
+    import time
+
+    from populora.engine.vllm import vllm_in_groups
+
+    if not Path("/proc/self/stat").exists():
+        pytest.skip("needs Linux /proc")
+    core = subprocess.Popen(["bash", "-c", "exec -a VLLM::EngineCore sleep 60"], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 10  # bash's exec takes a moment to show the new title
+        while time.monotonic() < deadline and not vllm_in_groups({core.pid}):
+            time.sleep(0.05)
+        assert vllm_in_groups({core.pid}) == {core.pid: "VLLM::EngineCore"}
+        assert vllm_in_groups({core.pid + 1_000_000}) == {} and vllm_in_groups(set()) == {}
+    finally:
+        core.kill()
+        core.wait()
+
+
 def test_sweep_ipc_sockets_removes_only_unbound_uuid_sockets():
     import shutil
     import socket

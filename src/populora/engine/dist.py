@@ -684,12 +684,14 @@ class DistributedEngine(PeftFolderIO):
         import tempfile
 
         from populora.engine.vllm import (
+            RELEASE_TIMEOUT_S,
             end_orphaned_vllm,
             release_shm,
             remove_files,
             sweep_ipc_sockets,
             sweep_stale_scratch,
             unlink_new_orphans,
+            vllm_in_groups,
         )
 
         here = [i for i in self._infos if i.get("node") == os.uname().nodename]
@@ -704,7 +706,7 @@ class DistributedEngine(PeftFolderIO):
             any(_alive(int(i["pid"])) for i in here) or _live_in_groups(groups)
         ):
             time.sleep(0.1)
-        orphans: dict[int, str] = {}
+        orphans: dict[int, str] = vllm_in_groups(groups)  # vLLM's processes of the groups, recorded or not
         shm: dict[str, int] = {}
         for i in here:
             orphans.update({int(p): c for p, c in (i.get("vllm_pids") or {}).items()})
@@ -716,7 +718,9 @@ class DistributedEngine(PeftFolderIO):
         befores = [i["shm_before"] for i in here if i.get("shm_before") is not None]
         if befores:  # what the record missed: new since every local worker's vLLM started, held by nobody
             unlink_new_orphans(
-                {n: ino for n, ino in befores[0].items() if all(b.get(n) == ino for b in befores)}
+                {n: ino for n, ino in befores[0].items() if all(b.get(n) == ino for b in befores)},
+                dying_groups=groups,  # a killed worker's process still ending: waited for, not skipped
+                timeout_s=RELEASE_TIMEOUT_S,
             )
         root = self._scratch_root or ("/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir())
         sweep_stale_scratch(Path(root))

@@ -611,31 +611,67 @@ def _proc_children(root: int) -> dict[int, str]:
     return out
 
 
-def shm_inodes(pids=None) -> set[int]:
-    """Inodes under /dev/shm that processes `pids` (None: every process) have mapped or open. By inode: a POSIX
-    semaphore is made under a temporary name and linked into place, so the maps show the temporary name."""
+def shm_holders(pids=None) -> dict[int, set[int]]:
+    """Inodes under /dev/shm that processes `pids` (None: every process) have mapped or open, each with the pids
+    that hold it. By inode: a POSIX semaphore is made under a temporary name and linked into place, so the maps
+    show the temporary name."""
     if pids is None:
         try:
             pids = [int(d.name) for d in Path("/proc").iterdir() if d.name.isdigit()]
         except OSError:
-            return set()
-    held: set[int] = set()
+            return {}
+    held: dict[int, set[int]] = {}
     for pid in pids:
         d = Path(f"/proc/{pid}")
         try:
             for line in (d / "maps").read_text().splitlines():
                 parts = line.split(maxsplit=5)
                 if len(parts) == 6 and parts[5].startswith("/dev/shm/"):
-                    held.add(int(parts[4]))
+                    held.setdefault(int(parts[4]), set()).add(int(pid))
             for fd in (d / "fd").iterdir():
                 try:
                     if os.readlink(fd).startswith("/dev/shm/"):
-                        held.add(os.stat(fd).st_ino)
+                        held.setdefault(os.stat(fd).st_ino, set()).add(int(pid))
                 except OSError:
                     continue
         except (OSError, ValueError):
             continue
     return held
+
+
+def shm_inodes(pids=None) -> set[int]:
+    """Inodes under /dev/shm that processes `pids` (None: every process) have mapped or open."""
+    return set(shm_holders(pids))
+
+
+def process_group(pid: int) -> int | None:
+    """The process group of live (not zombie) process `pid`, None if it is gone (Linux /proc)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return None if fields[0] == "Z" else int(fields[2])
+
+
+def vllm_in_groups(groups: set[int]) -> dict[int, str]:
+    """vLLM's live processes (`VLLM::...`) in process groups `groups`, with their command lines: those of a
+    killed dist worker keep its group after it is gone (its engine core ignores its parent's end)."""
+    out: dict[int, str] = {}
+    if not groups:
+        return out
+    try:
+        entries = [d for d in Path("/proc").iterdir() if d.name.isdigit()]
+    except OSError:
+        return out
+    for d in entries:
+        if process_group(int(d.name)) in groups:
+            try:
+                cmd = (d / "cmdline").read_bytes().split(b"\0", 1)[0].decode(errors="replace")
+            except OSError:
+                continue
+            if cmd.startswith("VLLM"):
+                out[int(d.name)] = cmd
+    return out
 
 
 def vllm_children(root: int | None = None) -> dict[int, str]:
@@ -810,25 +846,57 @@ def shm_entries() -> dict[str, int]:
     return out
 
 
-def unlink_new_orphans(before: dict[str, int]) -> list[str]:
+def unlink_new_orphans(
+    before: dict[str, int], dying_groups: set[int] | None = None, timeout_s: float = 0.0
+) -> list[str]:
     """The second line behind `release_shm`: unlink this user's multiprocessing segments and semaphores
     (`psm_*`, `sem.mp-*`) that appeared since `before` (`shm_entries()` taken before vLLM started) and that
     no live process holds; return their names. Once in CI a vLLM worker killed mid-run left one engine's two
     message queues (400 MiB of RAM) and its semaphore behind although the sweep ran (not reproduced
-    in 7 local reruns); whatever the record `vllm_shm` misses goes here, with a warning naming it. An entry
-    still held, one that existed before, or one with another kind of name is left alone."""
-    import logging
+    locally); whatever the record `vllm_shm` misses goes here, with a warning naming it. An entry still
+    held, one that existed before, or one with another kind of name is left alone.
 
-    new = {
-        n: ino for n, ino in shm_entries().items() if before.get(n) != ino and _MULTIPROCESSING_SHM.match(n)
-    }
-    removed = unlink_orphans(new) if new else []
+    With `dying_groups` (the process groups of killed workers), an entry still held by a process of those
+    groups is waited for, at most `timeout_s`: such a process is on its way out (vLLM's processes notice
+    their parent's end within a second or so) and unmaps the entry when it ends. What such a process still
+    holds at the end is named, with its holders, in a warning."""
+    import logging
+    import time
+
+    log = logging.getLogger(__name__)
+    deadline = time.monotonic() + timeout_s
+    removed: list[str] = []
+    while True:
+        new = {
+            n: ino
+            for n, ino in shm_entries().items()
+            if before.get(n) != ino and _MULTIPROCESSING_SHM.match(n)
+        }
+        removed += unlink_orphans(new) if new else []
+        left = {n: ino for n, ino in new.items() if n not in removed and _same_file(SHM / n, ino)}
+        holders = shm_holders() if left and dying_groups else {}
+        dying = {
+            n: sorted(p for p in holders.get(ino, ()) if process_group(p) in dying_groups)
+            for n, ino in left.items()
+        }
+        dying = {n: ps for n, ps in dying.items() if ps}
+        if not dying or time.monotonic() >= deadline:
+            break
+        time.sleep(0.2)
     if removed:  # the record missed them: say so, it is how a gap in `vllm_shm` shows
-        logging.getLogger(__name__).warning(
+        log.warning(
             "vLLM: unlinked %d /dev/shm entr%s left behind that the start-up record missed: %s",
             len(removed),
             "y" if len(removed) == 1 else "ies",
             ", ".join(sorted(removed)),
+        )
+    if dying:
+        log.warning(
+            "vLLM: %d /dev/shm entr%s still held after %.0fs by a killed worker's processes, left in place: %s",
+            len(dying),
+            "y" if len(dying) == 1 else "ies",
+            timeout_s,
+            "; ".join(f"{n} (pids {', '.join(map(str, ps))})" for n, ps in sorted(dying.items())),
         )
     return removed
 
