@@ -40,6 +40,10 @@ def test_the_sandbox_computes_the_answer_and_scoring_is_type_strict(sandbox):
     assert t.score(ok, answers, sandbox) == [True, False, False, False]
     assert tasks.score_many([(t, ok, answers)], sandbox)[0].solves == [True, False, False, False]
     assert t.parse_answer(t.render_answer("14")) == answers[0]
+    # the gold answer (what gold-trained specialists learn from) is the sandbox's value, and it scores
+    assert t.gold_answer(ok) == "14" and t.score(
+        ok, [t.parse_answer(t.render_answer(t.gold_answer(ok)))]
+    ) == [True]
     assert t.parse_proposal(t.render_proposal("(3 + 4) * 2")).program == "(3 + 4) * 2"
 
 

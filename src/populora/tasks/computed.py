@@ -55,6 +55,11 @@ class ComputedAnswerTask(FamilyTask):
     def canonical_of(self, problem: Problem) -> str:
         raise NotImplementedError
 
+    def gold_answer(self, problem: Problem) -> str:
+        """An answer text that scores True: the value the sandbox computed at validation, as the literal it
+        stored (what `score` compares against). Gold-trained specialists read it."""
+        return problem.output
+
     def check_answer(self, text: str) -> Any:
         """The student's block as a plain value; the default reads one Python literal (never evaluated)."""
         try:
