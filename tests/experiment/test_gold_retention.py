@@ -104,3 +104,49 @@ def test_quick_gold_retention_end_to_end(tmp_path):
     assert res.exit_code == 2 and "--specialists gold" in res.output
     res = CliRunner().invoke(app, ["experiment", "retention", "--out", str(out), "--probe-every", "5"])
     assert res.exit_code == 2 and "--probe-every K (K >= 1) goes with --specialists gold" in res.output
+
+
+@pytest.mark.timeout(900)
+def test_quick_gold_retention_on_another_familys_task(tmp_path):
+    """`--tasks arith,code_o`: the arith specialist trains on the family's seed problems and is scored on its
+    fixed probe items, next to a code_o specialist on the graded probe; the table and JSON name the pair."""
+    out = tmp_path / "ret"
+    res = CliRunner().invoke(
+        app,
+        ["experiment", "retention", "--specialists", "gold", "--quick", "--out", str(out)]
+        + ["--tasks", "arith,code_o", "--operators", "X1", "--seeds", "1"],
+    )
+    assert res.exit_code == 0, res.output
+    data = json.loads((out / "experiment.json").read_text())
+    assert data["tasks"] == ["arith", "code_o"] and data["probe_items"] == {"arith": 4, "code_o": 4}
+    assert set(data["accuracy"]) == {"base", "arith specialist", "code_o specialist", "X1 seed 0"}
+    assert set(data["accuracy"]["X1 seed 0"]) == {"arith", "code_o"}
+    assert set(data["probe_levels"]) == {"code_o"}  # the family's fixed items have no graded levels
+    assert "kept of the arith gain" in res.output and "arith specialist: step 2/2" in res.output
+
+
+def test_bad_specialist_tasks_are_refused_with_the_installed_types(tmp_path):
+    for bad, said in (
+        ("arith", "give two different task types"),
+        ("code_o,code_o", "give two different task types"),
+        ("code_o,nope", "'nope' is not an installed task type; choose from code_i, code_o, code_f, arith"),
+    ):
+        res = CliRunner().invoke(
+            app,
+            [
+                "experiment",
+                "retention",
+                "--specialists",
+                "gold",
+                "--out",
+                str(tmp_path / "r"),
+                "--tasks",
+                bad,
+            ],
+        )
+        assert res.exit_code == 2 and said in res.output, res.output
+        assert not (tmp_path / "r").exists()
+    res = CliRunner().invoke(
+        app, ["experiment", "retention", "--out", str(tmp_path / "r"), "--tasks", "arith,code_o"]
+    )
+    assert res.exit_code == 2 and "--tasks goes with --specialists gold" in res.output

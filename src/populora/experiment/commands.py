@@ -265,6 +265,12 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
             "--probe-every",
             help="gold: also score each specialist on its own task every K steps (its gain as it trains).",
         ),
+        tasks: str = typer.Option(
+            None,
+            "--tasks",
+            help="gold: the specialists' two task types, comma-separated (default code_o,code_i; any installed "
+            "type, e.g. arith,code_o: `populora tasks list`).",
+        ),
         overrides: list[str] = typer.Option([], "--set", help="key=value for every run (repeatable)."),
     ) -> None:
         """Two single-task specialists, a child per crossover operator, probed at birth and after recovery
@@ -288,9 +294,17 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
             _fail(
                 "--probe-every K (K >= 1) goes with --specialists gold; the rl form's runs have their own probe"
             )
+        if tasks is not None and specialists != "gold":
+            _fail("--tasks goes with --specialists gold (the rl form trains the code_o and code_i pair)")
         try:
             if specialists == "gold":
-                from populora.experiment.gold_retention import gold_rows_table, run_gold_retention
+                from populora.experiment.gold_retention import (
+                    gold_rows_table,
+                    run_gold_retention,
+                    specialist_tasks,
+                )
+
+                pair = specialist_tasks([t.strip() for t in tasks.split(",") if t.strip()] if tasks else None)
 
                 result = run_gold_retention(
                     out,
@@ -302,6 +316,7 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
                     overrides,
                     log=typer.echo,
                     probe_every=probe_every,
+                    tasks=pair,
                 )
                 _print_table(*gold_rows_table(result))
                 return

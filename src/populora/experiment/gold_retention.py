@@ -7,9 +7,14 @@ nothing to keep and every ratio noise. A gold specialist is made by the engine's
 gold answer (what a correct rollout earns) of fresh training problems of its task each step, drawn from the
 model's graded generator on its train split (the split is on programs with literals masked, so no probe
 program has a twin there: `pretrain/graded.py`). It aims at least `MIN_GAIN` above the base model on its task.
+The two task types are code_o and code_i by default; `tasks=` takes any two (`--tasks arith,code_o`): a task
+type of another installed family trains on that family's seed problems (`registry.seed_problems`, which avoid
+its probe items) and is scored on its fixed probe items (`registry.probe_items`). On the bundled model such a
+type can host a specialist where AZR's cannot: the asset was pretrained on AZR's distribution, so more of it
+moves nothing, while `arith`, which it never saw, gains 10-20 points in 20-30 steps (docs/learning.md).
 
-Then, for every crossover operator and operator seed, the child of (code_o specialist, code_i specialist) is
-scored at birth, greedy, on the graded probe of both tasks, with the base model and both parents, all in mixed
+Then, for every crossover operator and operator seed, the child of the two specialists (first task's parent
+first) is scored at birth, greedy, on the probe of both tasks, with the base model and both parents, all in mixed
 batches of the same engine. The measure is the share of each parent's gain the child keeps on that parent's
 task, `(child - base) / (parent - base)`; its 95% interval is a bootstrap over the probe items and the operator
 seeds together (crossed, as in stats.py). No recovery steps here (the RL form of the command has them).
@@ -63,13 +68,19 @@ def train_specialist(
     every: int = 0,
     checkpoint: Callable[[int], None] | None = None,
 ) -> None:
-    """`steps` updates of slot `slot` on the gold answers of `per_step` fresh training problems of `task`;
-    `checkpoint(step)` after every `every` steps (0: never)."""
+    """`steps` updates of slot `slot` on the gold answers of `per_step` fresh training problems of `task`
+    (AZR's: the graded generator at `levels`; another family's: its seed problems); `checkpoint(step)` after
+    every `every` steps (0: never)."""
     from populora.engine import TrainBatch
+    from populora.tasks import TASK_NAMES, registry
     from populora.train.setup import synthetic_seeds
 
     for step in range(1, steps + 1):
-        problems = synthetic_seeds(per_step, sandbox, seed * 100_003 + step, levels, types=(task,))
+        stream = seed * 100_003 + step
+        if task in TASK_NAMES:
+            problems = synthetic_seeds(per_step, sandbox, stream, levels, types=(task,))
+        else:
+            problems = registry.seed_problems(task, per_step, sandbox, stream)
         engine.train_step(TrainBatch(gold_rows(engine, task, problems, slot)))
         if step % 10 == 0 or step == steps:
             log(f"  {task} specialist: step {step}/{steps}")
@@ -102,6 +113,27 @@ def kept_interval(child: np.ndarray, parent: np.ndarray, base: np.ndarray, seed:
     return {"kept": point, "lo": lo, "hi": hi, "seeds": n_s, "items": n_i}
 
 
+def specialist_tasks(tasks: Sequence[str] | None) -> tuple[str, str]:
+    """The two task types of the specialists (default code_o, code_i), checked: two different task types,
+    each AZR's or an installed family's; a ConfigError names the problem and the installed types."""
+    from populora.config import ConfigError
+    from populora.tasks import registry
+
+    pair = tuple(tasks or SPECIALISTS)
+    known = registry.task_types(registry.names())
+    if len(pair) != 2 or pair[0] == pair[1]:
+        raise ConfigError(
+            f"--tasks {','.join(pair)}: give two different task types, e.g. --tasks arith,code_o"
+        )
+    for t in pair:
+        if not registry.is_task_type(t):
+            raise ConfigError(
+                f"--tasks: {t!r} is not an installed task type; choose from {', '.join(known)} "
+                "(`populora tasks list`; a plugin family adds its own)"
+            )
+    return pair[0], pair[1]
+
+
 def run_gold_retention(
     out: Path,
     preset: str = "tiny-learn",
@@ -112,10 +144,12 @@ def run_gold_retention(
     overrides: Sequence[str] = (),
     log: Callable[[str], None] = print,
     probe_every: int = 0,
+    tasks: Sequence[str] | None = None,
 ) -> dict:
     """Train the gold specialists, make every child per operator seed, score them at birth; write
     OUT/experiment.json and return it (see the module docstring). `probe_every` K > 0 also scores each
-    specialist on its own task every K steps against the base (`specialist_curve`): how its gain grows."""
+    specialist on its own task every K steps against the base (`specialist_curve`): how its gain grows.
+    `tasks`: the specialists' two task types (default code_o, code_i; `specialist_tasks`)."""
     from populora.config import load_config
     from populora.engine.models import resolve_model
     from populora.experiment.retention import CROSSOVERS
@@ -123,9 +157,11 @@ def run_gold_retention(
     from populora.pretrain.graded_probe import MAX_NEW_TOKENS as GRADED_BUDGET
     from populora.pretrain.graded_probe import probe_selection
     from populora.sandbox import Sandbox
+    from populora.tasks import TASK_NAMES, registry
     from populora.train.probe import probe_members
     from populora.train.setup import build_engine, graded_seed_levels
 
+    pair = specialist_tasks(tasks)
     out = Path(out)
     steps = specialist_steps or (2 if quick else 40)
     ops = list(operators or (("X1", "X2") if quick else CROSSOVERS))
@@ -135,7 +171,13 @@ def run_gold_retention(
     # 8 slots: base, two parents, and children scored 5 at a time in one mixed batch
     cfg = load_config(preset, [*size, *overrides, "population.teachers=4", "population.students=4"])
     levels = graded_seed_levels(resolve_model(cfg.model.name, cfg.model.revision or None))
-    problems, item_levels = probe_selection("graded", cfg.diagnostics.probe_size, list(SPECIALISTS))
+    azr = [t for t in pair if t in TASK_NAMES]
+    problems, item_levels = probe_selection("graded", cfg.diagnostics.probe_size, azr)
+    budget = dict(GRADED_BUDGET)
+    for t in pair:
+        if t not in TASK_NAMES:  # another family's fixed probe items, at the run's answer budget
+            problems[t] = list(registry.probe_items(t))[: cfg.diagnostics.probe_size]
+            budget[t] = cfg.tasks.student_max_new_tokens
     t0 = time.time()
     engine = build_engine(cfg)
     try:
@@ -143,17 +185,15 @@ def run_gold_retention(
             engine.reset_slot(0, seed=0)  # slot 0 stays at B = 0: the base model
             verdicts: dict = {}
 
-            def score(slots: dict[str, int], tasks: Sequence[str] = SPECIALISTS) -> dict:
-                found = probe_members(
-                    engine, slots, {t: problems[t] for t in tasks}, sb, "compact", GRADED_BUDGET
-                )
+            def score(slots: dict[str, int], tasks: Sequence[str] = pair) -> dict:
+                found = probe_members(engine, slots, {t: problems[t] for t in tasks}, sb, "compact", budget)
                 return {m: {t: np.array(found.correct["free"][m][t]) for t in tasks} for m in slots}
 
             # the base once, first: the specialists' curve and the children's kept shares both read it
             verdicts.update(score({"base": 0}))
             base_acc = {t: float(v.mean()) for t, v in verdicts["base"].items()}
             curve: dict[str, list[dict]] = {}
-            for k, task in enumerate(SPECIALISTS):
+            for k, task in enumerate(pair):
                 engine.reset_slot(k + 1, seed=cfg.train.seed + k)
                 log(f"gold specialist on {task}: {steps} steps of {per_step} problems ...")
                 curve[task] = []
@@ -177,10 +217,10 @@ def run_gold_retention(
                     every=probe_every,
                     checkpoint=checkpoint,
                 )
-            parents = [engine.get_adapter(k + 1) for k in range(len(SPECIALISTS))]
+            parents = [engine.get_adapter(k + 1) for k in range(len(pair))]
             children = {(op, s): apply(op, parents=parents, seed=s) for op in ops for s in range(n_seeds)}
 
-            verdicts.update(score({"code_o specialist": 1, "code_i specialist": 2}))
+            verdicts.update(score({f"{t} specialist": k + 1 for k, t in enumerate(pair)}))
             keys = list(children)
             for c in range(0, len(keys), 5):
                 batch = keys[c : c + 5]
@@ -191,8 +231,8 @@ def run_gold_retention(
     finally:
         engine.close()
     base = verdicts["base"]
-    acc = {m: {t: float(v[t].mean()) for t in SPECIALISTS} for m, v in verdicts.items()}
-    gains = {t: acc[f"{t} specialist"][t] - acc["base"][t] for t in SPECIALISTS}
+    acc = {m: {t: float(v[t].mean()) for t in pair} for m, v in verdicts.items()}
+    gains = {t: acc[f"{t} specialist"][t] - acc["base"][t] for t in pair}
     rows = {}
     for op in ops:
         rows[op] = {
@@ -201,24 +241,25 @@ def run_gold_retention(
                 verdicts[f"{t} specialist"][t],
                 base[t],
             )
-            for t in SPECIALISTS
+            for t in pair
         }
-        for t in SPECIALISTS:
+        for t in pair:
             rows[op][t]["accuracy"] = float(np.mean([acc[f"{op} seed {s}"][t] for s in range(n_seeds)]))
     result = {
         "kind": "retention",
         "specialists": "gold",
+        "tasks": list(pair),
         "preset": preset,
         "quick": quick,
         "overrides": list(overrides),
         "specialist_steps": steps,
         "operator_seeds": n_seeds,
         "operators": ops,
-        "probe_items": {t: len(problems[t]) for t in SPECIALISTS},
-        "probe_levels": {t: list(item_levels[t]) for t in SPECIALISTS} if item_levels else None,
+        "probe_items": {t: len(problems[t]) for t in pair},
+        "probe_levels": {t: list(item_levels[t]) for t in azr} if item_levels and azr else None,
         "accuracy": acc,
         "specialist_gain": gains,
-        "specialists_specialise": {t: gains[t] >= MIN_GAIN for t in SPECIALISTS},
+        "specialists_specialise": {t: gains[t] >= MIN_GAIN for t in pair},
         "probe_every": probe_every,
         "specialist_curve": curve if probe_every else None,
         "kept": rows,
@@ -239,8 +280,9 @@ def gold_rows_table(result: dict) -> tuple[list[str], list[list[str]]]:
         ci = f" [{k['lo']:+.2f}, {k['hi']:+.2f}]" if k["lo"] is not None else ""
         return f"{k['kept']:+.2f}{ci}"
 
-    head = ["operator", *(f"kept of the {t} gain" for t in SPECIALISTS)]
-    rows = [[op, *(cell(result["kept"][op][t]) for t in SPECIALISTS)] for op in result["operators"]]
+    pair = result.get("tasks", SPECIALISTS)  # results written before `tasks` existed: the AZR pair
+    head = ["operator", *(f"kept of the {t} gain" for t in pair)]
+    rows = [[op, *(cell(result["kept"][op][t]) for t in pair)] for op in result["operators"]]
     gains = ", ".join(f"{t} {100 * g:+.1f} pts" for t, g in result["specialist_gain"].items())
     rows.append(["specialists' gain over the base", gains, ""])
     ok = result["specialists_specialise"]
@@ -249,4 +291,11 @@ def gold_rows_table(result: dict) -> tuple[list[str], list[list[str]]]:
     return head, rows
 
 
-__all__ = ["gold_rows", "gold_rows_table", "kept_interval", "run_gold_retention", "train_specialist"]
+__all__ = [
+    "gold_rows",
+    "gold_rows_table",
+    "kept_interval",
+    "run_gold_retention",
+    "specialist_tasks",
+    "train_specialist",
+]
