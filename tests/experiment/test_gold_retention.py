@@ -11,6 +11,8 @@ from typer.testing import CliRunner
 from populora.cli import app
 from populora.experiment.gold_retention import gold_rows, gold_rows_table, kept_interval
 
+GOLD = ["experiment", "retention", "--specialists", "gold"]
+
 
 def test_kept_share_by_hand():
     base = np.array([0, 0, 1, 0])
@@ -66,20 +68,7 @@ def test_gold_rows_are_the_gold_answer_then_eos_at_advantage_one():
 @pytest.mark.timeout(900)
 def test_quick_gold_retention_end_to_end(tmp_path):
     out = tmp_path / "ret"
-    res = CliRunner().invoke(
-        app,
-        [
-            "experiment",
-            "retention",
-            "--specialists",
-            "gold",
-            "--quick",
-            "--out",
-            str(out),
-            "--probe-every",
-            "1",
-        ],
-    )
+    res = CliRunner().invoke(app, [*GOLD, "--quick", "--out", str(out), "--probe-every", "1"])
     assert res.exit_code == 0, res.output
     data = json.loads((out / "experiment.json").read_text())
     # the specialists' curve: each scored on its own task after every step, its gain over the base; the last
@@ -113,8 +102,7 @@ def test_quick_gold_retention_on_another_familys_task(tmp_path):
     out = tmp_path / "ret"
     res = CliRunner().invoke(
         app,
-        ["experiment", "retention", "--specialists", "gold", "--quick", "--out", str(out)]
-        + ["--tasks", "arith,code_o", "--operators", "X1", "--seeds", "1"],
+        [*GOLD, "--quick", "--out", str(out), "--tasks", "arith,code_o", "--operators", "X1", "--seeds", "1"],
     )
     assert res.exit_code == 0, res.output
     data = json.loads((out / "experiment.json").read_text())
@@ -131,19 +119,7 @@ def test_bad_specialist_tasks_are_refused_with_the_installed_types(tmp_path):
         ("code_o,code_o", "give two different task types"),
         ("code_o,nope", "'nope' is not an installed task type; choose from code_i, code_o, code_f, arith"),
     ):
-        res = CliRunner().invoke(
-            app,
-            [
-                "experiment",
-                "retention",
-                "--specialists",
-                "gold",
-                "--out",
-                str(tmp_path / "r"),
-                "--tasks",
-                bad,
-            ],
-        )
+        res = CliRunner().invoke(app, [*GOLD, "--out", str(tmp_path / "r"), "--tasks", bad])
         assert res.exit_code == 2 and said in res.output, res.output
         assert not (tmp_path / "r").exists()
     res = CliRunner().invoke(

@@ -764,20 +764,9 @@ def _alive(pid: int) -> bool:
 
 def _live_in_groups(groups: set[int]) -> bool:
     """Whether a live (not zombie) process belongs to one of process groups `groups` (Linux /proc)."""
-    if not groups:
-        return False
-    try:
-        entries = [d for d in Path("/proc").iterdir() if d.name.isdigit()]
-    except OSError:
-        return False
-    for d in entries:
-        try:
-            fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if len(fields) > 2 and fields[0] != "Z" and int(fields[2]) in groups:
-            return True
-    return False
+    from populora.engine.vllm import processes_in_groups
+
+    return bool(processes_in_groups(groups))
 
 
 def _python_sigterm_handler() -> Any:

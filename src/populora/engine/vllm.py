@@ -653,24 +653,28 @@ def process_group(pid: int) -> int | None:
     return None if fields[0] == "Z" else int(fields[2])
 
 
+def processes_in_groups(groups: set[int]) -> list[int]:
+    """The live (not zombie) processes of process groups `groups` (Linux /proc; empty elsewhere)."""
+    if not groups:
+        return []
+    try:
+        pids = [int(d.name) for d in Path("/proc").iterdir() if d.name.isdigit()]
+    except OSError:
+        return []
+    return [p for p in pids if process_group(p) in groups]
+
+
 def vllm_in_groups(groups: set[int]) -> dict[int, str]:
     """vLLM's live processes (`VLLM::...`) in process groups `groups`, with their command lines: those of a
     killed dist worker keep its group after it is gone (its engine core ignores its parent's end)."""
     out: dict[int, str] = {}
-    if not groups:
-        return out
-    try:
-        entries = [d for d in Path("/proc").iterdir() if d.name.isdigit()]
-    except OSError:
-        return out
-    for d in entries:
-        if process_group(int(d.name)) in groups:
-            try:
-                cmd = (d / "cmdline").read_bytes().split(b"\0", 1)[0].decode(errors="replace")
-            except OSError:
-                continue
-            if cmd.startswith("VLLM"):
-                out[int(d.name)] = cmd
+    for p in processes_in_groups(groups):
+        try:
+            cmd = Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0", 1)[0].decode(errors="replace")
+        except OSError:
+            continue
+        if cmd.startswith("VLLM"):
+            out[p] = cmd
     return out
 
 
