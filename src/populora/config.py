@@ -292,10 +292,10 @@ class RLConfig:
 class TasksConfig:
     types: list[str] = field(default_factory=lambda: list(TASKS))
     """Task types each teacher proposes, split equally: AZR's code_i (infer input), code_o (output), code_f
-    (function), or the types of another family in `tasks.families` (e.g. arith)."""
+    (function), or the types of another family in `tasks.families` (e.g. arith, lists)."""
     families: list[str] = field(default_factory=lambda: ["azr"])
     """Task families the run loads and probes, by name (`populora tasks list` shows the installed ones: azr,
-    arith, plugins of the `populora.tasks` entry-point group); every entry of `tasks.types` must belong to one."""
+    arith, lists, plugins of the `populora.tasks` entry-point group); every entry of `tasks.types` must belong to one."""
     prompts: int = 72
     """Teacher prompts per matchup per step (the paper's 72), split equally across task types; each is sampled
     `rl.teacher_group` times."""

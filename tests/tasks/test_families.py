@@ -22,6 +22,7 @@ def test_builtin_families_are_installed_and_azr_is_the_old_tasks():
     found = registry.installed()
     assert found["azr"].task_types == ("code_i", "code_o", "code_f") and found["azr"].source == "populora"
     assert found["arith"].task_types == ("arith",) and found["arith"].ok
+    assert found["lists"].task_types == ("lists",) and found["lists"].ok
     azr = registry.get_family("azr")
     # the AZR family hands out the very objects `tasks.get` always did: unchanged behaviour
     for t in ("code_i", "code_o", "code_f"):
@@ -67,6 +68,7 @@ def test_tasks_list_shows_name_types_and_package():
     rows = {line.split()[0]: line.split() for line in r.output.splitlines()[1:]}
     assert rows["azr"][1:3] == ["code_i,code_o,code_f", "populora"]
     assert rows["arith"][1:3] == ["arith", "populora"]
+    assert rows["lists"][1:3] == ["lists", "populora"]
 
 
 class _Evil(FamilyTask):

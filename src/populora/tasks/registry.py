@@ -7,7 +7,7 @@ declares
     myfamily = "my_package.module:MyFamily"
 
 where `MyFamily` is a `populora.tasks.family.TaskFamily` subclass (or instance) whose `name` is the entry
-point's name. populora declares its own two (`azr`, `arith`) the same way in pyproject.toml; they are also
+point's name. populora declares its own three (`azr`, `arith`, `lists`) the same way in pyproject.toml; they are also
 always present when the installed metadata predates them (a source checkout), so a run never loses them.
 
 A family that fails to load, that names itself differently from its entry point, that takes a name already
@@ -29,7 +29,11 @@ from populora.names import TASKS
 from populora.tasks.family import TaskFamily
 
 GROUP = "populora.tasks"
-BUILTIN: dict[str, str] = {"azr": "populora.tasks.azr:AzrFamily", "arith": "populora.tasks.arith:ArithFamily"}
+BUILTIN: dict[str, str] = {
+    "azr": "populora.tasks.azr:AzrFamily",
+    "arith": "populora.tasks.arith:ArithFamily",
+    "lists": "populora.tasks.lists:ListsFamily",
+}
 DEFAULT_FAMILIES: tuple[str, ...] = ("azr",)
 
 
