@@ -18,11 +18,9 @@ from __future__ import annotations
 import ast
 import random
 import re
-from functools import cache
 from typing import Any
 
-from populora.tasks.computed import ComputedAnswerTask
-from populora.tasks.family import TaskFamily
+from populora.tasks.computed import ExpressionTask, GeneratedFamily
 from populora.tasks.types import FormatError, Problem
 
 MAX_CHARS = 80
@@ -48,10 +46,10 @@ def _check_node(node: ast.AST) -> str | None:
     return f"{type(node).__name__} not allowed"
 
 
-class ArithTask(ComputedAnswerTask):
+class ArithTask(ExpressionTask):
     name = "arith"
-    proposal_lang = "expression"
     answer_lang = "output"
+    max_chars = MAX_CHARS
     teacher_intro = (
         "Write one integer arithmetic expression (integers, + - * // %, parentheses; no **), at most "
         f"{MAX_CHARS} characters, in an ```expression block. A student will compute its value."
@@ -59,12 +57,9 @@ class ArithTask(ComputedAnswerTask):
     student_intro = "Compute the value of this expression. Answer with the integer in an ```output block."
 
     def check_proposal(self, text: str) -> str | FormatError:
-        if not 3 <= len(text) <= MAX_CHARS:
-            return FormatError(f"expression: length must be 3..{MAX_CHARS}")
-        try:
-            tree = ast.parse(text, mode="eval")
-        except (SyntaxError, ValueError, RecursionError, MemoryError):
-            return FormatError("expression: does not parse")
+        tree = self.parse_expression(text)
+        if isinstance(tree, FormatError):
+            return tree
         unary = tree.body
         while isinstance(unary, ast.UnaryOp):  # a bare number behind signs is not a problem
             unary = unary.operand
@@ -75,12 +70,6 @@ class ArithTask(ComputedAnswerTask):
         except RecursionError:
             return FormatError("expression: nested too deeply")
         return FormatError(f"expression: {reason}") if reason else ast.unparse(tree.body)
-
-    def program_for(self, canonical: str) -> str:
-        return f"def f():\n    return {canonical}\n"
-
-    def canonical_of(self, problem: Problem) -> str:
-        return problem.program.split("return ", 1)[1].strip()
 
     def check_answer(self, text: str) -> Any:
         if not _INT.fullmatch(text):
@@ -109,47 +98,21 @@ def random_expression(rng: random.Random, depth: int = 2) -> tuple[str, int]:
     return f"({ls} {op} {rs})", value
 
 
-def _items(stream: str, n: int, task: ArithTask, avoid: frozenset[str] = frozenset()) -> list[Problem]:
-    rng = random.Random(stream)
-    out: list[Problem] = []
-    seen = set(avoid)
-    for _ in range(n * 50):
-        if len(out) == n:
-            break
-        text, value = random_expression(rng, depth=rng.choice([1, 2, 3]))
-        canonical = task.check_proposal(text)
-        if isinstance(canonical, FormatError) or canonical in seen:
-            continue
-        seen.add(canonical)
-        out.append(Problem(task.name, task.program_for(canonical), ("",), (repr(value),), "", "seed", 0))
-    return out
-
-
-@cache
-def probe_set() -> tuple[Problem, ...]:
-    return tuple(_items(PROBE_SEED, PROBE_SIZE, ArithTask()))
-
-
-class ArithFamily(TaskFamily):
+class ArithFamily(GeneratedFamily):
     name = "arith"
     task_types = ("arith",)
     description = "integer arithmetic expressions; the sandbox computes each value"
+    task_class = ArithTask
+    probe_stream = PROBE_SEED
+    probe_size = PROBE_SIZE
 
-    def task(self, task_type: str, **config: Any) -> ArithTask:
-        return ArithTask()
+    def draw(self, rng: random.Random) -> tuple[str, int]:
+        return random_expression(rng, depth=rng.choice([1, 2, 3]))
 
-    def probe_items(self, task_type: str) -> list[Problem]:
-        return list(probe_set())
 
-    def seed_problems(self, task_type: str, n: int, sandbox: Any, seed: int) -> list[Problem]:
-        """`n` generated expressions (none of them a probe item), validated in `sandbox`."""
-        task = ArithTask()
-        avoid = frozenset(task.canonical_of(p) for p in probe_set())
-        made = _items(f"arith-seed-{seed}", n, task, avoid)
-        from populora.tasks.types import Proposal
-
-        checked = task.validate([Proposal(task.canonical_of(p), ("",), "", "seed", 0) for p in made], sandbox)
-        return [p for p in checked if isinstance(p, Problem)]
+def probe_set() -> tuple[Problem, ...]:
+    """The family's fixed probe items."""
+    return tuple(ArithFamily().probe_items("arith"))
 
 
 __all__ = ["ArithFamily", "ArithTask", "probe_set", "random_expression"]

@@ -18,11 +18,13 @@ the parsed answer with that value type-strictly, in this process, with no evalua
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import ast
+import random
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from populora.tasks.extract import find_blocks
-from populora.tasks.family import FamilyTask
+from populora.tasks.family import FamilyTask, TaskFamily
 from populora.tasks.literals import LiteralError, parse_literal, strict_equal
 from populora.tasks.types import Answer, FormatError, Invalid, InvalidProblem, Problem, Proposal
 
@@ -188,4 +190,87 @@ class ComputedAnswerTask(FamilyTask):
         return out
 
 
-__all__ = ["CALL", "ComputedAnswerTask"]
+class ExpressionTask(ComputedAnswerTask):
+    """A `ComputedAnswerTask` whose proposal is one Python expression (```expression block) and whose program
+    returns it (`arith`, `lists`): the subclass checks the parse (`parse_expression` gives it) and renders the
+    canonical form with `ast.unparse`."""
+
+    proposal_lang = "expression"
+    max_chars = 80
+
+    def parse_expression(self, text: str) -> ast.Expression | FormatError:
+        """The parse of `text`, or why it is none: its length (3..max_chars) or its syntax."""
+        if not 3 <= len(text) <= self.max_chars:
+            return FormatError(f"expression: length must be 3..{self.max_chars}")
+        try:
+            return ast.parse(text, mode="eval")
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            return FormatError("expression: does not parse")
+
+    def program_for(self, canonical: str) -> str:
+        return f"def f():\n    return {canonical}\n"
+
+    def canonical_of(self, problem: Problem) -> str:
+        return problem.program.split("return ", 1)[1].strip()
+
+
+def generated_items(
+    task: ComputedAnswerTask,
+    draw: Callable[[random.Random], tuple[str, Any]],
+    stream: str,
+    n: int,
+    avoid: frozenset[str] = frozenset(),
+) -> list[Problem]:
+    """`n` distinct problems from `draw(rng)` (a proposal text and its value, built together: nothing is
+    evaluated here) on the random stream `stream`, skipping texts `task` refuses and canonical forms in
+    `avoid`; fewer if 50 draws per problem do not find them."""
+    rng = random.Random(stream)
+    out: list[Problem] = []
+    seen = set(avoid)
+    for _ in range(n * 50):
+        if len(out) == n:
+            break
+        text, value = draw(rng)
+        canonical = task.check_proposal(text)
+        if isinstance(canonical, FormatError) or canonical in seen:
+            continue
+        seen.add(canonical)
+        out.append(Problem(task.name, task.program_for(canonical), ("",), (repr(value),), "", "seed", 0))
+    return out
+
+
+class GeneratedFamily(TaskFamily):
+    """A one-type family of a `ComputedAnswerTask` whose probe items and seed problems come from one generator
+    (the shipped `arith` and `lists`): a subclass sets `task_class`, `probe_stream` and `draw(rng)`. The
+    probe set is `probe_size` items from the fixed stream; seeds come from the run's seed on another stream and
+    never repeat a probe item, and are validated in the sandbox like any proposal."""
+
+    task_class: type[ComputedAnswerTask] = ComputedAnswerTask
+    probe_stream = ""
+    probe_size = 64
+    _probe_cache: dict[type, tuple[Problem, ...]] = {}
+
+    def draw(self, rng: random.Random) -> tuple[str, Any]:
+        raise NotImplementedError
+
+    def task(self, task_type: str, **config: Any) -> ComputedAnswerTask:
+        return self.task_class()
+
+    def probe_items(self, task_type: str) -> list[Problem]:
+        cls = type(self)
+        if cls not in GeneratedFamily._probe_cache:
+            GeneratedFamily._probe_cache[cls] = tuple(
+                generated_items(self.task_class(), self.draw, self.probe_stream, self.probe_size)
+            )
+        return list(GeneratedFamily._probe_cache[cls])
+
+    def seed_problems(self, task_type: str, n: int, sandbox: Any, seed: int) -> list[Problem]:
+        """`n` generated problems (none of them a probe item), validated in `sandbox`."""
+        task = self.task_class()
+        avoid = frozenset(task.canonical_of(p) for p in self.probe_items(task_type))
+        made = generated_items(task, self.draw, f"{self.name}-seed-{seed}", n, avoid)
+        checked = task.validate([Proposal(task.canonical_of(p), ("",), "", "seed", 0) for p in made], sandbox)
+        return [p for p in checked if isinstance(p, Problem)]
+
+
+__all__ = ["CALL", "ComputedAnswerTask", "ExpressionTask", "GeneratedFamily", "generated_items"]

@@ -23,11 +23,9 @@ from __future__ import annotations
 
 import ast
 import random
-from functools import cache
 from typing import Any
 
-from populora.tasks.computed import ComputedAnswerTask
-from populora.tasks.family import TaskFamily
+from populora.tasks.computed import ExpressionTask, GeneratedFamily
 from populora.tasks.literals import LiteralError, parse_literal
 from populora.tasks.types import FormatError, Problem
 
@@ -73,10 +71,10 @@ def _length(node: ast.AST) -> int:
     return n
 
 
-class ListsTask(ComputedAnswerTask):
+class ListsTask(ExpressionTask):
     name = "lists"
-    proposal_lang = "expression"
     answer_lang = "output"
+    max_chars = MAX_CHARS
     teacher_intro = (
         f"Write one list expression (lists of integers 0..{MAX_ITEM}, + between lists, * by 0..{MAX_REPEAT}, "
         f"parentheses; a value of at most {MAX_ITEMS} elements), at most {MAX_CHARS} characters, in an "
@@ -85,12 +83,9 @@ class ListsTask(ComputedAnswerTask):
     student_intro = "Compute the value of this expression. Answer with the list in an ```output block."
 
     def check_proposal(self, text: str) -> str | FormatError:
-        if not 3 <= len(text) <= MAX_CHARS:
-            return FormatError(f"expression: length must be 3..{MAX_CHARS}")
-        try:
-            tree = ast.parse(text, mode="eval")
-        except (SyntaxError, ValueError, RecursionError, MemoryError):
-            return FormatError("expression: does not parse")
+        tree = self.parse_expression(text)
+        if isinstance(tree, FormatError):
+            return tree
         if not isinstance(tree.body, ast.BinOp):
             return FormatError("expression: needs at least one operator")
         try:
@@ -100,12 +95,6 @@ class ListsTask(ComputedAnswerTask):
         except RecursionError:
             return FormatError("expression: nested too deeply")
         return ast.unparse(tree.body)
-
-    def program_for(self, canonical: str) -> str:
-        return f"def f():\n    return {canonical}\n"
-
-    def canonical_of(self, problem: Problem) -> str:
-        return problem.program.split("return ", 1)[1].strip()
 
     def check_answer(self, text: str) -> Any:
         try:
@@ -132,47 +121,21 @@ def random_list_expression(rng: random.Random, depth: int = 2) -> tuple[str, lis
     return (f"({ls} * {k})", lv * k) if rng.random() < 0.5 else (f"({k} * {ls})", lv * k)
 
 
-def _items(stream: str, n: int, task: ListsTask, avoid: frozenset[str] = frozenset()) -> list[Problem]:
-    rng = random.Random(stream)
-    out: list[Problem] = []
-    seen = set(avoid)
-    for _ in range(n * 50):
-        if len(out) == n:
-            break
-        text, value = random_list_expression(rng, depth=rng.choice([1, 2]))
-        canonical = task.check_proposal(text)
-        if isinstance(canonical, FormatError) or canonical in seen:
-            continue
-        seen.add(canonical)
-        out.append(Problem(task.name, task.program_for(canonical), ("",), (repr(value),), "", "seed", 0))
-    return out
-
-
-@cache
-def probe_set() -> tuple[Problem, ...]:
-    return tuple(_items(PROBE_SEED, PROBE_SIZE, ListsTask()))
-
-
-class ListsFamily(TaskFamily):
+class ListsFamily(GeneratedFamily):
     name = "lists"
     task_types = ("lists",)
     description = "list expressions (concatenate, repeat); the sandbox computes each value"
+    task_class = ListsTask
+    probe_stream = PROBE_SEED
+    probe_size = PROBE_SIZE
 
-    def task(self, task_type: str, **config: Any) -> ListsTask:
-        return ListsTask()
+    def draw(self, rng: random.Random) -> tuple[str, list[int]]:
+        return random_list_expression(rng, depth=rng.choice([1, 2]))
 
-    def probe_items(self, task_type: str) -> list[Problem]:
-        return list(probe_set())
 
-    def seed_problems(self, task_type: str, n: int, sandbox: Any, seed: int) -> list[Problem]:
-        """`n` generated expressions (none of them a probe item), validated in `sandbox`."""
-        from populora.tasks.types import Proposal
-
-        task = ListsTask()
-        avoid = frozenset(task.canonical_of(p) for p in probe_set())
-        made = _items(f"lists-seed-{seed}", n, task, avoid)
-        checked = task.validate([Proposal(task.canonical_of(p), ("",), "", "seed", 0) for p in made], sandbox)
-        return [p for p in checked if isinstance(p, Problem)]
+def probe_set() -> tuple[Problem, ...]:
+    """The family's fixed probe items."""
+    return tuple(ListsFamily().probe_items("lists"))
 
 
 __all__ = ["ListsFamily", "ListsTask", "probe_set", "random_list_expression"]
