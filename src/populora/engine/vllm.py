@@ -884,7 +884,9 @@ def unlink_new_orphans(
             for n, ino in left.items()
         }
         dying = {n: ps for n, ps in dying.items() if ps}
-        if not dying or time.monotonic() >= deadline:
+        # an entry whose last holder let go between the unlink pass and this look goes on the next pass
+        let_go = dying_groups and any(not holders.get(ino) for ino in left.values())
+        if not (dying or let_go) or time.monotonic() >= deadline:
             break
         time.sleep(0.2)
     if removed:  # the record missed them: say so, it is how a gap in `vllm_shm` shows
