@@ -806,16 +806,18 @@ def sweep_ipc_sockets(root: str | Path | None = None) -> list[Path]:
     return removed
 
 
-def unlink_orphans(entries: dict[str, int]) -> list[str]:
+def unlink_orphans(entries: dict[str, int], held: set[int] | None = None) -> list[str]:
     """Unlink those of `entries` (name -> inode under /dev/shm) that still exist as the same file and that no
     live process of this user has mapped or open any more; return their names. Safe to call while others use
-    /dev/shm: a name reused since (another inode) or still held is left alone."""
+    /dev/shm: a name reused since (another inode) or still held is left alone. `held`: the held inodes, when
+    the caller has just read them (`shm_holders`) and decides on the same look."""
     left = {n: ino for n, ino in entries.items() if _same_file(SHM / n, ino)}
     if not left:
         return []
     if not Path("/proc").is_dir():
         return []  # who holds what cannot be read: unlink nothing
-    held = shm_inodes()
+    if held is None:
+        held = shm_inodes()
     removed = []
     for n, ino in left.items():
         if ino in held:
@@ -876,17 +878,17 @@ def unlink_new_orphans(
             for n, ino in shm_entries().items()
             if before.get(n) != ino and _MULTIPROCESSING_SHM.match(n)
         }
-        removed += unlink_orphans(new) if new else []
-        left = {n: ino for n, ino in new.items() if n not in removed and _same_file(SHM / n, ino)}
-        holders = shm_holders() if left and dying_groups else {}
+        # one look at who holds what decides both the unlink and the wait: with two looks, a holder that let
+        # go in between would leave its entry behind
+        holders = shm_holders() if new else {}
+        removed += unlink_orphans(new, held=set(holders)) if new else []
         dying = {
             n: sorted(p for p in holders.get(ino, ()) if process_group(p) in dying_groups)
-            for n, ino in left.items()
+            for n, ino in new.items()
+            if dying_groups and n not in removed
         }
         dying = {n: ps for n, ps in dying.items() if ps}
-        # an entry whose last holder let go between the unlink pass and this look goes on the next pass
-        let_go = dying_groups and any(not holders.get(ino) for ino in left.values())
-        if not (dying or let_go) or time.monotonic() >= deadline:
+        if not dying or time.monotonic() >= deadline:
             break
         time.sleep(0.2)
     if removed:  # the record missed them: say so, it is how a gap in `vllm_shm` shows

@@ -48,7 +48,6 @@ def _check_node(node: ast.AST) -> str | None:
 
 class ArithTask(ExpressionTask):
     name = "arith"
-    answer_lang = "output"
     max_chars = MAX_CHARS
     teacher_intro = (
         "Write one integer arithmetic expression (integers, + - * // %, parentheses; no **), at most "

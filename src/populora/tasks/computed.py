@@ -21,6 +21,7 @@ from __future__ import annotations
 import ast
 import random
 from collections.abc import Callable, Sequence
+from functools import cache
 from typing import Any
 
 from populora.tasks.extract import find_blocks
@@ -248,7 +249,6 @@ class GeneratedFamily(TaskFamily):
     task_class: type[ComputedAnswerTask] = ComputedAnswerTask
     probe_stream = ""
     probe_size = 64
-    _probe_cache: dict[type, tuple[Problem, ...]] = {}
 
     def draw(self, rng: random.Random) -> tuple[str, Any]:
         raise NotImplementedError
@@ -257,12 +257,7 @@ class GeneratedFamily(TaskFamily):
         return self.task_class()
 
     def probe_items(self, task_type: str) -> list[Problem]:
-        cls = type(self)
-        if cls not in GeneratedFamily._probe_cache:
-            GeneratedFamily._probe_cache[cls] = tuple(
-                generated_items(self.task_class(), self.draw, self.probe_stream, self.probe_size)
-            )
-        return list(GeneratedFamily._probe_cache[cls])
+        return list(_probe_of(type(self)))
 
     def seed_problems(self, task_type: str, n: int, sandbox: Any, seed: int) -> list[Problem]:
         """`n` generated problems (none of them a probe item), validated in `sandbox`."""
@@ -271,6 +266,13 @@ class GeneratedFamily(TaskFamily):
         made = generated_items(task, self.draw, f"{self.name}-seed-{seed}", n, avoid)
         checked = task.validate([Proposal(task.canonical_of(p), ("",), "", "seed", 0) for p in made], sandbox)
         return [p for p in checked if isinstance(p, Problem)]
+
+
+@cache
+def _probe_of(family: type[GeneratedFamily]) -> tuple[Problem, ...]:
+    """A generated family's probe items, made once per process (every probe and seed call reads them)."""
+    f = family()
+    return tuple(generated_items(f.task_class(), f.draw, f.probe_stream, f.probe_size))
 
 
 __all__ = ["CALL", "ComputedAnswerTask", "ExpressionTask", "GeneratedFamily", "generated_items"]

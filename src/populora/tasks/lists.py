@@ -73,7 +73,6 @@ def _length(node: ast.AST) -> int:
 
 class ListsTask(ExpressionTask):
     name = "lists"
-    answer_lang = "output"
     max_chars = MAX_CHARS
     teacher_intro = (
         f"Write one list expression (lists of integers 0..{MAX_ITEM}, + between lists, * by 0..{MAX_REPEAT}, "
