@@ -11,7 +11,7 @@ the value the sandbox computed (type-strict: a tuple is not a list).
 
 Why it ships: the bundled model was pretrained on AZR's programs only, so more training on AZR's tasks adds
 little, while a task it never saw leaves a LoRA room to specialise (`populora experiment retention
---specialists gold --tasks lists,arith`, docs/learning.md). Unlike `arith` it asks for no arithmetic: the
+--specialists gold --tasks lists,arith --set rl.lr=1e-2 --specialist-steps 50`, docs/learning.md). Unlike `arith` it asks for no arithmetic: the
 answer copies and repeats the literals' numbers, a skill of its own.
 
 Seeds and probe items come from one generator (`random_list_expression`), which builds an expression and its
