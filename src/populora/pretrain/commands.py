@@ -88,6 +88,12 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
             help="Minutes between checkpoints of the model so far in OUT/checkpoint (0 = none); continue a "
             "stopped run with --init-from OUT/checkpoint.",
         ),
+        grow_layers: int = typer.Option(
+            0,
+            "--grow-layers",
+            help="With --init-from: insert N identity layers (copies of their neighbours with zero output "
+            "projections, spread through the stack) before training: a deeper model that starts as the old one.",
+        ),
         attention: str = typer.Option(
             "example",
             help="example: each packed example sees only itself and starts at position 0, as a prompt "
@@ -162,6 +168,22 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         if init_from is not None and not (init_from / "config.json").is_file():
             typer.echo(f"error: --init-from {init_from} is not a model folder (no config.json)", err=True)
             raise typer.Exit(2)
+        if grow_layers:
+            from transformers import AutoConfig
+
+            from populora.pretrain.grow import GrowError, insert_after
+
+            if init_from is None:
+                typer.echo(
+                    "error: --grow-layers needs --init-from MODEL (only a pretrained model is grown)",
+                    err=True,
+                )
+                raise typer.Exit(2)
+            try:
+                insert_after(AutoConfig.from_pretrained(init_from).num_hidden_layers, grow_layers)
+            except GrowError as e:
+                typer.echo(f"error: {e}", err=True)
+                raise typer.Exit(2) from None
         if out.exists() and not out.is_dir():
             typer.echo(f"error: --out {out} exists and is not a folder; choose another path", err=True)
             raise typer.Exit(2)
@@ -187,6 +209,7 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
             level=level,
             student_level=student_level,
             save_every_minutes=save_every,
+            grow_layers=grow_layers,
             bf16=bf16,
             attention=attention,
             trace=trace,

@@ -86,6 +86,9 @@ class PretrainConfig:
     # with a `checkpoint.json` of its step): a run stopped by a crash or the end of a sitting loses at most this
     # much, and `--init-from <out>/checkpoint` continues it. 0 = off.
     save_every_minutes: float = 0.0
+    # With `init_from`: insert this many identity layers (pretrain/grow.py) before training, so the continued
+    # run has more depth and starts from exactly what the original model computes. 0 = keep its shape.
+    grow_layers: int = 0
 
 
 @dataclass
@@ -270,7 +273,13 @@ def pretrain(cfg: PretrainConfig, out: Path, progress: bool = True, renderer=Non
             history = [{"checkpoint": json.loads(ckpt.read_text())}]
         else:
             history = []
+        if cfg.grow_layers:
+            from populora.pretrain.grow import grow_depth
+
+            model = grow_depth(model, cfg.grow_layers)
     else:
+        if cfg.grow_layers:
+            raise ValueError("grow_layers needs init_from: only a pretrained model is grown")
         model = Qwen2ForCausalLM(model_config(cfg, tok))
         history = []
     model.train()
