@@ -382,6 +382,46 @@ def test_release_shm_waits_for_a_holder_that_is_still_ending_then_unlinks(tmp_pa
             f.unlink(missing_ok=True)
 
 
+def test_still_running_is_the_same_program_alive_and_not_a_zombie_or_a_kernel_thread():
+    """A live process with its command line runs; another command line, a zombie or a kernel thread (empty
+    command line, parent kthreadd) does not. (An exiting process, whose command line reads empty for a moment
+    before it is a zombie, counts as running, so end_orphaned_vllm waits for it. That window lasts about 17 ms
+    for a process with 256 MiB and 70 ms with 1 GiB here, between two of the wait's 0.1 s polls: too short to hit
+    on purpose; `make test` hit it once under load, when the test below found its process still exiting.)"""
+    import time
+
+    from populora.engine.vllm import _still_running
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        cmd = Path(f"/proc/{child.pid}/cmdline").read_bytes().split(b"\0", 1)[0].decode()
+        assert _still_running(child.pid, cmd)
+        assert not _still_running(child.pid, "VLLM::EngineCore")
+        child.kill()
+        deadline = time.monotonic() + 10
+        while Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert not _still_running(child.pid, cmd)  # a zombie
+    finally:
+        child.kill()
+        child.wait()
+    kthreads = [
+        int(d)
+        for d in os.listdir("/proc")
+        if d.isdigit() and _stat_ppid(int(d)) == 2 and not Path(f"/proc/{d}/cmdline").read_bytes()
+    ]
+    for pid in kthreads[:3]:
+        assert not _still_running(pid, "VLLM::EngineCore")
+
+
+def _stat_ppid(pid: int) -> int | None:
+    try:
+        return int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def test_end_orphaned_vllm_kills_one_that_ignores_sigterm_and_waits_until_it_is_gone():
     """An orphan that ignores SIGTERM is killed after the grace, and the call returns only once the kernel
     has ended it (its maps would otherwise still hold /dev/shm); a pid whose program changed is left alone."""

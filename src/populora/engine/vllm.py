@@ -685,13 +685,19 @@ def vllm_children(root: int | None = None) -> dict[int, str]:
 
 
 def _still_running(pid: int, cmd: str) -> bool:
-    """Process `pid` runs and is still the program `cmd` (a zombie, or a pid reused by another, is not)."""
+    """Process `pid` runs and is still the program `cmd` (a zombie, or a pid reused by another, is not). A
+    process in the middle of exiting counts as running: its command line reads empty once the kernel has
+    dropped its memory, a moment before it becomes a zombie, and an empty line is not another program (a
+    kernel thread, whose parent is kthreadd, pid 2, is)."""
     try:
         now = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0", 1)[0].decode(errors="replace")
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        state, ppid = fields[0], int(fields[1])
+    except (OSError, IndexError, ValueError):
         return False
-    return now == cmd and state != "Z"
+    if state == "Z":
+        return False
+    return now == cmd or (now == "" and ppid != 2)
 
 
 def _wait_gone(pids: dict[int, str], timeout_s: float) -> dict[int, str]:
