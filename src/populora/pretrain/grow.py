@@ -56,17 +56,12 @@ def grow_depth(model, n_new: int):
         for _ in range(after.count(i)):
             new = copy.deepcopy(layer)
             with torch.no_grad():
-                new.self_attn.o_proj.weight.zero_()
-                if new.self_attn.o_proj.bias is not None:
-                    new.self_attn.o_proj.bias.zero_()
-                new.mlp.down_proj.weight.zero_()
-                if new.mlp.down_proj.bias is not None:
-                    new.mlp.down_proj.bias.zero_()
+                for residual_write in (new.self_attn.o_proj, new.mlp.down_proj):
+                    for p in residual_write.parameters():  # weight, and a bias where there is one
+                        p.zero_()
             layers.append(new)
     for idx, layer in enumerate(layers):
-        layer.self_attn.layer_idx = idx
-        if hasattr(layer, "layer_idx"):
-            layer.layer_idx = idx
+        layer.self_attn.layer_idx = idx  # the attention's key into the KV cache
     grown.model.layers = torch.nn.ModuleList(layers)
     grown.config.num_hidden_layers = len(layers)
     grown.config.layer_types = ["full_attention"] * len(layers)
