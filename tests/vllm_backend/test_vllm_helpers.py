@@ -277,6 +277,46 @@ def test_unlink_new_orphans_waits_for_a_dying_group_and_names_what_it_could_not_
             f.unlink(missing_ok=True)
 
 
+def test_unlink_new_orphans_waits_for_a_dying_holder_that_ends_between_the_look_and_its_group(monkeypatch):
+    """The race make test once hit: the holder of a killed worker's entry is in the maps at the look, and has
+    ended by the time its group is read. It let go, so the entry is freed on the next look, not left behind.
+    The holder is ended for real at that moment (the group read is wrapped, not replaced)."""
+    import secrets
+
+    import populora.engine.vllm as vllm_module
+
+    if not SHM.is_dir():
+        pytest.skip("no /dev/shm here")
+    before = vllm_module.shm_entries()
+    entry = SHM / f"psm_{secrets.token_hex(4)}"
+    entry.write_bytes(b"\0" * 4096)
+    code = (
+        "import mmap, sys, time; f = open(sys.argv[1], 'r+b'); m = mmap.mmap(f.fileno(), 4096); f.close(); "
+        "print('ok', flush=True); time.sleep(60)"
+    )
+    holder = subprocess.Popen(
+        [sys.executable, "-c", code, str(entry)], stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        assert holder.stdout.readline().strip() == "ok"
+        group = os.getpgid(holder.pid)
+        real_group = vllm_module.process_group
+
+        def group_after_the_holder_ended(pid):
+            if pid == holder.pid and holder.poll() is None:
+                holder.kill()
+                holder.wait()
+            return real_group(pid)
+
+        monkeypatch.setattr(vllm_module, "process_group", group_after_the_holder_ended)
+        assert vllm_module.unlink_new_orphans(before, dying_groups={group}, timeout_s=30) == [entry.name]
+        assert not entry.exists()
+    finally:
+        holder.kill()
+        holder.wait()
+        entry.unlink(missing_ok=True)
+
+
 def test_vllm_in_groups_finds_vllm_processes_by_group_even_unrecorded():
     """The sweep ends vLLM's processes left in a killed worker's process group, recorded or not: found by the
     group and a `VLLM` process title; other programs of the group, and other groups, are not touched."""

@@ -888,8 +888,11 @@ def unlink_new_orphans(
         # go in between would leave its entry behind
         holders = shm_holders() if new else {}
         removed += unlink_orphans(new, held=set(holders)) if new else []
+        # a holder whose group no longer reads (it ended, or is a zombie, since the look) counts as dying:
+        # it held the entry at the look but has let go now, so the next look frees the entry. Deciding it
+        # "not of a dying group" left a killed worker's entry behind when its holder ended in that moment.
         dying = {
-            n: sorted(p for p in holders.get(ino, ()) if process_group(p) in dying_groups)
+            n: sorted(p for p in holders.get(ino, ()) if process_group(p) in dying_groups | {None})
             for n, ino in new.items()
             if dying_groups and n not in removed
         }
