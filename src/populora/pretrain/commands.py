@@ -243,7 +243,16 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
             help="Generator level of the problems (default: what the model was pretrained with): easy | full, "
             "or graded levels (1-5, 1,3,5): then per level, on the graded probe sets.",
         ),
-        threads: int = typer.Option(2, "--threads", help="torch threads for generation (graded levels)."),
+        threads: int = typer.Option(
+            2, "--threads", help="torch threads for generation (graded levels, --skills)."
+        ),
+        skills: bool = typer.Option(
+            False,
+            "--skills",
+            help="Instead: the elementary skills under student accuracy (binding arguments to operands, "
+            "arithmetic facts, copying strings) on one-statement code_o items, each miss read from the trace "
+            "(default --out bench/results/tiny_model_skills.json).",
+        ),
     ) -> None:
         """Valid-proposal rate and student accuracy of the tiny model per task type (and per graded level)."""
         from populora.pretrain.bench import generator_settings, run, run_levels
@@ -254,6 +263,17 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
                 f"error: no model at {model}; run `populora pretrain-tiny --out {model}` first", err=True
             )
             raise typer.Exit(2)
+        if skills:
+            from populora.pretrain.skills import run_skills
+
+            if level is not None or max_statements is not None:
+                typer.echo("error: --skills has its own items; drop --level / --max-statements", err=True)
+                raise typer.Exit(2)
+            if n is not None and n < 1:
+                typer.echo(f"error: --n must be >= 1, got {n}", err=True)
+                raise typer.Exit(2)
+            run_skills(quick=quick, out=out, model=model, n=n, threads=threads)
+            return
         graded = level if level is not None else generator_settings(model)["level"]
         if is_graded_level(graded):
             try:

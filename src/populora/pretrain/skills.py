@@ -1,0 +1,211 @@
+"""`populora bench tiny-model --skills`: the elementary skills under a tiny model's student accuracy.
+
+The graded probe says how often the student is right per level; this probe says why it is wrong. It asks
+code_o questions (greedy, compact template, traced answers as pretrained) on one-statement programs over the
+generator's own values, in families that each need one skill, and reads the cause of a miss from the trace:
+
+- **binding** (`r = n <op> m`, two different digits; + - * // %): the trace line `r = A <op> B = C` shows
+  whether the operands were bound to the right arguments (A, B are n, m) and, apart from that, whether the
+  arithmetic fact is right (C is A <op> B, whatever A and B are);
+- **argument** (`total = n` or `total = m` of two digits): return one of two arguments;
+- **copy** (`s.upper()`, `s + 'xyz'`, `len(s)` on 2-5 of the generator's letters, several tokens; and
+  `s.upper()` on one of the generator's words, one token): whether the input string was copied into the
+  trace's first line, and the answer.
+
+Pure helpers (`skill_items`, `read_binary_line`, `classify`) are tested on hand-made texts; `run_skills`
+scores a model in the real sandbox and writes JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from populora.paths import TINY_MODEL_DIR as ASSET_DIR
+from populora.pretrain.programs import LETTERS, WORDS
+from populora.pretrain.tasks_render import TEMPLATE
+
+DEFAULT_SKILLS_OUT = Path("bench/results/tiny_model_skills.json")
+SKILLS_SEED = 20_261_206
+BINARY_OPS = ("+", "-", "*", "//", "%")
+SUFFIX = "xyz"  # one of the generator's words, so `s + 'xyz'` is in its distribution
+# `r = 4 + 1 = 5`, or with the expression as written first (`pretrain-tiny --trace-names`): `r = n + m = 4 + 1 = 5`
+_BINARY_LINE = re.compile(r"^r = (?:n \S+ m = )?(-?\d+) (\+|-|\*|//|%) (-?\d+) = (-?\d+)\s*$", re.M)
+
+
+@dataclass(frozen=True)
+class SkillItem:
+    """One question: the program, its call arguments as text, the expected output's repr, and what the
+    classification needs (`args`: the two digits of a binding item; `string`: a copy item's input)."""
+
+    family: str
+    program: str
+    inputs: str
+    output: str
+    args: tuple[int, int] | None = None
+    string: str | None = None
+
+
+def _apply(op: str, a: int, b: int) -> int | None:
+    """`a <op> b` as Python computes it; None where it raises (division by zero)."""
+    if op in ("//", "%") and b == 0:
+        return None
+    return {"+": a + b, "-": a - b, "*": a * b, "//": a // b if b else 0, "%": a % b if b else 0}[op]
+
+
+def skill_items(n: int, seed: int = SKILLS_SEED) -> dict[str, list[SkillItem]]:
+    """`n` items per family, the same for the same `n` and `seed`."""
+    if n < 1:
+        raise ValueError(f"items per family must be >= 1, got {n}")
+    rng = random.Random(seed)
+    fams: dict[str, list[SkillItem]] = {}
+    for op in BINARY_OPS:
+        # a != b so a wrong binding shows in the trace; b >= 1 where it divides
+        pairs = [(a, b) for a in range(10) for b in range(10) if a != b and (b or op not in ("//", "%"))]
+        fams[f"binding n {op} m"] = [
+            SkillItem(
+                f"binding n {op} m",
+                f"def f(n, m):\n    r = n {op} m\n    return r",
+                f"{a}, {b}",
+                repr(_apply(op, a, b)),
+                args=(a, b),
+            )
+            for a, b in (rng.choice(pairs) for _ in range(n))
+        ]
+    arg_items = []
+    for _ in range(n):
+        a, b = rng.sample(range(10), 2)
+        name, value = rng.choice((("n", a), ("m", b)))
+        arg_items.append(
+            SkillItem(
+                "argument",
+                f"def f(n, m):\n    total = {name}\n    return total",
+                f"{a}, {b}",
+                repr(value),
+                (a, b),
+            )
+        )
+    fams["argument"] = arg_items
+    letters = ["".join(rng.choice(LETTERS) for _ in range(rng.randint(2, 5))) for _ in range(n)]
+    words = [rng.choice(WORDS) for _ in range(n)]
+    copies = {
+        "copy letters: s.upper()": ("out = s.upper()", "out", letters, str.upper),
+        f"copy letters: s + '{SUFFIX}'": (f"out = s + '{SUFFIX}'", "out", letters, lambda s: s + SUFFIX),
+        "copy letters: len(s)": ("r = len(s)", "r", letters, len),
+        "copy word: s.upper()": ("out = s.upper()", "out", words, str.upper),
+    }
+    for fam, (stmt, var, strings, fn) in copies.items():
+        fams[fam] = [
+            SkillItem(fam, f"def f(s):\n    {stmt}\n    return {var}", repr(s), repr(fn(s)), string=s)
+            for s in strings
+        ]
+    return fams
+
+
+def read_binary_line(text: str) -> tuple[int, str, int, int] | None:
+    """The first `r = A <op> B = C` line of a trace, as (A, op, B, C); None if there is none."""
+    m = _BINARY_LINE.search(text)
+    return (int(m[1]), m[2], int(m[3]), int(m[4])) if m else None
+
+
+def classify(item: SkillItem, text: str) -> dict:
+    """What the answer `text` shows about the skill `item` asks for (booleans; None where unreadable)."""
+    if item.args is not None and item.family.startswith("binding"):
+        line = read_binary_line(text)
+        if line is None:
+            return {"bound": None, "fact": None}
+        a, op, b, c = line
+        return {"bound": (a, b) == item.args, "fact": c == _apply(op, a, b)}
+    if item.string is not None:
+        return {"copied": f"s = {item.string!r}\n" in text}
+    return {}
+
+
+def _rate(values: list) -> float | None:
+    known = [v for v in values if v is not None]
+    return round(sum(known) / len(known), 3) if known else None
+
+
+def run_skills(
+    quick: bool = False,
+    out: Path | None = None,
+    model: Path | None = None,
+    n: int | None = None,
+    threads: int = 2,
+    seed: int = SKILLS_SEED,
+) -> dict:
+    """Score `model` on every skill family (`n` items each; 40, or 8 with `quick`), print a table, write JSON."""
+    import torch
+    from rich.console import Console
+    from rich.progress import Progress
+    from rich.table import Table
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from populora.pretrain.bench import generate
+    from populora.pretrain.graded_probe import MAX_NEW_TOKENS
+    from populora.sandbox import Sandbox
+    from populora.tasks import Problem, get
+
+    n = n or (8 if quick else 40)
+    model_dir = Path(model or ASSET_DIR)
+    out = Path(out or DEFAULT_SKILLS_OUT)
+    torch.set_num_threads(threads)
+    lm = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()  # fp16 files too
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    task = get("code_o")
+    fams = skill_items(n, seed)
+    results: dict = {
+        "model": str(model_dir),
+        "task": "code_o",
+        "n_per_family": n,
+        "seed": seed,
+        "template": TEMPLATE,
+        "families": {},
+    }
+    t0 = time.time()
+    with Sandbox(workers=2) as sb, Progress(transient=True) as bar:
+        job = bar.add_task("skills", total=len(fams))
+        for fam, items in fams.items():
+            problems = [
+                Problem(task="code_o", program=i.program, inputs=(i.inputs,), outputs=(i.output,))
+                for i in items
+            ]
+            prompts = [task.student_prompt(p, template=TEMPLATE) for p in problems]
+            texts = generate(lm, tok, prompts, MAX_NEW_TOKENS["code_o"], 0.0, seed=seed)
+            correct = [
+                bool(task.score(p, [task.parse_answer(t)], sb)[0])
+                for p, t in zip(problems, texts, strict=True)
+            ]
+            marks = [classify(i, t) for i, t in zip(items, texts, strict=True)]
+            row = {"n": n, "accuracy": round(sum(correct) / n, 3)}
+            if "bound" in marks[0]:  # how many answers had a readable `r = A <op> B = C` line
+                row["line_read"] = round(sum(m["bound"] is not None for m in marks) / n, 3)
+            for key in marks[0]:
+                row[key] = _rate([m[key] for m in marks])
+            row["wrong_examples"] = [
+                {"input": i.inputs, "expected": i.output, "answer": t}
+                for i, t, c in zip(items, texts, correct, strict=True)
+                if not c
+            ][:3]
+            results["families"][fam] = row
+            bar.advance(job)
+    results["seconds"] = round(time.time() - t0, 1)
+    table = Table(title=f"tiny model's elementary skills ({n} code_o items per family, greedy, traced)")
+    for col in ("family", "correct", "operands bound", "fact right", "input copied"):
+        table.add_column(col)
+
+    def pct(v):
+        return "" if v is None else f"{v:.0%}"
+
+    for fam, row in results["families"].items():
+        table.add_row(
+            fam, pct(row["accuracy"]), pct(row.get("bound")), pct(row.get("fact")), pct(row.get("copied"))
+        )
+    Console().print(table)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2) + "\n")
+    return results
