@@ -48,6 +48,7 @@ def test_skill_items_are_seeded_and_their_outputs_are_what_python_computes():
 def test_read_binary_line_reads_the_operands_written_or_named_first():
     assert read_binary_line("```trace\nn = 4\nm = 1\nr = 4 + 4 = 8\n```\n```output\n8\n```") == (4, "+", 4, 8)
     assert read_binary_line("n = 7\nm = 2\nr = n // m = 7 // 2 = 3\n") == (7, "//", 2, 3)
+    assert read_binary_line("r = n + n = 0 + 9 = 0") == (0, "+", 9, 0)  # the names as the model copied them
     assert read_binary_line("r = -1 - 3 = -4") == (-1, "-", 3, -4)
     assert read_binary_line("n = 4\nm = 1\nr = 5\n") is None  # no working shown
     assert read_binary_line("r = 4 + 1 = 5 + 0") is None

@@ -136,3 +136,58 @@ def test_state_trace_is_cut_after_its_line_budget_and_fails_closed():
     # straight-line programs keep the reduction trace under `general`
     prog = "def f(n):\n    r = n * 2\n    return r"
     assert render_trace(prog, "3", general=True) == render_trace(prog, "3")
+
+
+def test_named_trace_writes_each_expression_as_written_before_its_values():
+    prog = "def f(n, m):\n    r = n + m\n    k = 6 * 8\n    out = str(r * 8)\n    return out"
+    assert trace_lines(prog, "4, 1", names=True) == [
+        "n = 4",
+        "m = 1",
+        "r = n + m = 4 + 1 = 5",
+        "k = 6 * 8 = 48",  # no names to write: as without the option
+        "out = str(r * 8) = str(5 * 8) = str(40) = '40'",
+    ]
+    assert trace_lines(prog, "4, 1") == [
+        "n = 4",
+        "m = 1",
+        "r = 4 + 1 = 5",
+        "k = 6 * 8 = 48",
+        "out = str(5 * 8) = str(40) = '40'",
+    ]
+    # a return expression too; a line past MAX_LINE still falls back to `name = value`
+    assert trace_lines("def f(s):\n    return s.upper()", "'ab'", names=True) == [
+        "s = 'ab'",
+        "return s.upper() = 'ab'.upper() = 'AB'",
+    ]
+    long = "def f(xs):\n    ys = xs[1:] + xs[:1]\n    r = (len(ys) + 4 - len(xs) - len(ys))\n    return r"
+    assert trace_lines(long, "[9, 2]", names=True)[-1] == "r = 2"
+
+
+@pytest.mark.parametrize("level", ["easy", "1,1,2"])
+def test_trace_names_changes_only_the_trace_lines_of_the_same_corpus(level):
+    kw = dict(mix={"student:code_o": 1.0, "student:code_i": 1.0}, level=level, trace=True)
+    plain = build_corpus(9, 80, TasksRenderer(), **kw)
+    named = build_corpus(9, 80, TasksRenderer(), trace_names=True, **kw)
+    changed = 0
+    for a, b in zip(plain, named, strict=True):
+        assert (a.kind, a.prompt) == (b.kind, b.prompt)
+        if not a.completion.startswith("```trace"):
+            assert a.completion == b.completion  # code_i answers, and code_o programs without a trace
+            continue
+        # the same answer block after the trace, and the same trace once each line's written expression is dropped
+        assert a.completion.split("\n```\n", 1)[1] == b.completion.split("\n```\n", 1)[1]
+        a_lines, b_lines = a.completion.split("\n"), b.completion.split("\n")
+        assert len(a_lines) == len(b_lines)
+        for x, y in zip(a_lines, b_lines, strict=True):
+            if x != y:
+                head, steps = (
+                    ("return ", y[7:])
+                    if y.startswith("return ")
+                    else (y.split(" = ", 1)[0] + " = ", y.split(" = ", 1)[1])
+                )
+                if " = " in steps:  # the written expression, then the plain line's working
+                    assert x == head + steps.split(" = ", 1)[1], (x, y)
+                    changed += 1
+                else:  # the longer named line passed MAX_LINE and fell back to `name = value`
+                    assert x.startswith(head) and x.endswith(" = " + steps), (x, y)
+    assert changed >= 10

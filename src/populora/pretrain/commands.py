@@ -76,6 +76,12 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
             help="With --trace: the share of code_o answers that carry the trace (the rest answer bare); "
             "below 1 the model learns both styles, a choice RL can learn to make.",
         ),
+        trace_names: bool = typer.Option(
+            False,
+            "--trace-names",
+            help="With --trace: each reduction-trace line starts with the expression as written "
+            "(r = n + m = 4 + 1 = 5), so each name's value is written right after the name's turn.",
+        ),
         student_level: str | None = typer.Option(
             None,
             "--student-level",
@@ -157,6 +163,9 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         if not 0.0 < trace_fraction <= 1.0:
             typer.echo(f"error: --trace-fraction must be in (0, 1], got {trace_fraction}", err=True)
             raise typer.Exit(2)
+        if trace_names and not trace:
+            typer.echo("error: --trace-names changes the trace's lines: add --trace", err=True)
+            raise typer.Exit(2)
         if max_statements < 1:
             typer.echo("error: --max-statements must be >= 1", err=True)
             raise typer.Exit(2)
@@ -214,6 +223,7 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
             attention=attention,
             trace=trace,
             trace_fraction=trace_fraction,
+            trace_names=trace_names,
             **({"mix": mix_weights} if mix_weights else {}),
             schedule=schedule,
             decay_start=decay_start,

@@ -74,7 +74,16 @@ def _graded_triplet(rng: random.Random, levels: tuple[int, ...], level: int | No
 
 
 def _iter_graded(
-    rng: random.Random, renderer, kinds, weights, levels, k_refs, n_inputs, trace: bool, student_levels=None
+    rng: random.Random,
+    renderer,
+    kinds,
+    weights,
+    levels,
+    k_refs,
+    n_inputs,
+    trace: bool,
+    student_levels=None,
+    trace_names: bool = False,
 ) -> Iterator[Example]:
     """The graded generator's stream (`graded.sample_graded`, train split): each example draws a level from
     `levels` (student examples from `student_levels` when given); a teacher's references come from the same
@@ -101,7 +110,9 @@ def _iter_graded(
             else:
                 prompt, completion = renderer.student_io(task, tr)
                 if trace and task == "code_o":
-                    completion = render_trace(tr.program, tr.input, general=True) + completion
+                    completion = (
+                        render_trace(tr.program, tr.input, general=True, names=trace_names) + completion
+                    )
         yield Example(kind, prompt, completion)
 
 
@@ -117,6 +128,7 @@ def iter_examples(
     trace: bool = False,
     trace_fraction: float = 1.0,
     student_level: str | None = None,
+    trace_names: bool = False,
 ) -> Iterator[Example]:
     """An endless, seeded stream of examples. Same seed and renderer -> same stream. Programs come from
     the generator's "train" split only (never a held-out probe program). `trace`: code_o student answers
@@ -127,7 +139,9 @@ def iter_examples(
     grammar; digits ("1-5", "1,2,2,3") draw from the graded generator (`graded.py`) at those levels, with
     every code_o answer traced when `trace` is on (`trace_fraction` must then be 1: one style per task).
     `student_level` (graded only): the levels student examples draw from instead (say, mostly the easy ones,
-    where a small model's answers can be right, while teachers still see every level)."""
+    where a small model's answers can be right, while teachers still see every level). `trace_names`: each
+    reduction-trace line starts with the expression as written (`trace.reduction_steps`); everything else in the
+    stream is the same example for example."""
     from populora.pretrain.graded import is_graded_level, parse_levels
 
     rng = random.Random(seed)
@@ -138,7 +152,7 @@ def iter_examples(
             raise ValueError("graded levels take one answer style per task: use trace_fraction 1.0")
         students = parse_levels(student_level) if student_level else None
         yield from _iter_graded(
-            rng, renderer, kinds, weights, parse_levels(level), k_refs, n_inputs, trace, students
+            rng, renderer, kinds, weights, parse_levels(level), k_refs, n_inputs, trace, students, trace_names
         )
         return
     if student_level:
@@ -165,7 +179,7 @@ def iter_examples(
             else:
                 prompt, completion = renderer.student_io(task, tr)
                 if trace and task == "code_o" and (trace_fraction >= 1.0 or rng.random() < trace_fraction):
-                    completion = render_trace(tr.program, tr.input) + completion
+                    completion = render_trace(tr.program, tr.input, names=trace_names) + completion
         yield Example(kind, prompt, completion)
 
 

@@ -33,8 +33,10 @@ DEFAULT_SKILLS_OUT = Path("bench/results/tiny_model_skills.json")
 SKILLS_SEED = 20_261_206
 BINARY_OPS = ("+", "-", "*", "//", "%")
 SUFFIX = "xyz"  # one of the generator's words, so `s + 'xyz'` is in its distribution
-# `r = 4 + 1 = 5`, or with the expression as written first (`pretrain-tiny --trace-names`): `r = n + m = 4 + 1 = 5`
-_BINARY_LINE = re.compile(r"^r = (?:n \S+ m = )?(-?\d+) (\+|-|\*|//|%) (-?\d+) = (-?\d+)\s*$", re.M)
+# `r = 4 + 1 = 5`, or with the expression as written first: `r = n + m = 4 + 1 = 5` (as the model wrote it)
+_BINARY_LINE = re.compile(
+    r"^r = (?:[a-z_]\w* \S+ [a-z_]\w* = )?(-?\d+) (\+|-|\*|//|%) (-?\d+) = (-?\d+)\s*$", re.M
+)
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,9 @@ replaced by their values and reduced one innermost operation at a time, e.g.
     n = 1
     out = str(1 * 8) = str(8) = '8'
 
+With `names` (`pretrain-tiny --trace-names`) a line first shows the expression as written,
+`out = str(n * 8) = str(1 * 8) = str(8) = '8'`, so each name comes right before its value.
+
 `render_trace` wraps them in a ```trace block, written before the ```output block; the task parsers read
 the last ```output block only, so a trace changes nothing a reward sees. Only programs from our own
 generator are traced (they are executed in-process, like `programs.run`); anything the tracer does not
@@ -140,10 +143,12 @@ class _ReduceOne(ast.NodeTransformer):
         return node
 
 
-def reduction_steps(expr: ast.expr, env: dict[str, object], value: object) -> list[str]:
+def reduction_steps(expr: ast.expr, env: dict[str, object], value: object, names: bool = False) -> list[str]:
     """The expression with its names replaced, then after each one-operation reduction, ending in the value's
-    repr. Falls back to just the value when a step does not go as planned."""
-    node = _Substitute(env).visit(ast.fix_missing_locations(ast.parse(ast.unparse(expr), mode="eval").body))
+    repr. Falls back to just the value when a step does not go as planned. `names`: start with the expression
+    as written when it has names (`n + m = 4 + 1 = 5`), so each value is written right after its name's turn."""
+    written = ast.unparse(expr)
+    node = _Substitute(env).visit(ast.fix_missing_locations(ast.parse(written, mode="eval").body))
     steps = [ast.unparse(node)]
     final = repr(value)
     for _ in range(MAX_STEPS + 1):
@@ -158,10 +163,12 @@ def reduction_steps(expr: ast.expr, env: dict[str, object], value: object) -> li
         if _is_literal(node):
             return [final]  # a reduction disagreed with the real run: show no working
         steps.append(final)  # too many steps: jump to the value
+    if names and written != steps[0] and steps != [final]:
+        steps.insert(0, written)
     return steps
 
 
-def trace_lines(program: str, input_text: str) -> list[str] | None:
+def trace_lines(program: str, input_text: str, names: bool = False) -> list[str] | None:
     """The trace of `f(*input)` for a generated straight-line program, or None when it has statements this
     tracer does not show (loops, if/else, helpers) or anything fails."""
     try:
@@ -176,7 +183,7 @@ def trace_lines(program: str, input_text: str) -> list[str] | None:
                 if stmt.value is None or isinstance(stmt.value, ast.Name):
                     return lines
                 value = _eval(stmt.value, env)
-                lines.append("return " + " = ".join(reduction_steps(stmt.value, env, value)))
+                lines.append("return " + " = ".join(reduction_steps(stmt.value, env, value, names)))
                 return lines
             if not (
                 isinstance(stmt, ast.Assign)
@@ -186,7 +193,7 @@ def trace_lines(program: str, input_text: str) -> list[str] | None:
                 return None
             name = stmt.targets[0].id
             value = _eval(stmt.value, env)
-            steps = reduction_steps(stmt.value, env, value)
+            steps = reduction_steps(stmt.value, env, value, names)
             line = f"{name} = " + " = ".join(steps)
             lines.append(line if len(line) <= MAX_LINE else f"{name} = {value!r}")
             env[name] = value
@@ -258,11 +265,11 @@ def state_trace_lines(program: str, input_text: str) -> list[str] | None:
     return lines + shown + (["..."] if state["cut"] else [])
 
 
-def render_trace(program: str, input_text: str, general: bool = False) -> str:
+def render_trace(program: str, input_text: str, general: bool = False, names: bool = False) -> str:
     """ "```trace\\n...\\n```\\n" to put before the answer block, or "" when the program has no trace.
     `general`: fall back to the state trace (`state_trace_lines`) for programs the reduction trace does not
     cover (loops, branches, helpers), so every program that runs gets a trace."""
-    lines = trace_lines(program, input_text)
+    lines = trace_lines(program, input_text, names)
     if lines is None and general:
         lines = state_trace_lines(program, input_text)
     return f"```{TRACE_LANG}\n" + "\n".join(lines) + "\n```\n" if lines else ""

@@ -53,6 +53,9 @@ class PretrainConfig:
     # The share of code_o answers that carry the trace when `trace` is on; the rest answer bare. Below 1 the
     # model writes the trace on some problems and not on others: a preference RL can change (docs/learning.md).
     trace_fraction: float = 1.0
+    # Reduction-trace lines start with the expression as written (`r = n + m = 4 + 1 = 5`), not with its
+    # names already replaced (`r = 4 + 1 = 5`): the value of each name is then written right after its turn.
+    trace_names: bool = False
     # Optimisation.
     seq_len: int = 512
     batch_size: int = 8
@@ -235,6 +238,7 @@ def pretrain(cfg: PretrainConfig, out: Path, progress: bool = True, renderer=Non
         trace=cfg.trace,
         trace_fraction=cfg.trace_fraction,
         student_level=cfg.student_level,
+        trace_names=cfg.trace_names,
     )
     train_ex = build_corpus(cfg.seed, cfg.n_examples, renderer, **kw)
     # A different stream for validation; a few collisions with training programs are possible and harmless.
