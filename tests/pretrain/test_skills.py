@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from populora.pretrain.programs import LETTERS, WORDS
-from populora.pretrain.skills import SkillItem, classify, read_binary_line, skill_items
+from populora.pretrain.skills import SkillItem, classify, read_binary_line, skill_items, written_expression
 
 
 def _run(program: str, inputs: str) -> str:
@@ -24,6 +24,7 @@ def test_skill_items_are_seeded_and_their_outputs_are_what_python_computes():
         "binding n * m",
         "binding n // m",
         "binding n % m",
+        *(f"one argument n {op} k" for op in ("+", "-", "*", "//", "%")),
         "argument",
         "copy letters: s.upper()",
         "copy letters: s + 'xyz'",
@@ -38,6 +39,9 @@ def test_skill_items_are_seeded_and_their_outputs_are_what_python_computes():
                 a, b = i.args
                 assert a != b and 0 <= a <= 9 and 0 <= b <= 9  # a wrong binding shows in the trace
                 assert i.inputs == f"{a}, {b}"
+            elif fam.startswith("one argument"):
+                a, k = i.args
+                assert 0 <= a <= 9 and 1 <= k <= 9 and i.inputs == str(a) and f" {k}\n" in i.program
             elif fam.startswith("copy letters"):
                 assert 2 <= len(i.string) <= 5 and set(i.string) <= set(LETTERS)
             else:
@@ -49,6 +53,7 @@ def test_read_binary_line_reads_the_operands_written_or_named_first():
     assert read_binary_line("```trace\nn = 4\nm = 1\nr = 4 + 4 = 8\n```\n```output\n8\n```") == (4, "+", 4, 8)
     assert read_binary_line("n = 7\nm = 2\nr = n // m = 7 // 2 = 3\n") == (7, "//", 2, 3)
     assert read_binary_line("r = n + n = 0 + 9 = 0") == (0, "+", 9, 0)  # the names as the model copied them
+    assert read_binary_line("r = n // 7 = 9 // 7 = 1") == (9, "//", 7, 1)
     assert read_binary_line("r = -1 - 3 = -4") == (-1, "-", 3, -4)
     assert read_binary_line("n = 4\nm = 1\nr = 5\n") is None  # no working shown
     assert read_binary_line("r = 4 + 1 = 5 + 0") is None
@@ -56,12 +61,24 @@ def test_read_binary_line_reads_the_operands_written_or_named_first():
 
 def test_classify_separates_a_wrong_binding_from_a_wrong_fact():
     item = SkillItem("binding n + m", "def f(n, m):\n    r = n + m\n    return r", "4, 1", "5", args=(4, 1))
-    assert classify(item, "n = 4\nm = 1\nr = 4 + 4 = 8\n") == {"bound": False, "fact": True}
-    assert classify(item, "n = 4\nm = 1\nr = 4 + 1 = 6\n") == {"bound": True, "fact": False}
-    assert classify(item, "r = n + m = 4 + 1 = 5\n") == {"bound": True, "fact": True}
-    assert classify(item, "r = 5\n") == {"bound": None, "fact": None}
+    assert classify(item, "n = 4\nm = 1\nr = 4 + 4 = 8\n") == {"bound": False, "fact": True, "written": None}
+    assert classify(item, "n = 4\nm = 1\nr = 4 + 1 = 6\n") == {"bound": True, "fact": False, "written": None}
+    assert classify(item, "r = n + m = 4 + 1 = 5\n") == {"bound": True, "fact": True, "written": True}
+    assert classify(item, "r = n + n = 4 + 4 = 8\n") == {"bound": False, "fact": True, "written": False}
+    assert classify(item, "r = 5\n") == {"bound": None, "fact": None, "written": None}
+    assert (
+        written_expression("r = n // 7 = 9 // 7 = 1") == "n // 7"
+        and written_expression("r = 9 // 7 = 1") is None
+    )
+    one = SkillItem("one argument n % k", "def f(n):\n    r = n % 3\n    return r", "7", "1", args=(7, 3))
+    assert classify(one, "n = 7\nr = 7 % 3 = 1\n") == {"bound": True, "fact": True, "written": None}
+    assert classify(one, "r = n % 3 = 7 % 3 = 2\n") == {"bound": True, "fact": False, "written": True}
     div = SkillItem("binding n // m", "def f(n, m):\n    r = n // m\n    return r", "7, 2", "3", args=(7, 2))
-    assert classify(div, "r = 7 // 0 = 0\n") == {"bound": False, "fact": False}  # no such fact
+    assert classify(div, "r = 7 // 0 = 0\n") == {
+        "bound": False,
+        "fact": False,
+        "written": None,
+    }  # no such fact
     copy = SkillItem(
         "copy letters: len(s)", "def f(s):\n    r = len(s)\n    return r", "'abx'", "3", string="abx"
     )
@@ -88,7 +105,7 @@ def test_bench_tiny_model_skills_scores_the_bundled_model_and_writes_every_famil
     for fam, row in data["families"].items():
         # at n = 2 every miss is listed, so the accuracy and the examples must agree
         assert row["accuracy"] == (2 - len(row["wrong_examples"])) / 2, fam
-        if fam.startswith("binding"):
+        if fam.startswith(("binding", "one argument")):
             assert 0 <= row["line_read"] <= 1 and {"bound", "fact"} <= set(row)
         if fam.startswith("copy"):
             assert row["copied"] in (0, 0.5, 1)

@@ -7,6 +7,9 @@ generator's own values, in families that each need one skill, and reads the caus
 - **binding** (`r = n <op> m`, two different digits; + - * // %): the trace line `r = A <op> B = C` shows
   whether the operands were bound to the right arguments (A, B are n, m) and, apart from that, whether the
   arithmetic fact is right (C is A <op> B, whatever A and B are);
+- **one argument** (`r = n <op> k`, a digit argument and a digit literal): the same reading on the generator's
+  common form; `n <op> m` of two int arguments is rare in the generator (0.15% of its programs, against 2-10%
+  for `n <op> k`), so the binding families measure a generalisation and these the trained case;
 - **argument** (`total = n` or `total = m` of two digits): return one of two arguments;
 - **copy** (`s.upper()`, `s + 'xyz'`, `len(s)` on 2-5 of the generator's letters, several tokens; and
   `s.upper()` on one of the generator's words, one token): whether the input string was copied into the
@@ -33,9 +36,10 @@ DEFAULT_SKILLS_OUT = Path("bench/results/tiny_model_skills.json")
 SKILLS_SEED = 20_261_206
 BINARY_OPS = ("+", "-", "*", "//", "%")
 SUFFIX = "xyz"  # one of the generator's words, so `s + 'xyz'` is in its distribution
-# `r = 4 + 1 = 5`, or with the expression as written first: `r = n + m = 4 + 1 = 5` (as the model wrote it)
+# `r = 4 + 1 = 5`, or with the expression as written first: `r = n + m = 4 + 1 = 5` (as the model wrote it,
+# which may be `n + n` or `n // 7`)
 _BINARY_LINE = re.compile(
-    r"^r = (?:[a-z_]\w* \S+ [a-z_]\w* = )?(-?\d+) (\+|-|\*|//|%) (-?\d+) = (-?\d+)\s*$", re.M
+    r"^r = (?:([\w']+ \S+ [\w']+) = )?(-?\d+) (\+|-|\*|//|%) (-?\d+) = (-?\d+)\s*$", re.M
 )
 
 
@@ -78,6 +82,19 @@ def skill_items(n: int, seed: int = SKILLS_SEED) -> dict[str, list[SkillItem]]:
             )
             for a, b in (rng.choice(pairs) for _ in range(n))
         ]
+    for op in BINARY_OPS:
+        # the generator's common form (`n % 3`, `n * 8`: 2-10% of its programs, where `n op m` of two int
+        # arguments is 0.15%): the same operations with one argument, so the fact is read where binding is easy
+        fams[f"one argument n {op} k"] = [
+            SkillItem(
+                f"one argument n {op} k",
+                f"def f(n):\n    r = n {op} {k}\n    return r",
+                f"{a}",
+                repr(_apply(op, a, k)),
+                args=(a, k),
+            )
+            for a, k in ((rng.randint(0, 9), rng.randint(1, 9)) for _ in range(n))
+        ]
     arg_items = []
     for _ in range(n):
         a, b = rng.sample(range(10), 2)
@@ -111,17 +128,30 @@ def skill_items(n: int, seed: int = SKILLS_SEED) -> dict[str, list[SkillItem]]:
 def read_binary_line(text: str) -> tuple[int, str, int, int] | None:
     """The first `r = A <op> B = C` line of a trace, as (A, op, B, C); None if there is none."""
     m = _BINARY_LINE.search(text)
-    return (int(m[1]), m[2], int(m[3]), int(m[4])) if m else None
+    return (int(m[2]), m[3], int(m[4]), int(m[5])) if m else None
+
+
+def written_expression(text: str) -> str | None:
+    """The expression written before the values on that line (`n + m` in `r = n + m = 4 + 1 = 5`), None if the
+    line has none (a trace without names) or there is no such line."""
+    m = _BINARY_LINE.search(text)
+    return m[1] if m else None
 
 
 def classify(item: SkillItem, text: str) -> dict:
     """What the answer `text` shows about the skill `item` asks for (booleans; None where unreadable)."""
-    if item.args is not None and item.family.startswith("binding"):
+    if item.args is not None and item.family.startswith(("binding", "one argument")):
         line = read_binary_line(text)
         if line is None:
-            return {"bound": None, "fact": None}
+            return {"bound": None, "fact": None, "written": None}
         a, op, b, c = line
-        return {"bound": (a, b) == item.args, "fact": c == _apply(op, a, b)}
+        written = written_expression(text)
+        return {
+            "bound": (a, b) == item.args,
+            "fact": c == _apply(op, a, b),
+            # with a named trace: whether the program's `n <op> m` was copied as it is
+            "written": None if written is None else written == item.program.split(" = ")[1].split("\n")[0],
+        }
     if item.string is not None:
         return {"copied": f"s = {item.string!r}\n" in text}
     return {}
@@ -197,7 +227,16 @@ def run_skills(
             bar.advance(job)
     results["seconds"] = round(time.time() - t0, 1)
     table = Table(title=f"tiny model's elementary skills ({n} code_o items per family, greedy, traced)")
-    for col in ("family", "correct", "operands bound", "fact right", "input copied"):
+    named = any(row.get("written") is not None for row in results["families"].values())
+    cols = [
+        "family",
+        "correct",
+        *(["names copied"] if named else []),
+        "operands bound",
+        "fact right",
+        "input copied",
+    ]
+    for col in cols:
         table.add_column(col)
 
     def pct(v):
