@@ -191,3 +191,22 @@ def test_trace_names_changes_only_the_trace_lines_of_the_same_corpus(level):
                 else:  # the longer named line passed MAX_LINE and fell back to `name = value`
                     assert x.startswith(head) and x.endswith(" = " + steps), (x, y)
     assert changed >= 10
+
+
+def test_facts_drill_kind_is_only_in_a_mix_that_asks_for_it_and_every_fact_is_right():
+    from populora.pretrain.corpus import MIX, facts_text, parse_mix
+
+    assert "facts" not in MIX and parse_mix("facts=1,program=1") == {"facts": 1.0, "program": 1.0}
+    lines = [line for seed in range(40) for line in facts_text(random.Random(seed)).splitlines()]
+    assert len(lines) >= 40 * 8
+    for line in lines:
+        expr, value = line.split(" = ")
+        assert eval(expr) == int(value), line  # noqa: S307 - our own digits
+    ops = {line.split()[1] for line in lines}
+    assert ops == {"+", "-", "*", "//", "%"}
+    for level in ("easy", "1,2"):
+        corpus = build_corpus(
+            3, 200, TasksRenderer(), mix={"facts": 1.0, "student:code_o": 1.0}, level=level, trace=True
+        )
+        drills = [ex for ex in corpus if ex.kind == "facts"]
+        assert 60 < len(drills) < 140 and all(ex.prompt == "" and " = " in ex.completion for ex in drills)

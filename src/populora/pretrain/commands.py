@@ -54,7 +54,8 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         mix: str | None = typer.Option(
             None,
             "--mix",
-            help="Example mixture as KIND=WEIGHT,... (kinds: student:code_o, teacher:code_f, program, ...); "
+            help="Example mixture as KIND=WEIGHT,... (kinds: student:code_o, teacher:code_f, program, ...; "
+            "facts: drills of one-digit arithmetic facts such as 7 + 5 = 12, not in the default); "
             "default corpus.MIX.",
         ),
         schedule: str = typer.Option("wsd", "--schedule", help="LR schedule: wsd | cosine."),
