@@ -19,6 +19,7 @@ from populora.pretrain.programs import (
     DEFAULT_NAMES,
     MAX_STATEMENTS,
     Triplet,
+    int_op,
     sample_code_f,
     sample_triplet,
 )
@@ -75,8 +76,7 @@ def facts_text(rng: random.Random) -> str:
         op = rng.choice(_FACT_OPS)
         a = rng.randint(0, 20) if rng.random() < 1 / 3 else rng.randint(0, 9)
         b = rng.randint(1 if op in ("//", "%") else 0, 9)
-        value = {"+": a + b, "-": a - b, "*": a * b, "//": a // b if b else 0, "%": a % b if b else 0}[op]
-        lines.append(f"{a} {op} {b} = {value}")
+        lines.append(f"{a} {op} {b} = {int_op(op, a, b)}")
     return "\n".join(lines) + "\n"
 
 

@@ -89,6 +89,14 @@ WORDS = [
 LETTERS = "abcdexyz"
 
 
+def int_op(op: str, a: int, b: int) -> int | None:
+    """`a <op> b` for the binary operators traces show (+ - * // %) as Python computes it; None where Python
+    raises (division by zero)."""
+    if op in ("//", "%") and b == 0:
+        return None
+    return {"+": a + b, "-": a - b, "*": a * b, "//": a // b if b else 0, "%": a % b if b else 0}[op]
+
+
 def random_value(rng: random.Random, typ: str, small: bool = False) -> object:
     # Small values keep inputs and outputs short (digits are single tokens), so answers fit the engine's
     # max_new_tokens and a small model can trace them. `small` (level "easy"): ints 0-9, short strings

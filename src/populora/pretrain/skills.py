@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from populora.paths import TINY_MODEL_DIR as ASSET_DIR
-from populora.pretrain.programs import LETTERS, WORDS
+from populora.pretrain.programs import LETTERS, WORDS, int_op
 from populora.pretrain.tasks_render import TEMPLATE
 
 DEFAULT_SKILLS_OUT = Path("bench/results/tiny_model_skills.json")
@@ -56,42 +56,30 @@ class SkillItem:
     string: str | None = None
 
 
-def _apply(op: str, a: int, b: int) -> int | None:
-    """`a <op> b` as Python computes it; None where it raises (division by zero)."""
-    if op in ("//", "%") and b == 0:
-        return None
-    return {"+": a + b, "-": a - b, "*": a * b, "//": a // b if b else 0, "%": a % b if b else 0}[op]
-
-
 def skill_items(n: int, seed: int = SKILLS_SEED) -> dict[str, list[SkillItem]]:
     """`n` items per family, the same for the same `n` and `seed`."""
     if n < 1:
         raise ValueError(f"items per family must be >= 1, got {n}")
     rng = random.Random(seed)
     fams: dict[str, list[SkillItem]] = {}
+
+    def operation(family: str, program: str, inputs: str, op: str, a: int, b: int) -> SkillItem:
+        return SkillItem(family, program, inputs, repr(int_op(op, a, b)), args=(a, b))
+
     for op in BINARY_OPS:
         # a != b so a wrong binding shows in the trace; b >= 1 where it divides
         pairs = [(a, b) for a in range(10) for b in range(10) if a != b and (b or op not in ("//", "%"))]
+        program = f"def f(n, m):\n    r = n {op} m\n    return r"
         fams[f"binding n {op} m"] = [
-            SkillItem(
-                f"binding n {op} m",
-                f"def f(n, m):\n    r = n {op} m\n    return r",
-                f"{a}, {b}",
-                repr(_apply(op, a, b)),
-                args=(a, b),
-            )
+            operation(f"binding n {op} m", program, f"{a}, {b}", op, a, b)
             for a, b in (rng.choice(pairs) for _ in range(n))
         ]
     for op in BINARY_OPS:
         # the generator's common form (`n % 3`, `n * 8`: 2-10% of its programs, where `n op m` of two int
         # arguments is 0.15%): the same operations with one argument, so the fact is read where binding is easy
         fams[f"one argument n {op} k"] = [
-            SkillItem(
-                f"one argument n {op} k",
-                f"def f(n):\n    r = n {op} {k}\n    return r",
-                f"{a}",
-                repr(_apply(op, a, k)),
-                args=(a, k),
+            operation(
+                f"one argument n {op} k", f"def f(n):\n    r = n {op} {k}\n    return r", f"{a}", op, a, k
             )
             for a, k in ((rng.randint(0, 9), rng.randint(1, 9)) for _ in range(n))
         ]
@@ -148,7 +136,7 @@ def classify(item: SkillItem, text: str) -> dict:
         written = written_expression(text)
         return {
             "bound": (a, b) == item.args,
-            "fact": c == _apply(op, a, b),
+            "fact": c == int_op(op, a, b),
             # with a named trace: whether the program's `n <op> m` was copied as it is
             "written": None if written is None else written == item.program.split(" = ")[1].split("\n")[0],
         }
