@@ -60,7 +60,14 @@ def test_read_binary_line_reads_the_operands_written_or_named_first():
 
 
 def test_classify_separates_a_wrong_binding_from_a_wrong_fact():
-    item = SkillItem("binding n + m", "def f(n, m):\n    r = n + m\n    return r", "4, 1", "5", args=(4, 1))
+    item = SkillItem(
+        "binding n + m",
+        "def f(n, m):\n    r = n + m\n    return r",
+        "4, 1",
+        "5",
+        args=(4, 1),
+        expression="n + m",
+    )
     assert classify(item, "n = 4\nm = 1\nr = 4 + 4 = 8\n") == {"bound": False, "fact": True, "written": None}
     assert classify(item, "n = 4\nm = 1\nr = 4 + 1 = 6\n") == {"bound": True, "fact": False, "written": None}
     assert classify(item, "r = n + m = 4 + 1 = 5\n") == {"bound": True, "fact": True, "written": True}
@@ -70,10 +77,24 @@ def test_classify_separates_a_wrong_binding_from_a_wrong_fact():
         written_expression("r = n // 7 = 9 // 7 = 1") == "n // 7"
         and written_expression("r = 9 // 7 = 1") is None
     )
-    one = SkillItem("one argument n % k", "def f(n):\n    r = n % 3\n    return r", "7", "1", args=(7, 3))
+    one = SkillItem(
+        "one argument n % k",
+        "def f(n):\n    r = n % 3\n    return r",
+        "7",
+        "1",
+        args=(7, 3),
+        expression="n % 3",
+    )
     assert classify(one, "n = 7\nr = 7 % 3 = 1\n") == {"bound": True, "fact": True, "written": None}
     assert classify(one, "r = n % 3 = 7 % 3 = 2\n") == {"bound": True, "fact": False, "written": True}
-    div = SkillItem("binding n // m", "def f(n, m):\n    r = n // m\n    return r", "7, 2", "3", args=(7, 2))
+    div = SkillItem(
+        "binding n // m",
+        "def f(n, m):\n    r = n // m\n    return r",
+        "7, 2",
+        "3",
+        args=(7, 2),
+        expression="n // m",
+    )
     assert classify(div, "r = 7 // 0 = 0\n") == {
         "bound": False,
         "fact": False,
@@ -120,3 +141,28 @@ def test_bench_tiny_model_skills_refuses_options_of_the_other_probes():
     assert res.exit_code == 2 and "--skills has its own items" in res.output
     res = CliRunner().invoke(app, ["bench", "tiny-model", "--skills", "--n", "0"])
     assert res.exit_code == 2 and "--n must be >= 1" in res.output
+
+
+def test_skills_table_puts_each_rate_under_its_own_heading_with_or_without_names():
+    from rich.console import Console
+
+    from populora.pretrain.skills import skills_table
+
+    def render(families):
+        console = Console(width=200, record=True)
+        console.print(skills_table({"n_per_family": 4, "families": families}))
+        lines = console.export_text().splitlines()
+        return [line.replace("┃", "│").split("│")[1:-1] for line in lines if line[:1] in "│┃"]
+
+    plain = {"binding n + m": {"accuracy": 0.25, "bound": 0.5, "fact": 0.75, "written": None}}
+    head, row = render(plain)
+    assert [c.strip() for c in head] == ["family", "correct", "operands bound", "fact right", "input copied"]
+    assert [c.strip() for c in row] == ["binding n + m", "25%", "50%", "75%", ""]
+    named = {
+        "binding n + m": {"accuracy": 0.25, "bound": 0.5, "fact": 0.75, "written": 0.0},
+        "copy word: s.upper()": {"accuracy": 1.0, "copied": 1.0},
+    }
+    head, row, copy = render(named)
+    assert [c.strip() for c in head][1:3] == ["correct", "names copied"]
+    assert [c.strip() for c in row] == ["binding n + m", "25%", "0%", "50%", "75%", ""]
+    assert [c.strip() for c in copy] == ["copy word: s.upper()", "100%", "", "", "", "100%"]

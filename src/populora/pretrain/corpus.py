@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from populora.pretrain.programs import (
     DEFAULT_LEVEL,
     DEFAULT_NAMES,
+    INT_OPS,
     MAX_STATEMENTS,
     Triplet,
     int_op,
@@ -35,9 +36,8 @@ MIX = {
     "teacher:code_f": 1.5,
     "program": 1.0,
 }
-# Kinds a `--mix` may add that the default mixture leaves out (weight 0 there).
+# Kinds a `--mix` may add that the default mixture leaves out.
 DRILL_KINDS = ("facts",)
-_FACT_OPS = ("+", "-", "*", "//", "%")
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ def facts_text(rng: random.Random) -> str:
     on the generator's small ints (a left operand up to 20 a third of the time)."""
     lines = []
     for _ in range(rng.randint(8, 16)):
-        op = rng.choice(_FACT_OPS)
+        op = rng.choice(tuple(INT_OPS))
         a = rng.randint(0, 20) if rng.random() < 1 / 3 else rng.randint(0, 9)
         b = rng.randint(1 if op in ("//", "%") else 0, 9)
         lines.append(f"{a} {op} {b} = {int_op(op, a, b)}")

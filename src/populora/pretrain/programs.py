@@ -13,6 +13,7 @@ kind of hint a code_f teacher gives its student.
 from __future__ import annotations
 
 import hashlib
+import operator
 import random
 from dataclasses import dataclass, field
 
@@ -89,12 +90,22 @@ WORDS = [
 LETTERS = "abcdexyz"
 
 
+# The binary int operators a trace line shows (`r = 7 // 2 = 3`), as Python computes them.
+INT_OPS = {
+    "+": operator.add,
+    "-": operator.sub,
+    "*": operator.mul,
+    "//": operator.floordiv,
+    "%": operator.mod,
+}
+
+
 def int_op(op: str, a: int, b: int) -> int | None:
-    """`a <op> b` for the binary operators traces show (+ - * // %) as Python computes it; None where Python
-    raises (division by zero)."""
-    if op in ("//", "%") and b == 0:
+    """`a <op> b` for one of `INT_OPS`; None where Python raises (division by zero)."""
+    try:
+        return INT_OPS[op](a, b)
+    except ZeroDivisionError:
         return None
-    return {"+": a + b, "-": a - b, "*": a * b, "//": a // b if b else 0, "%": a % b if b else 0}[op]
 
 
 def random_value(rng: random.Random, typ: str, small: bool = False) -> object:

@@ -29,12 +29,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from populora.paths import TINY_MODEL_DIR as ASSET_DIR
-from populora.pretrain.programs import LETTERS, WORDS, int_op
+from populora.pretrain.programs import INT_OPS, LETTERS, WORDS, int_op
 from populora.pretrain.tasks_render import TEMPLATE
 
 DEFAULT_SKILLS_OUT = Path("bench/results/tiny_model_skills.json")
 SKILLS_SEED = 20_261_206
-BINARY_OPS = ("+", "-", "*", "//", "%")
+BINARY_OPS = tuple(INT_OPS)
 SUFFIX = "xyz"  # one of the generator's words, so `s + 'xyz'` is in its distribution
 # `r = 4 + 1 = 5`, or with the expression as written first: `r = n + m = 4 + 1 = 5` (as the model wrote it,
 # which may be `n + n` or `n // 7`)
@@ -46,7 +46,8 @@ _BINARY_LINE = re.compile(
 @dataclass(frozen=True)
 class SkillItem:
     """One question: the program, its call arguments as text, the expected output's repr, and what the
-    classification needs (`args`: the two digits of a binding item; `string`: a copy item's input)."""
+    classification needs (`expression`: an operation item's `n <op> m` as the program writes it, and `args`:
+    the two digits its operands stand for; `string`: a copy item's input)."""
 
     family: str
     program: str
@@ -54,6 +55,7 @@ class SkillItem:
     output: str
     args: tuple[int, int] | None = None
     string: str | None = None
+    expression: str | None = None
 
 
 def skill_items(n: int, seed: int = SKILLS_SEED) -> dict[str, list[SkillItem]]:
@@ -63,24 +65,24 @@ def skill_items(n: int, seed: int = SKILLS_SEED) -> dict[str, list[SkillItem]]:
     rng = random.Random(seed)
     fams: dict[str, list[SkillItem]] = {}
 
-    def operation(family: str, program: str, inputs: str, op: str, a: int, b: int) -> SkillItem:
-        return SkillItem(family, program, inputs, repr(int_op(op, a, b)), args=(a, b))
+    def operation(
+        family: str, params: str, expression: str, inputs: str, op: str, a: int, b: int
+    ) -> SkillItem:
+        program = f"def f({params}):\n    r = {expression}\n    return r"
+        return SkillItem(family, program, inputs, repr(int_op(op, a, b)), args=(a, b), expression=expression)
 
     for op in BINARY_OPS:
         # a != b so a wrong binding shows in the trace; b >= 1 where it divides
         pairs = [(a, b) for a in range(10) for b in range(10) if a != b and (b or op not in ("//", "%"))]
-        program = f"def f(n, m):\n    r = n {op} m\n    return r"
         fams[f"binding n {op} m"] = [
-            operation(f"binding n {op} m", program, f"{a}, {b}", op, a, b)
+            operation(f"binding n {op} m", "n, m", f"n {op} m", f"{a}, {b}", op, a, b)
             for a, b in (rng.choice(pairs) for _ in range(n))
         ]
     for op in BINARY_OPS:
         # the generator's common form (`n % 3`, `n * 8`: 2-10% of its programs, where `n op m` of two int
         # arguments is 0.15%): the same operations with one argument, so the fact is read where binding is easy
         fams[f"one argument n {op} k"] = [
-            operation(
-                f"one argument n {op} k", f"def f(n):\n    r = n {op} {k}\n    return r", f"{a}", op, a, k
-            )
+            operation(f"one argument n {op} k", "n", f"n {op} {k}", f"{a}", op, a, k)
             for a, k in ((rng.randint(0, 9), rng.randint(1, 9)) for _ in range(n))
         ]
     arg_items = []
@@ -128,7 +130,7 @@ def written_expression(text: str) -> str | None:
 
 def classify(item: SkillItem, text: str) -> dict:
     """What the answer `text` shows about the skill `item` asks for (booleans; None where unreadable)."""
-    if item.args is not None and item.family.startswith(("binding", "one argument")):
+    if item.expression is not None:
         line = read_binary_line(text)
         if line is None:
             return {"bound": None, "fact": None, "written": None}
@@ -137,12 +139,37 @@ def classify(item: SkillItem, text: str) -> dict:
         return {
             "bound": (a, b) == item.args,
             "fact": c == int_op(op, a, b),
-            # with a named trace: whether the program's `n <op> m` was copied as it is
-            "written": None if written is None else written == item.program.split(" = ")[1].split("\n")[0],
+            # with a named trace: whether the program's expression was copied as it is
+            "written": None if written is None else written == item.expression,
         }
     if item.string is not None:
         return {"copied": f"s = {item.string!r}\n" in text}
     return {}
+
+
+def skills_table(results: dict):
+    """The console table of `run_skills`'s results; a "names copied" column where a model wrote its traces'
+    expressions as written (`--trace-names`)."""
+    from rich.table import Table
+
+    fams = results["families"]
+    named = any(row.get("written") is not None for row in fams.values())
+    keys = ["accuracy", *(["written"] if named else []), "bound", "fact", "copied"]
+    heads = {
+        "accuracy": "correct",
+        "written": "names copied",
+        "bound": "operands bound",
+        "fact": "fact right",
+        "copied": "input copied",
+    }
+    table = Table(
+        title=f"tiny model's elementary skills ({results['n_per_family']} code_o items per family, greedy, traced)"
+    )
+    for col in ["family", *(heads[k] for k in keys)]:
+        table.add_column(col)
+    for fam, row in fams.items():
+        table.add_row(fam, *("" if row.get(k) is None else f"{row[k]:.0%}" for k in keys))
+    return table
 
 
 def _rate(values: list) -> float | None:
@@ -162,7 +189,6 @@ def run_skills(
     import torch
     from rich.console import Console
     from rich.progress import Progress
-    from rich.table import Table
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from populora.pretrain.bench import generate
@@ -214,27 +240,7 @@ def run_skills(
             results["families"][fam] = row
             bar.advance(job)
     results["seconds"] = round(time.time() - t0, 1)
-    table = Table(title=f"tiny model's elementary skills ({n} code_o items per family, greedy, traced)")
-    named = any(row.get("written") is not None for row in results["families"].values())
-    cols = [
-        "family",
-        "correct",
-        *(["names copied"] if named else []),
-        "operands bound",
-        "fact right",
-        "input copied",
-    ]
-    for col in cols:
-        table.add_column(col)
-
-    def pct(v):
-        return "" if v is None else f"{v:.0%}"
-
-    for fam, row in results["families"].items():
-        table.add_row(
-            fam, pct(row["accuracy"]), pct(row.get("bound")), pct(row.get("fact")), pct(row.get("copied"))
-        )
-    Console().print(table)
+    Console().print(skills_table(results))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2) + "\n")
     return results
