@@ -255,7 +255,7 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
             "or graded levels (1-5, 1,3,5): then per level, on the graded probe sets.",
         ),
         threads: int = typer.Option(
-            2, "--threads", help="torch threads for generation (graded levels, --skills)."
+            2, "--threads", help="torch threads for generation (graded levels, --skills, --induction)."
         ),
         skills: bool = typer.Option(
             False,
@@ -263,6 +263,14 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
             help="Instead: the elementary skills under student accuracy (binding arguments to operands, "
             "arithmetic facts, copying strings) on one-statement code_o items, each miss read from the trace "
             "(default --out bench/results/tiny_model_skills.json).",
+        ),
+        induction: bool = typer.Option(
+            False,
+            "--induction",
+            help="Instead: why code_f answers miss, per graded level (--level, default 1-5; --n items per "
+            "level, default all): whether the student's program reproduces the pairs it was shown, and whether "
+            "it reads the gold program's arguments, uses its operations, its constants, its shape "
+            "(default --out bench/results/tiny_model_induction.json).",
         ),
     ) -> None:
         """Valid-proposal rate and student accuracy of the tiny model per task type (and per graded level)."""
@@ -274,6 +282,28 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
                 f"error: no model at {model}; run `populora pretrain-tiny --out {model}` first", err=True
             )
             raise typer.Exit(2)
+        if skills and induction:
+            typer.echo("error: --skills and --induction are two probes; pick one", err=True)
+            raise typer.Exit(2)
+        if induction:
+            from populora.pretrain.induction import run_induction
+
+            levels = level or "1-5"
+            try:
+                parse_levels(levels)
+            except GradedError as e:
+                typer.echo(
+                    f"error: --level: {e} (--induction reads graded levels, e.g. 1-5 or 1,2)", err=True
+                )
+                raise typer.Exit(2) from None
+            if max_statements is not None:
+                typer.echo("error: --induction reads the graded probe; drop --max-statements", err=True)
+                raise typer.Exit(2)
+            if n is not None and n < 1:
+                typer.echo(f"error: --n must be >= 1, got {n}", err=True)
+                raise typer.Exit(2)
+            run_induction(quick=quick, out=out, model=model, n=n, levels=levels, threads=threads)
+            return
         if skills:
             from populora.pretrain.skills import run_skills
 
