@@ -323,6 +323,8 @@ def test_pretrain_tiny_cli_rejects_bad_arguments():
     assert res.exit_code == 2 and "--student-level" in res.output and "bad level" in res.output
     res = CliRunner().invoke(app, ["pretrain-tiny", "--trace-names"])
     assert res.exit_code == 2 and "add --trace" in res.output
+    res = CliRunner().invoke(app, ["pretrain-tiny", "--level", "easy", "--code-f-trace"])
+    assert res.exit_code == 2 and "--code-f-trace needs graded levels" in res.output
     res = CliRunner().invoke(app, ["pretrain-tiny", "--save-every", "-1"])
     assert res.exit_code == 2 and "--save-every" in res.output
 

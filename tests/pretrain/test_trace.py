@@ -210,3 +210,29 @@ def test_facts_drill_kind_is_only_in_a_mix_that_asks_for_it_and_every_fact_is_ri
         )
         drills = [ex for ex in corpus if ex.kind == "facts"]
         assert 60 < len(drills) < 140 and all(ex.prompt == "" and " = " in ex.completion for ex in drills)
+
+
+def test_code_f_trace_adds_the_first_shown_pairs_trace_to_code_f_answers_only():
+    kw = dict(
+        mix={"student:code_f": 2.0, "teacher:code_f": 1.0, "student:code_o": 1.0}, level="1,1,2", trace=True
+    )
+    plain = build_corpus(11, 60, TasksRenderer(), **kw)
+    traced = build_corpus(11, 60, TasksRenderer(), code_f_trace=True, **kw)
+    students = 0
+    for a, b in zip(plain, traced, strict=True):
+        assert (a.kind, a.prompt) == (b.kind, b.prompt)
+        if a.kind != "student:code_f":
+            assert a.completion == b.completion  # teachers and code_o as before
+            continue
+        students += 1
+        trace, rest = b.completion.split("\n```\n", 1)
+        assert trace.startswith("```trace\n") and rest == a.completion
+        program = a.completion.split("```python\n", 1)[1].split("\n```", 1)[0]
+        first_in = a.prompt.split("```input\n", 1)[1].split("\n```", 1)[0]
+        assert trace + "\n```\n" == render_trace(program, first_in, general=True)
+        # the trace binds the parameters to the first shown input, in order
+        params = program.split("(", 1)[1].split(")", 1)[0].split(", ")
+        assert [line.split(" = ", 1)[0] for line in trace.splitlines()[1 : 1 + len(params)]] == params
+    assert students >= 20
+    with pytest.raises(ValueError, match="graded levels"):
+        build_corpus(11, 2, TasksRenderer(), code_f_trace=True, mix={"student:code_f": 1.0}, level="easy")

@@ -83,6 +83,12 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
             help="With --trace: each reduction-trace line starts with the expression as written "
             "(r = n + m = 4 + 1 = 5), so each name's value is written right after the name's turn.",
         ),
+        code_f_trace: bool = typer.Option(
+            False,
+            "--code-f-trace",
+            help="Graded levels only: every code_f student answer starts with a ```trace of the gold program on "
+            "the first pair the student is shown (whose output the prompt holds), then the program.",
+        ),
         student_level: str | None = typer.Option(
             None,
             "--student-level",
@@ -158,6 +164,9 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
                 typer.echo("error: --student-level needs graded levels in --level (1-5, ...)", err=True)
                 raise typer.Exit(2)
             check_levels("--student-level", student_level)
+        if code_f_trace and not is_graded_level(level):
+            typer.echo("error: --code-f-trace needs graded levels in --level (1-5, ...)", err=True)
+            raise typer.Exit(2)
         if save_every < 0:
             typer.echo(f"error: --save-every must be >= 0 minutes, got {save_every}", err=True)
             raise typer.Exit(2)
@@ -225,6 +234,7 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
             trace=trace,
             trace_fraction=trace_fraction,
             trace_names=trace_names,
+            code_f_trace=code_f_trace,
             **({"mix": mix_weights} if mix_weights else {}),
             schedule=schedule,
             decay_start=decay_start,

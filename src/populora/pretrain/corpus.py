@@ -103,11 +103,13 @@ def _iter_graded(
     trace: bool,
     student_levels=None,
     trace_names: bool = False,
+    code_f_trace: bool = False,
 ) -> Iterator[Example]:
     """The graded generator's stream (`graded.sample_graded`, train split): each example draws a level from
     `levels` (student examples from `student_levels` when given); a teacher's references come from the same
     level as its proposal. With `trace`, every code_o student answer carries a trace (the reduction trace, else
-    the state trace): one answer style per task."""
+    the state trace): one answer style per task. With `code_f_trace`, every code_f student answer starts with
+    the trace of the gold program on the first pair the student is shown."""
     from populora.pretrain.graded import sample_graded
 
     while True:
@@ -124,6 +126,11 @@ def _iter_graded(
             g = sample_graded(rng, level, split="train", n_inputs=n_inputs)
             fn = renderer.teacher_f if role == "teacher" else renderer.student_f
             prompt, completion = fn(g.code, list(g.pairs), g.message)
+            if code_f_trace and role == "student":
+                # the working before the program: the program run on the first shown input, so each constant
+                # is written where the line must end in a value the prompt shows
+                shown = g.pairs[0][0]
+                completion = render_trace(g.code, shown, general=True, names=trace_names) + completion
         else:
             tr = _graded_triplet(rng, levels, level)
             if role == "teacher":
@@ -151,6 +158,7 @@ def iter_examples(
     trace_fraction: float = 1.0,
     student_level: str | None = None,
     trace_names: bool = False,
+    code_f_trace: bool = False,
 ) -> Iterator[Example]:
     """An endless, seeded stream of examples. Same seed and renderer -> same stream. Programs come from
     the generator's "train" split only (never a held-out probe program). `trace`: code_o student answers
@@ -163,7 +171,9 @@ def iter_examples(
     `student_level` (graded only): the levels student examples draw from instead (say, mostly the easy ones,
     where a small model's answers can be right, while teachers still see every level). `trace_names`: each
     reduction-trace line starts with the expression as written (`trace.reduction_steps`); everything else in the
-    stream is the same example for example."""
+    stream is the same example for example. `code_f_trace` (graded only): every code_f student answer starts
+    with the trace of the gold program on the first shown input; everything else is the same example for
+    example."""
     from populora.pretrain.graded import is_graded_level, parse_levels
 
     rng = random.Random(seed)
@@ -174,9 +184,21 @@ def iter_examples(
             raise ValueError("graded levels take one answer style per task: use trace_fraction 1.0")
         students = parse_levels(student_level) if student_level else None
         yield from _iter_graded(
-            rng, renderer, kinds, weights, parse_levels(level), k_refs, n_inputs, trace, students, trace_names
+            rng,
+            renderer,
+            kinds,
+            weights,
+            parse_levels(level),
+            k_refs,
+            n_inputs,
+            trace,
+            students,
+            trace_names,
+            code_f_trace,
         )
         return
+    if code_f_trace:
+        raise ValueError("code_f_trace needs graded levels (level '1-5', say)")
     if student_level:
         raise ValueError("student_level needs graded levels (--level 1-5, ...), not easy / full")
     gen = dict(names=names, max_statements=max_statements, level=level)

@@ -56,6 +56,9 @@ class PretrainConfig:
     # Reduction-trace lines start with the expression as written (`r = n + m = 4 + 1 = 5`), not with its
     # names already replaced (`r = 4 + 1 = 5`): the value of each name is then written right after its turn.
     trace_names: bool = False
+    # Graded levels: every code_f student answer starts with the trace of the gold program on the first pair the
+    # student is shown, so the program's constants are written where a line must end in a value the prompt shows.
+    code_f_trace: bool = False
     # Optimisation.
     seq_len: int = 512
     batch_size: int = 8
@@ -239,6 +242,7 @@ def pretrain(cfg: PretrainConfig, out: Path, progress: bool = True, renderer=Non
         trace_fraction=cfg.trace_fraction,
         student_level=cfg.student_level,
         trace_names=cfg.trace_names,
+        code_f_trace=cfg.code_f_trace,
     )
     train_ex = build_corpus(cfg.seed, cfg.n_examples, renderer, **kw)
     # A different stream for validation; a few collisions with training programs are possible and harmless.
