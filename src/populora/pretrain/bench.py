@@ -91,6 +91,17 @@ def generator_settings(model_dir: Path) -> dict:
     }
 
 
+def load_model(model_dir: Path, threads: int):
+    """`(model, tokenizer)` as the tiny-model probes generate with: float32 weights (float16 files too), eval
+    mode, `threads` torch threads."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch.set_num_threads(threads)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    return model, AutoTokenizer.from_pretrained(model_dir)
+
+
 def _problems(
     n: int,
     k_refs: int,
@@ -358,19 +369,15 @@ def run_levels(
 
 
 def _run_levels(sb, quick, out, model_dir, n, levels, k_refs, seed, threads) -> dict:
-    import torch
     from rich.console import Console
     from rich.table import Table
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from populora.pretrain.graded_probe import MAX_NEW_TOKENS as STUDENT_NEW
     from populora.pretrain.graded_probe import TEACHER_MAX_NEW_TOKENS as TEACHER_NEW
     from populora.tasks import Problem, Proposal, get
 
-    torch.set_num_threads(threads)
     n = n or (8 if quick else 16)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()  # fp16 files too
-    tok = AutoTokenizer.from_pretrained(model_dir)
+    model, tok = load_model(model_dir, threads)
     cells = _graded_cells(levels, n, k_refs)
     cols = (
         [("student", 0.0), ("teacher", 1.0)]

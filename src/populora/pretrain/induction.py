@@ -204,13 +204,11 @@ def run_induction(
 ) -> dict:
     """Score `model`'s code_f answers on the graded probe (`n` items per level; all of a level by default, 8
     with `quick`), print a table, write JSON."""
-    import torch
     from rich.console import Console
     from rich.progress import Progress
     from rich.table import Table
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from populora.pretrain.bench import generate
+    from populora.pretrain.bench import generate, load_model
     from populora.pretrain.graded import parse_levels
     from populora.pretrain.graded_probe import MAX_NEW_TOKENS, load_graded_probe
     from populora.sandbox import Sandbox
@@ -219,9 +217,7 @@ def run_induction(
     lv = tuple(sorted(set(parse_levels(levels))))
     model_dir = Path(model or ASSET_DIR)
     out = Path(out or DEFAULT_INDUCTION_OUT)
-    torch.set_num_threads(threads)
-    lm = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()  # fp16 files too
-    tok = AutoTokenizer.from_pretrained(model_dir)
+    lm, tok = load_model(model_dir, threads)
     task = get("code_f")
     by_level: dict[int, list] = {}
     for level, p in load_graded_probe("code_f"):

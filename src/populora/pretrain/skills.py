@@ -186,12 +186,10 @@ def run_skills(
     seed: int = SKILLS_SEED,
 ) -> dict:
     """Score `model` on every skill family (`n` items each; 40, or 8 with `quick`), print a table, write JSON."""
-    import torch
     from rich.console import Console
     from rich.progress import Progress
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from populora.pretrain.bench import generate
+    from populora.pretrain.bench import generate, load_model
     from populora.pretrain.graded_probe import MAX_NEW_TOKENS
     from populora.sandbox import Sandbox
     from populora.tasks import Problem, get
@@ -199,9 +197,7 @@ def run_skills(
     n = n or (8 if quick else 40)
     model_dir = Path(model or ASSET_DIR)
     out = Path(out or DEFAULT_SKILLS_OUT)
-    torch.set_num_threads(threads)
-    lm = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()  # fp16 files too
-    tok = AutoTokenizer.from_pretrained(model_dir)
+    lm, tok = load_model(model_dir, threads)
     task = get("code_o")
     fams = skill_items(n, seed)
     results: dict = {
