@@ -127,8 +127,9 @@ def _iter_graded(
             fn = renderer.teacher_f if role == "teacher" else renderer.student_f
             prompt, completion = fn(g.code, list(g.pairs), g.message)
             if code_f_trace and role == "student":
-                # the working before the program: the program run on the first shown input, so each constant
-                # is written where the line must end in a value the prompt shows
+                # the working before the program: the program run on the first shown input, so in a
+                # straight-line program each constant is written on a line whose value the prompt's first pair
+                # fixes (measured: it did not raise accuracy, docs/tiny-model.md, sitting 7)
                 shown = g.pairs[0][0]
                 completion = render_trace(g.code, shown, general=True, names=trace_names) + completion
         else:
@@ -192,9 +193,9 @@ def iter_examples(
             k_refs,
             n_inputs,
             trace,
-            students,
-            trace_names,
-            code_f_trace,
+            student_levels=students,
+            trace_names=trace_names,
+            code_f_trace=code_f_trace,
         )
         return
     if code_f_trace:

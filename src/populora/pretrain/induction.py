@@ -65,9 +65,7 @@ def _function(source: str) -> ast.FunctionDef | None:
 
 
 def _operation(node: ast.AST) -> str | None:
-    if isinstance(node, ast.BinOp | ast.UnaryOp | ast.BoolOp):
-        return _SYMBOLS.get(type(node.op), type(node.op).__name__)
-    if isinstance(node, ast.AugAssign):
+    if isinstance(node, ast.BinOp | ast.UnaryOp | ast.BoolOp | ast.AugAssign):  # `t += x` is a `+`
         return _SYMBOLS.get(type(node.op), type(node.op).__name__)
     if isinstance(node, ast.Call):
         func = node.func

@@ -57,7 +57,7 @@ class PretrainConfig:
     # names already replaced (`r = 4 + 1 = 5`): the value of each name is then written right after its turn.
     trace_names: bool = False
     # Graded levels: every code_f student answer starts with the trace of the gold program on the first pair the
-    # student is shown, so the program's constants are written where a line must end in a value the prompt shows.
+    # student is shown, then the program (an experiment of sitting 7 that did not raise accuracy; off by default).
     code_f_trace: bool = False
     # Optimisation.
     seq_len: int = 512
