@@ -74,14 +74,20 @@ def rl_step(
     sandbox,
     budget: Mapping[str, int] | None = None,
     sign: float = 1.0,
+    by_type: dict[str, list[int]] | None = None,
 ) -> float:
     """One update of slot 0 on `n` rollouts of every problem; returns their solve rate (before the update).
 
     `sign=-1` negates every advantage (a deliberately wrong update, for tests that must be able to fail).
+    `by_type`, when given, gets `[solved, rollouts]` added per task type (a mixed step's types apart).
     """
     groups = rollouts(engine, problems, n, temperature, seed, budget)
     rows, rewards, lengths, keys, solved = [], [], [], [], 0
     for i, (gens, (fmt, ok)) in enumerate(zip(groups, score_groups(problems, groups, sandbox), strict=True)):
+        if by_type is not None:
+            counts = by_type.setdefault(problems[i].task, [0, 0])
+            counts[0] += sum(ok)
+            counts[1] += len(ok)
         for g, f, o in zip(gens, fmt, ok, strict=True):
             solved += o
             if not g.token_ids:
@@ -98,12 +104,20 @@ def rl_step(
     return solved / max(n * len(problems), 1)
 
 
-def headroom(engine, probe: Mapping[str, Sequence], n: int, temperature: float, sandbox) -> dict:
-    """Greedy accuracy, pass@1 and pass@n at `temperature`, per task type, on `probe` problems."""
-    greedy = score_members(engine, {"s": 0}, probe, sandbox)["s"]
+def headroom(
+    engine,
+    probe: Mapping[str, Sequence],
+    n: int,
+    temperature: float,
+    sandbox,
+    budget: Mapping[str, int] | None = None,
+) -> dict:
+    """Greedy accuracy, pass@1 and pass@n at `temperature`, per task type, on `probe` problems (answer budgets
+    `budget`, default the fixed probe's)."""
+    greedy = score_members(engine, {"s": 0}, probe, sandbox, max_new_tokens=budget)["s"]
     out = {}
     for t, problems in probe.items():
-        flags = score_groups(problems, rollouts(engine, problems, n, temperature, 1), sandbox)
+        flags = score_groups(problems, rollouts(engine, problems, n, temperature, 1, budget), sandbox)
         out[t] = {
             "greedy": greedy[t],
             "pass@1": statistics.fmean(statistics.fmean(ok) for _, ok in flags),

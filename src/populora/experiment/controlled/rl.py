@@ -13,7 +13,11 @@ Three measurements:
               seen yet, and the greedy probe at step 0 and every `--probe-every` steps. Only this one says
               whether what the update learns transfers to held-out problems.
 
-populora experiment control rl [--lrs 3e-3,1e-2] [--model tiny] [--quick]
+`--types` restricts the problems and the probe to some task types (`code_f`: RL on code_f alone); the solve rate
+is also recorded per type (`solve_rate_by_type`). `--probe-set graded` probes on the graded probe sets
+(`--probe-levels 1`: only their level-1 items, with the graded answer budgets) instead of the fixed ones.
+
+populora experiment control rl [--lrs 3e-3,1e-2] [--model tiny] [--types code_f] [--probe-set graded] [--quick]
 Writes runs/controls/learning_rl_controls.json (--out; the recorded history: bench/results/learning_rl_controls.json) (docs/learning.md, "Chasing it on the bundled asset").
 """
 
@@ -29,12 +33,24 @@ from pathlib import Path
 import torch
 
 from populora.config import load_config
+from populora.engine.models import resolve_model
 from populora.experiment.controls import headroom, rl_step
 from populora.names import TASKS
+from populora.pretrain.graded_probe import LEVELS, load_graded_probe
+from populora.pretrain.graded_probe import MAX_NEW_TOKENS as GRADED_BUDGET
 from populora.pretrain.probe import MAX_NEW_TOKENS
 from populora.sandbox import Limits, Sandbox
 from populora.train.probe import probe_subset, score_members
-from populora.train.setup import build_engine, synthetic_seeds
+from populora.train.setup import build_engine, graded_seed_levels, synthetic_seeds
+
+
+def probe_items(probe_set: str, size: int, types: list[str], levels: list[int]) -> dict[str, list]:
+    """The first `size` probe problems per task type: of the fixed sets, or of the graded ones (only `levels`
+    when given)."""
+    if probe_set == "fixed":
+        return probe_subset(size, types)
+    keep = set(levels or LEVELS)
+    return {t: [p for lv, p in load_graded_probe(t) if lv in keep][:size] for t in types}
 
 
 def run(mode: str, lr: float, args, sb, pool: dict, probe: dict) -> dict:
@@ -56,10 +72,11 @@ def run(mode: str, lr: float, args, sb, pool: dict, probe: dict) -> dict:
     steps = args.steps_fixed if mode == "fixed" else args.steps_fresh
     order = {t: rng.sample(pool[t], len(pool[t])) for t in pool}  # fresh: each problem at most once
     fixed = [p for t in pool for p in order[t][: args.per_type]]
-    solve, probes, t0 = [], [], time.time()
+    solve, solve_by_type, probes, t0 = [], [], [], time.time()
+    probe_budget = GRADED_BUDGET if args.probe_set == "graded" else None
 
     def measure(step: int) -> None:
-        acc = score_members(eng, {"s": 0}, probe, sb)["s"]
+        acc = score_members(eng, {"s": 0}, probe, sb, max_new_tokens=probe_budget)["s"]
         probes.append({"step": step, **acc, "all": statistics.fmean(acc.values())})
         print(f"{mode} lr {lr:g} probe at step {step}: {probes[-1]['all']:.3f} {acc}", flush=True)
 
@@ -70,9 +87,20 @@ def run(mode: str, lr: float, args, sb, pool: dict, probe: dict) -> dict:
         problems = (
             fixed if mode == "fixed" else [p for t in pool for p in order[t][k * step : k * (step + 1)]]
         )
+        counts: dict[str, list[int]] = {}
         solve.append(
-            rl_step(eng, problems, args.rollouts, args.temperature, 1000 * step + args.seed, sb, budget)
+            rl_step(
+                eng,
+                problems,
+                args.rollouts,
+                args.temperature,
+                1000 * step + args.seed,
+                sb,
+                budget,
+                by_type=counts,
+            )
         )
+        solve_by_type.append({t: round(c[0] / c[1], 4) for t, c in counts.items() if c[1]})
         if mode == "fresh" and step % args.probe_every == 0:
             measure(step)
         print(
@@ -86,6 +114,7 @@ def run(mode: str, lr: float, args, sb, pool: dict, probe: dict) -> dict:
         "lr": lr,
         "steps": steps,
         "solve_rate": solve,
+        "solve_rate_by_type": solve_by_type,
         "solve_first_quarter": statistics.fmean(solve[:q]),
         "solve_last_quarter": statistics.fmean(solve[-q:]),
         "probe": probes,
@@ -105,6 +134,22 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--probe-every", type=int, default=20)
     ap.add_argument("--probe-size", type=int, default=64, help="probe problems per task type")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--types",
+        default=",".join(TASKS),
+        help="task types to train and probe, comma-separated (e.g. code_f)",
+    )
+    ap.add_argument(
+        "--probe-set",
+        choices=("fixed", "graded"),
+        default="fixed",
+        help="the probe's items: the fixed sets (level easy) or the graded ones (asset v2's levels)",
+    )
+    ap.add_argument(
+        "--probe-levels",
+        default="",
+        help="with --probe-set graded: only items of these levels, comma-separated (e.g. 1); default all",
+    )
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--modes", default="fixed,fresh", help="which controls to run (fixed, fresh or both)")
     ap.add_argument("--no-headroom", action="store_true", help="skip the greedy vs pass@k measurement")
@@ -115,16 +160,34 @@ def main(argv: list[str] | None = None) -> None:
     )
     ap.add_argument("--out", default="runs/controls/learning_rl_controls.json")
     args = ap.parse_args(argv)
+    types = [t.strip() for t in args.types.split(",") if t.strip()]
+    bad = [t for t in types if t not in TASKS]
+    if bad or not types:
+        ap.error(
+            f"--types: unknown task type(s) {', '.join(bad) or '(none given)'}; pick from {', '.join(TASKS)}"
+        )
+    try:
+        levels = [int(x) for x in args.probe_levels.split(",") if x.strip()]
+    except ValueError:
+        ap.error(f"--probe-levels: expected levels such as 1 or 1,2, got {args.probe_levels!r}")
+    if levels and args.probe_set != "graded":
+        ap.error("--probe-levels needs --probe-set graded (the fixed probe sets have no levels)")
+    if any(lv not in LEVELS for lv in levels):
+        ap.error(f"--probe-levels: levels are {', '.join(map(str, LEVELS))}, got {args.probe_levels!r}")
     if args.quick:
         args.per_type, args.rollouts, args.steps_fixed, args.steps_fresh = 1, 2, 2, 2
         args.probe_every, args.probe_size = 2, 4
     torch.set_num_threads(args.threads)
     t0 = time.time()
     with Sandbox(workers=2, limits=Limits(timeout_s=2.0, memory_mb=256)) as sb:
-        # The generator's train split with a seed of its own: never the probe's problems.
-        seeds = synthetic_seeds(args.per_type * (args.steps_fresh + 1) + 8, sb, 1000 + args.seed)
-        pool = {t: [p for p in seeds if p.task == t] for t in TASKS}
-        probe = probe_subset(args.probe_size)
+        # The generator the model was pretrained on (graded levels for asset v2, as the trainer's seeds), its
+        # train split with a seed of its own: never the probe's problems.
+        levels_of_model = graded_seed_levels(resolve_model(args.model))
+        seeds = synthetic_seeds(
+            args.per_type * (args.steps_fresh + 1) + 8, sb, 1000 + args.seed, levels_of_model, tuple(types)
+        )
+        pool = {t: [p for p in seeds if p.task == t] for t in types}
+        probe = probe_items(args.probe_set, args.probe_size, types, levels)
         room = {}
         if not args.no_headroom:
             base = build_engine(
@@ -133,7 +196,14 @@ def main(argv: list[str] | None = None) -> None:
                     [f"model.name={args.model}", "population.teachers=1", "population.students=1"],
                 )
             )
-            room = headroom(base, probe, args.rollouts, args.temperature, sb)
+            room = headroom(
+                base,
+                probe,
+                args.rollouts,
+                args.temperature,
+                sb,
+                GRADED_BUDGET if args.probe_set == "graded" else None,
+            )
             base.close()
         results = [
             run(mode, float(lr), args, sb, pool, probe)
@@ -144,6 +214,8 @@ def main(argv: list[str] | None = None) -> None:
         "what": "one student adapter, RL without teachers: the same problems every step (fixed) or new generator "
         "problems every step (fresh); greedy probe on held-out problems",
         "settings": {k: v for k, v in vars(args).items() if k != "out"},
+        # the graded levels the problems were drawn from (None: the v1 generator, for a model without them)
+        "problem_levels": list(levels_of_model) if levels_of_model else None,
         "headroom": room,
         "results": results,
         "seconds": round(time.time() - t0, 1),
