@@ -71,6 +71,17 @@ def test_interleave_and_selection():
         probe_selection("hard", 3)
 
 
+def test_selection_of_some_levels_takes_their_items_in_file_order():
+    problems, levels = probe_selection("graded", 10, ["code_f"], levels=(1,))
+    level_1 = [p for lv, p in load_graded_probe("code_f") if lv == 1]
+    assert [p.id for p in problems["code_f"]] == [p.id for p in level_1[:10]]
+    assert levels == {"code_f": [1] * 10}
+    _, levels = probe_selection("graded", 4, ["code_o"], levels=(2, 5))
+    assert levels == {"code_o": [2, 5, 2, 5]}
+    with pytest.raises(GradedProbeError, match="fixed probe sets have no levels"):
+        probe_selection("fixed", 3, ["code_i"], levels=(1,))
+
+
 def test_probe_set_config_key_is_checked():
     from populora.config import ConfigError, load_config
 

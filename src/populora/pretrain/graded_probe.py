@@ -98,17 +98,21 @@ def load_graded_probe(task: str, folder: Path | None = None) -> list[tuple[int, 
 
 
 def probe_selection(
-    probe_set: str, size: int, types: Sequence[str] = TASKS
+    probe_set: str, size: int, types: Sequence[str] = TASKS, levels: Sequence[int] = ()
 ) -> tuple[dict[str, list], dict[str, list[int]] | None]:
     """The items a probe scores: `({task: [Problem] (the first `size`)}, {task: [level per item]} or None)`.
-    `fixed`: `pretrain/probe.py`'s sets (no levels); `graded`: these sets (spread evenly over the levels)."""
+    `fixed`: `pretrain/probe.py`'s sets (no levels); `graded`: these sets (spread evenly over the levels, or
+    only the items of `levels` when given)."""
     if probe_set == "fixed":
+        if levels:
+            raise GradedProbeError("the fixed probe sets have no levels; pick levels of the graded sets")
         from populora.pretrain.probe import load_probe
 
         return {t: load_probe(t)[:size] for t in types}, None
     if probe_set != "graded":
         raise GradedProbeError(f"unknown probe set {probe_set!r}; expected one of {', '.join(PROBE_SETS)}")
-    items = {t: load_graded_probe(t)[:size] for t in types}
+    keep = set(levels or LEVELS)
+    items = {t: [(lv, p) for lv, p in load_graded_probe(t) if lv in keep][:size] for t in types}
     return {t: [p for _, p in v] for t, v in items.items()}, {
         t: [lv for lv, _ in v] for t, v in items.items()
     }

@@ -36,24 +36,16 @@ from populora.config import load_config
 from populora.engine.models import resolve_model
 from populora.experiment.controls import headroom, rl_step
 from populora.names import TASKS
-from populora.pretrain.graded_probe import LEVELS, load_graded_probe
+from populora.pretrain.graded import GradedError, parse_levels
 from populora.pretrain.graded_probe import MAX_NEW_TOKENS as GRADED_BUDGET
+from populora.pretrain.graded_probe import PROBE_SETS, probe_selection
 from populora.pretrain.probe import MAX_NEW_TOKENS
 from populora.sandbox import Limits, Sandbox
-from populora.train.probe import probe_subset, score_members
+from populora.train.probe import score_members
 from populora.train.setup import build_engine, graded_seed_levels, synthetic_seeds
 
 
-def probe_items(probe_set: str, size: int, types: list[str], levels: list[int]) -> dict[str, list]:
-    """The first `size` probe problems per task type: of the fixed sets, or of the graded ones (only `levels`
-    when given)."""
-    if probe_set == "fixed":
-        return probe_subset(size, types)
-    keep = set(levels or LEVELS)
-    return {t: [p for lv, p in load_graded_probe(t) if lv in keep][:size] for t in types}
-
-
-def run(mode: str, lr: float, args, sb, pool: dict, probe: dict) -> dict:
+def run(mode: str, lr: float, args, sb, pool: dict, probe: dict, probe_budget: dict | None) -> dict:
     """RL of one fresh adapter on `pool` problems: the same ones every step ('fixed') or new ones ('fresh')."""
     cfg = load_config(
         "tiny-learn",
@@ -73,7 +65,6 @@ def run(mode: str, lr: float, args, sb, pool: dict, probe: dict) -> dict:
     order = {t: rng.sample(pool[t], len(pool[t])) for t in pool}  # fresh: each problem at most once
     fixed = [p for t in pool for p in order[t][: args.per_type]]
     solve, solve_by_type, probes, t0 = [], [], [], time.time()
-    probe_budget = GRADED_BUDGET if args.probe_set == "graded" else None
 
     def measure(step: int) -> None:
         acc = score_members(eng, {"s": 0}, probe, sb, max_new_tokens=probe_budget)["s"]
@@ -141,14 +132,14 @@ def main(argv: list[str] | None = None) -> None:
     )
     ap.add_argument(
         "--probe-set",
-        choices=("fixed", "graded"),
+        choices=PROBE_SETS,
         default="fixed",
         help="the probe's items: the fixed sets (level easy) or the graded ones (asset v2's levels)",
     )
     ap.add_argument(
         "--probe-levels",
         default="",
-        help="with --probe-set graded: only items of these levels, comma-separated (e.g. 1); default all",
+        help="with --probe-set graded: only items of these levels (1, 1,2 or 1-3); default all",
     )
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--modes", default="fixed,fresh", help="which controls to run (fixed, fresh or both)")
@@ -167,13 +158,13 @@ def main(argv: list[str] | None = None) -> None:
             f"--types: unknown task type(s) {', '.join(bad) or '(none given)'}; pick from {', '.join(TASKS)}"
         )
     try:
-        levels = [int(x) for x in args.probe_levels.split(",") if x.strip()]
-    except ValueError:
-        ap.error(f"--probe-levels: expected levels such as 1 or 1,2, got {args.probe_levels!r}")
+        levels = parse_levels(args.probe_levels) if args.probe_levels.strip() else ()
+    except GradedError as err:
+        ap.error(f"--probe-levels: {err}")
     if levels and args.probe_set != "graded":
         ap.error("--probe-levels needs --probe-set graded (the fixed probe sets have no levels)")
-    if any(lv not in LEVELS for lv in levels):
-        ap.error(f"--probe-levels: levels are {', '.join(map(str, LEVELS))}, got {args.probe_levels!r}")
+    # answers as long as the chosen probe set's longest perfect answers (None: the fixed sets' budgets)
+    probe_budget = GRADED_BUDGET if args.probe_set == "graded" else None
     if args.quick:
         args.per_type, args.rollouts, args.steps_fixed, args.steps_fresh = 1, 2, 2, 2
         args.probe_every, args.probe_size = 2, 4
@@ -187,7 +178,7 @@ def main(argv: list[str] | None = None) -> None:
             args.per_type * (args.steps_fresh + 1) + 8, sb, 1000 + args.seed, levels_of_model, tuple(types)
         )
         pool = {t: [p for p in seeds if p.task == t] for t in types}
-        probe = probe_items(args.probe_set, args.probe_size, types, levels)
+        probe, _ = probe_selection(args.probe_set, args.probe_size, types, levels)
         room = {}
         if not args.no_headroom:
             base = build_engine(
@@ -202,11 +193,11 @@ def main(argv: list[str] | None = None) -> None:
                 args.rollouts,
                 args.temperature,
                 sb,
-                GRADED_BUDGET if args.probe_set == "graded" else None,
+                probe_budget,
             )
             base.close()
         results = [
-            run(mode, float(lr), args, sb, pool, probe)
+            run(mode, float(lr), args, sb, pool, probe, probe_budget)
             for lr in args.lrs.split(",")
             for mode in args.modes.split(",")
         ]
