@@ -6,6 +6,7 @@ import random
 import pytest
 
 from populora.train.checkpoint import (
+    clear_leftovers,
     latest_checkpoint,
     list_checkpoints,
     restore_rng,
@@ -55,6 +56,16 @@ def test_keep_prunes_old_and_resave_replaces(tmp_path):
     save_checkpoint(tmp_path, 4, lambda d: write_json(d / "state.json", {"step": 4, "again": True}), keep=2)
     assert json.loads((latest_checkpoint(tmp_path)[1] / "state.json").read_text())["again"] is True
     assert [p.name for p in (tmp_path / "checkpoints").iterdir() if p.name.startswith(".")] == []
+
+
+def test_clear_leftovers_removes_temp_folders_only(tmp_path):
+    save_checkpoint(tmp_path, 2, _writer(2))
+    root = tmp_path / "checkpoints"
+    for name in (".tmp-step_000003-1", ".tmp-prune-step_000001-2", ".tmp-old-step_000002-3"):
+        (root / name / "adapters").mkdir(parents=True)
+    (root / "damaged-step_000001").mkdir()
+    clear_leftovers(tmp_path)
+    assert sorted(p.name for p in root.iterdir()) == ["damaged-step_000001", "step_000002"]
 
 
 def test_rng_round_trip():

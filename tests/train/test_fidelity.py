@@ -278,3 +278,20 @@ def test_a_longer_resume_runs_the_evolution_the_final_step_skipped(tmp_path):
     tr.close()
     again = [e for e in _read(killed) if e["type"] == "evolution"]
     assert [e["child"] for e in again] == [e["child"] for e in evo]
+
+
+def test_a_resume_clears_what_a_kill_mid_prune_left(tmp_path):
+    """A kill after the last checkpoint was written but while an older one was being pruned leaves its renamed
+    folder; the resume has no step left to save, so it must clear it itself (test_kill_resume hit this)."""
+    run = tmp_path / "run"
+    tr = _resumable(run, steps=1)
+    tr.fit()
+    tr.close()
+    doomed = run / "checkpoints" / ".tmp-prune-step_000000-4242"
+    (doomed / "adapters").mkdir(parents=True)
+    (doomed / "state.json").write_text("{}")
+    tr = _resumable(run, steps=1)
+    assert tr.restore() == 1
+    tr.close()
+    assert not doomed.exists()
+    assert [p.name for p in (run / "checkpoints").iterdir()] == ["step_000001"]

@@ -84,6 +84,14 @@ def write_json(path: Path, obj: Any) -> None:
     path.write_text(json.dumps(obj, indent=1, sort_keys=True) + "\n")
 
 
+def clear_leftovers(run_dir: str | os.PathLike) -> None:
+    """Delete the temp folders (`checkpoints/.tmp-*`) a killed save or prune left: never a complete checkpoint
+    (those are renamed into place or out of it whole). Called before each save and when a run is restored,
+    so a kill during the last save's prune leaves nothing behind once the run resumes."""
+    for stale in (Path(run_dir) / "checkpoints").glob(".tmp-*"):
+        shutil.rmtree(stale, ignore_errors=True)
+
+
 def save_checkpoint(
     run_dir: str | os.PathLike, step: int, write: Callable[[Path], None], keep: int = 0
 ) -> Path:
@@ -93,8 +101,7 @@ def save_checkpoint(
     """
     root = Path(run_dir) / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
-    for stale in root.glob(".tmp-*"):  # leftovers of a save that was killed
-        shutil.rmtree(stale, ignore_errors=True)
+    clear_leftovers(run_dir)
     final = root / step_dir_name(step)
     tmp = root / f".tmp-{step_dir_name(step)}-{os.getpid()}"
     tmp.mkdir()

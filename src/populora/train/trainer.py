@@ -813,6 +813,7 @@ class Trainer:
 
         A damaged newer checkpoint (a file that cannot be read back) is reported, renamed `damaged-step_N`
         (kept, never deleted) and the next older one is tried; when none is intact, a TrainError says so."""
+        ckpt.clear_leftovers(self.run.path)  # a kill mid-save or mid-prune: its temp folders are garbage
         found = ckpt.list_checkpoints(self.run.path)
         if not found:  # killed before the first checkpoint: start over, dropping the partial logs
             self.run.repair(0)
