@@ -14,6 +14,11 @@ base generating in float32 and in bfloat16 (`model.gen_dtype`, engine/gen_dtype.
 in one run: CPU seconds, tokens per CPU-second, each dtype's accuracy per task and how many verdicts agree
 (default output bench/results/probe_speed_dtypes.json).
 
+`--threads`: instead, the graded probe (`--sizes` items per task type, graded budgets) with three thread
+settings alternated `--reps` times in one run: everything on one thread (the lean path before 2026-12-06), the
+prefill on two threads and decoding on one (the engine's default with `train.threads` 2), and everything on two;
+wall and CPU seconds, and whether the accuracies agree (default output bench/results/probe_speed_threads.json).
+
 `--paths`: instead, the probe as it runs through the engine's original decode loop (`gen_path="forward"`) and
 the lean path (`"lean"`, engine/decode.py), alternated `--reps` times in one run, with a check that both give
 the same answers (default output bench/results/probe_speed_paths.json).
@@ -75,6 +80,9 @@ def main() -> None:
     ap.add_argument(
         "--dtypes", action="store_true", help="float32 vs bfloat16 generation (see the docstring)"
     )
+    ap.add_argument(
+        "--threads", action="store_true", help="prefill and decode thread counts (see the docstring)"
+    )
     args = ap.parse_args()
     cfg = load_config("tiny-learn", [f"population.teachers={args.members}"])
     engine = build_engine(cfg)
@@ -83,6 +91,8 @@ def main() -> None:
         return compare_paths(engine, slots, args)
     if args.dtypes:
         return compare_dtypes(engine, slots, args)
+    if args.threads:
+        return compare_threads(engine, slots, args)
     args.out = args.out or Path("bench/results/probe_speed.json")
     code_o = get("code_o")
     results: dict = {"members": args.members, "threads": engine.gen_threads, "sizes": {}}
@@ -208,6 +218,47 @@ def compare_dtypes(engine, slots, args) -> None:
                 f"of {len(pairs)}",
                 flush=True,
             )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=1) + "\n")
+    print(f"wrote {out}")
+
+
+def compare_threads(engine, slots, args) -> None:
+    """The graded probe under three (decode, prefill) thread settings, alternated; wall and CPU seconds."""
+    from populora.pretrain.graded_probe import MAX_NEW_TOKENS as GRADED_BUDGET
+    from populora.pretrain.graded_probe import probe_selection
+
+    out = args.out or Path("bench/results/probe_speed_threads.json")
+    settings = {"all_1": (1, 1), "prefill_2": (1, 2), "all_2": (2, 2)}  # name: (gen_threads, prefill_threads)
+    results: dict = {"members": args.members, "reps": args.reps, "settings": settings, "sizes": {}}
+    with Sandbox(workers=2) as sb:
+        for size in map(int, args.sizes.split(",")):
+            problems, _ = probe_selection("graded", size, ["code_i", "code_o", "code_f"])
+            row: dict = {name: [] for name in settings}
+            accuracy: dict = {}
+            for _ in range(args.reps):
+                for name, (gen, prefill) in settings.items():
+                    engine.gen_threads, engine.prefill_threads = gen, prefill
+
+                    def probe(problems=problems, name=name, accuracy=accuracy):
+                        eng = Counting(engine)
+                        verdicts = probe_members(eng, slots, problems, sb, max_new_tokens=GRADED_BUDGET)
+                        accuracy[name] = verdicts.accuracy()
+                        return eng
+
+                    row[name].append(measure(probe))
+                    print(f"size {size:>3} {name:<9} {row[name][-1]}", flush=True)
+            wall = {n: min(m["wall_s"] for m in row[n]) for n in settings}
+            row["speedup_wall_vs_all_1"] = {n: wall["all_1"] / wall[n] for n in settings}
+            row["same_accuracy"] = all(accuracy[n] == accuracy["all_1"] for n in settings)
+            results["sizes"][size] = row
+            print(
+                f"size {size}: wall-clock over all on one thread (best of {args.reps}): "
+                + ", ".join(f"{n} {row['speedup_wall_vs_all_1'][n]:.2f}x" for n in settings)
+                + f"; same accuracy: {row['same_accuracy']}",
+                flush=True,
+            )
+    engine.gen_threads, engine.prefill_threads = 1, engine.train_threads
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=1) + "\n")
     print(f"wrote {out}")

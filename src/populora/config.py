@@ -105,7 +105,8 @@ class TrainConfig:
     seed: int = 0
     """Seed for every random choice (matchmaking, sampling, operators, torch); same seed, same first steps."""
     threads: int = 2
-    """torch intra-op threads on CPU (1-2 on a 2-core laptop; more threads on a busy box make it slower)."""
+    """torch intra-op threads on CPU for the update and the prompts' prefill; decoding runs on one (1-2 on a
+    2-core laptop; more threads on a busy box make it slower)."""
     keep_checkpoints: int = 3
     """How many of the newest checkpoints to keep on disk (older ones are deleted); 0 keeps all."""
     overlap: bool = True

@@ -54,8 +54,8 @@ def build(
     or a regex. Options for the hf engine (defaults in brackets): lr [5e-5], weight_decay [0], betas
     [(0.9, 0.999)], eps [1e-8], max_grad_norm [1.0], clip_eps [None = REINFORCE], clip_eps_high [clip_eps],
     entropy_coef [0], loss_agg ["token-mean"], micro_batch_tokens [4096; 0 = one batch], gen_batch_size [64],
-    gen_threads [1], train_threads [2], seed [0], lora_dropout [0], activation_checkpointing [False],
-    share_prompts [True] (engine/shared_prompts.py).
+    gen_threads [1], train_threads [2], prefill_threads [train_threads; the prompts' prefill on the lean path],
+    seed [0], lora_dropout [0], activation_checkpointing [False], share_prompts [True] (engine/shared_prompts.py).
     Loading by name: revision [None] (hub ids: branch, tag or commit), trust_remote_code [False] (also
     passed to vLLM).
     `workers` > 1: a `DistributedEngine` of that many Ray actors (one GPU each on CUDA), each holding the base

@@ -101,6 +101,7 @@ class HFEngine(PeftFolderIO):
         gen_batch_size: int = 64,
         gen_threads: int | None = 1,
         train_threads: int | None = 2,
+        prefill_threads: int | None = None,
         seed: int = 0,
         model_name: str | None = None,
         lora_dropout: float = 0.0,
@@ -150,6 +151,10 @@ class HFEngine(PeftFolderIO):
         self.dropout_salt = 0  # the distributed engine sets each worker's rank: other rows, other masks
         self.gen_batch_size = int(gen_batch_size)
         self.gen_threads, self.train_threads = gen_threads, train_threads
+        # The prompts' prefill is a forward over hundreds of positions per row, matmuls of the size training runs,
+        # so on the lean path it takes the training thread count (None: train_threads); decoding a few rows a
+        # token at a time is faster on one thread (docs/engine.md, Threads).
+        self.prefill_threads = prefill_threads if prefill_threads is not None else train_threads
         self.seed = seed
         self.generator = torch.Generator().manual_seed(seed)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
@@ -462,7 +467,7 @@ class HFEngine(PeftFolderIO):
         kw = {self._cache_kw: cache}
         if self._keep_kw:
             kw[self._keep_kw] = 1
-        with self.ctx.use(slots[torch.tensor(uniq)]):
+        with self.ctx.use(slots[torch.tensor(uniq)]), torch_threads(self.prefill_threads):
             out = self.model(
                 input_ids=input_ids.to(dev),
                 attention_mask=mask.to(dev),

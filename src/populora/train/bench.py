@@ -19,6 +19,11 @@ generates in bfloat16, training stays float32; engine/gen_dtype.py); `bfloat16` 
 overlap row, and `speedup_step_old_vs_fastest` the old path's step over this one's. Its tokens differ from the
 float32 rows' by rounding, so its steps do the same kind of work, not the same tokens.
 
+**The prefill's threads.** The lean path reads the prompts (the prefill: hundreds of positions per row) with
+the training thread count (`train.threads`, 2 in the presets) and decodes on one thread. A fifth trainer is the
+"new" one with the prefill held to the decoding thread (`engine.prefill_threads = 1`, as before 2026-12-06);
+`prefill` holds the ratios of that row to "new", and the check that both made the same tokens.
+
 **Overlap (issue 32 §3).** A third trainer runs the lean path with `train.overlap=true` (validation and scoring
 on a background thread while the phase still decodes, train/overlap.py); the two lean trainers run
 `train.overlap=false` and true, so their rows show the phase split and step time without and with it, and
@@ -66,25 +71,30 @@ SPEED_PRESET = "tiny-learn"
 # own benchmark, bench/probe_speed.py).
 SPEED_OVERRIDES = ["evolution.every=0", "diagnostics.probe_every=0"]
 # (row name, engine gen_path, train.overlap, overrides): the issue-30 comparison (old vs new, both sequential),
-# overlap, and overlap with the base generating in bfloat16 (model.gen_dtype, engine/gen_dtype.py).
+# overlap, overlap with the base generating in bfloat16 (model.gen_dtype, engine/gen_dtype.py), and the lean path
+# with the prefill on the decoding thread (PREFILL_ON_GEN_THREAD: as it was before its prefill took train.threads).
 PATHS = [
     ("old", "forward", False, []),
     ("new", "lean", False, []),
     ("overlap", "lean", True, []),
     ("bf16", "lean", True, ["model.gen_dtype=bfloat16"]),
+    ("prefill1", "lean", False, []),
 ]
+PREFILL_ON_GEN_THREAD = ("prefill1",)
 TIMING_KEYS = ("time", "phase_s", "step_s", "tokens_per_s", "overlap_s")  # what may differ between runs
 SPEED_PHASES = ["teacher", "validate", "student", "score", "update"]
 
 
 class Meter:
     """Stands in for `engine.generate` and `engine.train_step`: records every call's requests, outputs and
-    CPU seconds: the calling thread's for `generate` (it decodes on one thread, `gen_threads=1`; the overlap
-    lane's thread is not counted), this process's for `train_step` (its threads); the sandbox's workers are
-    other processes."""
+    CPU seconds: this process's for `train_step` (its threads) and, for `generate`, `gen_clock`'s: this
+    process's (`time.process_time`: the decoding thread and the prefill's intra-op threads) where nothing else
+    runs in the process, the calling thread's alone (`time.thread_time`) where the overlap lane's thread
+    validates and scores beside it (then the prefill's second thread is not counted either, so an overlap row's
+    tokens per CPU-second read high). The sandbox's workers are other processes."""
 
-    def __init__(self, engine) -> None:
-        self.engine = engine
+    def __init__(self, engine, gen_clock=time.process_time) -> None:
+        self.engine, self.gen_clock = engine, gen_clock
         self.generate_fn, self.train_fn = engine.generate, engine.train_step
         self.calls: list[dict] = []
         self.train_cpu_s = 0.0
@@ -93,9 +103,9 @@ class Meter:
         meter = self
 
         def generate(requests, seed=None, progress=None, on_finish=None):
-            t = time.thread_time()
+            t = meter.gen_clock()
             out = meter.generate_fn(requests, seed=seed, progress=progress, on_finish=on_finish)
-            meter.calls.append({"requests": requests, "out": out, "cpu_s": time.thread_time() - t})
+            meter.calls.append({"requests": requests, "out": out, "cpu_s": meter.gen_clock() - t})
             return out
 
         def train_step(batch, progress=None):
@@ -170,7 +180,9 @@ def _speed_steps(steps: int, extra: list[str]) -> tuple[dict, dict]:
             tr = Trainer(cfg, tmp / name, quiet=True)
             tr.setup()
             tr.engine.gen_path = path
-            meter = Meter(tr.engine)
+            if name in PREFILL_ON_GEN_THREAD:
+                tr.engine.prefill_threads = tr.engine.gen_threads
+            meter = Meter(tr.engine, time.thread_time if overlap else time.process_time)
             meter.install()
             trainers.append((name, tr, meter))
         for step in range(1, steps + 1):
@@ -285,11 +297,15 @@ def measure_speed(steps: int, extra: list[str] | None = None) -> dict:
     rows = [_speed_row(name, path, ov, per[name], replay[name]) for name, path, ov, _ in PATHS]
     for row, (*_, own) in zip(rows, PATHS, strict=True):
         row["overrides"] = own
-    old, new, over, low = rows
-    same = all(
-        [g.token_ids for c in a for g in c["out"]] == [g.token_ids for c in b for g in c["out"]]
-        for a, b in zip(per["old"]["calls"], per["new"]["calls"], strict=True)
-    )
+    old, new, over, low, pre1 = rows
+
+    def same_tokens(x: str, y: str) -> bool:
+        return all(
+            [g.token_ids for c in a for g in c["out"]] == [g.token_ids for c in b for g in c["out"]]
+            for a, b in zip(per[x]["calls"], per[y]["calls"], strict=True)
+        )
+
+    same = same_tokens("old", "new")
     from populora.engine.bench import arithmetic_limit
 
     limit = arithmetic_limit(_engine_model(), new["mean_context_positions"])
@@ -334,8 +350,16 @@ def measure_speed(steps: int, extra: list[str] | None = None) -> dict:
             "speedup_step_median": over["step_s_median"] / low["step_s_median"],
             "engine_gen_tokens_per_cpu_s": low["engine_gen_tokens_per_cpu_s"],
         },
+        # the prefill on the decoding thread vs on train.threads (lean, sequential, float32): > 1 means the
+        # prefill's threads help. Same tokens expected: the thread count does not change the matmuls' sums here.
+        "prefill": {
+            **_ratios(pre1, new),
+            "speedup_step_median": pre1["step_s_median"] / new["step_s_median"],
+            "identical_generations": same_tokens("prefill1", "new"),
+        },
         # the old code path against the fastest row (bfloat16 generation with overlap), the issue-30 ratio
         "speedup_step_old_vs_fastest": old["step_s_mean"] / low["step_s_mean"],
+        "speedup_step_old_vs_overlap": old["step_s_mean"] / over["step_s_mean"],
     }
 
 
@@ -378,7 +402,11 @@ def _speed_table(speed: dict) -> Table:
         f"{speed['speedup_gen_tokens_per_cpu_s']:.2f}x",
         "",
     )
-    for label, ratios in (("new / overlap", speed["overlap"]), ("overlap / bf16", speed["bfloat16"])):
+    for label, ratios in (
+        ("new / overlap", speed["overlap"]),
+        ("overlap / bf16", speed["bfloat16"]),
+        ("prefill1 / new", speed["prefill"]),
+    ):
         table.add_row(
             label,
             f"{ratios['speedup_step']:.2f}x",
@@ -412,7 +440,9 @@ def run(
         f"{speed['overlap']['speedup_step_median']:.2f}x), generation + sandbox phases "
         f"{speed['overlap']['speedup_gen_and_sandbox']:.2f}x (median of steps "
         f"{speed['overlap']['speedup_gen_and_sandbox_median']:.2f}x), results identical: "
-        f"{speed['overlap']['identical_results']}. bfloat16 generation (model.gen_dtype): step "
+        f"{speed['overlap']['identical_results']}. Prefill on train.threads: step "
+        f"{speed['prefill']['speedup_step']:.2f}x over the prefill on the decoding thread (same tokens: "
+        f"{speed['prefill']['identical_generations']}). bfloat16 generation (model.gen_dtype): step "
         f"{speed['bfloat16']['speedup_step']:.2f}x over overlap in float32; old path / fastest "
         f"{speed['speedup_step_old_vs_fastest']:.2f}x. Arithmetic limit: {lim['flops_per_token'] / 1e6:.1f} MFLOP/token at "
         f"{lim['matmul_gflops_peak']:.0f} GFLOP/s = {lim['limit_tokens_per_cpu_s']:.0f} tok/CPU-s "
