@@ -16,6 +16,8 @@ from collections.abc import Iterable, Mapping
 import numpy as np
 from radon.raw import analyze
 
+from populora import pyparse
+
 FEATURES: tuple[str, ...] = ("ast_depth", "cyclomatic", "loc", "n_vars")
 """Feature names, in the column order of the centroid array."""
 
@@ -181,7 +183,7 @@ def program_features(source: str) -> dict[str, int]:
       nesting, see `control_depth`).
     """
     try:
-        tree = ast.parse(source)
+        tree = pyparse.parse(source)
     except Exception as e:
         raise ValueError(f"program does not parse ({type(e).__name__}); no features") from None
     raw = analyze(source)

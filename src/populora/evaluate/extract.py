@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 import re
 
+from populora import pyparse
 from populora.evaluate.data import last_boxed
 
 _ANSWER_OPEN = re.compile(r"<answer>", re.IGNORECASE)
@@ -79,7 +80,7 @@ def lcb_extract_code(text: str) -> str:
 
 def _parses(code: str) -> bool:
     try:
-        ast.parse(code)
+        pyparse.parse(code)
         return True
     except (SyntaxError, ValueError, MemoryError, RecursionError):
         return False
@@ -128,7 +129,7 @@ def sanitize(code: str, entry_point: str | None = None) -> str:
     """EvalPlus ``sanitize`` semantics with `ast` (see module docstring); falls back to the parsable span."""
     span = longest_parsable(code)
     try:
-        tree = ast.parse(span)
+        tree = pyparse.parse(span)
     except (SyntaxError, ValueError, MemoryError, RecursionError):
         return span
     lines = span.split("\n")

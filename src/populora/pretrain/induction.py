@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from populora import pyparse
 from populora.paths import TINY_MODEL_DIR as ASSET_DIR
 from populora.pretrain.tasks_render import TEMPLATE
 
@@ -57,7 +58,7 @@ class ProgramFeatures:
 
 def _function(source: str) -> ast.FunctionDef | None:
     try:
-        tree = ast.parse(source)
+        tree = pyparse.parse(source)
     except (SyntaxError, ValueError):
         return None
     fns = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "f"]

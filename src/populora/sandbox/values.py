@@ -11,6 +11,8 @@ import ast
 import math
 from typing import Any
 
+from populora import pyparse
+
 _MISSING = object()
 
 
@@ -25,11 +27,11 @@ def parse_value(value_repr: str, max_chars: int = 100_000) -> Any:
         # Ellipsis prints as `Ellipsis`. literal_eval would read it as [[Ellipsis]], a different value.
         raise ValueError(f"not a plain-data literal: {value_repr[:80]!r} (recursive container '...')")
     try:
-        return ast.literal_eval(value_repr)
+        return pyparse.literal_eval(value_repr)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError) as e:
         if any(w in value_repr for w in ("inf", "nan", "frozenset", "Ellipsis")):  # repr(inf) is 'inf' ...
             try:
-                return _eval_with_specials(ast.parse(value_repr.strip(), mode="eval").body)
+                return _eval_with_specials(pyparse.parse(value_repr.strip(), mode="eval").body)
             except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
                 pass
         raise ValueError(f"not a plain-data literal: {value_repr[:80]!r} ({type(e).__name__})") from None
@@ -38,7 +40,7 @@ def parse_value(value_repr: str, max_chars: int = 100_000) -> Any:
 def _has_dots(value_repr: str) -> bool:
     """True if the text parses and holds a `...` token (outside strings)."""
     try:
-        tree = ast.parse(value_repr.strip(), mode="eval")
+        tree = pyparse.parse(value_repr.strip(), mode="eval")
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         return False
     return any(isinstance(n, ast.Constant) and n.value is Ellipsis for n in ast.walk(tree))

@@ -23,6 +23,7 @@ from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from populora import pyparse
 from populora.tasks.extract import FENCE, answer_region, clean_code, fenced_blocks, find_blocks
 from populora.tasks.literals import (
     LiteralError,
@@ -884,7 +885,7 @@ class CodeF(CodeTask):
         if not code:
             return FormatError("format: empty ```python block")
         try:
-            tree = ast.parse(code)
+            tree = pyparse.parse(code)
         except Exception as e:
             return FormatError(f"format: program does not parse ({type(e).__name__})")
         if not _defines_f(tree):

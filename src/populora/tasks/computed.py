@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from functools import cache
 from typing import Any
 
+from populora import pyparse
 from populora.tasks.extract import find_blocks
 from populora.tasks.family import FamilyTask, TaskFamily
 from populora.tasks.literals import LiteralError, parse_literal, strict_equal
@@ -204,7 +205,7 @@ class ExpressionTask(ComputedAnswerTask):
         if not 3 <= len(text) <= self.max_chars:
             return FormatError(f"expression: length must be 3..{self.max_chars}")
         try:
-            return ast.parse(text, mode="eval")
+            return pyparse.parse(text, mode="eval")
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             return FormatError("expression: does not parse")
 

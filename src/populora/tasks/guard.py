@@ -15,11 +15,11 @@ themselves, and its tests hold them to it), so its behaviour and speed are uncha
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
+from populora import pyparse
 from populora.sandbox.contract import Limits, Outcome
 from populora.tasks.policy import DEFAULT_POLICY, parse_program
 
@@ -32,7 +32,7 @@ def job_reason(program: str, call: str) -> str | None:
     if not isinstance(program, str) or not isinstance(call, str):
         return "a job is a (program, call) pair of strings"
     try:
-        ast.parse(call, mode="eval")
+        pyparse.parse(call, mode="eval")
     except Exception as e:  # SyntaxError, ValueError (null bytes), RecursionError
         return f"call is not one expression ({type(e).__name__})"
     _, reason = parse_program(f"{program}\n\nresult = ({call})\n", DEFAULT_POLICY)

@@ -19,6 +19,8 @@ import ast
 import math
 from typing import Any
 
+from populora import pyparse
+
 _CALLS = {"set": set, "frozenset": frozenset, "tuple": tuple, "list": list, "dict": dict}
 PLAIN_TYPES = (bool, int, float, complex, str, bytes, type(None), list, tuple, dict, set, frozenset)
 MAX_LITERAL_CHARS = 100_000
@@ -99,7 +101,7 @@ def _parse_expr(text: str) -> ast.expr:
     if len(text) > MAX_LITERAL_CHARS:
         raise LiteralError(f"literal longer than {MAX_LITERAL_CHARS} characters")
     try:
-        return ast.parse(text.strip(), mode="eval").body
+        return pyparse.parse(text.strip(), mode="eval").body
     except Exception as e:  # SyntaxError, ValueError (null bytes, huge ints), RecursionError, MemoryError
         raise LiteralError(f"not a Python expression ({type(e).__name__})") from None
 

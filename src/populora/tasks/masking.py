@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import ast
 
+from populora import pyparse
+
 MASK = "<const>"
 
 
@@ -33,7 +35,7 @@ class _MaskConstants(ast.NodeTransformer):
 def program_key(program: str, masked: bool = True) -> str | None:
     """A canonical form of `program`: its AST dump, constants masked when `masked`; None when it does not parse."""
     try:
-        tree = ast.parse(program)
+        tree = pyparse.parse(program)
     except (SyntaxError, ValueError):  # ValueError: a NUL byte in the source
         return None
     if masked:

@@ -22,6 +22,7 @@ import types
 from dataclasses import dataclass
 from functools import cache
 
+from populora import pyparse
 from populora.tasks.reflection import (
     FORMAT_METHODS,
     annotation_reason,
@@ -516,7 +517,7 @@ def parse_program(
     if len(source) > policy.max_chars:
         return None, f"program longer than {policy.max_chars} characters"
     try:
-        tree = ast.parse(source)
+        tree = pyparse.parse(source)
     except Exception as e:  # SyntaxError, ValueError (null bytes), RecursionError/MemoryError (deep nesting)
         return None, f"syntax error ({type(e).__name__})"
     fdefs = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "f"]
