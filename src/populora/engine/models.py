@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from populora.engine.types import EngineError
@@ -146,6 +149,24 @@ def _smol_dir() -> Path:
     return out
 
 
+@contextmanager
+def loading_bar_on_terminal_only() -> Iterator[None]:
+    """transformers' "Loading weights" bar where stderr is a terminal only: in a log file or a pipe (runs side
+    by side, CI, `experiment` logs) its carriage-return frames are noise, and the run prints its own
+    "... loading the model" line. A bar the user turned off stays off."""
+    from transformers.utils import logging as hf_logging
+
+    was_on = hf_logging.is_progress_bar_enabled()
+    quiet = was_on and not (hasattr(sys.stderr, "isatty") and sys.stderr.isatty())
+    if quiet:
+        hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if quiet:
+            hf_logging.enable_progress_bar()
+
+
 def load_model_and_tokenizer(
     name: str | os.PathLike,
     device: str = "cpu",
@@ -164,7 +185,8 @@ def load_model_and_tokenizer(
     remote = dict(trust_remote_code=bool(trust_remote_code))
     try:
         tok = AutoTokenizer.from_pretrained(folder, padding_side="left", **remote)
-        model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, **remote)
+        with loading_bar_on_terminal_only():
+            model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, **remote)
     except (OSError, ValueError) as e:
         if not trust_remote_code and "trust_remote_code" in str(e):
             raise EngineError(

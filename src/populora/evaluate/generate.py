@@ -138,8 +138,11 @@ class MergedHFGenerator:
             "bfloat16": torch.bfloat16,
             "float16": torch.float16,
         }[self.dtype]
+        from populora.engine.models import loading_bar_on_terminal_only
+
         try:
-            model = AutoModelForCausalLM.from_pretrained(self.base, dtype=dtype)
+            with loading_bar_on_terminal_only():
+                model = AutoModelForCausalLM.from_pretrained(self.base, dtype=dtype)
         except (OSError, ValueError) as exc:
             raise GenerationError(f"cannot load base model {self.base}: {exc}") from exc
         if adapter is not None:
