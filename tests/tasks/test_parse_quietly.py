@@ -14,7 +14,10 @@ PROGRAM = "def f(x):\n    y = 1if x else 2\n    s = '\\\\d'\n    return y"
 
 def _stderr(code: str) -> str:
     res = subprocess.run(
-        [sys.executable, "-W", "default", "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=120
+        [sys.executable, "-W", "default", "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert res.returncode == 0, res.stderr
     return res.stderr
