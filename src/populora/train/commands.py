@@ -161,8 +161,8 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
             True, "--scaling/--no-scaling", help="Also time single vs 1T+1S vs 2T+2S vs 4T+4S (default on)."
         ),
     ) -> None:
-        """A tiny-learn step on the old vs new generation path (and with overlap, and bfloat16 generation), then
-        single vs 1T+1S vs 2T+2S vs 4T+4S."""
+        """A tiny-learn step on the old vs new generation path (and with overlap, bfloat16 generation, the
+        prefill on one thread), then single vs 1T+1S vs 2T+2S vs 4T+4S."""
         from populora.train.bench import run
 
         run(quick=quick, out=out, scaling=scaling)
