@@ -36,7 +36,7 @@ def test_model_text_parses_without_warnings():
         assert tree is not None, reason
         assert program_key(program) is not None
         answer = get("code_f").parse_answer("```python\\n" + program + "\\n```")
-        assert not hasattr(answer, "reason") or "parse" not in answer.reason, answer
+        assert answer, answer  # an Answer (a FormatError is falsy)
         program_features(program)
         assert parse_value("[1, 2]") == [1, 2]
         print("ok")
