@@ -1,0 +1,68 @@
+"""`bench/pipeline_ceiling.py`: the per-step arithmetic on hand numbers, and one short run of the real thing (two
+worker processes, each a `tiny-learn` trainer on the bundled model) whose replays must make every row at the
+length the trainer generated."""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "pipeline_ceiling.py"
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("pipeline_ceiling", BENCH)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_summary_takes_the_best_rep_per_measurement():
+    reps = [
+        {"gen_old": 10, "gen_new": 8, "gen_1t": 9, "update_2t": 4, "update_1t": 6, "pipelined": 9.5},
+        {"gen_old": 12, "gen_new": 9, "gen_1t": 11, "update_2t": 5, "update_1t": 7, "pipelined": 10},
+    ]
+    s = _bench().summarise(reps, steps=2, sandbox_s=0.25)
+    assert s["per_step_s"] == {
+        "gen_old": 5.0,
+        "gen_new": 4.0,
+        "gen_1t": 4.5,
+        "update_2t": 2.0,
+        "update_1t": 3.0,
+        "pipelined": 4.75,
+    }
+    # old 5 + 2 + 0.25, new 4 + 2 + 0.25, pipelined 4.75 + 0.25, a free update 4.5 + 0.25
+    assert s["step_s"] == {"old": 7.25, "new": 6.25, "pipelined": 5.0, "update_free": 4.75}
+    assert s["speedup_vs_old"]["new"] == pytest.approx(1.16)
+    assert s["speedup_vs_old"]["pipelined"] == pytest.approx(1.45)
+    assert s["speedup_vs_old"]["update_free"] == pytest.approx(7.25 / 4.75)
+    assert s["pipelined_vs_new"] == pytest.approx(1.25)
+    assert s["contention"] == pytest.approx(4.75 / 4.5)
+
+
+def test_a_short_run_replays_the_trainers_work(tmp_path):
+    out = tmp_path / "ceiling.json"
+    env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE"}
+    cmd = [sys.executable, str(BENCH), "--steps", "1", "--reps", "1", "--out", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "pipelined" in proc.stdout and f"wrote {out}" in proc.stdout
+    res = json.loads(out.read_text())
+    assert res["same_lengths"] == {"gen_old": True, "gen_new": True, "gen_1t": True}
+    assert set(res["reps"][0]) >= {"gen_old", "gen_new", "gen_1t", "update_2t", "update_1t", "pipelined"}
+    assert all(v > 0 for v in res["per_step_s"].values())
+    step = res["step_s"]
+    assert step["old"] == pytest.approx(
+        res["per_step_s"]["gen_old"] + res["per_step_s"]["update_2t"] + res["sandbox_s_per_step"]
+    )
+    assert res["speedup_vs_old"]["pipelined"] == pytest.approx(step["old"] / step["pipelined"])
+
+
+def test_bad_counts_exit_with_a_usage_error():
+    proc = subprocess.run([sys.executable, str(BENCH), "--steps", "0"], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "--steps and --reps must be at least 1" in proc.stderr
