@@ -9,17 +9,20 @@ replay that work, alone or at the same time, alternated `--reps` times:
 - `gen_old`: the generation through the engine's original decode loop (`gen_path="forward"`), one thread;
 - `gen_new`: the lean path as the trainer runs it (prefill on `train.threads` = 2, decoding on one);
 - `gen_1t`: the lean path all on one thread (what a generation lane pinned to one core would do);
+- `gen_new_int8`, `gen_1t_int8`: the same two with the frozen base's `Linear`s in int8 (`model.gen_dtype=int8`,
+  engine/gen_dtype.py);
 - `update_2t`, `update_1t`: the recorded update batches, `train_step` on two threads and on one;
-- `pipelined`: `gen_1t` in one process and `update_1t` in the other at the same time, each on its own core.
+- `pipelined`: `gen_1t` in one process and `update_1t` in the other at the same time, each on its own core;
+  `pipelined_int8` the same with `gen_1t_int8`.
 
 Each row of generation is held to the length the trainer generated (EOS off), so every replay decodes the
 trainer's rows, prompts and lengths, though not its tokens (the adapters have trained since); the update
 replays change the adapters, which does not change their cost either.
 Two processes rather than two threads: this is the ceiling, without the interpreter lock's share.
 
-Per step: the sequential old step is gen_old + update_2t, the sequential new one gen_new + update_2t, the
-pipelined one the wall-clock of `pipelined` (the slower lane, with both cores' memory traffic at once); each
-plus the trainer's measured validation and scoring seconds, which a pipelined step would keep on the
+Per step: the sequential old step is gen_old + update_2t, the sequential new one gen_new + update_2t (and
+`new_int8` with gen_new_int8), the pipelined one the wall-clock of `pipelined` (the slower lane, with both cores'
+memory traffic at once), `update_free` generation alone on one core (as if the update cost nothing); each plus the trainer's measured validation and scoring seconds, which a pipelined step would keep on the
 generation lane. Issue 30 asked for a step 3x faster than the old path's.
 
 python bench/pipeline_ceiling.py [--steps 5] [--reps 2] [--out bench/results/pipeline_ceiling.json]
@@ -41,7 +44,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve()
 PRESET = "tiny-learn"
 OVERRIDES = ["evolution.every=0", "diagnostics.probe_every=0", "train.overlap=false"]
-SOLO = ["gen_old", "gen_new", "gen_1t", "update_2t", "update_1t"]
+SOLO = ["gen_old", "gen_new", "gen_1t", "gen_new_int8", "gen_1t_int8", "update_2t", "update_1t"]
+# the two lanes of a pipelined step, run at the same time in the two processes
+PAIRS = {"pipelined": ("gen_1t", "update_1t"), "pipelined_int8": ("gen_1t_int8", "update_1t")}
 
 
 # ------------------------------------------------------------------------------------------------ worker
@@ -112,6 +117,20 @@ def replay_generation(tr, rec: Recorder, path: str, prefill_threads: int, decode
     return {"tokens": tokens, "same_lengths": same}
 
 
+def replay_generation_int8(tr, rec: Recorder, prefill_threads: int) -> dict:
+    """`replay_generation` with the base's `Linear`s in int8, as `model.gen_dtype=int8` runs (engine/gen_dtype.py)."""
+    from populora.engine.gen_dtype import Int8Linears
+
+    eng = tr.engine
+    if not hasattr(tr, "int8_linears"):
+        tr.int8_linears = Int8Linears(eng.model, owners=[eng._lean])
+    saved, eng.gen_weights = eng.gen_weights, tr.int8_linears
+    try:
+        return replay_generation(tr, rec, "lean", prefill_threads, 1)
+    finally:
+        eng.gen_weights = saved
+
+
 def replay_update(tr, rec: Recorder, threads: int) -> dict:
     eng = tr.engine
     saved, eng.train_threads = eng.train_threads, threads
@@ -130,6 +149,8 @@ WORK = {
     "gen_old": lambda tr, rec: replay_generation(tr, rec, "forward", 1, 1),
     "gen_new": lambda tr, rec: replay_generation(tr, rec, "lean", tr.engine.train_threads, 1),
     "gen_1t": lambda tr, rec: replay_generation(tr, rec, "lean", 1, 1),
+    "gen_new_int8": lambda tr, rec: replay_generation_int8(tr, rec, tr.engine.train_threads),
+    "gen_1t_int8": lambda tr, rec: replay_generation_int8(tr, rec, 1),
     "update_2t": lambda tr, rec: replay_update(tr, rec, 2),
     "update_1t": lambda tr, rec: replay_update(tr, rec, 1),
 }
@@ -197,19 +218,25 @@ def summarise(reps: list[dict], steps: int, sandbox_s: float) -> dict:
     def best(key: str) -> float:
         return min(r[key] for r in reps) / steps
 
-    per_step = {k: best(k) for k in [*SOLO, "pipelined"]}
-    old = per_step["gen_old"] + per_step["update_2t"] + sandbox_s
-    new = per_step["gen_new"] + per_step["update_2t"] + sandbox_s
-    piped = per_step["pipelined"] + sandbox_s
-    free_update = per_step["gen_1t"] + sandbox_s  # if the update cost nothing and hid completely
+    per_step = {k: best(k) for k in [*SOLO, *PAIRS]}
+    step = {
+        "old": per_step["gen_old"] + per_step["update_2t"],
+        "new": per_step["gen_new"] + per_step["update_2t"],
+        "new_int8": per_step["gen_new_int8"] + per_step["update_2t"],
+        "pipelined": per_step["pipelined"],
+        "pipelined_int8": per_step["pipelined_int8"],
+        "update_free": per_step["gen_1t"],  # if the update cost nothing and hid completely
+        "update_free_int8": per_step["gen_1t_int8"],
+    }
+    step = {k: v + sandbox_s for k, v in step.items()}
     return {
         "per_step_s": per_step,
         "sandbox_s_per_step": sandbox_s,
-        "step_s": {"old": old, "new": new, "pipelined": piped, "update_free": free_update},
-        "speedup_vs_old": {"new": old / new, "pipelined": old / piped, "update_free": old / free_update},
-        "pipelined_vs_new": new / piped,
+        "step_s": step,
+        "speedup_vs_old": {k: step["old"] / v for k, v in step.items() if k != "old"},
+        "pipelined_vs_new": step["new"] / step["pipelined"],
         # how much the two lanes slow each other down through shared memory bandwidth and caches
-        "contention": per_step["pipelined"] / max(per_step["gen_1t"], per_step["update_1t"]),
+        "contention": {k: per_step[k] / max(per_step[a], per_step[b]) for k, (a, b) in PAIRS.items()},
     }
 
 
@@ -241,15 +268,16 @@ def main() -> None:
                 r[name] = res["wall_s"]
                 if "same_lengths" in res:
                     same_lengths[name] = same_lengths.get(name, True) and res["same_lengths"]
-            t = time.perf_counter()
-            gen.send("gen_1t")
-            upd.send("update_1t")
-            a, b = gen.read(), upd.read()
-            r["pipelined"] = time.perf_counter() - t
-            r["pipelined_lanes"] = {"gen_1t": a["wall_s"], "update_1t": b["wall_s"]}
+            for pair, (g, u) in PAIRS.items():
+                t = time.perf_counter()
+                gen.send(g)
+                upd.send(u)
+                a, b = gen.read(), upd.read()
+                r[pair] = time.perf_counter() - t
+                r[pair + "_lanes"] = {g: a["wall_s"], u: b["wall_s"]}
             reps.append(r)
             print(
-                f"rep {rep + 1}/{args.reps}: " + ", ".join(f"{k} {r[k]:.1f} s" for k in [*SOLO, "pipelined"]),
+                f"rep {rep + 1}/{args.reps}: " + ", ".join(f"{k} {r[k]:.1f} s" for k in [*SOLO, *PAIRS]),
                 file=sys.stderr,
             )
     finally:
@@ -273,16 +301,16 @@ def main() -> None:
         **summarise(reps, args.steps, sandbox_s),
     }
     s = result
-    print(f"{'':14}{'s/step':>8}{'x old':>8}")
-    for k in ("old", "new", "pipelined", "update_free"):
-        x = s["step_s"]["old"] / s["step_s"][k]
-        print(f"{k:14}{s['step_s'][k]:8.2f}{x:8.2f}")
+    print(f"{'step':18}{'s/step':>8}{'x old':>8}")
+    for k, v in s["step_s"].items():
+        print(f"{k:18}{v:8.2f}{s['step_s']['old'] / v:8.2f}")
     print(f"replays made every row at the trainer's length: {same_lengths}")
-    print(
-        f"lanes alone per step: gen_1t {s['per_step_s']['gen_1t']:.2f} s, "
-        f"update_1t {s['per_step_s']['update_1t']:.2f} s; together {s['per_step_s']['pipelined']:.2f} s "
-        f"(contention {s['contention']:.2f}x)"
-    )
+    for pair, (g, u) in PAIRS.items():
+        p = s["per_step_s"]
+        print(
+            f"{pair}: {g} {p[g]:.2f} s and {u} {p[u]:.2f} s per step alone, {p[pair]:.2f} s together "
+            f"(contention {s['contention'][pair]:.2f}x)"
+        )
     if args.out:
         args.out.write_text(json.dumps(result, indent=1) + "\n")
         print(f"wrote {args.out}")

@@ -10,9 +10,9 @@ the answer block would save only those.
 python bench/probe_speed.py [--sizes 64,256] [--members 2] [--out bench/results/probe_speed.json]
 
 `--dtypes`: instead, the probe on the graded sets (`--sizes` items per task type, graded budgets) with the frozen
-base generating in float32 and in bfloat16 (`model.gen_dtype`, engine/gen_dtype.py), alternated `--reps` times
-in one run: CPU seconds, tokens per CPU-second, each dtype's accuracy per task and how many verdicts agree
-(default output bench/results/probe_speed_dtypes.json).
+base generating in float32, in bfloat16 and with its `Linear`s in int8 (`model.gen_dtype`, engine/gen_dtype.py),
+alternated `--reps` times in one run: CPU seconds, tokens per CPU-second, each dtype's accuracy per task and how
+many verdicts agree with float32's (default output bench/results/probe_speed_dtypes.json).
 
 `--threads`: instead, the graded probe (`--sizes` items per task type, graded budgets) with three thread
 settings alternated `--reps` times in one run: everything on one thread (the lean path before 2026-12-06), the
@@ -78,7 +78,7 @@ def main() -> None:
     ap.add_argument("--paths", action="store_true", help="old vs new generation path (see the docstring)")
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument(
-        "--dtypes", action="store_true", help="float32 vs bfloat16 generation (see the docstring)"
+        "--dtypes", action="store_true", help="float32 vs bfloat16 vs int8 generation (see the docstring)"
     )
     ap.add_argument(
         "--threads", action="store_true", help="prefill and decode thread counts (see the docstring)"
@@ -173,24 +173,28 @@ def compare_paths(engine, slots, args) -> None:
 
 
 def compare_dtypes(engine, slots, args) -> None:
-    """The graded probe with float32 and bfloat16 generation alternated; CPU seconds, rates and agreement."""
+    """The graded probe with float32, bfloat16 and int8 generation alternated; CPU seconds, rates and agreement."""
     import torch
 
-    from populora.engine.gen_dtype import GenerationWeights
+    from populora.engine.gen_dtype import GenerationWeights, Int8Linears
     from populora.pretrain.graded_probe import MAX_NEW_TOKENS as GRADED_BUDGET
     from populora.pretrain.graded_probe import probe_selection
 
     out = args.out or Path("bench/results/probe_speed_dtypes.json")
-    low = GenerationWeights(engine.model, engine.params, torch.bfloat16)
+    weights = {
+        "float32": None,
+        "bfloat16": GenerationWeights(engine.model, engine.params, torch.bfloat16),
+        "int8": Int8Linears(engine.model, owners=[engine._lean]),
+    }
     results: dict = {"members": args.members, "threads": engine.gen_threads, "reps": args.reps, "sizes": {}}
     with Sandbox(workers=2) as sb:
         for size in map(int, args.sizes.split(",")):
             problems, _ = probe_selection("graded", size, ["code_i", "code_o", "code_f"])
-            row: dict = {"float32": [], "bfloat16": []}
+            row: dict = {name: [] for name in weights}
             verdicts: dict = {}
             for _ in range(args.reps):
-                for name, weights in (("float32", None), ("bfloat16", low)):
-                    engine.gen_weights = weights
+                for name, low in weights.items():
+                    engine.gen_weights = low
 
                     def probe(problems=problems, name=name, verdicts=verdicts):
                         eng = Counting(engine)
@@ -202,22 +206,26 @@ def compare_dtypes(engine, slots, args) -> None:
                     row[name].append(m)
                     print(f"size {size:>3} {name:<8} {m}", flush=True)
             engine.gen_weights = None
-            cpu = {d: min(m["cpu_s"] for m in row[d]) for d in ("float32", "bfloat16")}
-            rate = {d: max(m["tokens_per_cpu_s"] for m in row[d]) for d in ("float32", "bfloat16")}
-            row["speedup_cpu"] = cpu["float32"] / cpu["bfloat16"]
-            row["speedup_tokens_per_cpu_s"] = rate["bfloat16"] / rate["float32"]
+            cpu = {d: min(m["cpu_s"] for m in row[d]) for d in weights}
+            rate = {d: max(m["tokens_per_cpu_s"] for m in row[d]) for d in weights}
             row["accuracy"] = {d: verdicts[d].accuracy() for d in verdicts}
-            a, b = verdicts["float32"].correct["free"], verdicts["bfloat16"].correct["free"]
-            pairs = [(x, y) for m in a for t in a[m] for x, y in zip(a[m][t], b[m][t], strict=True)]
-            row["verdicts_agree"] = sum(x == y for x, y in pairs) / len(pairs)
-            row["verdicts"] = len(pairs)
+            a = verdicts["float32"].correct["free"]
+            for name in ("bfloat16", "int8"):
+                b = verdicts[name].correct["free"]
+                pairs = [(x, y) for m in a for t in a[m] for x, y in zip(a[m][t], b[m][t], strict=True)]
+                # keys without a suffix are bfloat16's, as in the record of 2026-12-05
+                key = "" if name == "bfloat16" else "_int8"
+                row["speedup_cpu" + key] = cpu["float32"] / cpu[name]
+                row["speedup_tokens_per_cpu_s" + key] = rate[name] / rate["float32"]
+                row["verdicts_agree" + key] = sum(x == y for x, y in pairs) / len(pairs)
+                row["verdicts"] = len(pairs)
+                print(
+                    f"size {size}: {name} {row['speedup_cpu' + key]:.2f}x less CPU, "
+                    f"{row['speedup_tokens_per_cpu_s' + key]:.2f}x tokens per CPU-second (best of {args.reps}); "
+                    f"verdicts agree {100 * row['verdicts_agree' + key]:.1f}% of {len(pairs)}",
+                    flush=True,
+                )
             results["sizes"][size] = row
-            print(
-                f"size {size}: bfloat16 {row['speedup_cpu']:.2f}x less CPU, {row['speedup_tokens_per_cpu_s']:.2f}x "
-                f"tokens per CPU-second (best of {args.reps}); verdicts agree {100 * row['verdicts_agree']:.1f}% "
-                f"of {len(pairs)}",
-                flush=True,
-            )
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=1) + "\n")
     print(f"wrote {out}")

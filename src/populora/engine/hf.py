@@ -12,7 +12,7 @@
   importance sampling against the sampler's log-probs, `populora.rl.loss.truncated_is_weights`).
 - Threads: generation and training set their own torch thread counts (docs/engine.md, How it works).
 - `gen_dtype`: generate with the frozen base in a lower precision (bfloat16: 3-4x faster matmuls on CPUs with
-  AMX); training and log-probs keep the base's dtype (engine/gen_dtype.py).
+  AMX; int8 on CPU: its `Linear`s quantized); training and log-probs keep the base's dtype (engine/gen_dtype.py).
 - Progress: `generate` and `train_step` take an optional `progress(done, total, info)` callable (the trainer's
   live console line): requests finished / micro-batches done so far, non-decreasing, ending at total.
 - Finished rows: `generate` takes an optional `on_finish(i, generation)` callable, called once per request as
@@ -34,7 +34,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from populora.engine.decode import LeanDecoder
-from populora.engine.gen_dtype import GenerationWeights, resolve_gen_dtype
+from populora.engine.gen_dtype import GenerationWeights, Int8Linears, resolve_gen_dtype
 from populora.engine.optim import SlotAdamW, clip_slot_grads
 from populora.engine.sampling import sample_next
 from populora.engine.shared_prompts import pack_groups, shared_prompt_hidden, shares_prompts, split_shared
@@ -184,7 +184,18 @@ class HFEngine(PeftFolderIO):
             raise EngineError(
                 f"{err} (model.gen_dtype; 'model' generates in the base's own dtype)."
             ) from None
-        self.gen_weights = GenerationWeights(self.model, self.params, low) if low is not None else None
+        try:
+            self.gen_weights = self._generation_weights(low)
+        except ValueError as err:
+            raise EngineError(f"{err} (model.gen_dtype).") from None
+
+    def _generation_weights(self, low: torch.dtype | str | None) -> GenerationWeights | Int8Linears | None:
+        """What `generate` swaps in for the frozen base (None: nothing)."""
+        if low is None:
+            return None
+        if low == "int8":  # the lean decoder holds the output head too
+            return Int8Linears(self.model, owners=[self._lean] if self._lean is not None else [])
+        return GenerationWeights(self.model, self.params, low)
 
     # ------------------------------------------------------------------ slots and adapters
     def _check_slot(self, slot: int) -> int:
