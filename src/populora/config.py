@@ -132,7 +132,7 @@ class ModelConfig:
     """backend=hf: the dtype the frozen base generates in (rollouts, proposals, the probe); 'model' = model.dtype.
     'bfloat16' pays on CPUs with AMX / AVX512-BF16 (measured here: the probe 1.26x, a tiny-learn step 1.09x); 'int8'
     (CPU only) quantizes the base's Linear layers (here the probe 1.58x less CPU with 95% of its verdicts unchanged, a
-    tiny-learn step 1.53x the old path's speed against 1.30x in float32). Training
+    tiny-learn step 1.56x the old path's speed against 1.28x in float32). Training
     and log-probs stay in model.dtype, so samples are slightly off-policy, as with vLLM (rl.tis_cap corrects)."""
     vllm_gpu_memory_utilization: float = 0.5
     """backend=vllm on a GPU: share of GPU memory vLLM reserves (its copy of the base + KV cache); training uses the rest."""

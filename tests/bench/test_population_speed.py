@@ -1,4 +1,4 @@
-"""`populora bench population --quick --no-scaling` end to end on the bundled model: the five `tiny-learn`
+"""`populora bench population --quick --no-scaling` end to end on the bundled model: the six `tiny-learn`
 trainers of the speed comparison run, their checks hold (the lean path makes the forward loop's tokens, overlap
 changes no result, the prefill's thread count no token), and the JSON holds every row and ratio the docs read."""
 
@@ -35,3 +35,7 @@ def test_bench_population_speed_part(tmp_path):
     assert 0 < speed["engine_share_of_limit"] < 1
     # the summary line names the new comparison (rich wraps it at 150 columns: compare words, not lines)
     assert "Prefill on train.threads: step" in " ".join(res.output.split())
+    assert "int8 generation (model.gen_dtype): step" in " ".join(res.output.split())
+    assert speed["int8"]["speedup_step_old_vs_int8"] > 0 and by["int8"]["overrides"] == [
+        "model.gen_dtype=int8"
+    ]

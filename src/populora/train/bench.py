@@ -19,6 +19,10 @@ generates in bfloat16, training stays float32; engine/gen_dtype.py); `bfloat16` 
 overlap row, and `speedup_step_old_vs_fastest` the old path's step over this one's. Its tokens differ from the
 float32 rows' by rounding, so its steps do the same kind of work, not the same tokens.
 
+**int8 generation.** A sixth trainer is the "new" one with `model.gen_dtype=int8` (the base's `Linear` layers
+int8-quantized while it generates, engine/gen_dtype.py); `int8` holds its ratios to "new" and
+`speedup_step_old_vs_int8`. Its tokens differ from the float32 rows' by the quantization.
+
 **The prefill's threads.** The lean path reads the prompts (the prefill: hundreds of positions per row) with
 the training thread count (`train.threads`, 2 in the presets) and decodes on one thread. A fifth trainer is the
 "new" one with the prefill held to the decoding thread (`engine.prefill_threads = 1`, as before 2026-12-06);
@@ -71,14 +75,16 @@ SPEED_PRESET = "tiny-learn"
 # own benchmark, bench/probe_speed.py).
 SPEED_OVERRIDES = ["evolution.every=0", "diagnostics.probe_every=0"]
 # (row name, engine gen_path, train.overlap, overrides): the issue-30 comparison (old vs new, both sequential),
-# overlap, overlap with the base generating in bfloat16 (model.gen_dtype, engine/gen_dtype.py), and the lean path
-# with the prefill on the decoding thread (PREFILL_ON_GEN_THREAD: as it was before its prefill took train.threads).
+# overlap, overlap with the base generating in bfloat16 (model.gen_dtype, engine/gen_dtype.py), the lean path
+# with the prefill on the decoding thread (PREFILL_ON_GEN_THREAD: as it was before its prefill took train.threads),
+# and the lean path generating with the base's Linear layers in int8 (model.gen_dtype=int8).
 PATHS = [
     ("old", "forward", False, []),
     ("new", "lean", False, []),
     ("overlap", "lean", True, []),
     ("bf16", "lean", True, ["model.gen_dtype=bfloat16"]),
     ("prefill1", "lean", False, []),
+    ("int8", "lean", False, ["model.gen_dtype=int8"]),
 ]
 PREFILL_ON_GEN_THREAD = ("prefill1",)
 TIMING_KEYS = ("time", "phase_s", "step_s", "tokens_per_s", "overlap_s")  # what may differ between runs
@@ -297,7 +303,7 @@ def measure_speed(steps: int, extra: list[str] | None = None) -> dict:
     rows = [_speed_row(name, path, ov, per[name], replay[name]) for name, path, ov, _ in PATHS]
     for row, (*_, own) in zip(rows, PATHS, strict=True):
         row["overrides"] = own
-    old, new, over, low, pre1 = rows
+    old, new, over, low, pre1, i8 = rows
 
     def same_tokens(x: str, y: str) -> bool:
         return all(
@@ -357,7 +363,16 @@ def measure_speed(steps: int, extra: list[str] | None = None) -> dict:
             "speedup_step_median": pre1["step_s_median"] / new["step_s_median"],
             "identical_generations": same_tokens("prefill1", "new"),
         },
-        # the old code path against the fastest row (bfloat16 generation with overlap), the issue-30 ratio
+        # the lean path generating in int8 vs float32 (both sequential): > 1 means int8 is faster. Its tokens
+        # differ from the float32 rows' (quantization), so this too is the cost of the same work.
+        "int8": {
+            **_ratios(new, i8),
+            "speedup_step_median": new["step_s_median"] / i8["step_s_median"],
+            "speedup_step_old_vs_int8": old["step_s_mean"] / i8["step_s_mean"],
+            "engine_gen_tokens_per_cpu_s": i8["engine_gen_tokens_per_cpu_s"],
+        },
+        # the old code path against bfloat16 generation with overlap (the name is older than the int8 row, which
+        # is faster on this CPU: `int8.speedup_step_old_vs_int8`)
         "speedup_step_old_vs_fastest": old["step_s_mean"] / low["step_s_mean"],
         "speedup_step_old_vs_overlap": old["step_s_mean"] / over["step_s_mean"],
     }
@@ -406,6 +421,7 @@ def _speed_table(speed: dict) -> Table:
         ("new / overlap", speed["overlap"]),
         ("overlap / bf16", speed["bfloat16"]),
         ("prefill1 / new", speed["prefill"]),
+        ("new / int8", speed["int8"]),
     ):
         table.add_row(
             label,
@@ -419,6 +435,7 @@ def _speed_table(speed: dict) -> Table:
             "",
         )
     table.add_row("old / bf16", f"{speed['speedup_step_old_vs_fastest']:.2f}x", *[""] * (len(cols) - 2))
+    table.add_row("old / int8", f"{speed['int8']['speedup_step_old_vs_int8']:.2f}x", *[""] * (len(cols) - 2))
     return table
 
 
@@ -443,8 +460,10 @@ def run(
         f"{speed['overlap']['identical_results']}. Prefill on train.threads: step "
         f"{speed['prefill']['speedup_step']:.2f}x over the prefill on the decoding thread (same tokens: "
         f"{speed['prefill']['identical_generations']}). bfloat16 generation (model.gen_dtype): step "
-        f"{speed['bfloat16']['speedup_step']:.2f}x over overlap in float32; old path / fastest "
-        f"{speed['speedup_step_old_vs_fastest']:.2f}x. Arithmetic limit: {lim['flops_per_token'] / 1e6:.1f} MFLOP/token at "
+        f"{speed['bfloat16']['speedup_step']:.2f}x over overlap in float32; old path / bfloat16 "
+        f"{speed['speedup_step_old_vs_fastest']:.2f}x. int8 generation (model.gen_dtype): step "
+        f"{speed['int8']['speedup_step']:.2f}x over new; old path / int8 "
+        f"{speed['int8']['speedup_step_old_vs_int8']:.2f}x. Arithmetic limit: {lim['flops_per_token'] / 1e6:.1f} MFLOP/token at "
         f"{lim['matmul_gflops_peak']:.0f} GFLOP/s = {lim['limit_tokens_per_cpu_s']:.0f} tok/CPU-s "
         f"(engine at {100 * speed['engine_share_of_limit']:.0f}%; a {lim['decode_shape_rows']}-row decode matmul "
         f"runs at {lim['matmul_gflops_decode_shape']:.0f} GFLOP/s = {lim['limit_tokens_per_cpu_s_decode_shape']:.0f}"

@@ -162,7 +162,7 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         ),
     ) -> None:
         """A tiny-learn step on the old vs new generation path (and with overlap, bfloat16 generation, the
-        prefill on one thread), then single vs 1T+1S vs 2T+2S vs 4T+4S."""
+        prefill on one thread, int8 generation), then single vs 1T+1S vs 2T+2S vs 4T+4S."""
         from populora.train.bench import run
 
         run(quick=quick, out=out, scaling=scaling)
