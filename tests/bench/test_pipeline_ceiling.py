@@ -2,7 +2,6 @@
 worker processes, each a `tiny-learn` trainer on the bundled model) whose replays must make every row at the
 length the trainer generated."""
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -14,18 +13,11 @@ import pytest
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "pipeline_ceiling.py"
 
 
-def _bench():
-    spec = importlib.util.spec_from_file_location("pipeline_ceiling", BENCH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def test_summary_takes_the_best_rep_per_measurement():
+def test_summary_takes_the_best_rep_per_measurement(bench_script):
     one = {"gen_old": 10, "gen_new": 8, "gen_1t": 9, "gen_new_int8": 6, "gen_1t_int8": 7}
     one |= {"update_2t": 4, "update_1t": 6, "pipelined": 9.5, "pipelined_int8": 7.5}
     two = {k: v + 1 for k, v in one.items()}
-    s = _bench().summarise([two, one], steps=2, sandbox_s=0.25)
+    s = bench_script("pipeline_ceiling").summarise([two, one], steps=2, sandbox_s=0.25)
     assert s["per_step_s"] == {k: v / 2 for k, v in one.items()}
     # old 5 + 2, new 4 + 2, new_int8 3 + 2, pipelined 4.75, pipelined_int8 3.75, update free 4.5 and 3.5;
     # each + 0.25 of sandbox

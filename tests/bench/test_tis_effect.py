@@ -4,9 +4,7 @@ a known amount must come back as that mismatch, with the truncated share and the
 it, the tis_cap=2 engine's own `is_weight` must agree, and log-prob calls outside a train step are not counted.
 The bench itself needs vLLM and is run by hand (docs/engine.md)."""
 
-import importlib.util
 import math
-from pathlib import Path
 
 import pytest
 import torch
@@ -14,18 +12,9 @@ import torch
 from populora.engine import TrainBatch, TrainRow, build
 from populora.engine.testing import random_model
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "tis_effect.py"
-
-
-def _bench():
-    spec = importlib.util.spec_from_file_location("tis_effect", BENCH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
 
 @pytest.mark.parametrize(("shift", "truncated"), [(-0.1, 0.0), (1.0, 1.0)])
-def test_mismatch_hook_reads_the_shift(shift, truncated):
+def test_mismatch_hook_reads_the_shift(shift, truncated, bench_script):
     torch.set_num_threads(1)
     base, tok = random_model("qwen2", seed=11, initializer_range=0.3)
     eng = build(base, tokenizer=tok, n_slots=2, rank=4, alpha=8, tis_cap=2.0, train_threads=1)
@@ -44,7 +33,7 @@ def test_mismatch_hook_reads_the_shift(shift, truncated):
     for r, old in zip(rows, lp, strict=True):
         r.old_logprobs = [x - shift for x in old]
     rows[0].old_logprobs[0] = float("nan")
-    hook = _bench().Mismatch(eng)
+    hook = bench_script("tis_effect").Mismatch(eng)
     eng.logprobs(TrainBatch(rows))  # outside a train step: not counted
     m_engine = eng.train_step(TrainBatch(rows))
     m = hook.take()

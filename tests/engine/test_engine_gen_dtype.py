@@ -41,8 +41,9 @@ def test_bfloat16_generation_is_the_same_model_and_training_stays_float32(make_e
     assert full.logprobs(TrainBatch(rows)) == low.logprobs(TrainBatch(rows))
 
 
-def test_the_base_is_restored_when_generation_fails(make_engine):
-    eng = make_engine(gen_dtype="bfloat16")
+@pytest.mark.parametrize("gen_dtype", ["bfloat16", "int8"])
+def test_the_base_is_restored_when_generation_fails(make_engine, gen_dtype):
+    eng = make_engine(gen_dtype=gen_dtype)
 
     def boom(i, g):
         raise RuntimeError("a callback failed")
@@ -50,6 +51,7 @@ def test_the_base_is_restored_when_generation_fails(make_engine):
     with pytest.raises(RuntimeError, match="a callback failed"):
         eng.generate(_greedy(3), on_finish=boom)
     assert _base_dtypes(eng) == {torch.float32}
+    assert _linears(eng)["int8"] == 0
 
 
 def test_gen_dtype_model_or_the_base_dtype_changes_nothing_and_a_bad_one_is_named(make_engine):
@@ -124,17 +126,6 @@ def test_int8_generation_quantizes_the_base_linears_only_while_it_decodes(make_e
     ]
     assert 0 < sum(diffs) / len(diffs) < 0.3
     assert len(a) == len(b)
-
-
-def test_int8_modules_are_restored_when_generation_fails(make_engine):
-    eng = make_engine(gen_dtype="int8")
-
-    def boom(i, g):
-        raise RuntimeError("a callback failed")
-
-    with pytest.raises(RuntimeError, match="a callback failed"):
-        eng.generate(_greedy(3), on_finish=boom)
-    assert _linears(eng)["int8"] == 0
 
 
 def test_int8_is_refused_off_the_cpu_and_without_an_int8_engine_with_the_alternative(make_engine):
