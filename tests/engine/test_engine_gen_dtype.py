@@ -153,3 +153,14 @@ def test_int8_generation_over_a_bfloat16_base_casts_around_the_int8_matmuls():
     assert model[0] is lin and y.dtype == torch.bfloat16
     ref = lin(x).float()
     assert 0 < (y.float() - ref).abs().max() < 0.05 * ref.abs().max()
+
+
+def test_int8_without_torch_ao_quantization_names_the_key_and_the_alternative(make_engine, monkeypatch):
+    """A torch that no longer ships torch.ao.quantization (it is moving to torchao): a specific error."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "torch.ao.quantization", None)  # `import` of it now raises ImportError
+    with pytest.raises(
+        EngineError, match=r"needs torch.ao.quantization.*bfloat16 or model \(model.gen_dtype\)"
+    ):
+        make_engine(gen_dtype="int8")

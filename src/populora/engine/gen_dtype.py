@@ -127,7 +127,13 @@ def _quantized(linear: nn.Linear) -> nn.Module:
     """An int8 copy of `linear`: weights per output channel, activations quantized per call."""
     import warnings
 
-    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+    try:  # deprecated upstream in favour of the torchao package; a later torch may drop it
+        from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+    except ImportError as err:
+        raise ValueError(
+            f"gen_dtype 'int8' needs torch.ao.quantization, which this torch ({torch.__version__}) cannot import "
+            f"({err}); use bfloat16 or model"
+        ) from None
 
     dtype = linear.weight.dtype
     if dtype != torch.float32:  # the int8 kernels read float32: quantize a float32 copy, cast around it
