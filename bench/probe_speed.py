@@ -70,6 +70,26 @@ def measure(fn) -> dict:
     }
 
 
+def alternate(engine, settings: dict, probe, reps: int, size: int) -> tuple[dict[str, list[dict]], dict]:
+    """`probe(counting_engine)` under each setting in turn (`settings[name]()` puts it in force), `reps` rounds,
+    so a shared machine's load hits every setting alike; returns each setting's measurements and the result of
+    its last probe."""
+    rows: dict[str, list[dict]] = {name: [] for name in settings}
+    results: dict = {}
+    for _ in range(reps):
+        for name, apply in settings.items():
+            apply()
+
+            def run(name=name):
+                eng = Counting(engine)
+                results[name] = probe(eng)
+                return eng
+
+            rows[name].append(measure(run))
+            print(f"size {size:>3} {name:<9} {rows[name][-1]}", flush=True)
+    return rows, results
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", default="64,256")
@@ -142,19 +162,13 @@ def compare_paths(engine, slots, args) -> None:
         probe_members(engine, slots, probe_subset(4), sb, styles=STYLES)  # warm-up
         for size in map(int, args.sizes.split(",")):
             problems = probe_subset(size)
-            row: dict = {"forward": [], "lean": []}
-            texts: dict = {}
-            for _ in range(args.reps):
-                for path in ("forward", "lean"):
-                    engine.gen_path = path
-
-                    def styled(problems=problems, path=path, texts=texts):
-                        eng = Counting(engine)
-                        texts[path] = probe_members(eng, slots, problems, sb, styles=STYLES).texts
-                        return eng
-
-                    row[path].append(measure(styled))
-                    print(f"size {size:>3} {path:<8} {row[path][-1]}", flush=True)
+            row, texts = alternate(
+                engine,
+                {path: (lambda path=path: setattr(engine, "gen_path", path)) for path in ("forward", "lean")},
+                lambda eng, problems=problems: probe_members(eng, slots, problems, sb, styles=STYLES).texts,
+                args.reps,
+                size,
+            )
             cpu = {p: min(m["cpu_s"] for m in row[p]) for p in ("forward", "lean")}
             wall = {p: min(m["wall_s"] for m in row[p]) for p in ("forward", "lean")}
             row["speedup_cpu"] = cpu["forward"] / cpu["lean"]
@@ -190,21 +204,20 @@ def compare_dtypes(engine, slots, args) -> None:
     with Sandbox(workers=2) as sb:
         for size in map(int, args.sizes.split(",")):
             problems, _ = probe_selection("graded", size, ["code_i", "code_o", "code_f"])
-            row: dict = {name: [] for name in weights}
-            verdicts: dict = {}
-            for _ in range(args.reps):
-                for name, low in weights.items():
-                    engine.gen_weights = low
-
-                    def probe(problems=problems, name=name, verdicts=verdicts):
-                        eng = Counting(engine)
-                        verdicts[name] = probe_members(eng, slots, problems, sb, max_new_tokens=GRADED_BUDGET)
-                        return eng
-
-                    m = measure(probe)
-                    m["tokens_per_cpu_s"] = round(m["tokens"] / max(m["cpu_s"], 1e-9), 1)
-                    row[name].append(m)
-                    print(f"size {size:>3} {name:<8} {m}", flush=True)
+            row, verdicts = alternate(
+                engine,
+                {
+                    name: (lambda low=low: setattr(engine, "gen_weights", low))
+                    for name, low in weights.items()
+                },
+                lambda eng, problems=problems: probe_members(
+                    eng, slots, problems, sb, max_new_tokens=GRADED_BUDGET
+                ),
+                args.reps,
+                size,
+            )
+            for m in (m for runs in row.values() for m in runs):
+                m["tokens_per_cpu_s"] = round(m["tokens"] / max(m["cpu_s"], 1e-9), 1)
             engine.gen_weights = None
             cpu = {d: min(m["cpu_s"] for m in row[d]) for d in weights}
             rate = {d: max(m["tokens_per_cpu_s"] for m in row[d]) for d in weights}
@@ -239,23 +252,22 @@ def compare_threads(engine, slots, args) -> None:
     out = args.out or Path("bench/results/probe_speed_threads.json")
     settings = {"all_1": (1, 1), "prefill_2": (1, 2), "all_2": (2, 2)}  # name: (gen_threads, prefill_threads)
     results: dict = {"members": args.members, "reps": args.reps, "settings": settings, "sizes": {}}
+
+    def threads(gen: int, prefill: int) -> None:
+        engine.gen_threads, engine.prefill_threads = gen, prefill
+
     with Sandbox(workers=2) as sb:
         for size in map(int, args.sizes.split(",")):
             problems, _ = probe_selection("graded", size, ["code_i", "code_o", "code_f"])
-            row: dict = {name: [] for name in settings}
-            accuracy: dict = {}
-            for _ in range(args.reps):
-                for name, (gen, prefill) in settings.items():
-                    engine.gen_threads, engine.prefill_threads = gen, prefill
-
-                    def probe(problems=problems, name=name, accuracy=accuracy):
-                        eng = Counting(engine)
-                        verdicts = probe_members(eng, slots, problems, sb, max_new_tokens=GRADED_BUDGET)
-                        accuracy[name] = verdicts.accuracy()
-                        return eng
-
-                    row[name].append(measure(probe))
-                    print(f"size {size:>3} {name:<9} {row[name][-1]}", flush=True)
+            row, accuracy = alternate(
+                engine,
+                {name: (lambda t=t: threads(*t)) for name, t in settings.items()},
+                lambda eng, problems=problems: probe_members(
+                    eng, slots, problems, sb, max_new_tokens=GRADED_BUDGET
+                ).accuracy(),
+                args.reps,
+                size,
+            )
             wall = {n: min(m["wall_s"] for m in row[n]) for n in settings}
             row["speedup_wall_vs_all_1"] = {n: wall["all_1"] / wall[n] for n in settings}
             row["same_accuracy"] = all(accuracy[n] == accuracy["all_1"] for n in settings)
