@@ -3,7 +3,8 @@ off-policy, the two halves pipelined over the two cores), measured on this machi
 
 Two worker processes each build the same `tiny-learn` trainer (same seed, lean path, the speed benchmark's
 overrides: no evolution, no probe) and run `--steps` + 1 steps, recording every `engine.generate` call of the
-timed steps (requests, seed, each row's length) and every `engine.train_step` batch. Then the parent has them
+timed steps (requests, seed, each row's length) and every `engine.train_step` batch (the speed benchmark's `Meter`,
+populora/train/bench.py). Then the parent has them
 replay that work, alone or at the same time, alternated `--reps` times:
 
 - `gen_old`: the generation through the engine's original decode loop (`gen_path="forward"`), one thread;
@@ -22,8 +23,8 @@ Two processes rather than two threads: this is the ceiling, without the interpre
 
 Per step: the sequential old step is gen_old + update_2t, the sequential new one gen_new + update_2t (and
 `new_int8` with gen_new_int8), the pipelined one the wall-clock of `pipelined` (the slower lane, with both cores'
-memory traffic at once), `update_free` generation alone on one core (as if the update cost nothing); each plus the trainer's measured validation and scoring seconds, which a pipelined step would keep on the
-generation lane. Issue 30 asked for a step 3x faster than the old path's.
+memory traffic at once), `update_free` generation alone on one core (as if the update cost nothing); each plus
+the trainer's measured validation and scoring seconds, which a pipelined step would keep on the generation lane. Issue 30 asked for a step 3x faster than the old path's.
 
 python bench/pipeline_ceiling.py [--steps 5] [--reps 2] [--out bench/results/pipeline_ceiling.json]
 """
@@ -38,7 +39,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import replace
 from pathlib import Path
 
 HERE = Path(__file__).resolve()
@@ -50,109 +50,84 @@ PAIRS = {"pipelined": ("gen_1t", "update_1t"), "pipelined_int8": ("gen_1t_int8",
 
 
 # ------------------------------------------------------------------------------------------------ worker
-class Recorder:
-    """Wraps the engine's `generate` and `train_step`, keeping what each timed step asked of them."""
-
-    def __init__(self, engine) -> None:
-        self.engine, self.generate, self.train_step = engine, engine.generate, engine.train_step
-        self.steps: list[dict] = []
-        self.on = False
-        rec = self
-
-        def generate(requests, seed=None, progress=None, on_finish=None):
-            out = rec.generate(requests, seed=seed, progress=progress, on_finish=on_finish)
-            if rec.on:
-                lengths = [len(g.token_ids) for g in out]
-                rec.steps[-1]["calls"].append({"requests": requests, "seed": seed, "lengths": lengths})
-            return out
-
-        def train_step(batch, progress=None):
-            if rec.on:
-                rec.steps[-1]["batch"] = batch
-            return rec.train_step(batch, progress=progress)
-
-        engine.generate, engine.train_step = generate, train_step
-
-
 def record(steps: int, run_dir: Path):
-    """Build the trainer and run `steps` + 1 steps (the first untimed); returns it, its recorder, and the timed
-    steps' mean validation plus scoring seconds."""
+    """Build the trainer and run `steps` + 1 steps (the first untimed); returns it, its `Meter` (the speed
+    benchmark's: the raw `generate` and `train_step`), each timed step's generate calls and train batches, and
+    the timed steps' mean validation plus scoring seconds."""
     from populora.config import load_config
+    from populora.train.bench import Meter
     from populora.train.trainer import Trainer
 
     cfg = load_config(PRESET, [*OVERRIDES, f"train.steps={steps + 1}"])
     tr = Trainer(cfg, run_dir, quiet=True)
     tr.setup()
     tr.engine.gen_path = "lean"
-    rec = Recorder(tr.engine)
-    sandbox_s = []
+    meter = Meter(tr.engine)
+    meter.install()
+    recorded, sandbox_s = [], []
     for step in range(1, steps + 2):
-        rec.on = step > 1
-        if rec.on:
-            rec.steps.append({"calls": [], "batch": None})
+        meter.calls, meter.batches = [], []
         res = tr.step(step)
-        if rec.on:
+        if step > 1:
+            recorded.append({"calls": meter.calls, "batches": meter.batches})
             sandbox_s.append(res.record["phase_s"]["validate"] + res.record["phase_s"]["score"])
-    rec.on = False
-    return tr, rec, sum(sandbox_s) / len(sandbox_s)
+    meter.uninstall()
+    return tr, meter, recorded, sum(sandbox_s) / len(sandbox_s)
 
 
-def replay_generation(tr, rec: Recorder, path: str, prefill_threads: int, decode_threads: int) -> dict:
-    """Every recorded generate call again, in the trainer's order, every row held to its recorded length;
+def replay_generation(tr, meter, recorded, path: str, prefill_threads: int, low=None) -> dict:
+    """Every recorded generate call again, in the trainer's order, on one decoding thread, every row held to its
+    recorded length; `low`: the engine's generation weights for another dtype (`HFEngine.generation_weights`).
     `same_lengths`: whether every row came out at that length (so the replay did the trainer's work)."""
+    from populora.train.bench import eos_off, held_to_length
+
     eng = tr.engine
-    saved = eng.gen_path, eng.prefill_threads, eng.gen_threads, eng.eos_ids
-    eng.gen_path, eng.eos_ids = path, set()
-    eng.prefill_threads, eng.gen_threads = prefill_threads, decode_threads
+    saved = eng.gen_path, eng.prefill_threads, eng.gen_threads, eng.gen_weights
+    eng.gen_path, eng.prefill_threads, eng.gen_threads = path, prefill_threads, 1
+    eng.gen_weights = low
     tokens, same = 0, True
     try:
-        for step in rec.steps:
-            for call in step["calls"]:
-                kept = [(r, n) for r, n in zip(call["requests"], call["lengths"], strict=True) if n]
-                out = rec.generate([replace(r, max_new_tokens=n) for r, n in kept], seed=call["seed"])
-                tokens += sum(len(g.token_ids) for g in out)
-                same = same and [len(g.token_ids) for g in out] == [n for _, n in kept]
+        with eos_off(eng):
+            for step in recorded:
+                for call in step["calls"]:
+                    reqs = held_to_length([call])
+                    out = meter.generate_fn(reqs, seed=call["seed"])
+                    tokens += sum(len(g.token_ids) for g in out)
+                    same = same and [len(g.token_ids) for g in out] == [r.max_new_tokens for r in reqs]
     finally:
-        eng.gen_path, eng.prefill_threads, eng.gen_threads, eng.eos_ids = saved
+        eng.gen_path, eng.prefill_threads, eng.gen_threads, eng.gen_weights = saved
     return {"tokens": tokens, "same_lengths": same}
 
 
-def replay_generation_int8(tr, rec: Recorder, prefill_threads: int) -> dict:
-    """`replay_generation` with the base's `Linear`s in int8, as `model.gen_dtype=int8` runs (engine/gen_dtype.py)."""
-    from populora.engine.gen_dtype import Int8Linears
-
-    eng = tr.engine
-    if not hasattr(tr, "int8_linears"):
-        tr.int8_linears = Int8Linears(eng.model, owners=[eng._lean])
-    saved, eng.gen_weights = eng.gen_weights, tr.int8_linears
-    try:
-        return replay_generation(tr, rec, "lean", prefill_threads, 1)
-    finally:
-        eng.gen_weights = saved
-
-
-def replay_update(tr, rec: Recorder, threads: int) -> dict:
+def replay_update(tr, meter, recorded, threads: int) -> dict:
     eng = tr.engine
     saved, eng.train_threads = eng.train_threads, threads
     try:
         rows = 0
-        for step in rec.steps:
-            if step["batch"] is not None:
-                rec.train_step(step["batch"])
-                rows += len(step["batch"].rows)
+        for step in recorded:
+            for batch in step["batches"]:
+                meter.train_fn(batch)
+                rows += len(batch.rows)
     finally:
         eng.train_threads = saved
     return {"rows": rows}
 
 
+def _int8(tr):
+    """The engine's int8 generation weights, made on first use (`model.gen_dtype=int8`, engine/gen_dtype.py)."""
+    if not hasattr(tr, "int8_weights"):
+        tr.int8_weights = tr.engine.generation_weights("int8")
+    return tr.int8_weights
+
+
 WORK = {
-    "gen_old": lambda tr, rec: replay_generation(tr, rec, "forward", 1, 1),
-    "gen_new": lambda tr, rec: replay_generation(tr, rec, "lean", tr.engine.train_threads, 1),
-    "gen_1t": lambda tr, rec: replay_generation(tr, rec, "lean", 1, 1),
-    "gen_new_int8": lambda tr, rec: replay_generation_int8(tr, rec, tr.engine.train_threads),
-    "gen_1t_int8": lambda tr, rec: replay_generation_int8(tr, rec, 1),
-    "update_2t": lambda tr, rec: replay_update(tr, rec, 2),
-    "update_1t": lambda tr, rec: replay_update(tr, rec, 1),
+    "gen_old": lambda tr, *r: replay_generation(tr, *r, "forward", 1),
+    "gen_new": lambda tr, *r: replay_generation(tr, *r, "lean", tr.engine.train_threads),
+    "gen_1t": lambda tr, *r: replay_generation(tr, *r, "lean", 1),
+    "gen_new_int8": lambda tr, *r: replay_generation(tr, *r, "lean", tr.engine.train_threads, _int8(tr)),
+    "gen_1t_int8": lambda tr, *r: replay_generation(tr, *r, "lean", 1, _int8(tr)),
+    "update_2t": lambda tr, *r: replay_update(tr, *r, 2),
+    "update_1t": lambda tr, *r: replay_update(tr, *r, 1),
 }
 
 
@@ -164,7 +139,7 @@ def worker(steps: int) -> None:
     out = sys.stdout
     sys.stdout = sys.stderr  # only the protocol's lines on the pipe
     with tempfile.TemporaryDirectory(prefix="populora-pipeline-") as tmp:
-        tr, rec, sandbox_s = record(steps, Path(tmp) / "run")
+        tr, meter, recorded, sandbox_s = record(steps, Path(tmp) / "run")
         try:
             print(json.dumps({"ready": True, "sandbox_s": sandbox_s}), file=out, flush=True)
             for line in sys.stdin:
@@ -172,7 +147,7 @@ def worker(steps: int) -> None:
                 if not name:
                     break
                 t, c = time.perf_counter(), time.process_time()
-                info = WORK[name](tr, rec)
+                info = WORK[name](tr, meter, recorded)
                 res = {"work": name, "wall_s": time.perf_counter() - t, "cpu_s": time.process_time() - c}
                 print(json.dumps({**res, **info}), file=out, flush=True)
         finally:

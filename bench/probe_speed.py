@@ -190,16 +190,12 @@ def compare_dtypes(engine, slots, args) -> None:
     """The graded probe with float32, bfloat16 and int8 generation alternated; CPU seconds, rates and agreement."""
     import torch
 
-    from populora.engine.gen_dtype import GenerationWeights, Int8Linears
     from populora.pretrain.graded_probe import MAX_NEW_TOKENS as GRADED_BUDGET
     from populora.pretrain.graded_probe import probe_selection
 
     out = args.out or Path("bench/results/probe_speed_dtypes.json")
-    weights = {
-        "float32": None,
-        "bfloat16": GenerationWeights(engine.model, engine.params, torch.bfloat16),
-        "int8": Int8Linears(engine.model, owners=[engine._lean]),
-    }
+    lows = {"float32": None, "bfloat16": torch.bfloat16, "int8": "int8"}
+    weights = {name: engine.generation_weights(low) for name, low in lows.items()}
     results: dict = {"members": args.members, "threads": engine.gen_threads, "reps": args.reps, "sizes": {}}
     with Sandbox(workers=2) as sb:
         for size in map(int, args.sizes.split(",")):

@@ -185,12 +185,13 @@ class HFEngine(PeftFolderIO):
                 f"{err} (model.gen_dtype; 'model' generates in the base's own dtype)."
             ) from None
         try:
-            self.gen_weights = self._generation_weights(low)
+            self.gen_weights = self.generation_weights(low)
         except ValueError as err:
             raise EngineError(f"{err} (model.gen_dtype).") from None
 
-    def _generation_weights(self, low: torch.dtype | str | None) -> GenerationWeights | Int8Linears | None:
-        """What `generate` swaps in for the frozen base (None: nothing)."""
+    def generation_weights(self, low: torch.dtype | str | None) -> GenerationWeights | Int8Linears | None:
+        """What `generate` swaps in for the frozen base to generate in `low` (a dtype, "int8", or None: nothing);
+        `self.gen_weights` holds the engine's own. Benchmarks set `gen_weights` to others to compare them."""
         if low is None:
             return None
         if low == "int8":  # the lean decoder holds the output head too

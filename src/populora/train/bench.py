@@ -49,6 +49,8 @@ import shutil
 import statistics
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from rich.console import Console
@@ -92,8 +94,8 @@ SPEED_PHASES = ["teacher", "validate", "student", "score", "update"]
 
 
 class Meter:
-    """Stands in for `engine.generate` and `engine.train_step`: records every call's requests, outputs and
-    CPU seconds: this process's for `train_step` (its threads) and, for `generate`, `gen_clock`'s: this
+    """Stands in for `engine.generate` and `engine.train_step`: records every generate call's requests, seed,
+    outputs and CPU seconds (`calls`), every train batch (`batches`), and CPU seconds: this process's for `train_step` (its threads) and, for `generate`, `gen_clock`'s: this
     process's (`time.process_time`: the decoding thread and the prefill's intra-op threads) where nothing else
     runs in the process, the calling thread's alone (`time.thread_time`) where the overlap lane's thread
     validates and scores beside it (then the prefill's second thread is not counted either, so an overlap row's
@@ -103,6 +105,7 @@ class Meter:
         self.engine, self.gen_clock = engine, gen_clock
         self.generate_fn, self.train_fn = engine.generate, engine.train_step
         self.calls: list[dict] = []
+        self.batches: list = []
         self.train_cpu_s = 0.0
 
     def install(self) -> None:
@@ -111,11 +114,14 @@ class Meter:
         def generate(requests, seed=None, progress=None, on_finish=None):
             t = meter.gen_clock()
             out = meter.generate_fn(requests, seed=seed, progress=progress, on_finish=on_finish)
-            meter.calls.append({"requests": requests, "out": out, "cpu_s": meter.gen_clock() - t})
+            meter.calls.append(
+                {"requests": requests, "seed": seed, "out": out, "cpu_s": meter.gen_clock() - t}
+            )
             return out
 
         def train_step(batch, progress=None):
             t = time.process_time()
+            meter.batches.append(batch)
             out = meter.train_fn(batch, progress=progress)
             meter.train_cpu_s += time.process_time() - t
             return out
@@ -193,7 +199,7 @@ def _speed_steps(steps: int, extra: list[str]) -> tuple[dict, dict]:
             trainers.append((name, tr, meter))
         for step in range(1, steps + 1):
             for name, tr, meter in trainers:
-                meter.calls, meter.train_cpu_s = [], 0.0
+                meter.calls, meter.batches, meter.train_cpu_s = [], [], 0.0
                 res = tr.step(step)
                 rec = res.record
                 per[name]["logs"].setdefault("records", []).append(_stable(rec))
@@ -224,28 +230,40 @@ def _stable_problems(step: int, traces) -> list[dict]:
     return list(problem_records(step, traces))
 
 
+def held_to_length(calls: list[dict]) -> list:
+    """The requests of recorded generate calls (`Meter.calls`), each held to the length it generated (rows that
+    generated nothing dropped); decode them with `eos_off` to make every row exactly that long."""
+    from dataclasses import replace
+
+    return [
+        replace(r, max_new_tokens=len(g.token_ids))
+        for c in calls
+        for r, g in zip(c["requests"], c["out"], strict=True)
+        if g.token_ids
+    ]
+
+
+@contextmanager
+def eos_off(engine) -> Iterator[None]:
+    """The engine does not stop a row at EOS inside the block (only at its token budget)."""
+    eos, engine.eos_ids = engine.eos_ids, set()
+    try:
+        yield
+    finally:
+        engine.eos_ids = eos
+
+
 def _replay(tr, meter: Meter, steps_calls: list[list[dict]]) -> dict:
     """The engine alone on the trainer's requests: each step's teacher and student requests in one mixed-batch
     `generate`, every row held to the length the trainer generated (EOS off), same temperature and top-p."""
-    from dataclasses import replace
-
-    eng = tr.engine
-    eos, eng.eos_ids = eng.eos_ids, set()
     tokens, cpu = 0, 0.0
-    try:
+    with eos_off(tr.engine):
         for calls in steps_calls:
-            reqs = [
-                replace(r, max_new_tokens=len(g.token_ids))
-                for c in calls
-                for r, g in zip(c["requests"], c["out"], strict=True)
-                if g.token_ids
-            ]
+            reqs = held_to_length(calls)
             t = time.process_time()
             out = meter.generate_fn(reqs, seed=0)
             cpu += time.process_time() - t
             tokens += sum(len(g.token_ids) for g in out)
-    finally:
-        eng.eos_ids = eos
     return {"tokens": tokens, "cpu_s": cpu, "tokens_per_cpu_s": tokens / max(cpu, 1e-9)}
 
 
