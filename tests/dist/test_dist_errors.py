@@ -37,3 +37,39 @@ def test_a_worker_without_a_gpu_says_so_in_one_line():
         check_worker_gpu(plan, 3)
     assert str(err.value).startswith("dist worker 3 (node ") and "CPU-only build" in str(err.value)
     assert "\n" not in str(err.value)
+
+
+def test_a_peers_collective_error_is_blamed_on_the_worker_that_died(ray_address):
+    """When a worker is killed, its peers fail in the collective (gloo: "connection closed by peer"), often
+    before Ray reports the death: `death_among` finds the death among the refs still pending; a task's own
+    error is not a death, and a live worker ends the wait at the grace."""
+    import os
+    import signal
+
+    import ray
+
+    from populora.engine.dist import death_among
+
+    @ray.remote(num_cpus=0)
+    class Worker:
+        def pid(self) -> int:
+            return os.getpid()
+
+        def wait(self, seconds: float) -> None:
+            import time
+
+            time.sleep(seconds)
+
+        def fail(self) -> None:
+            raise RuntimeError("connection closed by peer")
+
+    a, b, c = Worker.remote(), Worker.remote(), Worker.remote()
+    pid_of_b = ray.get(b.pid.remote())  # before its long task: an actor runs its calls in order
+    failing, doomed, alive = a.fail.remote(), b.wait.remote(60), c.wait.remote(60)
+    rank_of = {failing: 0, doomed: 1, alive: 2}
+    os.kill(pid_of_b, signal.SIGKILL)
+    line = death_among([failing, doomed, alive], rank_of, "train", 3)
+    assert line is not None and line.startswith("worker 1 of 3 died during train (")
+    assert death_among([failing, alive], rank_of, "train", 3, grace_s=1.0) is None
+    for actor in (a, b, c):
+        ray.kill(actor)

@@ -7,6 +7,7 @@ remains, the exit is one line, and the run folder is valid."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 
 import pytest
@@ -75,6 +76,6 @@ def test_a_dead_vllm_worker_stops_the_other_and_leaves_nothing_behind(run):
     rc, err = run.finish()
     assert rc == 2, err[-3000:]
     line = one_line(err, "error:")
-    assert "dist worker" in line and "died" in line
+    assert re.search(r"dist worker [01] of 2 died during ", line) and f"--resume {run.dir}" in line
     assert run.leftovers() == [], err[-3000:]
     assert check_run(run.dir) == []

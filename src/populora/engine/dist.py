@@ -414,13 +414,18 @@ class DistributedEngine(PeftFolderIO):
                         if what == "train":  # the others wait in the all-reduce for this worker
                             self._stop(f"worker {rank_of[ready[0]]} failed in a train step ({cause})")
                         raise EngineError(str(cause)) from None
-                    self._stop(f"worker {rank_of[ready[0]]} of {self.workers} failed in {what}: {cause!r}")
+                    # A peer's death surfaces in the survivors as a collective's error (gloo: "connection
+                    # closed by peer"), often before Ray reports the death itself: name the dead worker, the
+                    # cause, when there is one.
+                    died = death_among(pending, rank_of, what, self.workers)
+                    self._stop(
+                        died or f"worker {rank_of[ready[0]]} of {self.workers} failed in {what}: {cause!r}"
+                    )
                     raise EngineError(self._dead) from None
                 except ray.exceptions.RayError as err:  # actor died, node lost, out of memory
-                    reason = (
-                        str(err).strip().splitlines()[0][:200] if str(err).strip() else type(err).__name__
+                    self._stop(
+                        f"worker {rank_of[ready[0]]} of {self.workers} died during {what} ({_first_line(err)})"
                     )
-                    self._stop(f"worker {rank_of[ready[0]]} of {self.workers} died during {what} ({reason})")
                     raise EngineError(self._dead) from None
                 values[rank_of[ready[0]]] = value
                 if on_ready is not None:  # outside the try: the caller's own exceptions pass through as is
@@ -750,6 +755,35 @@ class DistributedEngine(PeftFolderIO):
             self._kill_all()
             self._actors = []
         self._shutdown_ray()
+
+
+def death_among(pending: list, rank_of: dict, what: str, workers: int, grace_s: float = 10.0) -> str | None:
+    """`"worker K of N died during WHAT (REASON)"` for the first of the `pending` Ray refs whose actor dies
+    within `grace_s` seconds (`rank_of` maps a ref to its worker's rank), else None: the others are alive (e.g.
+    blocked in a collective) or failed themselves (a task error is not a death)."""
+    ray = require_ray()
+    deadline = time.monotonic() + grace_s
+    waiting = list(pending)
+    while waiting:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return None
+        ready, waiting = ray.wait(waiting, num_returns=1, timeout=left)
+        if not ready:
+            return None
+        try:
+            ray.get(ready[0])
+        except ray.exceptions.RayTaskError:
+            continue
+        except ray.exceptions.RayError as err:  # actor died, node lost, out of memory
+            return f"worker {rank_of[ready[0]]} of {workers} died during {what} ({_first_line(err)})"
+    return None
+
+
+def _first_line(err: BaseException) -> str:
+    """The first line of an error's text (200 characters at most), or its type's name when it has none."""
+    text = str(err).strip()
+    return text.splitlines()[0][:200] if text else type(err).__name__
 
 
 def _alive(pid: int) -> bool:
