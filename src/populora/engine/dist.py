@@ -423,9 +423,7 @@ class DistributedEngine(PeftFolderIO):
                     )
                     raise EngineError(self._dead) from None
                 except ray.exceptions.RayError as err:  # actor died, node lost, out of memory
-                    self._stop(
-                        f"worker {rank_of[ready[0]]} of {self.workers} died during {what} ({_first_line(err)})"
-                    )
+                    self._stop(_died(rank_of[ready[0]], self.workers, what, err))
                     raise EngineError(self._dead) from None
                 values[rank_of[ready[0]]] = value
                 if on_ready is not None:  # outside the try: the caller's own exceptions pass through as is
@@ -776,14 +774,16 @@ def death_among(pending: list, rank_of: dict, what: str, workers: int, grace_s: 
         except ray.exceptions.RayTaskError:
             continue
         except ray.exceptions.RayError as err:  # actor died, node lost, out of memory
-            return f"worker {rank_of[ready[0]]} of {workers} died during {what} ({_first_line(err)})"
+            return _died(rank_of[ready[0]], workers, what, err)
     return None
 
 
-def _first_line(err: BaseException) -> str:
-    """The first line of an error's text (200 characters at most), or its type's name when it has none."""
+def _died(rank: int, workers: int, what: str, err: BaseException) -> str:
+    """The stop line's cause for a worker whose actor died: the first line of Ray's error (200 characters at
+    most), or its type's name when it has no text."""
     text = str(err).strip()
-    return text.splitlines()[0][:200] if text else type(err).__name__
+    reason = text.splitlines()[0][:200] if text else type(err).__name__
+    return f"worker {rank} of {workers} died during {what} ({reason})"
 
 
 def _alive(pid: int) -> bool:
