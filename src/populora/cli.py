@@ -81,5 +81,9 @@ from populora import export as _export  # noqa: E402 - a module, not a package; 
 
 _export.register(app, bench)
 
+from populora import doctor as _doctor  # noqa: E402 - a module; heavy imports inside its functions
+
+_doctor.register(app, bench)
+
 if __name__ == "__main__":
     app()

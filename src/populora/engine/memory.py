@@ -104,14 +104,26 @@ __all__ = ["available_bytes", "available_memory_bytes", "check_memory", "estimat
 
 # A bound on a prompt's tokens for the preflight: AZR prompts with K = 6 reference programs run to ~1.6k tokens.
 PROMPT_TOKENS = 2048
-# CUDA context, allocator fragmentation and the small tensors of a step: kept free on every GPU.
-GPU_RESERVE_BYTES = 2 * 2**30
+# Allocator fragmentation and the small tensors of a step (the train step's own temporaries are measured:
+# bench/memory_fake_7b.py): kept free on every GPU. The CUDA contexts and the sleeping engine's residue, which
+# this reserve covered until issue 51, are their own terms below.
+GPU_RESERVE_BYTES = 1 * 2**30
+# One CUDA context with its libraries' workspaces (cuBLAS, NCCL), outside PyTorch's allocator. vLLM's profiler
+# reports this "non_torch_memory" as 0.39 GiB on a 16 GB GPU (vllm-project/vllm#11251) and 1.27 GiB on an 80 GB
+# H100 (vllm-project/vllm#11743); 1 GiB each, for two processes with vLLM (trainer, vLLM's engine core).
+CUDA_CONTEXT_BYTES = 1 * 2**30
+# What a sleeping vLLM (level 1) keeps on the GPU: its CUDA-graph pool is not offloaded (vLLM 0.32; offloading
+# it is vllm-project/vllm#45623, unmerged). vLLM logs 0.36 GiB of graphs at 16 capture sizes
+# (gpustack/runner#251) and 1.40 GiB per rank at its defaults (vllm-project/vllm#47654); 1 GiB, until a GPU
+# run measures it. Awake, the pool is inside vLLM's share (vLLM profiles graph memory since v0.21).
+VLLM_ASLEEP_BYTES = 1 * 2**30
 
 
 @dataclass(frozen=True)
 class MemoryPlan:
     """What one GPU holds in a run (bytes), from the config and the model folder; `vllm_share` is a fraction of
-    the GPU's total memory (0 without vLLM). `sleeps`: vLLM releases its memory during the train step."""
+    the GPU's total memory (0 without vLLM). `sleeps`: vLLM releases its memory during the train step, except
+    `asleep_residue`. `contexts`: the CUDA contexts of the processes on the GPU (trainer, vLLM)."""
 
     base: int
     slots: int
@@ -121,12 +133,26 @@ class MemoryPlan:
     checkpointing: bool
     vllm_share: float = 0.0
     sleeps: bool = False
+    contexts: int = 0
+    asleep_residue: int = 0
 
     def peaks(self, total: int) -> tuple[int, int]:
         """(sampling peak, training peak) in bytes on a GPU of `total` bytes."""
         vllm = int(self.vllm_share * total)
-        resident = self.base + self.slots + GPU_RESERVE_BYTES
-        return resident + vllm, resident + self.activations + (0 if self.sleeps else vllm)
+        resident = self.base + self.slots + self.contexts + GPU_RESERVE_BYTES
+        during_step = self.asleep_residue if self.sleeps else vllm
+        return resident + vllm, resident + self.activations + during_step
+
+    def terms(self, total: int) -> dict[str, int]:
+        """Each term of the training peak in bytes (they add up to `peaks(total)[1]`), for tables."""
+        return dict(
+            base=self.base,
+            slots=self.slots,
+            activations=self.activations,
+            contexts=self.contexts,
+            reserve=GPU_RESERVE_BYTES,
+            vllm=self.asleep_residue if self.sleeps else int(self.vllm_share * total),
+        )
 
 
 def longest_micro_batch(cfg: Config) -> int:
@@ -168,6 +194,8 @@ def memory_plan(cfg: Config, folder: Path, dtype: str = "bfloat16") -> MemoryPla
         checkpointing=cfg.rl.activation_checkpointing,
         vllm_share=cfg.model.vllm_gpu_memory_utilization if vllm else 0.0,
         sleeps=vllm and cfg.model.vllm_sleep,
+        contexts=CUDA_CONTEXT_BYTES * (2 if vllm else 1),
+        asleep_residue=VLLM_ASLEEP_BYTES if vllm else 0,
     )
 
 
@@ -202,6 +230,35 @@ def check_plan(
         )
 
 
+# Memory settings per GPU size (issue 51), fastest first: checkpointing costs one more forward per micro-batch
+# and turns off the shared prompt forward; sleep moves vLLM's weights to host memory and back every step, pins
+# the base's size of host RAM per worker, and is the path a GPU has run least. So: neither, checkpointing alone,
+# sleep alone, both (docs/engine.md, "Memory settings per GPU size").
+SETTINGS_ORDER = ((False, False), (True, False), (False, True), (True, True))
+
+
+def fastest_settings(
+    cfg: Config, folder: Path, total_bytes: int, dtype: str = "bfloat16"
+) -> dict[str, bool] | None:
+    """The first of `SETTINGS_ORDER` whose plan fits a GPU of `total_bytes`, as {config key: value} (only
+    rl.activation_checkpointing without vLLM); None when none fits."""
+    import copy
+
+    vllm = cfg.model.backend == "vllm"
+    for ckpt, sleep in SETTINGS_ORDER:
+        if sleep and not vllm:
+            continue
+        trial = copy.deepcopy(cfg)
+        trial.rl.activation_checkpointing = ckpt
+        trial.model.vllm_sleep = sleep
+        try:
+            check_plan(memory_plan(trial, folder, dtype), total_bytes)
+        except ConfigError:
+            continue
+        return {"rl.activation_checkpointing": ckpt, **({"model.vllm_sleep": sleep} if vllm else {})}
+    return None
+
+
 def cuda_problem() -> str | None:
     """Why this process cannot use CUDA, with the fix, in one line (None when it can): a CPU-only torch build,
     or a CUDA build that sees no device. `torch.cuda.is_available` opens no context on the GPU."""
@@ -212,8 +269,18 @@ def cuda_problem() -> str | None:
     if not torch.version.cuda:
         why = f"this torch ({torch.__version__}) is a CPU-only build"
     else:
+        from populora.doctor import driver_problem, probe_driver
+
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-        why = f"this torch (CUDA {torch.version.cuda}) sees no GPU (CUDA_VISIBLE_DEVICES={visible!r}; driver missing?)"
+        driver = probe_driver()
+        cause = driver_problem(driver, torch.version.cuda) or (
+            "no NVIDIA driver found (no nvidia-smi, no /proc/driver/nvidia/version)"
+            if driver is None
+            else f"NVIDIA driver {driver}"
+        )
+        why = (
+            f"this torch (CUDA {torch.version.cuda}) sees no GPU (CUDA_VISIBLE_DEVICES={visible!r}; {cause})"
+        )
     return (
         f"{why}; use the cpu device (model.device=cpu or auto), or install the GPU set "
         "(`pip install -e '.[gpu]' -c constraints/gpu.txt`, docs/engine.md, GPU install)"
@@ -232,6 +299,7 @@ __all__ += [
     "check_plan",
     "check_plan_on_gpu",
     "cuda_problem",
+    "fastest_settings",
     "longest_micro_batch",
     "memory_plan",
 ]

@@ -275,7 +275,12 @@ class VLLMEngine:
         self.vllm_pids = vllm_children()  # ended by whoever outlives this process should it die first
         # vLLM's torch.distributed rendezvous file(s) in the temp dir, which a killed vLLM leaves behind
         self.tmp_files = sorted(str(f) for f in _vllm_tmp_files() - tmp_before)
-        root = scratch_dir or ("/dev/shm" if os.path.isdir("/dev/shm") else None)
+        # POPULORA_SCRATCH_DIR moves the adapters off a small /dev/shm (Docker's 64 MB; `populora doctor`)
+        root = (
+            scratch_dir
+            or os.environ.get("POPULORA_SCRATCH_DIR")
+            or ("/dev/shm" if os.path.isdir("/dev/shm") else None)
+        )
         sweep_stale_scratch(Path(root or tempfile.gettempdir()))  # dead runs' adapters hold RAM in /dev/shm
         self._scratch = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-", dir=root))
         self._stale = set(range(n_slots))

@@ -105,6 +105,14 @@ def preflight(cfg: Config) -> str:
         problem = None if distributed else cuda_problem()  # workers check their own GPUs
         if problem:
             raise TrainError(f"model.device=cuda: {problem}.")
+        if not distributed:  # the driver, /dev/shm, host RAM for sleep, a C compiler (`populora doctor`)
+            from populora.doctor import preflight_problems
+
+            problems = preflight_problems(cfg, folder)
+            if problems:
+                raise TrainError(
+                    f"model.device=cuda: {'; '.join(problems)} (`populora doctor` lists every check)."
+                )
         plan = gpu_plan(cfg, folder)
         if cfg.model.memory_gb > 0:
             check_plan(plan, int(cfg.model.memory_gb * 2**30), "model.memory_gb")
