@@ -44,6 +44,9 @@ DRIVER_CUDA = (
     (530, "12.1"),
     (525, "12.0"),
     (520, "11.8"),
+    (515, "11.7"),
+    (510, "11.6"),
+    (470, "11.4"),
     (450, "11.0"),
 )
 # PyTorch's CUDA wheel indexes (download.pytorch.org/whl/cuXYZ), newest first.
