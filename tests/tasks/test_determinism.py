@@ -43,3 +43,50 @@ def test_deterministic_programs_still_pass(sandbox):
         sandbox, program="def f(x):\n    return sorted({'b', 'a', str(x)}), hash(x), {'k': x}", inputs=["3"]
     )
     assert p.outputs == ("(['3', 'a', 'b'], 3, {'k': 3})",)
+
+
+# Issue 50: the rounds of the determinism check used to share one process (one hash seed, one address layout),
+# so for randomness of the process five rounds were one trial: `list({a, b})` on two strings passed in about
+# half of all fresh sandboxes. Now round r runs in the sandbox's variant pool r, a process of its own. With
+# 32 rounds, each validation below accepts a process-level bit with probability about 2**-32 (a set of two
+# strings keeps its order under another seed slightly more often than half the time: 0.53**32 ~ 1.4e-9), so
+# a false failure of either test has odds below 1e-7; the old check rejected each case only about half (set)
+# or three quarters (address) of the time, so it passes 20 (0.47**20 ~ 3e-7) or 50 (0.75**50 ~ 6e-7) in a row
+# with odds below 1e-6.
+ROUNDS = 32
+
+
+@pytest.fixture(scope="module")
+def many_rounds():
+    from populora.sandbox import Limits, Sandbox
+
+    with Sandbox(workers=2, limits=Limits(timeout_s=5, memory_mb=256, max_output_chars=4000)) as sb:
+        yield T.get("code_o", determinism_repeats=ROUNDS), sb
+
+
+def test_a_set_of_two_strings_is_rejected_every_time(many_rounds):
+    from populora.tasks.types import Invalid, Proposal
+
+    t, sb = many_rounds
+    prog = "def f(a, b):\n    return list({a, b})"
+    for k in range(20):  # new strings each time: under a fixed seed, each pair's order is a new coin
+        (res,) = t.validate([Proposal(prog, (f"'s{k}a', 'x{k}b'",))], sb)
+        assert isinstance(res, Invalid) and "nondeterministic" in res.reason, (k, res)
+
+
+def test_an_address_bit_taken_at_import_is_rejected_every_time(many_rounds):
+    from populora.tasks.types import Invalid, Proposal
+
+    t, sb = many_rounds
+    for salt in range(50):  # a bit of the module's first address, mixed with a salt: a new coin per salt
+        prog = f"B = hash((id(object()), {salt})) & 1\ndef f(x):\n    return B + x"
+        (res,) = t.validate([Proposal(prog, ("1",))], sb)
+        assert isinstance(res, Invalid) and "nondeterministic" in res.reason, (salt, res)
+
+
+def test_deterministic_programs_pass_all_rounds(many_rounds):
+    t, sb = many_rounds
+    p = t.problem_from(
+        sb, program="def f(a, b):\n    return sorted({a, b}), len({a, b})", inputs=["'q', 'p'"]
+    )
+    assert p.outputs == ("(['p', 'q'], 2)",)

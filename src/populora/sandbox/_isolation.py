@@ -1,18 +1,20 @@
 """The once-per-worker isolation layers of the sandbox worker script (standard library only).
 
 New network, UTS, IPC, mount and PID namespaces; a minimal root (`_minimal_root`: a tmpfs with only the
-interpreter, its standard library and shared libraries read-only, /dev/null, /dev/zero, /dev/urandom, a private
-/proc and /tmp) that the worker pivots into; with `hardened=False`, the earlier view (every host mount remounted
-read-only) instead. The private /proc is mounted with `hidepid=2` (a job, running as `nobody`, sees no process
-but its own: not the supervisor's or the template's command line, environment or mounts) and the host-wide
-files a job has no use for (`MASKED_PROC`: kernel command line, boot id, load average, uptime) are covered by
-/dev/null. Everything here runs before the template is forked, so every job inherits it for free.
+interpreter, its standard library and shared libraries read-only, the worker's own /dev/null, /dev/zero,
+/dev/urandom, a private /proc and /tmp) that the worker pivots into; with `hardened=False`, the earlier view
+(every host mount remounted read-only) instead. The private /proc is mounted with `hidepid=2` (a job, running as
+`nobody`, sees no process but its own: not the supervisor's or the template's command line, environment or
+mounts) and the host-wide files a job has no use for (`MASKED_PROC`: kernel command line, boot id, load
+average, uptime, CPU and memory counters, pressure, the lock table) are covered by the worker's /dev/null or an
+empty directory. Everything here runs before the template is forked, so every job inherits it for free.
 """
 
 import errno
 import importlib
 import os
 import signal
+import stat
 import sys
 
 from _cleanup import mount_tmp, serve_mounts
@@ -39,9 +41,24 @@ from _libc import (
 )
 
 CLONE_NEWUTS = 0x04000000
-#: Host-wide /proc files covered by /dev/null for jobs: they say nothing a pure function needs and identify or
-#: describe the host (and its other tenants' load).
-MASKED_PROC = ("cmdline", "loadavg", "uptime", "sys/kernel/random/boot_id")
+#: Host-wide /proc files covered by /dev/null for jobs (directories: by an empty read-only tmpfs): they say
+#: nothing a pure function needs and identify or describe the host, its other tenants' load, or the other
+#: workers' jobs (issue 50: `stat` has the boot time and the host's fork counter, by which one job counted
+#: another worker's jobs; `pressure/*` and `meminfo` move with their load; `locks` lists every file lock).
+MASKED_PROC = (
+    "cmdline",
+    "loadavg",
+    "uptime",
+    "sys/kernel/random/boot_id",
+    "stat",
+    "meminfo",
+    "pressure",
+    "locks",
+)
+#: The device nodes of the minimal root: (name, major, minor). Each worker makes its own (`mknod` on a tmpfs of
+#: its own), so no two workers share an inode a job could `flock` to pass bits to another (issue 50: the host's
+#: /dev/null, bound into every worker, was such an inode).
+DEVICES = (("null", 1, 3), ("zero", 1, 5), ("urandom", 1, 9))
 
 
 def setup_isolation(cfg: dict) -> tuple:
@@ -137,10 +154,12 @@ def _readonly_host(iso: dict, warns: list) -> None:
     iso["mountns_readonly_root"] = not failed  # one writable mount left is a hole
 
 
-def _mount_proc(iso: dict, warns: list, target: str) -> None:
+def _mount_proc(iso: dict, warns: list, target: str, null: str = "/dev/null") -> None:
     """A /proc that shows only this PID namespace's processes (read-only), and of those only the job's own
     to the job: `hidepid=2` hides the processes of other uids (the supervisor and template are root) from a
-    job running as `nobody`. Host-wide files that identify the host (`MASKED_PROC`) are covered by /dev/null."""
+    job running as `nobody`. Host-wide files (`MASKED_PROC`) are covered by `null` (the worker's own
+    /dev/null in the minimal root, so the masks share no inode with another worker), directories by an
+    empty read-only tmpfs; a name this kernel does not have needs no mask."""
     flags = MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY
     hidden = False
     try:
@@ -157,8 +176,13 @@ def _mount_proc(iso: dict, warns: list, target: str) -> None:
     for name in MASKED_PROC:
         path = f"{target}/{name}"
         try:
-            _mount("/dev/null", path, None, MS_BIND, None)
-            _mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NOEXEC, None)
+            if os.path.isdir(path):
+                _mount(
+                    "tmpfs", path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,mode=555"
+                )
+            elif os.path.exists(path):
+                _mount(null, path, None, MS_BIND, None)
+                _mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NOEXEC, None)
             masked += 1
         except OSError as e:
             warns.append(f"/proc/{name} not masked ({e.strerror})")
@@ -279,18 +303,36 @@ def _minimal_root(cfg: dict, iso: dict) -> None:
     stdlib = os.path.dirname(os.path.realpath(os.__file__))
     if os.path.isdir(stdlib + "/site-packages"):
         _mount("tmpfs", new + stdlib + "/site-packages", "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV, "size=4k")
-    for dev in ("/dev/null", "/dev/zero", "/dev/urandom"):
-        bind(dev, MS_RDONLY | MS_NOSUID | MS_NOEXEC)  # writes to a device node ignore the read-only flag
+    _devices(new, bind)
     mkdirs("/proc")
-    os.chmod(new + "/dev", 0o755)
     if iso["pidns"]:
-        _mount_proc(iso, [], new + "/proc")
+        _mount_proc(iso, [], new + "/proc", new + "/dev/null")
     mkdirs("/tmp")
     os.chdir(new)
     _check(_c().syscall(_PIVOT_ROOT[os.uname().machine], b".", b"."), "pivot_root")
     _check(_c().umount2(b".", 2), "umount old root")  # MNT_DETACH: the host's tree is gone from here on
     os.chdir("/")
     _mount(None, "/", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, None)
+
+
+def _devices(new: str, bind) -> None:
+    """/dev of the minimal root: the worker's own `DEVICES` nodes on a tmpfs of its own (read-only once made;
+    writes to a device node ignore that flag, as they should for /dev/null). Where the kernel refuses `mknod`
+    (no CAP_MKNOD), the host's nodes are bound instead, as before issue 50 (their inodes are then shared)."""
+    dev = new + "/dev"
+    os.mkdir(dev)
+    _mount("tmpfs", dev, "tmpfs", MS_NOSUID | MS_NOEXEC, "size=4k,nr_inodes=16,mode=755")
+    try:
+        for name, major, minor in DEVICES:
+            os.mknod(f"{dev}/{name}", 0o666 | stat.S_IFCHR, os.makedev(major, minor))
+            os.chmod(f"{dev}/{name}", 0o666)  # mknod's mode passes through the umask
+    except OSError:
+        _check(_c().umount2(dev.encode(), 2), "umount /dev")
+        for name, _, _ in DEVICES:
+            bind(f"/dev/{name}", MS_RDONLY | MS_NOSUID | MS_NOEXEC)
+        os.chmod(dev, 0o755)
+        return
+    _mount(None, dev, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NOEXEC, "size=4k,nr_inodes=16,mode=755")
 
 
 def _enter_pid_namespace(cfg: dict, iso: dict, warns: list, have_mountns: bool) -> None:

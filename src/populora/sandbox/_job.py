@@ -1,8 +1,8 @@
 """The job child of the sandbox worker script (standard library only): one process per job, forked from the
 template, that reads only its own job, isolates itself, runs it and writes its result.
 
-In order: cut every descriptor but its own job pipe, result pipe and /dev/null (the template's control socket
-first, before any job data exists in this process); read the job (program, call, limits: nothing else);
+In order: cut every descriptor but its own job pipe, result pipe and a /dev/null of its own (the template's
+control socket first, before any job data exists in this process); read the job (program, call, limits: nothing else);
 own session and process group, the per-job working directory, a fresh IPC namespace, rlimits, the uid drop,
 the evaluation profile's no-fork filter; write the setup byte (`SETUP_OK`, or `SETUP_FAILED` and why: the
 supervisor then replaces its worker, and no job code can fake this, since the byte is written before it runs);
@@ -147,7 +147,9 @@ def run_child(job_r: int, res_w: int, cfg: dict, iso: dict) -> None:
     """The job process; never returns."""
     status, value_repr, error_type, message, plain = "crashed", None, None, None, False
     try:
-        devnull = cfg["devnull"]
+        # Its own open /dev/null (the worker's node in the minimal root), not the template's: a lock a job
+        # takes on an open file description that outlives it (the template's) would be seen by later jobs.
+        devnull = os.open("/dev/null", os.O_RDWR)
         os.dup2(devnull, 0)
         os.dup2(devnull, 1)
         os.dup2(devnull, 2)

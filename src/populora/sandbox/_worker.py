@@ -91,6 +91,23 @@ def _warm_up() -> None:
     )
 
 
+def _heap_shift() -> list:
+    """Objects for a determinism-check worker (variant >= 1) to keep alive in its template, so that every
+    object a job makes lands at an address of this worker's own: in every pymalloc size class (16 to 512
+    bytes) a random number of blocks, up to one pool's worth (16 KiB), moves the next free block anywhere in
+    its pool, and up to 64 pools of 512-byte blocks move which pools come next. On top of the kernel's ASLR
+    (arena and library bases) and the worker's own hash seed, any bit of `id()` (the parity of `id(object())`
+    included: the old shift, bytearrays only, never touched the 16-byte class) is then a fresh draw per
+    worker. At most ~1.5 MiB, once per worker, shared copy-on-write by its jobs."""
+    r = os.urandom(66)
+    keep: list = [object() for _ in range(int.from_bytes(r[0:2], "big") % 1024)]  # 16-byte blocks
+    keep += [float(k) for k in range(int.from_bytes(r[2:4], "big") % 512)]  # a float is 24 bytes: 32
+    for k in range(3, 33):  # bytes(n) is n + 33 bytes: the 48 .. 512-byte classes
+        keep += [bytes(16 * k - 33) for _ in range(int.from_bytes(r[2 * k - 2 : 2 * k], "big") % (1024 // k))]
+    keep += [bytes(479) for _ in range(int.from_bytes(r[64:66], "big") % 2048)]  # 0-63 whole pools
+    return keep
+
+
 def _signame(sig: int) -> str:
     try:
         return signal.Signals(sig).name
@@ -324,12 +341,9 @@ def main() -> None:
     for folder in dict.fromkeys(os.path.dirname(r) for r in cfg.get("import_roots", ())):
         sys.path.append(folder)  # in the minimal root this folder holds only the bound package folders
     ok, missing = preload(cfg.get("preload", []))
-    heap_shift = None
-    if cfg.get("heap_shift"):
-        # The determinism check's second-pass workers: on top of the kernel's ASLR (which may be off), move
-        # where later objects land by a random amount, so id()-dependent output differs from pass 1. Made
-        # before the template is forked, so every job forked from it inherits the shift.
-        heap_shift = [bytearray(16 * (1 + b)) for b in os.urandom(64)]
+    # The determinism check's workers (variant >= 1): made before the template is forked, so every job
+    # forked from it inherits the shift.
+    heap_shift = _heap_shift() if cfg.get("heap_shift") else None
     _warm_up()
     iso, warns = setup_isolation(cfg)
     if iso.get("minimal_root"):

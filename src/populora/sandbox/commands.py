@@ -8,6 +8,10 @@ from pathlib import Path
 
 import typer
 
+#: `sandbox run --indent` above this is a mistake (issue 50: 100000000 printed 700 MB); typer refuses it with
+#: "Invalid value for '--indent'" and exit code 2. The other numbers go through `Limits`, which bounds them.
+MAX_INDENT = 16
+
 
 def register(app: typer.Typer, bench: typer.Typer) -> None:
     sandbox = typer.Typer(help="Run untrusted Python in the isolated sandbox.", no_args_is_help=True)
@@ -22,7 +26,9 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         timeout_s: float = typer.Option(5.0, "--timeout", help="Wall-clock limit in seconds."),
         memory_mb: int = typer.Option(512, "--memory-mb", help="Address-space limit in MB."),
         max_output_chars: int = typer.Option(4000, "--max-output-chars", help="Longest accepted repr."),
-        indent: int = typer.Option(2, "--indent", help="JSON indentation (0: one line)."),
+        indent: int = typer.Option(
+            2, "--indent", min=0, max=MAX_INDENT, help=f"JSON indentation, 0 to {MAX_INDENT} (0: one line)."
+        ),
     ) -> None:
         """Run FILE in the sandbox, evaluate --call, print the Outcome as JSON (exit 0 also for job errors)."""
         from populora.sandbox import Limits, Sandbox

@@ -5,8 +5,9 @@ has imported torch pays nothing for it and no caller state leaks into jobs. Each
 once-per-worker isolation (network and mount namespaces) at start, pre-imports the allowed stdlib modules, then
 forks one child per job (see `_worker.py` for the per-job layers). This module owns the parent side: spawning,
 the ready handshake, dispatching `run_many` over the workers in parallel with order kept (with an optional
-overall deadline, and on a second set of workers with another hash seed and address-space layout for
-`variant=1`), healing (a worker that dies, wedges or cannot start a job is killed and replaced; an interrupted
+overall deadline, and on the determinism check's variant pools: `variant=k` for k >= 1 runs on workers of
+their own, each pool with its own random hash seed and heap layout, so k = 1..R are R processes that differ in
+everything a process can differ in), healing (a worker that dies, wedges or cannot start a job is killed and replaced; an interrupted
 call replaces the workers it left mid-job), and a clean `close()`.
 """
 
@@ -105,6 +106,9 @@ PROFILES = ("train", "eval")
 NOBODY = 65534
 #: More workers than this is a mistake (each is a process tree and a tmpfs), never a need.
 MAX_WORKERS = 256
+#: `run_many(variant=k)` takes 0 (the scoring workers, hash seed 0) to this (one pool per determinism round;
+#: the tasks' `determinism_repeats` is at most 32 too).
+MAX_VARIANTS = 32
 _WARNED: set[str] = set()
 _ids = itertools.count()
 
@@ -248,7 +252,9 @@ class Sandbox:
     namespaces and the uid drop; rlimits stay), `profile` ("train", the default: standard library only, no
     threads; "eval": what evalplus allows, see below), `hardened=False` (the earlier layers only: the host's file
     system read-only instead of a minimal root, the host's IPC namespace, a filter for exec only -- kept to
-    measure what the hardening costs), `uid`/`gid` of jobs when started as root, `pipeline_depth`
+    measure what the hardening costs), `uid`/`gid` of jobs when started as root, `variant_workers` (workers
+    of each determinism-check pool, `run_many(variant=k)` for k >= 1; default a quarter of `workers`, at least
+    one, since the R pools of a check run at once), `pipeline_depth`
     (jobs queued per worker while many are pending), `wedge_grace_s` (how long past a job's timeout a silent
     worker is declared wedged and replaced).
 
@@ -261,9 +267,11 @@ class Sandbox:
     the job uid (shared by the jobs running at once) instead of 0. Both knobs can also be given explicitly.
     """
 
-    #: `run_many(variant=1)` runs on workers with another hash seed and address-space layout (duck-typed
-    #: callers such as the tasks' determinism check look for this flag).
+    #: `run_many(variant=k)`, k in 1..`MAX_VARIANTS`, runs on pool k: workers started on first use with their
+    #: own random hash seed and heap layout (duck-typed callers such as the tasks' determinism check look for
+    #: this flag and for `max_variants`).
     supports_variants = True
+    max_variants = MAX_VARIANTS
 
     def __init__(
         self,
@@ -279,6 +287,7 @@ class Sandbox:
         hardened: bool = True,
         uid: int = NOBODY,
         gid: int = NOBODY,
+        variant_workers: int | None = None,
         startup_timeout_s: float = 30.0,
         pipeline_depth: int = 2,
         wedge_grace_s: float = 10.0,
@@ -289,6 +298,17 @@ class Sandbox:
             )
         if profile not in PROFILES:
             raise ValueError(f"Sandbox(profile=) must be one of {PROFILES}, got {profile!r}")
+        if variant_workers is None:
+            variant_workers = max(1, -(-workers // 4))
+        if (
+            isinstance(variant_workers, bool)
+            or not isinstance(variant_workers, int)
+            or not 1 <= variant_workers <= MAX_WORKERS
+        ):
+            raise ValueError(
+                f"Sandbox(variant_workers=) must be an integer between 1 and {MAX_WORKERS}, "
+                f"got {variant_workers!r}"
+            )
         evaluation = profile == "eval"
         if import_packages is None:
             import_packages = EVAL_IMPORT_PACKAGES if evaluation else ()
@@ -301,6 +321,7 @@ class Sandbox:
         self.profile = profile
         self.limits = limits or Limits()
         self.n_workers = workers
+        self.variant_workers = variant_workers
         self._cfg = {
             "preload": list(preload),
             "lazy": list(lazy),
@@ -365,9 +386,10 @@ class Sandbox:
 
     def _popen(self, variant: int = 0) -> subprocess.Popen:
         # Variant 0 workers share hash seed 0, so set/dict-of-str reprs are reproducible across them and
-        # across runs. Variant 1 workers (the determinism check's second pass, `run_many(variant=1)`) get a
-        # random seed, and a randomly shifted heap on top of the kernel's ASLR, so output that depends on
-        # the process (hash order, id(), addresses) differs from pass 1.
+        # across runs. Every worker of a variant k >= 1 (the determinism check's rounds, `run_many(variant=k)`)
+        # gets a random seed of its own and a randomly shifted heap in every size class on top of the kernel's
+        # ASLR (`_worker._heap_shift`), so output that depends on the process (hash order, id(), addresses)
+        # is an independent draw in every such worker, not one draw shared by all rounds.
         seed = "0" if variant == 0 else str(int.from_bytes(os.urandom(4), "big") % 4294967294 + 1)
         env = {"PYTHONHASHSEED": seed, "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
         if self._cfg["import_roots"]:
@@ -420,25 +442,34 @@ class Sandbox:
         finally:
             sel.close()
 
-    def _pool(self, variant: int) -> list[_Worker]:
-        """The workers of a variant; variant 1 is started on first use (as many as variant 0)."""
-        pool = self._pools.setdefault(variant, [])
-        if not pool:
-            procs = [self._popen(variant) for _ in range(self.n_workers)]
-            try:
-                for p in procs:
-                    pool.append(self._handshake(p))
-            except BaseException:
-                for p in procs:
-                    if p.poll() is None:
-                        p.kill()
-                        p.wait()
-                raise
-        return pool
+    def _start_pools(self, variants: Sequence[int]) -> None:
+        """Start the pools of `variants` that are not running yet (variant 0 runs from the start; variant k >= 1
+        gets `variant_workers` workers), all at once so they boot in parallel."""
+        missing = [v for v in dict.fromkeys(variants) if not self._pools.get(v)]
+        procs = [
+            (v, self._popen(v))
+            for v in missing
+            for _ in range(self.n_workers if v == 0 else self.variant_workers)
+        ]
+        try:
+            for v, p in procs:
+                self._pools.setdefault(v, []).append(self._handshake(p))
+        except BaseException:
+            for _, p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+            for v in missing:  # a half-started pool is not used: its workers are stopped
+                for w in self._pools.pop(v, []):
+                    w.kill()
+            raise
 
-    def _replace(self, pool: list[_Worker], slot: int, variant: int = 0) -> None:
-        pool[slot].kill()
-        pool[slot] = self._handshake(self._popen(variant))
+    def _replace(self, workers: list[_Worker], slots: list[tuple[int, int]], slot: int) -> None:
+        """Replace the worker at `slot` of a call's worker list, in its pool too."""
+        variant, index = slots[slot]
+        pool = self._pools[variant]
+        pool[index].kill()
+        pool[index] = workers[slot] = self._handshake(self._popen(variant))
         self.restarts += 1
 
     @property
@@ -457,13 +488,15 @@ class Sandbox:
         limits: Limits | None = None,
         *,
         deadline_s: float | None = None,
-        variant: int = 0,
+        variant: int | Sequence[int] = 0,
     ) -> list[Outcome]:
         """Run jobs in parallel over the workers; the outcomes come back in the order of `jobs`.
 
         `deadline_s` bounds the whole call: jobs still running then are killed (their workers replaced) and,
-        like jobs not started, reported `timeout` with error_type "Deadline". `variant=1` runs the jobs on a
-        second set of workers with another hash seed and address-space layout (the determinism check).
+        like jobs not started, reported `timeout` with error_type "Deadline". `variant=k` (k in
+        1..`MAX_VARIANTS`) runs the jobs on pool k, whose workers each have their own random hash seed and heap
+        layout; a sequence gives one variant per job, and the pools named run at once (the determinism check:
+        round r of every proposal on pool r).
         If the call is interrupted (an exception, KeyboardInterrupt), the workers that had jobs in flight
         are replaced before the next call, so no stale result ever reaches a later call."""
         lim = limits or self.limits
@@ -473,8 +506,20 @@ class Sandbox:
         for job in jobs:
             if not (isinstance(job, tuple | list) and len(job) == 2 and all(isinstance(x, str) for x in job)):
                 raise TypeError(f"run_many() takes (program: str, call: str) pairs, got {job!r:.80}")
-        if variant not in (0, 1):
-            raise ValueError(f"run_many(variant=) must be 0 or 1, got {variant!r}")
+        variants = (
+            [variant] * len(jobs)
+            if isinstance(variant, int)
+            else list(variant)
+            if isinstance(variant, list | tuple)
+            else [None]
+        )
+        if len(variants) != len(jobs) or not all(
+            isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_VARIANTS for v in variants
+        ):
+            raise ValueError(
+                f"run_many(variant=) must be an integer from 0 to {MAX_VARIANTS}, or a sequence of such "
+                f"integers, one per job; got {variant!r:.80}"
+            )
         if deadline_s is not None and not (isinstance(deadline_s, int | float) and deadline_s > 0):
             raise ValueError(
                 f"run_many(deadline_s=) must be a positive number of seconds, got {deadline_s!r}"
@@ -493,11 +538,18 @@ class Sandbox:
                 )
             t0 = time.monotonic()
             end = None if deadline_s is None else t0 + deadline_s
-            workers = self._pool(variant)
+            used = sorted(set(variants)) or [0]
+            self._start_pools(used)
+            # This call's workers: every worker of every pool it uses, each taking jobs only from its own
+            # pool's queue; `slots` says where each one lives (pool, index) for replacing it.
+            slots = [(v, k) for v in used for k in range(len(self._pools[v]))]
+            workers = [self._pools[v][k] for v, k in slots]
             for slot, w in enumerate(workers):  # left mid-job by an interrupted call: replace first
                 if w.inflight or w.buf or w.out or w.broken:
-                    self._replace(workers, slot, variant)
-            queue = deque(range(len(jobs)))
+                    self._replace(workers, slots, slot)
+            queues = {v: deque() for v in used}
+            for i, v in enumerate(variants):
+                queues[v].append(i)
             retried: dict[int, int] = {}
             done = 0
             sel = selectors.DefaultSelector()
@@ -506,11 +558,13 @@ class Sandbox:
                 for slot, w in enumerate(workers):
                     sel.register(w.rfd, selectors.EVENT_READ, slot)
                 while done < len(jobs):
-                    for w in workers:
+                    for slot, w in enumerate(workers):
                         # Two jobs in flight per worker while plenty are queued, so a worker never waits for
                         # our round trip; one near the end, so no job waits behind a slow one while a
                         # worker is idle.
-                        depth = self._depth if len(queue) > len(workers) * self._depth else 1
+                        v = slots[slot][0]
+                        queue = queues[v]
+                        depth = self._depth if len(queue) > len(self._pools[v]) * self._depth else 1
                         while len(w.inflight) < depth and queue and not w.broken:
                             i = queue.popleft()
                             jid = next(_ids)
@@ -546,7 +600,7 @@ class Sandbox:
                             data = b""
                         if not data:
                             done += self._heal(
-                                sel, workers, variant, slot, results, queue, "worker died", retried
+                                sel, workers, slots, slot, results, queues, "worker died", retried
                             )
                             continue
                         for m in w.frames(data):
@@ -562,7 +616,7 @@ class Sandbox:
                                 w.broken = True
                                 if retried.get(i, 0) < 1:
                                     retried[i] = retried.get(i, 0) + 1
-                                    queue.appendleft(i)
+                                    queues[slots[slot][0]].appendleft(i)
                                     continue
                             results[i] = Outcome(
                                 status=m["status"],
@@ -580,7 +634,7 @@ class Sandbox:
                     for slot, w in enumerate(workers):
                         if w.inflight and now - w.inflight[0][2] > grace:
                             done += self._heal(
-                                sel, workers, variant, slot, results, queue, "worker wedged", retried
+                                sel, workers, slots, slot, results, queues, "worker wedged", retried
                             )
                     if end is not None and now >= end and done < len(jobs):
                         done += self._expire(workers, results, deadline_s)
@@ -622,10 +676,10 @@ class Sandbox:
         self,
         sel: selectors.BaseSelector,
         workers: list[_Worker],
-        variant: int,
+        slots: list[tuple[int, int]],
         slot: int,
         results: list,
-        queue: deque,
+        queues: dict[int, deque],
         why: str,
         retried: dict[int, int],
     ) -> int:
@@ -652,9 +706,9 @@ class Sandbox:
                 retried[i] = retried.get(i, 0) + 1
                 w.inflight.appendleft((i, 0, sent))
             for i, _, _ in reversed(w.inflight):
-                queue.appendleft(i)
+                queues[slots[slot][0]].appendleft(i)
             w.inflight.clear()
-        self._replace(workers, slot, variant)
+        self._replace(workers, slots, slot)
         sel.register(workers[slot].rfd, selectors.EVENT_READ, slot)
         return finished
 
