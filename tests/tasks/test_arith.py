@@ -57,3 +57,26 @@ def test_probe_items_agree_with_the_sandbox_and_seeds_avoid_them(sandbox):
     # arith programs are Python: the trainer measures them with the paper's four features (the default)
     assert registry.features("arith", seeds[0].program) is None
     assert set(FEATURES) <= set(program_features(seeds[0].program))
+
+
+def test_a_value_the_answer_format_cannot_hold_is_invalid(sandbox):
+    """Issue 50: `999999*...` with 8 factors passes the proposal check (literals <= 10**6, 55 characters) but
+    its 48-digit value is longer than any answer (at most 40 digits): it was valid and unsolvable, and its
+    teacher won games with it. Validation now refuses it with the reason; 40 digits (either sign) still play."""
+    t = tasks.get("arith")
+    huge = t.parse_proposal("```expression\n" + "*".join(["999999"] * 8) + "\n```")
+    assert isinstance(huge, Proposal)
+    edge = "1000000 * 1000000 * 1000000 * 1000000 * 1000000 * 1000000 * 9999"  # 40 digits
+    cut, ok, neg, over, real = t.validate(
+        [huge, Proposal(edge, ("",)), Proposal(f"-{edge}", ("",)), Proposal(f"{edge} * 10", ("",))]
+        + [Proposal("3 * 2 // 4 + 1.5", ("",))],  # made by hand: the parse check refuses floats
+        sandbox,
+    )
+    assert isinstance(cut, Invalid) and cut.reason == "the value has 48 digits; an answer holds at most 40"
+    assert isinstance(over, Invalid) and "41 digits" in over.reason
+    assert isinstance(real, Invalid) and real.reason == "the value 2.5 is not an integer an answer can give"
+    for p in (ok, neg):
+        assert isinstance(p, Problem) and len(p.output.lstrip("-")) == 40
+        assert t.score(p, [t.parse_answer(t.render_answer(t.gold_answer(p)))]) == [True]
+    with pytest.raises(tasks.InvalidProblem, match="48 digits"):  # seeds and hand-made problems alike
+        t.problem_from(sandbox, "*".join(["999999"] * 8))

@@ -65,3 +65,15 @@ def test_probe_items_agree_with_the_sandbox_and_seeds_avoid_them(sandbox):
     seeds = registry.seed_problems("lists", 8, sandbox, seed=0)
     assert len(seeds) == 8 and not {p.program for p in seeds} & {p.program for p in items}
     assert registry.seed_problems("lists", 8, sandbox, seed=0) == seeds  # the run's seed fixes them
+
+
+def test_a_value_the_answer_format_cannot_hold_is_invalid(sandbox):
+    """Issue 50: validation refuses a value that no answer can give back (an answer must be a list literal).
+    The parse check already keeps the family's proposals to lists; a proposal made by hand, or by a plugin
+    subclass with a looser check, that yields a tuple was valid and unsolvable."""
+    t = tasks.get("lists")
+    tup, ok, empty = t.validate(
+        [Proposal("(1, 2) * 2", ("",)), Proposal("[1, 2] * 2", ("",)), Proposal("[7] * 0", ("",))], sandbox
+    )
+    assert isinstance(tup, Invalid) and tup.reason == "the value cannot be written as an answer (not a list)"
+    assert isinstance(ok, Problem) and isinstance(empty, Problem) and empty.output == "[]"

@@ -6,7 +6,9 @@ One task type, `arith`. The teacher writes an integer expression in an ```expres
 `def f():\n    return <expression>\n`; validation runs it in the sandbox (behind the capability policy:
 `populora.tasks.guard`), and a proposal whose value is not a plain int (a ZeroDivisionError, say) is invalid.
 The student sees the expression and answers the integer in an ```output block; it is right iff that integer
-equals the value the sandbox computed.
+equals the value the sandbox computed. An answer holds at most `MAX_ANSWER_DIGITS` (40) digits, so validation
+also refuses a value it cannot write (issue 50: `999999*...` with 8 factors, 48 digits, was a valid problem no
+student could answer, and its teacher won with it).
 
 Seeds and probe items come from one generator (`random_expression`), which builds an expression and its value
 together; the probe set is 64 items from a fixed stream (`PROBE_SEED`), the seeds come from the run's seed on
@@ -18,17 +20,20 @@ from __future__ import annotations
 import ast
 import random
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from populora.tasks.computed import ExpressionTask, GeneratedFamily
-from populora.tasks.types import FormatError, Problem
+from populora.tasks.literals import LiteralError, parse_literal, strict_equal
+from populora.tasks.types import FormatError, Invalid, Problem, Proposal
 
 MAX_CHARS = 80
 MAX_LITERAL = 10**6
 PROBE_SEED = "arith-probe-v1"
 PROBE_SIZE = 64
 _OPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.FloorDiv: "//", ast.Mod: "%"}
-_INT = re.compile(r"-?\d{1,40}")
+MAX_ANSWER_DIGITS = 40  # the longest integer an answer may give (`check_answer`)
+_INT = re.compile(rf"-?\d{{1,{MAX_ANSWER_DIGITS}}}")
 
 
 def _check_node(node: ast.AST) -> str | None:
@@ -74,6 +79,29 @@ class ArithTask(ExpressionTask):
         if not _INT.fullmatch(text):
             return FormatError("answer: not an integer")
         return int(text)
+
+    def validate(self, proposals: Sequence[Proposal], sandbox: Any) -> list[Problem | Invalid]:
+        """The sandbox's validation (`ComputedAnswerTask.validate`), then the value must be an answer a student
+        can write: an integer of at most `MAX_ANSWER_DIGITS` digits (`check_answer` of it gives it back)."""
+        results = super().validate(proposals, sandbox)
+        return [self._answerable(p, r) for p, r in zip(proposals, results, strict=True)]
+
+    def _answerable(self, proposal: Proposal, result: Problem | Invalid) -> Problem | Invalid:
+        if not isinstance(result, Problem):
+            return result
+        text = result.output
+        try:
+            ok = strict_equal(self.check_answer(text), parse_literal(text))
+        except (LiteralError, ValueError):
+            ok = False
+        if ok:
+            return result
+        digits = text.lstrip("-")
+        if digits.isdigit():
+            return Invalid(
+                f"the value has {len(digits)} digits; an answer holds at most {MAX_ANSWER_DIGITS}", proposal
+            )
+        return Invalid(f"the value {text[:40]} is not an integer an answer can give", proposal)
 
 
 def random_expression(rng: random.Random, depth: int = 2) -> tuple[str, int]:

@@ -7,7 +7,9 @@ at most `MAX_ITEMS` elements (checked on the parse, before anything runs: nested
 build huge lists). `check_proposal` parses it with `ast` and re-renders it. The problem's program is
 `def f():\n    return <expression>\n`; validation runs it in the sandbox (behind the capability policy).
 The student sees the expression and answers the list in an ```output block; it is right iff that list equals
-the value the sandbox computed (type-strict: a tuple is not a list).
+the value the sandbox computed (type-strict: a tuple is not a list). Validation refuses a value that answer
+cannot give back (`check_answer` of its repr must equal it: a tuple, say, from a proposal made by hand), so
+no valid problem is unsolvable (issue 50).
 
 Why it ships: the bundled model was pretrained on AZR's programs only, so more training on AZR's tasks adds
 little, while a task it never saw leaves a LoRA room to specialise (`populora experiment retention
@@ -23,11 +25,12 @@ from __future__ import annotations
 
 import ast
 import random
+from collections.abc import Sequence
 from typing import Any
 
 from populora.tasks.computed import ExpressionTask, GeneratedFamily
-from populora.tasks.literals import LiteralError, parse_literal
-from populora.tasks.types import FormatError, Problem
+from populora.tasks.literals import LiteralError, parse_literal, strict_equal
+from populora.tasks.types import FormatError, Invalid, Problem, Proposal
 
 MAX_CHARS = 80
 MAX_LITERAL_ITEMS = 6
@@ -103,6 +106,25 @@ class ListsTask(ExpressionTask):
         if type(value) is not list:
             return FormatError("answer: not a list")
         return value
+
+    def validate(self, proposals: Sequence[Proposal], sandbox: Any) -> list[Problem | Invalid]:
+        """The sandbox's validation (`ComputedAnswerTask.validate`), then the value must be an answer a student
+        can write: `check_answer` of its repr gives it back."""
+        results = super().validate(proposals, sandbox)
+        return [self._answerable(p, r) for p, r in zip(proposals, results, strict=True)]
+
+    def _answerable(self, proposal: Proposal, result: Problem | Invalid) -> Problem | Invalid:
+        if not isinstance(result, Problem):
+            return result
+        try:
+            answer = self.check_answer(result.output)
+            ok = not isinstance(answer, FormatError) and strict_equal(answer, parse_literal(result.output))
+        except LiteralError:
+            answer, ok = None, False
+        if ok:
+            return result
+        why = answer.reason.removeprefix("answer: ") if isinstance(answer, FormatError) else "unreadable"
+        return Invalid(f"the value cannot be written as an answer ({why})", proposal)
 
 
 def random_list_expression(rng: random.Random, depth: int = 2) -> tuple[str, list[int]]:
