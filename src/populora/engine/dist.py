@@ -107,6 +107,49 @@ def ray_init_line(err: BaseException, address: str | None) -> str:
     return f"{where}: ray.init failed ({type(err).__name__}: {text[:200]}); see docs/engine.md, Scale-out."
 
 
+PROBE_TIMEOUT_S = 5.0  # a TCP connect to dist.address: a live Ray head answers in milliseconds
+# Ray's own retries when joining a cluster (`RAY_gcs_server_port_wait_time_s`: one try a second, each up to ~35 s
+# when the port answers TCP but is no Ray GCS); Ray's default of 20 tries waits about 12 minutes.
+JOIN_TRIES = "2"
+
+
+def probe_address(address: str | None, timeout_s: float = PROBE_TIMEOUT_S) -> None:
+    """Raise `EngineError` (one line, the fix) when `dist.address` names a HOST:PORT (or ray://HOST:PORT) that
+    accepts no TCP connection within `timeout_s`: Ray itself retries such an address for minutes without a
+    word. "auto", "local" and addresses without a port are left to Ray."""
+    import socket
+    from urllib.parse import urlsplit
+
+    text = (address or "").strip()
+    if not text or text.lower() in ("auto", "local"):
+        return
+    rest = text.split("://", 1)[1] if "://" in text else text
+    try:
+        parts = urlsplit("//" + rest)
+        host, port = parts.hostname, parts.port
+    except ValueError as err:  # a port that is not a number, or out of range
+        raise EngineError(
+            f"dist.address={text}: not HOST:PORT ({err}); give the Ray head's address, e.g. "
+            "dist.address=10.0.0.1:6379, or dist.address=auto on a node of the cluster."
+        ) from None
+    if not host or port is None:
+        return
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return
+    except socket.gaierror as err:
+        why = f"unknown host: {err.strerror or err}"
+    except TimeoutError:
+        why = f"no answer within {timeout_s:.0f} s"
+    except OSError as err:
+        why = (err.strerror or str(err) or type(err).__name__).lower()
+    raise EngineError(
+        f"dist.address={text}: nothing answers at {host}:{port} ({why}); start the cluster there with "
+        f"`ray start --head --port={port}` and pass HEAD_IP:{port} (or dist.address=auto on the head node), "
+        "or drop dist.address to let the run start Ray itself."
+    )
+
+
 NAMESPACE = "populora"
 CLOSE_TIMEOUT_S = 30.0  # per stage (close, then release): a vLLM engine core takes up to 5 s to stop
 _ENGINES_MADE = [0]
@@ -311,7 +354,11 @@ class DistributedEngine(PeftFolderIO):
                 opts["address"] = address
             elif not gpu:  # a local CPU instance books one CPU per worker even on a smaller machine
                 opts["num_cpus"] = max(os.cpu_count() or 1, self.workers)
+            probe_address(address)  # seconds, not Ray's minutes of retrying, for an address nobody answers at
             handler = _python_sigterm_handler()
+            tries = os.environ.get("RAY_gcs_server_port_wait_time_s")
+            if address and tries is None:  # bound Ray's join loop (a port that answers but is no Ray GCS)
+                os.environ["RAY_gcs_server_port_wait_time_s"] = JOIN_TRIES
             try:
                 ray.init(**opts)
             except Exception as err:  # noqa: BLE001 - every start-up failure becomes one line with its fix
@@ -320,6 +367,8 @@ class DistributedEngine(PeftFolderIO):
                 raise EngineError(ray_init_line(err, address)) from None
             finally:
                 _restore_sigterm(handler)
+                if address and tries is None:
+                    os.environ.pop("RAY_gcs_server_port_wait_time_s", None)
         bundle = {"CPU": 1, "GPU": 1} if gpu else {"CPU": 1}
         have = ray.cluster_resources()
         for res, need in bundle.items():
