@@ -96,11 +96,14 @@ class SlotAdamW:
             v[slot].zero_()
 
     def state_dict(self) -> dict:
+        """Every slot's state as CPU copies: it leaves the device (a checkpoint file, or Ray from a dist worker
+        to a driver that may have no GPU, where unpickling a CUDA tensor fails); `load_state_dict` moves the
+        moments back to each parameter's device."""
         return {
-            "steps": self.steps.clone(),
-            "lr": self.lr.clone(),
-            "exp_avg": [m.clone() for m in self.exp_avg],
-            "exp_avg_sq": [v.clone() for v in self.exp_avg_sq],
+            "steps": self.steps.detach().to("cpu", copy=True),
+            "lr": self.lr.detach().to("cpu", copy=True),
+            "exp_avg": [m.detach().to("cpu", copy=True) for m in self.exp_avg],
+            "exp_avg_sq": [v.detach().to("cpu", copy=True) for v in self.exp_avg_sq],
             "betas": self.betas,
             "eps": self.eps,
             "weight_decay": self.weight_decay,
