@@ -332,46 +332,34 @@ class CodeTask:
             if not isinstance(p, Proposal):
                 results[i] = Invalid(getattr(p, "reason", "not a proposal"), None)
                 continue
-            try:  # model-written text: whatever it holds, the proposal is invalid, the phase goes on
-                inputs = tuple(s.strip() if isinstance(s, str) else s for s in p.inputs)
-                why = self._prepare(p.program, inputs, p.message, exact_n)
-                calls = () if why else tuple(job_call(inp) for inp in inputs)
-            except Exception as e:  # noqa: BLE001 - issue 50: a LiteralError here once stopped the step
-                why = f"unreadable proposal ({type(e).__name__})"
+            inputs = tuple(s.strip() if isinstance(s, str) else s for s in p.inputs)
+            why = self._prepare(p.program, inputs, p.message, exact_n)
             if why:
                 results[i] = Invalid(why, p)
             else:
-                prepared.append((i, inputs, calls))
+                prepared.append((i, inputs, tuple(job_call(inp) for inp in inputs)))
         singles = [(proposals[i].program, c) for i, _, calls in prepared for c in calls]
-        first = _run_until(sandbox, singles, until) if singles else []
+        first = list(sandbox.run_many(singles)) if singles else []
         survivors: list[tuple[int, tuple[str, ...], tuple[str, ...], list]] = []
         pos = 0
         for i, inputs, calls in prepared:
             outs = first[pos : pos + len(inputs)]
             pos += len(inputs)
-            if any(_cut(o) for o in outs):  # the step's deadline, before any verdict on the outputs
-                results[i] = Invalid(VALIDATION_DEADLINE, proposals[i])
-                continue
             for k, o in enumerate(outs):
                 _, why = _plain_value(o, self.config.max_output_chars)
                 if why:
                     results[i] = Invalid(f"input {k}: {why}", proposals[i])
                     break
             else:
-                why = self._projected_over(outs)
-                if why:
-                    results[i] = Invalid(why, proposals[i])
-                else:
-                    survivors.append((i, inputs, calls, outs))
-        survivors = self._repeat_passes(proposals, sandbox, survivors, results, until)
+                survivors.append((i, inputs, calls, outs))
+        survivors = self._repeat_passes(proposals, sandbox, survivors, results)
         if survivors:
-            wide = max(len(calls) for _, _, calls, _ in survivors)
             again = self._run_combined(
-                sandbox, [(proposals[i].program, calls) for i, _, calls, _ in survivors], until
+                sandbox, [(proposals[i].program, calls) for i, _, calls, _ in survivors]
             )
             for (i, inputs, _, outs), runs in zip(survivors, again, strict=True):
                 p = proposals[i]
-                why = self._later_cut(sandbox, runs, wide) or self._rounds_differ(outs, runs)
+                why = self._rounds_differ(outs, runs)
                 if why:
                     results[i] = Invalid(why, p)
                     continue
@@ -427,72 +415,23 @@ class CodeTask:
                 kept.append(item)
         return kept
 
-    def _run_wide(
-        self, sandbox: Sandbox, jobs: list[tuple[str, str]], n: int, *, until: float | None = None, **kw: Any
-    ) -> list[Any]:
-        """`run_many` with limits scaled for jobs that each make `n` calls, each job's wall time cut at its
-        share of the proposal's budget (`budget_share`), the whole call bounded by `until`."""
+    def _run_wide(self, sandbox: Sandbox, jobs: list[tuple[str, str]], n: int, **kw: Any) -> list[Any]:
+        """`run_many` with limits scaled for jobs that each make `n` calls."""
         lim = getattr(sandbox, "limits", None)
-        if lim is None or (n == 1 and not self._clamped(lim, 1)):
-            return _run_until(sandbox, jobs, until, **kw)
+        if lim is None or n == 1:
+            return list(sandbox.run_many(jobs, **kw))
         from dataclasses import replace
 
-        share = self.budget_share()
         wider = replace(
             lim,
-            timeout_s=lim.timeout_s * n if share is None else min(lim.timeout_s * n, share),
+            timeout_s=lim.timeout_s * n,
             cpu_s=(lim.cpu_s * n if getattr(lim, "cpu_s", None) else None),
-            max_output_chars=(
-                lim.max_output_chars
-                if n == 1
-                else max(lim.max_output_chars, n * (self.config.max_output_chars + 2) + 2)
-            ),
+            max_output_chars=max(lim.max_output_chars, n * (self.config.max_output_chars + 2) + 2),
         )
-        return _run_until(sandbox, jobs, until, limits=wider, **kw)
-
-    # ------------------------------------------------------------------ validation deadlines (issue 50)
-    def validation_runs(self) -> int:
-        """How many times validation runs each input in all: pass 1, the repeats, the determinism rounds.
-        Every later job runs each of its inputs once, so each is one pass 1's worth of work."""
-        return 1 + self.config.determinism_repeats + self.shifted_runs()
-
-    def budget_share(self) -> float | None:
-        """The wall time a job after pass 1 may take: `validate_deadline_s` over `validation_runs()` (None:
-        no budget). A program as slow in every run as in pass 1 fits, since pass 1 fit its share."""
-        d = self.config.validate_deadline_s
-        return None if d is None else d / self.validation_runs()
-
-    def _clamped(self, lim: Any, n: int) -> bool:
-        """Whether `budget_share` is shorter than the timeout a job of `n` calls would have without it."""
-        share = self.budget_share()
-        return share is not None and share < lim.timeout_s * n
-
-    def _projected_over(self, first: list) -> str | None:
-        """Why a proposal whose pass 1 took `first` (its outcomes) is over its budget, or None: pass 1's sandbox
-        time, times `validation_runs()`, passes `validate_deadline_s`. Nothing more of it runs then."""
-        d = self.config.validate_deadline_s
-        if d is None:
-            return None
-        took = sum(float(getattr(o, "elapsed_s", 0.0) or 0.0) for o in first)
-        runs = self.validation_runs()
-        if took * runs <= d:
-            return None
-        return f"{OVER_BUDGET[1]} {d:g} s (pass 1 took {took:.2f} s; each input runs {runs} times)"
-
-    def _later_cut(self, sandbox: Sandbox, outs: list, n: int) -> str | None:
-        """Why a proposal's jobs after pass 1 (`outs`, jobs of `n` calls) end its validation on a deadline:
-        one was cut by the step's (`VALIDATION_DEADLINE`) or timed out at its budget share; else None."""
-        if any(_cut(o) for o in outs):
-            return VALIDATION_DEADLINE
-        lim = getattr(sandbox, "limits", None)
-        timed_out = any(getattr(o, "status", None) == "timeout" for o in outs)
-        if not (timed_out and lim is not None and self._clamped(lim, n)):
-            return None
-        d, share = self.config.validate_deadline_s, self.budget_share()
-        return f"{OVER_BUDGET[0]} {d:g} s (a re-run passed its {share:.2g} s share)"
+        return list(sandbox.run_many(jobs, limits=wider, **kw))
 
     def _run_combined(
-        self, sandbox: Sandbox, items: list[tuple[str, tuple[str, ...]]], until: float | None = None
+        self, sandbox: Sandbox, items: list[tuple[str, tuple[str, ...]]]
     ) -> list[list[Any]]:
         """The determinism rounds: per program, `shifted_runs()` jobs, round r on the sandbox's variant pool r
         (r = 1..R), each evaluating all of the program's inputs as a tuple after taking a random amount of
@@ -516,7 +455,7 @@ class CodeTask:
         kw = {}
         if getattr(sandbox, "supports_variants", False):
             kw["variant"] = [r + 1 for _ in items for r in range(rounds)]
-        outs = self._run_wide(sandbox, jobs, max(len(calls) for _, calls in items), until=until, **kw)
+        outs = self._run_wide(sandbox, jobs, max(len(calls) for _, calls in items), **kw)
         return [outs[k : k + rounds] for k in range(0, len(outs), rounds)]
 
     def _rounds_differ(self, first: list, runs: list) -> str | None:
