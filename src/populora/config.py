@@ -50,6 +50,12 @@ RESUMABLE_KEYS: tuple[str, ...] = (
     "model.vllm_sleep",
 )
 
+# Keys whose value makes populora run code that is not its own: the model folder's Python
+# (`model.trust_remote_code`) and whatever a Ray cluster sends back (`dist.address`). On --resume they are
+# honoured only when this command line gives them (`--set KEY=VALUE`), never from the run folder's
+# config.yaml: a run folder is data (issue 50). `model.name` joins them when it names a folder inside the run.
+CODE_KEYS: tuple[str, ...] = ("model.trust_remote_code", "dist.address")
+
 
 class ConfigError(ValueError):
     """A user-fixable configuration problem; `str(err)` is one line naming the field and the fix."""
@@ -738,19 +744,81 @@ def from_dict(data: dict, check: bool = True) -> Config:
     return cfg
 
 
-def resume_config(saved: dict, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+def resume_config(
+    saved: dict, overrides: list[str] | tuple[str, ...] = (), run_dir: str | Path | None = None
+) -> Config:
     """The config of a run being resumed: its saved config (RUN_DIR/config.yaml, loaded) plus `key=value`
-    overrides of the keys in `RESUMABLE_KEYS` only; any other key raises ConfigError naming the allowed ones."""
+    overrides of the keys in `RESUMABLE_KEYS` and `CODE_KEYS` only (and `model.name` repeating the saved
+    one); any other key raises ConfigError naming the allowed ones.
+
+    A run folder is data: a setting that would run code (`CODE_KEYS`, a `model.name` inside `run_dir`) is
+    taken only from `overrides`; when the saved config turns one on and the command line does not repeat
+    it, ConfigError names the `--set` that would (`code_settings_problem`)."""
     cfg = from_dict(saved, check=False)
+    given: set[str] = set()
     for text in overrides:
         key, value = parse_override(text)
-        if key not in RESUMABLE_KEYS:
+        if key == "model.name" and _same_model(value, cfg.model.name):
+            given.add(key)  # the user confirms the model the run names: nothing changes
+            continue
+        allowed = RESUMABLE_KEYS + tuple(k for k in CODE_KEYS if k not in RESUMABLE_KEYS)
+        if key not in allowed:
             raise ConfigError(
-                f"--set {key}: cannot change on --resume (only {', '.join(RESUMABLE_KEYS)}); "
+                f"--set {key}: cannot change on --resume (only {', '.join(allowed)}); "
                 "start a new run to change it."
             )
         set_value(cfg, key, value)
+        given.add(key)
+    problem = code_settings_problem(cfg, given, run_dir)
+    if problem:
+        raise ConfigError(problem)
     return validate(cfg)
+
+
+def _same_model(value: Any, saved: str) -> bool:
+    """`--set model.name=VALUE` names the model the run already uses (the same text or the same folder)."""
+    if not isinstance(value, str) or not value:
+        return False
+    if value == saved:
+        return True
+    a, b = Path(value).expanduser(), Path(saved).expanduser()
+    return a.exists() and b.exists() and a.resolve() == b.resolve()
+
+
+def _inside(name: str, run_dir: str | Path) -> bool:
+    """`name` (a model.name) is a path inside the run folder `run_dir` (links resolved)."""
+    if name in ("tiny", "smol"):
+        return False
+    try:
+        path, root = Path(name).expanduser().resolve(), Path(run_dir).expanduser().resolve()
+    except (OSError, RuntimeError, ValueError):
+        return False
+    return path == root or root in path.parents
+
+
+def code_settings_problem(cfg: Config, given: set[str], run_dir: str | Path | None = None) -> str | None:
+    """Why `cfg` (a resumed run's config) cannot be used as it is, or None: a setting that runs code which
+    came from the run folder's config.yaml, not from this command line's `given` keys (one line, the fix)."""
+    where = f"{run_dir}/config.yaml" if run_dir is not None else "the run's config.yaml"
+    model = show(cfg.model.name)
+    if cfg.model.trust_remote_code and "model.trust_remote_code" not in given:
+        return (
+            f"{where} sets model.trust_remote_code: true, which runs the Python code in model {model}; a run "
+            "folder cannot turn that on. If you trust that model, pass --set model.trust_remote_code=true "
+            "yourself; else pass --set model.trust_remote_code=false."
+        )
+    if run_dir is not None and "model.name" not in given and _inside(cfg.model.name, run_dir):
+        return (
+            f"{where} names model.name {model}, a folder inside the run folder; a run folder cannot choose "
+            f"the model it loads. If you trust that folder, pass --set model.name={cfg.model.name} yourself."
+        )
+    if cfg.dist.workers > 1 and cfg.dist.address and "dist.address" not in given:
+        return (
+            f"{where} names the Ray cluster dist.address {show(cfg.dist.address)}; joining a cluster runs what "
+            "it sends, and a run folder cannot choose it. Pass --set dist.address=ADDRESS yourself (or "
+            "--set dist.address= to start Ray locally)."
+        )
+    return None
 
 
 def to_yaml(cfg: Config) -> str:
@@ -1070,6 +1138,7 @@ __all__ = [
     "ModelConfig",
     "PopulationConfig",
     "RESUMABLE_KEYS",
+    "CODE_KEYS",
     "RLConfig",
     "RatingsConfig",
     "SandboxConfig",

@@ -15,11 +15,13 @@ Imports nothing heavy: the CLI reports every config error before torch loads.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
+from populora import safe_files
 from populora.config import (
     PRESET_DIR,
     Config,
@@ -65,9 +67,13 @@ def bare_overrides(args: list[str] | tuple[str, ...] | None) -> list[str]:
     return out
 
 
-def _read_mapping(path: Path, what: str) -> dict:
+def _read_mapping(path: Path, what: str, run_file: bool = False) -> dict:
+    """`path` as a YAML mapping; `run_file`: a run folder's file, read as data (`populora.safe_files`: no link
+    followed, no FIFO waited on)."""
     try:
-        data = read_yaml(path.read_text())
+        data = read_yaml(safe_files.read_text(path) if run_file else path.read_text())
+    except safe_files.RunFileError as err:
+        raise ConfigError(f"{what}: {err}.") from None
     except yaml.YAMLError as err:
         raise ConfigError(f"{what} {path}: not valid YAML ({yaml_problem(err)}); fix the file.") from None
     except (OSError, UnicodeDecodeError) as err:
@@ -150,10 +156,10 @@ def resolve(
 def read_run_config(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Resolved:
     """The config a run folder's `--resume` would use: its config.yaml plus overrides of the resumable keys."""
     path = Path(run_dir) / "config.yaml"
-    if not path.is_file():
+    if not os.path.lexists(path):
         raise ConfigError(f"{run_dir}: no config.yaml there; give a run folder written by `populora train`.")
-    saved = _read_mapping(path, "run config")
-    cfg = resume_config(saved, overrides)
+    saved = _read_mapping(path, "run config", run_file=True)
+    cfg = resume_config(saved, overrides, run_dir)  # settings that run code: from `overrides` only
     origin = dict.fromkeys(all_keys(), DEFAULT)
     for section, values in saved.items():
         if isinstance(values, dict):

@@ -8,6 +8,12 @@ model card: Hub metadata (base_model, library_name, license, tags), the base mod
 summary of the run's config, the member's lineage and rating, and how to load it with PEFT. Reading the run
 folder is `populora.evaluate.targets.load_target` (the same member list `populora eval` sees).
 
+A run folder is data (issue 50): only the known PEFT files leave it. Each exported folder holds exactly
+``adapter_model.safetensors`` (copied byte for byte), ``adapter_config.json`` and ``README.md`` (both written
+here); every other file of the adapter folder (PEFT's own README, a stray ``training_args.bin``) stays behind,
+and a known file that is a symbolic link, a FIFO or a device is an `ExportError` naming it: a link to a
+private key is never copied into a folder meant for the Hub (`populora.safe_files`).
+
 ``DIR/<member>/`` is written in a temporary folder and renamed into place, so a failure never leaves half a
 folder; an existing non-empty ``DIR/<member>/`` is replaced only with ``--force``. Heavy imports: none.
 """
@@ -21,6 +27,11 @@ from pathlib import Path
 
 import typer
 
+from populora import safe_files
+
+# The files of an exported adapter: the weights are copied, the config and the card are written here.
+WEIGHTS = "adapter_model.safetensors"
+EXPORTED = (WEIGHTS, "adapter_config.json", "README.md")
 LICENSE = "apache-2.0"  # populora's own license (pyproject.toml); the base model's license applies as well
 # config.yaml keys summarised in the card, in this order (section, key)
 CARD_KEYS = (
@@ -57,8 +68,8 @@ def _read_yaml(path: Path) -> dict:
     import yaml
 
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError) as exc:
+        data = yaml.safe_load(safe_files.read_text(path)) or {}
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise ExportError(f"cannot read {path}: {exc}") from exc
     return data if isinstance(data, dict) else {}
 
@@ -195,11 +206,38 @@ def model_card(member, cfg: dict, adapter_cfg: dict, run_dir: Path, step: int | 
 
 def _adapter_config(member, cfg: dict) -> dict:
     """The member's adapter_config.json, naming the base by its hub id when the run used one."""
-    adapter_cfg = json.loads((member.adapter / "adapter_config.json").read_text(encoding="utf-8"))
+    path = member.adapter / "adapter_config.json"
+    try:
+        adapter_cfg = json.loads(safe_files.read_text(path))
+    except safe_files.RunFileError as exc:
+        raise ExportError(f"{exc}; export copies only the adapter's own files") from None
+    except (OSError, ValueError) as exc:
+        raise ExportError(f"cannot read {path} ({type(exc).__name__}); the checkpoint is damaged") from None
+    if not isinstance(adapter_cfg, dict):
+        raise ExportError(f"{path} is not a JSON object; the checkpoint is damaged")
     name = str((cfg.get("model") or {}).get("name") or "")
     if _is_hub_id(name):
         adapter_cfg["base_model_name_or_path"] = name  # loadable anywhere, not this machine's cache path
     return adapter_cfg
+
+
+def _check_adapter(adapter: Path) -> None:
+    """ExportError unless `adapter` is a real folder (not a link) whose weights and config are regular files."""
+    if adapter.is_symlink() or not adapter.is_dir():
+        raise ExportError(
+            f"{adapter} is a symbolic link or not a folder; a checkpoint holds its own adapter folders "
+            "(export copies only the adapter's own files)"
+        )
+    for name in (WEIGHTS, "adapter_config.json"):
+        try:
+            safe_files.check_regular(adapter / name, missing_ok=False)
+        except safe_files.RunFileError as exc:
+            raise ExportError(f"{exc}; export copies only the adapter's own files") from None
+        except FileNotFoundError:
+            raise ExportError(
+                f"{adapter} has no {name}; export needs a PEFT folder with {WEIGHTS} and adapter_config.json "
+                "(the checkpoint is incomplete: pick another with --checkpoint)"
+            ) from None
 
 
 def export(
@@ -224,6 +262,7 @@ def export(
     if out.exists() and not out.is_dir():
         raise ExportError(f"--out {out} is a file; give a folder")
     for m in chosen:
+        _check_adapter(m.adapter)  # before anything is written: a link among the known files is refused
         d = out / m.id
         if d.is_dir() and any(d.iterdir()) and not force:
             raise ExportError(f"{d} already exists and is not empty; choose another --out or pass --force")
@@ -239,9 +278,10 @@ def export(
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
         try:
-            for f in sorted(m.adapter.iterdir()):
-                if f.is_file() and f.name != "adapter_config.json":
-                    shutil.copyfile(f, tmp / f.name)
+            try:  # the weights only, as a new regular file; never through a link (safe_files)
+                safe_files.copy_regular(m.adapter / WEIGHTS, tmp / WEIGHTS)
+            except safe_files.RunFileError as exc:
+                raise ExportError(f"{exc}; export copies only the adapter's own files") from None
             (tmp / "adapter_config.json").write_text(
                 json.dumps(adapter_cfg, indent=2) + "\n", encoding="utf-8"
             )

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from populora import safe_files
 from populora.diagnostics.sinks import read_jsonl
 
 __all__ = ["NotARunError", "Run", "load_run", "ROLE_ORDER"]
@@ -229,7 +230,7 @@ def load_run(path: str | Path, label: str | None = None) -> Run:
         import yaml
 
         try:
-            loaded = yaml.safe_load(config_p.read_text())
+            loaded = yaml.safe_load(safe_files.read_text(config_p))  # no link, no FIFO (issue 50)
         except yaml.YAMLError as exc:
             raise NotARunError(f"{config_p} is not valid YAML: {exc}") from exc
         config = loaded if isinstance(loaded, dict) else {}

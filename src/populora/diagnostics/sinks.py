@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from populora import safe_files
 from populora.diagnostics.tracker_scalars import Lineages, tracker_scalars
 
 __all__ = [
@@ -71,16 +72,7 @@ def append_jsonl(path: str | os.PathLike, obj: Mapping[str, Any], fsync: bool = 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     data = (_dumps(obj) + "\n").encode("utf-8")
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        view = memoryview(data)
-        while view:  # a regular-file write is complete in practice; loop for the pathological short write
-            n = os.write(fd, view)
-            view = view[n:]
-        if fsync:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
+    safe_files.append_bytes(path, data, fsync=fsync)  # never through a link, never into a FIFO (issue 50)
 
 
 def iter_jsonl(path: str | os.PathLike, missing_ok: bool = False) -> Iterator[dict[str, Any]]:
@@ -90,12 +82,11 @@ def iter_jsonl(path: str | os.PathLike, missing_ok: bool = False) -> Iterator[di
     file and line, so that a report can still be drawn; blank lines are ignored.
     """
     path = Path(path)
-    if not path.exists():
+    if not os.path.lexists(path):  # a dangling link is not "missing": read_bytes refuses it
         if missing_ok:
             return
         raise FileNotFoundError(f"{path} does not exist")
-    with open(path, "rb") as fh:
-        data = fh.read()
+    data = safe_files.read_bytes(path)  # a link or a FIFO: RunFileError, never a hang (issue 50)
     # Everything after the last newline is a write in progress or a line cut by a kill: never trust it.
     body = data[: data.rfind(b"\n") + 1].split(b"\n")[:-1]
     for lineno, raw in enumerate(body, start=1):
@@ -126,9 +117,9 @@ def repair_jsonl(path: str | os.PathLike, keep: Callable[[dict[str, Any]], bool]
     rewritten atomically (temporary file + rename); a missing file is left missing (0 returned).
     """
     path = Path(path)
-    if not path.exists():
+    if not os.path.lexists(path):
         return 0
-    data = path.read_bytes()
+    data = safe_files.read_bytes(path)
     lines = data.split(b"\n")
     if lines and lines[-1] == b"":
         lines.pop()

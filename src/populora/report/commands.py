@@ -6,6 +6,8 @@ from pathlib import Path
 
 import typer
 
+from populora.safe_files import RunFileError
+
 
 def display(s: object) -> str:
     """`populora.report.text.display` (paths and messages may hold a non-UTF-8 folder name), imported when
@@ -42,6 +44,8 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
             path = write_report(run_dir, out)
         except NotARunError as exc:
             _fail(str(exc))
+        except RunFileError as exc:  # a log that is a link or a FIFO (issue 50): one line, never a hang
+            _fail(str(exc))
         except OSError as exc:
             _fail(f"could not write the report: {exc}")
         typer.echo(f"wrote {display(path)}")
@@ -67,6 +71,8 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         try:
             path = write_compare(run_dirs, out)
         except NotARunError as exc:
+            _fail(str(exc))
+        except RunFileError as exc:
             _fail(str(exc))
         except OSError as exc:
             _fail(f"could not write {out}: {exc}")

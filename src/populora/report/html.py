@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from populora import safe_files
 from populora.diagnostics.dynamics import (
     child_recovery,
     complexity_curves,
@@ -385,7 +386,7 @@ def _cap_phase(run: Run) -> str:
 def _notes(run: Run) -> list[str]:
     notes = []
     p = run.path / "metrics.jsonl"
-    if p.exists() and p.stat().st_size and not p.read_bytes().endswith(b"\n"):
+    if p.exists() and p.stat().st_size and not safe_files.read_bytes(p).endswith(b"\n"):
         notes.append(
             "metrics.jsonl ends with a cut line (the run was killed mid-write, or is still running); "
             "it was skipped."
@@ -601,8 +602,8 @@ def _evaluation(run: Run) -> str:
     if not path.exists():
         return ""
     try:
-        summ = json.loads(path.read_text()).get("summary") or {}
-    except (json.JSONDecodeError, OSError, AttributeError):
+        summ = json.loads(safe_files.read_text(path)).get("summary") or {}  # no link, no FIFO (issue 50)
+    except (json.JSONDecodeError, OSError, UnicodeDecodeError, AttributeError):
         return (
             '<section class="card" id="eval"><h2>Held-out evaluation</h2><p class="empty">eval/results.json '
             "is unreadable; re-run `populora eval RUN_DIR`.</p></section>\n"

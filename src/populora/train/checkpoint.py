@@ -31,6 +31,7 @@ import math
 import os
 import re
 import shutil
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -201,6 +202,23 @@ def check_state(state: Any) -> str | None:
     return None
 
 
+def _not_data(path: Path) -> str | None:
+    """Why `path` (a checkpoint file, or an adapter folder and its files) is not plain data, or None: a FIFO,
+    device or socket would block or feed a reader forever (issue 50), an empty file is a cut write."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None  # the reader says "cannot be read (FileNotFoundError)"
+    if stat.S_ISDIR(st.st_mode):
+        for entry in os.scandir(path):
+            if not (entry.is_file(follow_symlinks=False) or entry.is_dir(follow_symlinks=False)):
+                return f"holds {entry.name}, which is a link or not a regular file"
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        return "is not a regular file (a FIFO, device or socket)"
+    return "is empty" if st.st_size == 0 else None
+
+
 def read_checkpoint(
     ckpt: Path,
     load_adapter: Callable[[Path], Any],
@@ -221,8 +239,9 @@ def read_checkpoint(
         path = ckpt / name
         if path.is_symlink() or not path.resolve().is_relative_to(inside):
             raise CheckpointDamaged(f"{name} is a link; a checkpoint holds its own files")
-        if path.is_file() and path.stat().st_size == 0:
-            raise CheckpointDamaged(f"{name} is empty")
+        problem = _not_data(path)
+        if problem:
+            raise CheckpointDamaged(f"{name} {problem}")
         try:
             return fn(path)
         except Exception as err:  # noqa: BLE001 - any failure to read back a file means the checkpoint is damaged

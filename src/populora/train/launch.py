@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import yaml
 
+from populora import safe_files
 from populora.config import ConfigError, read_yaml, resume_config, to_yaml
 from populora.config_sources import resolve
 from populora.diagnostics.sinks import missing_tracker
@@ -24,7 +25,13 @@ from populora.train.interrupt import (
     sigterm_received,
     sigterm_stops,
 )
-from populora.train.run_folder import PRIVATE_UMASK, RunFolderError, lock_run_dir, prepare_run_dir
+from populora.train.run_folder import (
+    PRIVATE_UMASK,
+    RunFolderError,
+    check_logs,
+    lock_run_dir,
+    prepare_run_dir,
+)
 
 if TYPE_CHECKING:
     from populora.engine import PolicyEngine
@@ -63,7 +70,10 @@ def train(
         run_path = plan.branch_from[0] if plan.branch_from else plan.run  # the config comes from the source
         cfg_file = run_path / "config.yaml"
         try:
-            saved = read_yaml(cfg_file.read_text())  # plain data: aliases refused (config.read_yaml)
+            # plain data: no link followed, no FIFO waited on (safe_files), aliases refused (config.read_yaml)
+            saved = read_yaml(safe_files.read_text(cfg_file))
+        except safe_files.RunFileError as err:
+            raise TrainError(f"--resume {run_path}: {err}.") from None
         except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
             raise TrainError(
                 f"--resume {run_path}: config.yaml cannot be read ({type(err).__name__}); restore it from "
@@ -71,7 +81,9 @@ def train(
             ) from None
         if not isinstance(saved, dict):
             raise TrainError(f"--resume {run_path}: config.yaml is not a config; start a new run.")
-        cfg = resume_config(saved, overrides)
+        # settings that run code (model.trust_remote_code, a model inside the run, dist.address) are taken
+        # from this command line only, never from the folder (issue 50): a one-line ConfigError otherwise
+        cfg = resume_config(saved, overrides, run_path)
         run_path = plan.run
     else:
         cfg = resolve(preset, config_file, overrides).cfg
@@ -94,6 +106,7 @@ def train(
                 branch_run(*plan.branch_from, run_path)  # a new folder: the source run is never changed
             prepare_run_dir(run_path, "--resume" if plan and not plan.branch_from else "--run-dir")
             lock_fd = lock_run_dir(run_path)  # held until this function returns (or the process ends)
+            check_logs(run_path)  # a link or FIFO among the logs: one line now, not an append outside later
         except RunFolderError as err:
             raise TrainError(str(err)) from None
         # checked under the lock: two new runs started on one folder at once cannot both pass
@@ -127,6 +140,8 @@ def train(
                         file=sys.stderr,
                     )
                 trainer.fit(start)
+            except safe_files.RunFileError as err:  # a run-folder file that is a link or FIFO (issue 50)
+                raise TrainError(f"{run_path}: {err}.") from None
             except OSError as err:
                 if err.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
                     raise TrainError(

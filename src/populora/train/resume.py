@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from populora import checkpoint_ref as ckpt  # torch-free: a resume is planned before torch is imported
+from populora import safe_files
 from populora.config import RESUMABLE_KEYS, Config, from_dict, to_dict
-from populora.diagnostics.sinks import repair_jsonl
 from populora.train.errors import TrainError
-from populora.train.run_folder import LOGS
+from populora.train.run_folder import LOGS, repair_log
 
 
 @dataclass(frozen=True)
@@ -91,7 +91,7 @@ def plan_resume(
             f"--preset {preset} with --resume: a resumed run keeps its own config ({source}/config.yaml); "
             f"drop --preset (--set may change only {', '.join(RESUMABLE_KEYS)})."
         )
-    if not (source / "config.yaml").is_file():
+    if not os.path.lexists(source / "config.yaml"):  # a link or FIFO there is refused when it is read
         # inside a run folder (its checkpoints/ folder, a damaged checkpoint, an adapter): name the run
         up = next((q for q in list(source.parents)[:3] if (q / "config.yaml").is_file()), None)
         hint = f" (it is inside the run folder {up}: pass --resume {up})" if up is not None else ""
@@ -139,16 +139,20 @@ def branch_run(source: Path, step: int, dest: Path) -> Path:
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         tmp.mkdir(mode=0o700)
-        shutil.copy2(source / "config.yaml", tmp / "config.yaml")
+        # config.yaml and the logs are read as data (no link followed, no FIFO waited on: safe_files)
+        safe_files.write_bytes_new(tmp / "config.yaml", safe_files.read_bytes(source / "config.yaml"))
         # symlinks are copied as links and then refused by the checkpoint reader, as in the source
         shutil.copytree(src_ckpt, tmp / "checkpoints" / src_ckpt.name, symlinks=True)
         for name in LOGS:
-            if (source / name).is_file():
-                shutil.copy2(source / name, tmp / name)
-                repair_jsonl(tmp / name, keep=lambda r: int(r.get("step", -1)) <= step)
+            if os.path.lexists(source / name):
+                safe_files.write_bytes_new(tmp / name, safe_files.read_bytes(source / name))
+                repair_log(tmp / name, step)
         if dest.exists():
             dest.rmdir()  # checked empty by plan_resume
         os.rename(tmp, dest)
+    except safe_files.RunFileError as err:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise TrainError(f"--resume {source}: {err.strerror}.") from None
     except FileNotFoundError as err:
         shutil.rmtree(tmp, ignore_errors=True)
         raise TrainError(
@@ -187,12 +191,15 @@ def changed_settings(saved: dict, cfg: Config) -> str | None:
         old, new = before.get(section, {}).get(name), after.get(section, {}).get(name)
         if old != new:
             changes.append(f"{key} {old!r} -> {new!r}")
+    trust = before.get("model", {}).get("trust_remote_code"), after["model"]["trust_remote_code"]
+    if trust[0] != trust[1]:  # given on this command line (a run folder cannot set it: config.CODE_KEYS)
+        changes.append(f"model.trust_remote_code {trust[0]!r} -> {trust[1]!r}")
     if not changes:
         return None
     return (
         "changed on resume: "
         + ", ".join(changes)
-        + " (memory, layout and length settings: the update is the "
+        + " (memory, layout, length and loading settings: the update is the "
         "same up to float rounding; config.yaml now records the new values)"
     )
 

@@ -9,6 +9,11 @@ under umask 077 (files 0600, folders 0700), so other users' jobs on a shared mac
 read the run's gold programs (buffers.jsonl, problems.jsonl) or adapters. A folder that already exists keeps
 its mode: it may be a shared directory (1777) or a symlink's target that the project did not create.
 
+A run folder is data (issue 50): every file of it is opened through `populora.safe_files` (never through a
+symbolic link, only a regular file: a FIFO cannot hang a read), `check_logs` refuses a link or FIFO among the
+logs before the run starts, and `repair` drops corrupt lines (unparsable, not an object, a `step` that is not a
+whole number) with one stderr line naming how many from which file, instead of a traceback or silence.
+
 One process at a time: `lock_run_dir` holds `RUN_DIR/.lock` (fcntl.flock) for the life of the process; a
 second `populora train` on the same folder exits with one line naming the pid that holds it.
 """
@@ -16,12 +21,17 @@ second `populora train` on the same folder exits with one line naming the pid th
 from __future__ import annotations
 
 import fcntl
+import json
 import os
+import sys
+import tempfile
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from populora.diagnostics.sinks import MetricLogger, append_jsonl, read_jsonl, repair_jsonl
+from populora import safe_files
+from populora.diagnostics.sinks import MetricLogger, append_jsonl, read_jsonl
 
 LOGS = ("metrics.jsonl", "problems.jsonl", "events.jsonl")
 PRIVATE_UMASK = 0o077
@@ -77,12 +87,94 @@ def lock_run_dir(path: str | os.PathLike) -> int:
 
 
 def write_text_atomic(path: Path, text: str) -> None:
+    """Replace `path` with `text` whole (temp file + rename). The temp name is created fresh (O_EXCL, no link
+    followed) and the rename replaces a link at `path` itself, never its target."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
+    safe_files.write_bytes_new(tmp, text.encode("utf-8"), fsync=True)
     os.replace(tmp, path)
+
+
+def check_logs(path: str | os.PathLike) -> None:
+    """RunFolderError when config.yaml or a log of the run folder is a link, FIFO, device or folder: the
+    trainer would append through it (outside the folder) or block on it. Missing files are fine."""
+    for name in ("config.yaml", *LOGS):
+        try:
+            safe_files.check_regular(Path(path) / name)
+        except safe_files.RunFileError as err:
+            raise RunFolderError(str(err)) from None
+
+
+@dataclass
+class Repaired:
+    """What `repair_log` removed from one log: a `cut` last line (a kill mid-write), `corrupt` lines
+    (unparsable, not a JSON object, a `step` that is not a whole number) and `later` records (step past the
+    checkpoint: those steps are re-run)."""
+
+    cut: int = 0
+    corrupt: int = 0
+    later: int = 0
+
+    @property
+    def removed(self) -> int:
+        return self.cut + self.corrupt + self.later
+
+
+def record_step(record: Mapping[str, Any]) -> int | None:
+    """A record's step (-1 when it has none: such records are kept), None when `step` is not a whole number."""
+    step = record.get("step", -1)
+    return step if type(step) is int else None
+
+
+def repair_log(path: Path, last_step: int) -> Repaired:
+    """Make one JSONL log safe to append to after a resume at `last_step` (rewritten atomically when anything
+    is removed; a missing file stays missing). Read through `safe_files`: a link or FIFO is RunFileError."""
+    out = Repaired()
+    if not os.path.lexists(path):
+        return out
+    data = safe_files.read_bytes(path)
+    lines = data.split(b"\n")
+    cut = lines.pop()  # b"" when the file ends with a newline
+    if cut.strip():
+        out.cut = 1
+    kept: list[bytes] = []
+    for raw in lines:
+        if not raw.strip():
+            continue  # blank lines are harmless; dropping them is not a removal
+        try:
+            rec = json.loads(raw)
+        except (ValueError, UnicodeDecodeError):
+            rec = None
+        step = record_step(rec) if isinstance(rec, dict) else None
+        if step is None:
+            out.corrupt += 1
+        elif step > last_step:
+            out.later += 1
+        else:
+            kept.append(raw)
+    if out.removed == 0 and not cut:
+        return out
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(b"".join(line + b"\n" for line in kept))
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return out
+
+
+def corrupt_line(path: Path, repaired: Mapping[str, Repaired]) -> str | None:
+    """The one line a resume prints when it dropped corrupt lines: which files, how many; None if none."""
+    bad = [f"{n} from {name}" for name, r in repaired.items() if (n := r.corrupt)]
+    if not bad:
+        return None
+    return (
+        f"warning: {path}: dropped corrupt lines ({', '.join(bad)}): not JSON objects or without a whole-number "
+        "step; the rest of each log is kept."
+    )
 
 
 class RunFolder:
@@ -133,11 +225,13 @@ class RunFolder:
         self.logger.observe(record)  # evolution: the child continues its predecessor's tracker curves
 
     def repair(self, last_step: int) -> dict[str, int]:
-        """Drop cut lines and records after `last_step` from every log; returns lines removed per file."""
-        return {
-            name: repair_jsonl(self.path / name, keep=lambda r: int(r.get("step", -1)) <= last_step)
-            for name in LOGS
-        }
+        """Drop cut and corrupt lines and records after `last_step` from every log (`repair_log`); print one
+        line to stderr when corrupt lines were dropped; returns the lines removed per file."""
+        repaired = {name: repair_log(self.path / name, last_step) for name in LOGS}
+        line = corrupt_line(self.path, repaired)
+        if line:
+            print(line, file=sys.stderr, flush=True)
+        return {name: r.removed for name, r in repaired.items()}
 
     def read(self, name: str) -> list[dict[str, Any]]:
         return read_jsonl(self.path / name, missing_ok=True)

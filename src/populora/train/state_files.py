@@ -25,6 +25,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from populora import safe_files
+
 RNG_FILE, OPTIMIZER_FILE = "rng.json", "optimizer.safetensors"
 LEGACY_RNG_FILE, LEGACY_OPTIMIZER_FILE = "rng.pt", "optimizer.pt"  # pickles, written before issue 29
 _TREE_KEY = "populora.tree"  # the safetensors metadata entry holding the state's structure
@@ -118,7 +120,8 @@ def write_rng(path: Path, py_rng: random.Random) -> None:
 
 
 def read_rng(path: Path) -> dict:
-    return rng_from_json(json.loads(Path(path).read_text()))
+    # never through a link, never blocking on a FIFO: a FIFO here hung --resume (issue 50)
+    return rng_from_json(json.loads(safe_files.read_text(path)))
 
 
 # ---------------------------------------------------------------------------------------------- optimizer
