@@ -155,3 +155,19 @@ def test_cli_indent_is_bounded(tmp_path):
     assert res.exit_code == 2 and "--indent" in res.output
     res = CliRunner().invoke(app, ["sandbox", "run", str(prog), "--call", "f(2)", "--indent", "16"])
     assert res.exit_code == 0 and '"value_repr": "2"' in res.output
+
+
+SYSINFO = """
+import ctypes
+def f():
+    buf = ctypes.create_string_buffer(256)
+    libc = ctypes.CDLL(None, use_errno=True)
+    return libc.sysinfo(buf), ctypes.get_errno()
+"""
+
+
+def test_sysinfo_is_refused(attack_sandbox):
+    # sysinfo(2) gives uptime, load averages and the host's process count (which moves with every job any
+    # worker forks): the same counters as the masked /proc files, so the syscall filter refuses it (EPERM).
+    out = attack_sandbox.run(SYSINFO, "f()")
+    assert out.status == "ok" and eval(out.value_repr) == (-1, 1), out

@@ -9,7 +9,8 @@ catch, and its outcome stays a normal result):
   what the NPROC layer gives, so a program sees the same error whichever layer stops it;
 - the full one, installed in the worker after its setup and inherited by every job: the same, plus EPERM for
   every system call a pure-Python function never needs and that reaches shared kernel state or widens the
-  job's view (IPC, keyrings, io_uring, namespaces, mounts, tracing, BPF, perf, memfds, modules, clocks, ...),
+  job's view (IPC, keyrings, io_uring, namespaces, mounts, tracing, BPF, perf, memfds, modules, clocks,
+  sysinfo, ...),
   clone() with a namespace flag, unshare() with anything but CLONE_NEWIPC alone, ENOSYS for clone3 (so libc
   falls back to clone, whose flags the filter can see), and ENOSYS for any other ABI (32-bit or x32 entry
   points would otherwise bypass the numbers below);
@@ -57,6 +58,8 @@ _DENIED_SYSCALLS = {
         # swapon swapoff reboot sethostname setdomainname init/delete/finit_module kexec_load kexec_file_load
         # acct quotactl syslog personality uselib iopl ioperm name_to_handle_at open_by_handle_at vhangup
         # settimeofday clock_settime adjtimex clock_adjtime fanotify_init
+        # sysinfo: uptime, load and the host's process count, which moves with other workers' jobs (issue 50)
+        "host_counters": (99,),
         "system": (
             167,
             168,
@@ -94,6 +97,7 @@ _DENIED_SYSCALLS = {
         "memfd": (279, 447),
         "tracing": (117, 270, 271, 272, 280, 241, 282),
         "mounts": (40, 39, 41, 51, 428, 429, 430, 431, 432, 433, 442),
+        "host_counters": (179,),
         "system": (
             224,
             225,
