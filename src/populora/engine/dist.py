@@ -33,6 +33,7 @@ Needs `ray` (the `gpu` and `dev` extras). `dist.workers=1` never imports it.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -266,21 +267,21 @@ class DistWorker:
         import torch.distributed as dist
 
         t0 = time.perf_counter()
-        if self.engine is not self.hf:
-            self.engine.sleep()  # give vLLM's share of the GPU to the backward pass where vLLM allows it
-        sums = self.hf.accumulate_gradients(rows, weights) if rows else {}
-        t1 = time.perf_counter()
-        params = self.hf.params
-        for p in params:
-            if p.grad is None:  # no rows here (or none touching this tensor): contribute zeros
-                p.grad = torch.zeros_like(p)
-        handles = [dist.all_reduce(p.grad, op=dist.ReduceOp.SUM, async_op=True) for p in params]
-        for h in handles:
-            h.wait()
-        t2 = time.perf_counter()
-        norms = self.hf.apply_gradients(slots)
-        if self.engine is not self.hf:
-            self.engine.wake()  # vLLM slept through the backward pass (model.vllm_sleep)
+        # vLLM's share of the GPU goes to the backward pass where vLLM allows it (model.vllm_sleep), as in the
+        # one-process step: sleep, the step, the cached memory handed back, wake (also when the step fails).
+        window = self.engine.asleep() if self.engine is not self.hf else contextlib.nullcontext()
+        with window:
+            sums = self.hf.accumulate_gradients(rows, weights) if rows else {}
+            t1 = time.perf_counter()
+            params = self.hf.params
+            for p in params:
+                if p.grad is None:  # no rows here (or none touching this tensor): contribute zeros
+                    p.grad = torch.zeros_like(p)
+            handles = [dist.all_reduce(p.grad, op=dist.ReduceOp.SUM, async_op=True) for p in params]
+            for h in handles:
+                h.wait()
+            t2 = time.perf_counter()
+            norms = self.hf.apply_gradients(slots)
         if self.engine is not self.hf:  # the vllm engine refreshes the slots it saw change
             for s in slots:
                 self.engine.set_adapter(s, self.hf.get_adapter(s), reset_optimizer=False)

@@ -26,7 +26,8 @@ import re
 import shutil
 import stat
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from populora.engine.hf import HFEngine
@@ -290,9 +291,19 @@ class VLLMEngine:
 
     # ---- delegated to the hf engine (marking changed slots stale)
     def train_step(self, batch: TrainBatch) -> dict[str, float]:
+        with self.asleep():
+            out = self.hf.train_step(batch)
+        self._stale.update(r.slot for r in batch.rows)
+        return out
+
+    # ---- vLLM's memory during a train step (model.vllm_sleep)
+    @contextmanager
+    def asleep(self) -> Iterator[None]:
+        """vLLM asleep for the block (a train step's backward pass, here and in each dist worker): `sleep`,
+        the block, then, even when the block raised, the cached memory handed back and `wake`."""
         self.sleep()
         try:
-            out = self.hf.train_step(batch)
+            yield
         finally:
             if self._asleep:
                 # The step's activations stay cached in PyTorch's allocator unless handed back: vLLM's weights
@@ -301,10 +312,7 @@ class VLLMEngine:
 
                 torch.cuda.empty_cache()
             self.wake()
-        self._stale.update(r.slot for r in batch.rows)
-        return out
 
-    # ---- vLLM's memory during a train step (model.vllm_sleep)
     def sleep(self) -> None:
         """Release vLLM's GPU memory for a train step: sleep level 1 moves its weights to CPU memory and drops
         the KV cache (the LoRA buffers live with the weights and come back with them). A no-op on CPU, with
