@@ -48,6 +48,7 @@ RESUMABLE_KEYS: tuple[str, ...] = (
     "model.vllm_gpu_memory_utilization",  # where vLLM's share of the GPU goes: sampling speed, not samples
     "model.vllm_kv_cache_gb",
     "model.vllm_sleep",
+    "model.vllm_seeded",  # which samples are drawn, not how they are distributed
 )
 
 # Keys whose value makes populora run code that is not its own: the model folder's Python
@@ -147,6 +148,11 @@ class ModelConfig:
     vllm_sleep: bool = True
     """backend=vllm on a GPU: vLLM sleeps during each train step (weights to CPU memory, KV cache dropped) so the
     step can use its share; no effect on CPU (vLLM's sleep mode is CUDA-only)."""
+    vllm_seeded: bool = False
+    """backend=vllm: every request carries its own seed, so a rerun draws the same samples (up to GPU float
+    nondeterminism). Off by default: vLLM 0.32 samples seeded requests one at a time in Python (decoding about
+    20-35% slower at 1,000 rows, estimated in issue 51); off, vLLM draws from its engine's generator (seeded from
+    train.seed, its own per dist worker)."""
     revision: str = ""
     """Hub models: the branch, tag or commit to load (from_pretrained's `revision`); '' = the default branch."""
     trust_remote_code: bool = False

@@ -7,7 +7,8 @@ otherwise) and holds the frozen base and every slot: an `HFEngine`, or with back
 
 - `generate`: the requests are dealt over the workers so that every worker gets an even share of every
   slot (`deal`); results come back in request order. Worker k samples with a seed derived from the call's
-  seed and k, so two workers never draw the same samples for the same prompt. `on_finish(i, generation)`
+  seed and k (and a vLLM worker's engine generator, used by unseeded requests, from the run seed and k), so
+  two workers never draw the same samples for the same prompt. `on_finish(i, generation)`
   is called for each worker's share as that worker returns it (the trainer's `train.overlap` starts on those
   rows while slower workers still decode).
 - `train_step`: the rows are dealt the same way. The driver computes every row's aggregation weight over
@@ -109,9 +110,10 @@ def ray_init_line(err: BaseException, address: str | None) -> str:
 
 
 PROBE_TIMEOUT_S = 5.0  # a TCP connect to dist.address: a live Ray head answers in milliseconds
-# Ray's own retries when joining a cluster (`RAY_gcs_server_port_wait_time_s`: one try a second, each up to ~35 s
-# when the port answers TCP but is no Ray GCS); Ray's default of 20 tries waits about 12 minutes.
-JOIN_TRIES = "2"
+# Ray's tries when joining a cluster (`RAY_gcs_server_port_wait_time_s`, unless set): a port that answers TCP but
+# is no Ray GCS costs ~40 s a try (measured: 5 s connect, 5 s pubsub, 30 s cluster id), Ray's default 20 ~13 min;
+# a live cluster answers the first.
+JOIN_TRIES = "1"
 
 
 def probe_address(address: str | None, timeout_s: float = PROBE_TIMEOUT_S) -> None:
@@ -171,6 +173,17 @@ def worker_seed(seed: int, rank: int) -> int:
     return int.from_bytes(digest, "little") >> 1
 
 
+def worker_build_kwargs(build_kwargs: dict, rank: int) -> dict:
+    """Worker `rank`'s `build` arguments: the driver's, with a vLLM engine seed of its own. Every worker keeps
+    the same `seed` (identical initial adapters), but requests without a seed of their own
+    (model.vllm_seeded=false) draw from vLLM's engine generator, so equal engine seeds would give two workers
+    the same samples for the same prompt. In [0, 2**31 - 1): vLLM seeds numpy with it."""
+    out = dict(build_kwargs)
+    if out.get("backend") == "vllm":
+        out["vllm_seed"] = worker_seed(int(out.get("seed") or 0), rank) % (2**31 - 1)
+    return out
+
+
 def check_worker_gpu(plan: Any, rank: int) -> None:
     """The memory preflight on worker `rank`'s GPU: an `EngineError` (one line, the keys to change) if the
     plan (`populora.engine.memory.MemoryPlan`) does not fit, or if this worker sees no GPU."""
@@ -202,7 +215,7 @@ class DistWorker:
         threads = build_kwargs.get("train_threads")
         if threads:
             torch.set_num_threads(int(threads))
-        build_kwargs = dict(build_kwargs)
+        build_kwargs = worker_build_kwargs(build_kwargs, self.rank)
         plan = build_kwargs.pop("memory_plan", None)
         if plan is not None and str(build_kwargs.get("device", "")).startswith("cuda"):
             check_worker_gpu(plan, self.rank)  # the driver has no GPU to check: each worker checks its own

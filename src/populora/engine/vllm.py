@@ -194,6 +194,8 @@ class VLLMEngine:
         scratch_dir: str | None = None,
         trust_remote_code: bool = False,
         sleep: bool = True,
+        seeded: bool = True,
+        vllm_seed: int | None = None,
         **hf_options,
     ) -> None:
         vllm = require_vllm()
@@ -242,8 +244,12 @@ class VLLMEngine:
             dtype=vllm_dtype,
             gpu_memory_utilization=gpu_memory_utilization,
             enforce_eager=enforce_eager,
-            seed=self.hf.seed,
+            # the generator of unseeded requests (seeded=False); a dist worker passes its own (engine/dist.py)
+            seed=self.hf.seed if vllm_seed is None else int(vllm_seed),
         )
+        # model.vllm_seeded: vLLM 0.32 samples requests that carry a seed one at a time in Python (a
+        # per-request generator), unseeded ones batched on the device: ~20-35% of decoding (issue 51).
+        self.seeded = bool(seeded)
         tmp_before = _vllm_tmp_files()  # to tell vLLM's rendezvous file from others' after it started
         # /dev/shm before vLLM starts: what appears after it and nobody holds at close is vLLM's leftover
         self.shm_before = shm_entries()
@@ -421,22 +427,28 @@ class VLLMEngine:
                 f"{self.max_model_len}; shorten the prompt or lower max_new_tokens."
             )
 
-    def _params(self, requests: list[GenRequest], todo: list[int], base_seed: int) -> list:
-        """vLLM's `SamplingParams` of requests `todo` (request i samples with seed `_seed(base_seed, i)`)."""
-        from vllm import SamplingParams
-
+    def sampling_kwargs(self, requests: list[GenRequest], todo: list[int], base_seed: int) -> list[dict]:
+        """The arguments of vLLM's `SamplingParams` for requests `todo`: with `seeded`, request i samples with
+        seed `_seed(base_seed, i)` (same call seed, same samples); without, no request carries a seed and vLLM
+        samples from its engine's generator (batched: faster, but a rerun may draw other samples)."""
         return [
-            SamplingParams(
+            dict(
                 temperature=float(requests[i].temperature),
                 top_p=float(requests[i].top_p) if requests[i].temperature > 0 else 1.0,
                 max_tokens=int(requests[i].max_new_tokens),
                 logprobs=0,  # the sampled token's raw log-prob (before temperature/top-p)
-                seed=_seed(base_seed, i),
+                seed=_seed(base_seed, i) if self.seeded else None,
                 stop_token_ids=sorted(self.hf.eos_ids),
                 detokenize=False,
             )
             for i in todo
         ]
+
+    def _params(self, requests: list[GenRequest], todo: list[int], base_seed: int) -> list:
+        """vLLM's `SamplingParams` of requests `todo` (`sampling_kwargs`)."""
+        from vllm import SamplingParams
+
+        return [SamplingParams(**kw) for kw in self.sampling_kwargs(requests, todo, base_seed)]
 
     def _generation(self, out, prompt_ids: list[int], slot: int) -> Generation:
         """A `Generation` from vLLM's `RequestOutput` of one request."""
@@ -463,7 +475,9 @@ class VLLMEngine:
     ) -> list[Generation]:
         """Sample every request (any mix of slots) in one vLLM batch; results in request order.
 
-        Same `seed`, same samples; without a seed every call draws fresh (reproducible) seeds.
+        Same `seed`, same samples; without a seed every call draws fresh (reproducible) seeds. With
+        `seeded=False` (the training default, model.vllm_seeded) `seed` is not used: every call draws fresh
+        samples from vLLM's own generator.
         `on_finish(i, generation)` is called once per request as vLLM finishes it (the object the returned list
         holds), while the others still decode: the requests are queued with `LLM.enqueue` and the engine is
         stepped here, which is what `LLM.generate` does inside (`_run_engine`), so nothing sampled changes.

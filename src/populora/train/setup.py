@@ -157,6 +157,7 @@ def build_engine(cfg: Config) -> PolicyEngine:
         engine_opts["memory_plan"] = gpu_plan(cfg, resolve_model(cfg.model.name, cfg.model.revision or None))
     if m.backend == "vllm":
         engine_opts["sleep"] = m.vllm_sleep
+        engine_opts["seeded"] = m.vllm_seeded  # per-request seeds: reproducible, slower (model.vllm_seeded)
     elif m.gen_dtype != "model":
         engine_opts["gen_dtype"] = m.gen_dtype  # the hf engine's generation dtype (engine/gen_dtype.py)
     try:
