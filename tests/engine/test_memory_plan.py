@@ -111,3 +111,70 @@ def test_cuda_on_a_cpu_only_torch_is_one_line():
     assert "\n" not in str(err.value)
     with pytest.raises(EngineError, match=r"device='cuda': this torch .*constraints/gpu.txt"):
         build("tiny", device="cuda")
+
+
+def test_plan_counts_cuda_contexts_and_the_sleeping_engines_residue():
+    """Issue 51: two CUDA contexts with vLLM (trainer, engine core), one without; a sleeping vLLM keeps its
+    CUDA-graph pool, which the train step's peak counts instead of vLLM's share."""
+    from populora.engine.memory import CUDA_CONTEXT_BYTES, VLLM_ASLEEP_BYTES
+
+    vllm = memory_plan(
+        load_config(preset="tiny", overrides=["model.device=cuda", "model.backend=vllm"]),
+        resolve_model("tiny"),
+        "float32",
+    )
+    assert vllm.contexts == 2 * CUDA_CONTEXT_BYTES and vllm.asleep_residue == VLLM_ASLEEP_BYTES
+    hf = memory_plan(load_config(preset="tiny"), resolve_model("tiny"), "float32")
+    assert hf.contexts == CUDA_CONTEXT_BYTES and hf.asleep_residue == 0
+    plan = MemoryPlan(
+        base=10 * GIB,
+        slots=2 * GIB,
+        n_slots=8,
+        activations=5 * GIB,
+        tokens=6144,
+        checkpointing=True,
+        vllm_share=0.5,
+        sleeps=True,
+        contexts=2 * GIB,
+        asleep_residue=GIB,
+    )
+    resident = 10 * GIB + 2 * GIB + 2 * GIB + GPU_RESERVE_BYTES
+    assert plan.peaks(80 * GIB) == (resident + 40 * GIB, resident + 5 * GIB + GIB)
+    awake = MemoryPlan(**{**plan.__dict__, "sleeps": False})
+    assert awake.peaks(80 * GIB)[1] == resident + 5 * GIB + 40 * GIB  # the graph pool is inside the share
+    assert sum(plan.terms(80 * GIB).values()) == plan.peaks(80 * GIB)[1]
+
+
+def test_paper_7b_memory_settings_per_gpu_size(tmp_path):
+    """The fastest settings that fit (neither, checkpointing, sleep, both) at the 7B shape, on mocked GPU
+    sizes: paper-7b's own (checkpointing on, vLLM awake) on 80 GB, neither on an H200 (141 GB), both on 48 GB,
+    none on 40 GB (vLLM's half and the trainer's copy do not fit)."""
+    from populora.doctor import model_sizes
+    from populora.engine.memory import fastest_settings
+
+    cfg = load_config(preset="paper-7b")
+    folder = model_sizes(cfg, tmp_path).folder
+    ckpt, sleep = "rl.activation_checkpointing", "model.vllm_sleep"
+    assert fastest_settings(cfg, folder, 80 * 10**9) == {ckpt: True, sleep: False}
+    assert (cfg.rl.activation_checkpointing, cfg.model.vllm_sleep) == (True, False)  # the preset: 80 GB's
+    assert fastest_settings(cfg, folder, 141 * 10**9) == {ckpt: False, sleep: False}
+    assert fastest_settings(cfg, folder, 48 * 10**9) == {ckpt: True, sleep: True}
+    assert fastest_settings(cfg, folder, 40 * 10**9) is None
+    check_plan(memory_plan(cfg, folder), 80 * 10**9)  # the preset as shipped fits an 80 GB GPU
+
+
+def test_a_cuda_torch_on_an_old_driver_names_the_driver_and_both_fixes(monkeypatch):
+    """'No GPU found' on a CUDA 13.0 torch with driver 535 says why: the driver, with both fixes."""
+    import torch
+
+    from populora import doctor
+    from populora.engine.memory import cuda_problem
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.version, "cuda", "13.0")
+    monkeypatch.setattr(doctor, "probe_driver", lambda: "535.104.05")
+    msg = cuda_problem()
+    assert "NVIDIA driver 535.104.05 (CUDA 12.2)" in msg and "driver >= 580" in msg
+    assert "whl/cu129" in msg and "\n" not in msg
+    monkeypatch.setattr(doctor, "probe_driver", lambda: None)
+    assert "no NVIDIA driver found" in cuda_problem()
