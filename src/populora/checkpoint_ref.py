@@ -10,8 +10,8 @@ Every command that takes a checkpoint or a path inside one (`populora eval TARGE
 `final` differs from `latest` only for a run that stopped early: then it is an error naming the newest
 step and how to finish the run. A complete checkpoint is a `step_NNNNNN` folder holding `state.json`; the
 folder-naming rule and the listing live here, torch-free, and `train.checkpoint` (save, resume) re-exports
-them, so one rule serves both and a resume can be planned before torch is imported. Imports only pathlib, re
-and yaml (no torch).
+them, so one rule serves both and a resume can be planned before torch is imported. Imports only pathlib, re,
+yaml and `populora.safe_files` (no torch).
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ import re
 from pathlib import Path
 
 import yaml
+
+from populora import safe_files
 
 ALIASES = ("latest", "final")
 _STEP_DIR = CKPT_RE = re.compile(r"^step_(\d{6,})$")
@@ -60,7 +62,7 @@ def latest_checkpoint(run_dir: str | Path) -> tuple[int, Path] | None:
 def _planned_steps(run_dir: Path) -> int | None:
     """`train.steps` of the run's config.yaml (raised by a `--resume --set train.steps=N`), None if unreadable."""
     try:
-        saved = yaml.safe_load((run_dir / "config.yaml").read_text())
+        saved = yaml.safe_load(safe_files.read_text(run_dir / "config.yaml"))  # no link, no FIFO
         steps = saved["train"]["steps"]
     except (OSError, UnicodeDecodeError, yaml.YAMLError, KeyError, TypeError):
         return None

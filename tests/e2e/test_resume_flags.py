@@ -1,11 +1,14 @@
 """`populora train --resume` flags: contradictions refused in one line, checkpoint paths, branch copies.
 
 The run folders here are built by hand (config.yaml, checkpoint folders with a state.json, three logs), as
-`populora train` lays them out; nothing trains, so each test takes milliseconds. The trained path (Ctrl-C,
-resume, branch matching an uninterrupted run) is tests/e2e/test_kill_resume.py."""
+`populora train` lays them out; nothing trains, so each test takes milliseconds, except the last one, which
+resumes a copy of the shared trained run (a damaged folder: a run folder is data, issue 50). The trained path
+(Ctrl-C, resume, branch matching an uninterrupted run) is tests/e2e/test_kill_resume.py."""
 
 import hashlib
 import json
+import os
+import shutil
 
 import pytest
 from typer.testing import CliRunner
@@ -129,3 +132,40 @@ def test_interrupt_messages(tmp_path):
     assert line.startswith("[2/3] interrupted during b: 1 of 3 runs finished, b has a checkpoint at step 7;")
     assert "give the same command again" in line
     assert "no checkpoint yet" in interrupted_line(specs, 3, KeyboardInterrupt())
+
+
+def test_branch_refuses_a_linked_log(run, tmp_path):
+    """A branch copies the logs as data: a log that is a link (to a private file, say) is refused, not read."""
+    secret = tmp_path / "secret.jsonl"
+    secret.write_text(json.dumps({"step": 1, "token": "hunter2"}) + "\n")
+    (run / "events.jsonl").unlink()
+    (run / "events.jsonl").symlink_to(secret)
+    msg = _error(branch_run, run, 2, tmp_path / "new")
+    assert "events.jsonl is a symbolic link, not a regular file" in msg
+    assert not (tmp_path / "new").exists()
+
+
+@pytest.mark.timeout(900)  # a FIFO read blocked forever before issue 50: fail, do not hang
+def test_resume_of_a_damaged_folder_falls_back_and_counts_corrupt_lines(two_step_run, tmp_path):
+    """rng.json of the newest checkpoint is a FIFO (hung --resume), problems.jsonl has a `{"step": null}` line
+    (a traceback) and metrics.jsonl a line that is not JSON (dropped silently): the resume falls back to the
+    older checkpoint with one warning line, says how many lines it dropped from which file, and finishes."""
+    run = tmp_path / "copy"
+    shutil.copytree(two_step_run, run)
+    rng = run / "checkpoints" / "step_000002" / "rng.json"
+    rng.unlink()
+    os.mkfifo(rng)
+    with open(run / "problems.jsonl", "a") as fh:
+        fh.write('{"step": null}\n')
+    with open(run / "metrics.jsonl", "a") as fh:
+        fh.write("not json\n")
+    res = CliRunner().invoke(app, ["train", "-q", "--resume", str(run), "--set", "train.steps=3"])
+    assert res.exit_code == 0, res.output
+    warn = [ln for ln in res.stderr.splitlines() if ln.startswith("warning:")]
+    assert any(
+        "step_000002: rng.json is not a regular file" in w and "from step_000001" in w for w in warn
+    ), warn
+    dropped = [w for w in warn if "dropped corrupt lines" in w]
+    assert len(dropped) == 1 and "1 from metrics.jsonl, 1 from problems.jsonl" in dropped[0], warn
+    assert [r["step"] for r in read_jsonl(run / "metrics.jsonl")] == [1, 2, 3]
+    assert all(type(r.get("step")) is int for r in read_jsonl(run / "problems.jsonl"))

@@ -164,3 +164,31 @@ def test_checkpoint_choice(run_dir, tmp_path):
     r = _invoke(run_dir, "--checkpoint", "1", "--out", tmp_path / "one")  # step 1 holds no adapters
     assert r.exit_code == 2 and "step_000001 has no adapters" in r.output and "Traceback" not in r.output
     assert not (tmp_path / "one").exists()
+
+
+def test_export_copies_only_the_peft_files_and_never_follows_a_link(run_dir, tmp_path):
+    """A run folder is data (issue 50): a link in an adapter folder (to a private key, say) never reaches the
+    Hub-ready folder, and neither does any file but the PEFT weights, its config and the card."""
+    run = tmp_path / "run"
+    shutil.copytree(run_dir, run)
+    key = tmp_path / "id_ed25519"
+    key.write_text("-----BEGIN OPENSSH PRIVATE KEY-----\n")
+    adapter = run / "checkpoints" / "step_000002" / "adapters" / "T0"
+    (adapter / "id_ed25519").symlink_to(key)
+    (adapter / "training_args.bin").write_bytes(b"\x80\x04pickle")
+    r = _invoke(run, "--member", "T0", "--out", tmp_path / "o")
+    assert r.exit_code == 0, r.output
+    assert sorted(p.name for p in (tmp_path / "o" / "T0").iterdir()) == [
+        "README.md",
+        "adapter_config.json",
+        "adapter_model.safetensors",
+    ]
+    assert not (tmp_path / "o" / "T0" / "adapter_model.safetensors").is_symlink()
+    # the weights themselves as a link: refused in one line, nothing written
+    weights = adapter / "adapter_model.safetensors"
+    weights.rename(tmp_path / "w.safetensors")
+    weights.symlink_to(key)
+    r = _invoke(run, "--member", "T0", "--out", tmp_path / "p")
+    assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+    assert "adapter_model.safetensors is a symbolic link, not a regular file" in r.output
+    assert not (tmp_path / "p" / "T0").exists()

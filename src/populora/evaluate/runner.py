@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from populora import safe_files
 from populora.evaluate.code_grader import CodeGrader, CodeLimits
 from populora.evaluate.data import BENCHMARKS, DataError, Item, load_benchmark
 from populora.evaluate.extract import extract_code_block, lcb_extract_code, sanitize
@@ -80,13 +81,14 @@ class EvalReport:
                 ("samples.jsonl", "".join(json.dumps(s) + "\n" for s in self.samples)),
             ):
                 tmp = out_dir / f".{name}.tmp"
-                tmp.write_text(text)
+                # a fresh file (O_EXCL): a link planted under the temp name is not followed (issue 50)
+                safe_files.write_bytes_new(tmp, text.encode("utf-8"))
                 tmp.replace(out_dir / name)
                 written.append(out_dir / name)
         if json_path is not None:
             json_path.parent.mkdir(parents=True, exist_ok=True)
             tmp = json_path.with_name(f".{json_path.name}.tmp")
-            tmp.write_text(payload)
+            safe_files.write_bytes_new(tmp, payload.encode("utf-8"))
             tmp.replace(json_path)
             written.append(json_path)
         return written
@@ -272,7 +274,8 @@ class SampleLog:
         self.path = path
         self.flat = flat
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("")  # this evaluation's samples only, never a previous run's
+        # this evaluation's samples only, never a previous run's; a fresh file, no link followed (issue 50)
+        safe_files.write_bytes_new(path, b"")
 
     def __call__(self, member: str, idxs: list[int], texts: list[str]) -> None:
         lines = "".join(
@@ -282,10 +285,7 @@ class SampleLog:
             + "\n"
             for i, t in zip(idxs, texts, strict=True)
         )
-        with self.path.open("a", encoding="utf-8") as fh:
-            fh.write(lines)
-            fh.flush()
-            os.fsync(fh.fileno())
+        safe_files.append_bytes(self.path, lines.encode("utf-8"), fsync=True)
 
 
 def evaluate_target(

@@ -22,6 +22,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from populora import safe_files
+
 
 class TargetError(Exception):
     """TARGET cannot be evaluated as given; the message names the problem and the fix."""
@@ -91,7 +93,7 @@ def lcb_k(run_dir: Path | None) -> float:
     import yaml
 
     try:
-        section = (yaml.safe_load((run_dir / "config.yaml").read_text()) or {}).get("ratings") or {}
+        section = (yaml.safe_load(safe_files.read_text(run_dir / "config.yaml")) or {}).get("ratings") or {}
         return float(section.get("lcb_k", default)) if isinstance(section, dict) else default
     except (OSError, yaml.YAMLError, TypeError, ValueError):
         return default  # load_target reads this file too and reports an unreadable one
@@ -110,8 +112,8 @@ def _read_model_name(run_dir: Path) -> str:
 
     cfg_path = run_dir / "config.yaml"
     try:
-        cfg = yaml.safe_load(cfg_path.read_text()) or {}
-    except (OSError, yaml.YAMLError) as exc:
+        cfg = yaml.safe_load(safe_files.read_text(cfg_path)) or {}  # no link, no FIFO (issue 50)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise TargetError(f"cannot read {cfg_path}: {exc}") from exc
     name = (cfg.get("model") or {}).get("name") if isinstance(cfg.get("model"), dict) else None
     if not name:
@@ -173,8 +175,8 @@ def load_target(
         except CheckpointRefError as exc:
             raise TargetError(f"{exc} (or pass a PEFT folder)") from None
         try:
-            state = json.loads((ckpt / "state.json").read_text())
-        except (OSError, json.JSONDecodeError):
+            state = json.loads(safe_files.read_text(ckpt / "state.json"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
             state = {}
         info = _state_members(state)
         k = lcb_k(run_dir)
@@ -184,7 +186,9 @@ def load_target(
         base = model or _read_model_name(run_dir)
     elif _is_peft(p):
         members.append(Member(p.name, _role_from_id(p.name), p))
-        base = model or json.loads((p / "adapter_config.json").read_text()).get("base_model_name_or_path")
+        base = model or json.loads(safe_files.read_text(p / "adapter_config.json")).get(
+            "base_model_name_or_path"
+        )
     else:
         for sub in sorted(q for q in p.iterdir() if q.is_dir() and _is_peft(q)):
             members.append(Member(sub.name, _role_from_id(sub.name), sub))
@@ -193,7 +197,7 @@ def load_target(
                 f"{p} is neither a run folder, nor a PEFT folder (adapter_config.json), nor a "
                 "folder of PEFT folders"
             )
-        base = model or json.loads((members[0].adapter / "adapter_config.json").read_text()).get(
+        base = model or json.loads(safe_files.read_text(members[0].adapter / "adapter_config.json")).get(
             "base_model_name_or_path"
         )
     if not base:

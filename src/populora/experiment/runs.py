@@ -36,6 +36,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from populora import safe_files
 from populora.experiment.progress import Progress
 from populora.experiment.settings import ExperimentError
 
@@ -59,7 +60,11 @@ def last_step(path: Path) -> int:
     if not f.is_file():
         return 0
     last = 0
-    for line in f.read_text().splitlines():
+    try:
+        text = safe_files.read_text(f, errors="replace")  # no link followed, no FIFO waited on (issue 50)
+    except OSError:
+        return 0
+    for line in text.splitlines():
         try:
             last = max(last, int(json.loads(line).get("step", 0)))
         except (ValueError, AttributeError):
@@ -373,7 +378,7 @@ def _saved(spec: RunSpec) -> str:
 def _tail(path: Path) -> str:
     """The log's last non-empty line (a run's one-line error), shortened."""
     try:
-        lines = [ln for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
+        lines = [ln for ln in safe_files.read_text(path, errors="replace").splitlines() if ln.strip()]
     except OSError:
         return "no log"
     return f"last line: {lines[-1][:300]}" if lines else "empty log"

@@ -36,6 +36,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from populora import safe_files
+
 # The step folders' naming and listing are torch-free, shared with the checkpoint references (and re-exported).
 from populora.checkpoint_ref import (  # noqa: F401 - re-exported
     CKPT_RE,
@@ -132,7 +134,7 @@ def save_checkpoint(
 
 
 def read_state(ckpt: Path) -> dict:
-    return json.loads((Path(ckpt) / "state.json").read_text())
+    return json.loads(safe_files.read_text(Path(ckpt) / "state.json"))
 
 
 def _short(err: BaseException) -> str:
@@ -250,7 +252,7 @@ def read_checkpoint(
     def pick(new: str, legacy: str) -> str:
         return legacy if not (ckpt / new).exists() and (ckpt / legacy).exists() else new
 
-    state = read("state.json", lambda p: json.loads(p.read_text()))
+    state = read("state.json", lambda p: json.loads(safe_files.read_text(p)))
     problem = check_state(state)
     if problem:
         raise CheckpointDamaged(f"state.json does not fit: {problem}")

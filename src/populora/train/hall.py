@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from populora import tasks
+from populora import safe_files, tasks
 from populora.population.hall import BASE, Hall, HallEntry, best_by_lcb, hall_summary, side_record
 from populora.train.setup import derive_seed
 
@@ -64,13 +64,16 @@ class HallGames:
         path = self.folder(trainer, entry.id) / "exam.jsonl"
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".exam.{os.getpid()}.tmp")
-        tmp.write_text("".join(p.to_json() + "\n" for p in problems))
+        # a fresh file (O_EXCL, no link followed), renamed into place: run-folder files are data (issue 50)
+        safe_files.write_bytes_new(tmp, "".join(p.to_json() + "\n" for p in problems).encode("utf-8"))
         os.replace(tmp, path)
 
     def _read_exam(self, trainer: Any, entry: HallEntry) -> list:
         path = self.folder(trainer, entry.id) / "exam.jsonl"
         try:
-            lines = path.read_text().splitlines()
+            lines = safe_files.read_text(path).splitlines()
+        except safe_files.RunFileError as err:
+            raise ValueError(f"hall exam {err}") from None
         except OSError:
             raise ValueError(f"hall exam {path} is missing") from None
         problems = [tasks.Problem.from_json(line) for line in lines if line.strip()]

@@ -53,8 +53,7 @@ def prepare_run_dir(path: str | os.PathLike, flag: str = "--run-dir") -> Path:
     try:
         # mode 0o700 is masked by the umask, so a created folder is at most 0700; nothing else is chmodded
         path.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        os.close(fd)
+        safe_files.write_bytes_new(probe, b"")  # O_EXCL, no link followed: a planted link is not truncated
         os.unlink(probe)
     except OSError as err:
         reason = err.strerror or type(err).__name__
