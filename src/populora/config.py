@@ -349,6 +349,14 @@ class SandboxConfig:
     score_step_deadline_s: float = 600.0
     """A whole step's scoring stops after this many seconds: the problems still unscored then get no sandbox
     job and their answers score False (metrics.jsonl `score_past_deadline` counts every answer cut)."""
+    validate_deadline_s: float = 30.0
+    """Validating one proposal may take this many seconds of sandbox time (its jobs' run times): a proposal whose
+    first pass, times the number of runs of each input (11 by default), passes it, or a later run of which
+    passes its share, is invalid ('validation took longer than ... s'; issue 50)."""
+    validate_step_deadline_s: float = 600.0
+    """A whole step's validation stops after this many seconds (counted from the end of teacher generation):
+    proposals not validated by then are invalid ('validation deadline passed'; metrics.jsonl
+    `validate_past_deadline` counts them with those over their own budget)."""
 
 
 @dataclass
@@ -1008,6 +1016,13 @@ def validate(cfg: Config) -> Config:
         0 < cfg.sandbox.score_step_deadline_s <= 86400,
         f"sandbox.score_step_deadline_s: must be in (0, 86400] seconds, got {cfg.sandbox.score_step_deadline_s}.",
     )
+    for key in ("validate_deadline_s", "validate_step_deadline_s"):
+        v = getattr(cfg.sandbox, key)
+        _require(
+            isinstance(v, int | float) and not isinstance(v, bool) and 0 < v <= 86400,  # NaN fails too
+            f"sandbox.{key}: must be a number of seconds in (0, 86400], got {v!r}; the default is "
+            f"{getattr(SandboxConfig, key)}.",
+        )
     _require(
         cfg.model.memory_gb >= 0, f"model.memory_gb: must be >= 0 (0 = detect), got {cfg.model.memory_gb}."
     )

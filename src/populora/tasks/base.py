@@ -79,6 +79,10 @@ class TaskConfig:
     # Scoring one problem's answers stops after this many seconds; answers not finished by then score False
     # and are counted (`CodeTask.past_deadline`). None: no deadline.
     score_deadline_s: float | None = 30.0
+    # Validating one proposal may use this many seconds of sandbox time (the sum of its jobs' run times):
+    # projected from pass 1, each later job cut at its share; over it the proposal is invalid
+    # ("validation took longer than ..."; `validation_cut`). None: no budget (issue 50).
+    validate_deadline_s: float | None = 30.0
 
     def __post_init__(self) -> None:
         if not (isinstance(self.determinism_repeats, int) and 0 <= self.determinism_repeats <= 32):
@@ -90,6 +94,23 @@ class TaskConfig:
             raise ValueError(
                 f"TaskConfig(score_deadline_s=) must be None or a number of seconds in (0, 86400], got {d!r}"
             )
+        d = self.validate_deadline_s
+        if d is not None and not (isinstance(d, int | float) and not isinstance(d, bool) and 0 < d <= 86400):
+            raise ValueError(
+                f"TaskConfig(validate_deadline_s=) must be None or a number of seconds in (0, 86400], got {d!r}"
+            )
+
+
+# The reasons of proposals that validation's deadlines made invalid (issue 50): the step's (`validate(until=)`)
+# and a proposal's own budget (`validate_deadline_s`). The trainer counts them (metrics.jsonl
+# `validate_past_deadline`); model text cannot start a reason with them (the sandbox's reasons begin "input").
+VALIDATION_DEADLINE = "validation deadline passed"
+OVER_BUDGET = ("validation took longer than", "validation would take longer than")
+
+
+def validation_cut(reason: Any) -> bool:
+    """Whether an invalid proposal's `reason` says a validation deadline or budget cut it."""
+    return isinstance(reason, str) and reason.startswith((VALIDATION_DEADLINE, *OVER_BUDGET))
 
 
 def job_call(args_text: str) -> str:
@@ -308,13 +329,21 @@ class CodeTask:
     def _prepare(self, program: str, inputs: Sequence[str], message: str, exact_n: bool) -> str | None:
         return self._static_check(program, inputs)
 
-    def validate(self, proposals: Sequence[Proposal], sandbox: Sandbox) -> list[Problem | Invalid]:
-        """Turn proposals into Problems (or Invalid with a reason), running every input twice in separate
-        sandbox jobs; all jobs of the batch go to the sandbox in one `run_many` call."""
-        return self._validate(proposals, sandbox, exact_n=True)
+    def validate(
+        self, proposals: Sequence[Proposal], sandbox: Sandbox, *, until: float | None = None
+    ) -> list[Problem | Invalid]:
+        """Turn proposals into Problems (or Invalid with a reason), running every input in separate sandbox
+        jobs (pass 1, then the determinism passes); each pass of the batch goes out in one `run_many`.
+
+        Deadlines (issue 50): `until` (a `time.monotonic()` value: the trainer's deadline for a step's
+        validation) bounds every `run_many`; a proposal with a job cut by it is invalid with reason
+        `VALIDATION_DEADLINE`. A proposal whose sandbox time would pass `validate_deadline_s` is invalid
+        with "validation would take longer than ..." (pass 1's run time times `validation_runs()`) or, if a
+        later job passes its share of the budget, "validation took longer than ..."."""
+        return self._validate(proposals, sandbox, exact_n=True, until=until)
 
     def _validate(
-        self, proposals: Sequence[Proposal], sandbox: Sandbox, exact_n: bool
+        self, proposals: Sequence[Proposal], sandbox: Sandbox, exact_n: bool, until: float | None = None
     ) -> list[Problem | Invalid]:
         # Pass 1 runs every input in its own job (the outputs), with the call text and limits scoring uses
         # (`job_call`, the sandbox's default limits). The determinism check then runs:
@@ -339,27 +368,35 @@ class CodeTask:
             else:
                 prepared.append((i, inputs, tuple(job_call(inp) for inp in inputs)))
         singles = [(proposals[i].program, c) for i, _, calls in prepared for c in calls]
-        first = list(sandbox.run_many(singles)) if singles else []
+        first = _run_until(sandbox, singles, until) if singles else []
         survivors: list[tuple[int, tuple[str, ...], tuple[str, ...], list]] = []
         pos = 0
         for i, inputs, calls in prepared:
             outs = first[pos : pos + len(inputs)]
             pos += len(inputs)
+            if any(_cut(o) for o in outs):  # the step's deadline, before any verdict on the outputs
+                results[i] = Invalid(VALIDATION_DEADLINE, proposals[i])
+                continue
             for k, o in enumerate(outs):
                 _, why = _plain_value(o, self.config.max_output_chars)
                 if why:
                     results[i] = Invalid(f"input {k}: {why}", proposals[i])
                     break
             else:
-                survivors.append((i, inputs, calls, outs))
-        survivors = self._repeat_passes(proposals, sandbox, survivors, results)
+                why = self._projected_over(outs)
+                if why:
+                    results[i] = Invalid(why, proposals[i])
+                else:
+                    survivors.append((i, inputs, calls, outs))
+        survivors = self._repeat_passes(proposals, sandbox, survivors, results, until)
         if survivors:
+            wide = max(len(calls) for _, _, calls, _ in survivors)
             again = self._run_combined(
-                sandbox, [(proposals[i].program, calls) for i, _, calls, _ in survivors]
+                sandbox, [(proposals[i].program, calls) for i, _, calls, _ in survivors], until
             )
             for (i, inputs, _, outs), runs in zip(survivors, again, strict=True):
                 p = proposals[i]
-                why = self._rounds_differ(outs, runs)
+                why = self._later_cut(sandbox, runs, wide) or self._rounds_differ(outs, runs)
                 if why:
                     results[i] = Invalid(why, p)
                     continue
@@ -375,10 +412,16 @@ class CodeTask:
         return results  # type: ignore[return-value]
 
     def _repeat_passes(
-        self, proposals: Sequence[Proposal], sandbox: Sandbox, survivors: list, results: list
+        self,
+        proposals: Sequence[Proposal],
+        sandbox: Sandbox,
+        survivors: list,
+        results: list,
+        until: float | None = None,
     ) -> list:
         """Re-run the survivors of pass 1 `determinism_repeats` times; mark the ones whose output changes
-        invalid and return the rest. All repeats of all survivors go out in one `run_many`."""
+        (or whose re-runs a deadline cut) invalid and return the rest. All repeats of all survivors go out
+        in one `run_many`, bounded by `until`, each job by its share of `validate_deadline_s`."""
         reps = self.config.determinism_repeats
         if not survivors or reps == 0:
             return survivors
@@ -388,17 +431,22 @@ class CodeTask:
                 for i, _, calls, _ in survivors
                 for _ in range(reps)
             ]
-            outs = list(self._run_wide(sandbox, jobs, max(len(c) for _, _, c, _ in survivors)))
+            wide = max(len(c) for _, _, c, _ in survivors)
         else:
             jobs = [
                 (proposals[i].program, c) for i, _, calls, _ in survivors for _ in range(reps) for c in calls
             ]
-            outs = list(sandbox.run_many(jobs))
+            wide = 1
+        outs = list(self._run_wide(sandbox, jobs, wide, until=until))
         kept, pos = [], 0
         for item in survivors:
             i, _, calls, first = item
             n = reps if self.name == "code_f" else reps * len(calls)
             mine, pos = outs[pos : pos + n], pos + n
+            cut = self._later_cut(sandbox, mine, wide)
+            if cut:
+                results[i] = Invalid(cut, proposals[i])
+                continue
             want = [parse_literal(o.value_repr) for o in first]
             for j, o in enumerate(mine):
                 v, why = _plain_value(o, 10**9)
@@ -415,23 +463,72 @@ class CodeTask:
                 kept.append(item)
         return kept
 
-    def _run_wide(self, sandbox: Sandbox, jobs: list[tuple[str, str]], n: int, **kw: Any) -> list[Any]:
-        """`run_many` with limits scaled for jobs that each make `n` calls."""
+    def _run_wide(
+        self, sandbox: Sandbox, jobs: list[tuple[str, str]], n: int, *, until: float | None = None, **kw: Any
+    ) -> list[Any]:
+        """`run_many` with limits scaled for jobs that each make `n` calls, each job's wall time cut at its
+        share of the proposal's budget (`budget_share`), the whole call bounded by `until`."""
         lim = getattr(sandbox, "limits", None)
-        if lim is None or n == 1:
-            return list(sandbox.run_many(jobs, **kw))
+        if lim is None or (n == 1 and not self._clamped(lim, 1)):
+            return _run_until(sandbox, jobs, until, **kw)
         from dataclasses import replace
 
+        share = self.budget_share()
         wider = replace(
             lim,
-            timeout_s=lim.timeout_s * n,
+            timeout_s=lim.timeout_s * n if share is None else min(lim.timeout_s * n, share),
             cpu_s=(lim.cpu_s * n if getattr(lim, "cpu_s", None) else None),
-            max_output_chars=max(lim.max_output_chars, n * (self.config.max_output_chars + 2) + 2),
+            max_output_chars=(
+                lim.max_output_chars
+                if n == 1
+                else max(lim.max_output_chars, n * (self.config.max_output_chars + 2) + 2)
+            ),
         )
-        return list(sandbox.run_many(jobs, limits=wider, **kw))
+        return _run_until(sandbox, jobs, until, limits=wider, **kw)
+
+    # ------------------------------------------------------------------ validation deadlines (issue 50)
+    def validation_runs(self) -> int:
+        """How many times validation runs each input in all: pass 1, the repeats, the determinism rounds.
+        Every later job runs each of its inputs once, so each is one pass 1's worth of work."""
+        return 1 + self.config.determinism_repeats + self.shifted_runs()
+
+    def budget_share(self) -> float | None:
+        """The wall time a job after pass 1 may take: `validate_deadline_s` over `validation_runs()` (None:
+        no budget). A program as slow in every run as in pass 1 fits, since pass 1 fit its share."""
+        d = self.config.validate_deadline_s
+        return None if d is None else d / self.validation_runs()
+
+    def _clamped(self, lim: Any, n: int) -> bool:
+        """Whether `budget_share` is shorter than the timeout a job of `n` calls would have without it."""
+        share = self.budget_share()
+        return share is not None and share < lim.timeout_s * n
+
+    def _projected_over(self, first: list) -> str | None:
+        """Why a proposal whose pass 1 took `first` (its outcomes) is over its budget, or None: pass 1's sandbox
+        time, times `validation_runs()`, passes `validate_deadline_s`. Nothing more of it runs then."""
+        d = self.config.validate_deadline_s
+        if d is None:
+            return None
+        took = sum(float(getattr(o, "elapsed_s", 0.0) or 0.0) for o in first)
+        runs = self.validation_runs()
+        if took * runs <= d:
+            return None
+        return f"{OVER_BUDGET[1]} {d:g} s (pass 1 took {took:.2f} s; each input runs {runs} times)"
+
+    def _later_cut(self, sandbox: Sandbox, outs: list, n: int) -> str | None:
+        """Why a proposal's jobs after pass 1 (`outs`, jobs of `n` calls) end its validation on a deadline:
+        one was cut by the step's (`VALIDATION_DEADLINE`) or timed out at its budget share; else None."""
+        if any(_cut(o) for o in outs):
+            return VALIDATION_DEADLINE
+        lim = getattr(sandbox, "limits", None)
+        timed_out = any(getattr(o, "status", None) == "timeout" for o in outs)
+        if not (timed_out and lim is not None and self._clamped(lim, n)):
+            return None
+        d, share = self.config.validate_deadline_s, self.budget_share()
+        return f"{OVER_BUDGET[0]} {d:g} s (a re-run passed its {share:.2g} s share)"
 
     def _run_combined(
-        self, sandbox: Sandbox, items: list[tuple[str, tuple[str, ...]]]
+        self, sandbox: Sandbox, items: list[tuple[str, tuple[str, ...]]], until: float | None = None
     ) -> list[list[Any]]:
         """The determinism rounds: per program, `shifted_runs()` jobs, round r on the sandbox's variant pool r
         (r = 1..R), each evaluating all of the program's inputs as a tuple after taking a random amount of
@@ -455,7 +552,7 @@ class CodeTask:
         kw = {}
         if getattr(sandbox, "supports_variants", False):
             kw["variant"] = [r + 1 for _ in items for r in range(rounds)]
-        outs = self._run_wide(sandbox, jobs, max(len(calls) for _, calls in items), **kw)
+        outs = self._run_wide(sandbox, jobs, max(len(calls) for _, calls in items), until=until, **kw)
         return [outs[k : k + rounds] for k in range(0, len(outs), rounds)]
 
     def _rounds_differ(self, first: list, runs: list) -> str | None:
@@ -623,6 +720,17 @@ def score_many(
                 advance(k, plan, outs[i : i + len(mine)], end)
                 i += len(mine)
     return results  # type: ignore[return-value]  # every item has finished
+
+
+def _run_until(sandbox: Any, jobs: list[tuple[str, str]], until: float | None, **kw: Any) -> list[Any]:
+    """`sandbox.run_many(jobs, **kw)` bounded by `until` (a `time.monotonic()` value; None: unbounded): jobs
+    cut by it come back as timeouts with error_type "Deadline"; with it already passed nothing runs."""
+    if until is None:
+        return list(sandbox.run_many(jobs, **kw))
+    left = until - time.monotonic()
+    if left <= 0:
+        return [_DEADLINE] * len(jobs)
+    return list(sandbox.run_many(jobs, deadline_s=left, **kw))
 
 
 def _run_scoring(sandbox: Any, jobs: list[tuple[str, str]], end: float | None) -> list[Any]:

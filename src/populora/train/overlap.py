@@ -7,7 +7,9 @@ decode, and a problem whose rollouts are all in can be scored. The engine hands 
 (`generate(on_finish=)`, engine/hf.py, engine/vllm.py, engine/dist.py); the trainer `put`s the work item; the lane's thread takes whatever is
 queued, runs it as one batch (one `validate` per task type, one `score_many`), takes the next batch, and so on.
 `join` ends the lane after the phase's generation and waits for the last batch: the phase after it (validate,
-score) then only waits for what decoding could not hide.
+score) then only waits for what decoding could not hide. The step's deadlines for validation and scoring count
+from `joined_at` (the end of generation) or, for a batch begun before it, from the batch's start, so neither
+phase ends later after generation than without the lane (`Trainer.check_proposals`, `Trainer.score_ready`).
 
 Results are the sequential path's: validation and scoring give a proposal or a problem the same verdict in any
 batch (`CodeTask.validate`, `tasks.score_many`), the lane writes nothing the main thread reads before `join`,

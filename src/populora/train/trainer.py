@@ -66,6 +66,7 @@ from populora.rl.advantages import reinforce_pp_baseline, scope_key
 from populora.rl.schedule import lr_at
 from populora.sandbox import Limits, Sandbox
 from populora.tasks import registry
+from populora.tasks.base import VALIDATION_DEADLINE, validation_cut
 from populora.tasks.buffers import TaskBuffers
 from populora.tasks.rewards import RewardConfig, learnability_reward, student_reward, teacher_reward
 from populora.train import checkpoint as ckpt
@@ -143,6 +144,8 @@ class Trainer:
         self.hof = HallGames(cfg)  # unrated games against frozen references (train/hall.py); off when every=0
         self._evolution_pending = False  # the final step skipped its evolution; a longer resume runs it
         self.live: StepProgress | None = None  # the console while `fit` runs (the live phase line)
+        self._validating: SandboxLane | None = None  # the step's validation lane (`_validation_lane`)
+        self.validate_past_deadline = 0  # set by step(): the step's proposals its validation deadlines cut
 
     # ---------------------------------------------------------------------------------------------- setup
     def setup(self) -> None:
@@ -158,7 +161,11 @@ class Trainer:
         torch.set_num_threads(self.cfg.train.threads)
         torch.manual_seed(self.cfg.train.seed)
         deadline = self.cfg.sandbox.score_deadline_s
-        self.tasks = {name: tasks.get(name, score_deadline_s=deadline) for name in self.cfg.tasks.types}
+        budget = self.cfg.sandbox.validate_deadline_s  # one proposal's validation (issue 50)
+        self.tasks = {
+            name: tasks.get(name, score_deadline_s=deadline, validate_deadline_s=budget)
+            for name in self.cfg.tasks.types
+        }
         self.coverage = CoverageArchive()
         self.score_past_deadline = 0  # set by score(): answers the step's scoring deadlines cut
         if not self.single and (why := crossover_warning(self.cfg)):
@@ -249,6 +256,16 @@ class Trainer:
         return self.engine.generate(requests, seed=seed, on_finish=on_finish, **kw)
 
     @contextmanager
+    def _validation_lane(self, lane: SandboxLane | None) -> Iterator[None]:
+        """While the block runs, `check_proposals` measures the step's validation deadline from `lane`'s join
+        (the end of teacher generation) or, before it, from the batch's start: as scoring does."""
+        self._validating = lane
+        try:
+            yield
+        finally:
+            self._validating = None
+
+    @contextmanager
     def _lane(self, work) -> Iterator[SandboxLane | None]:
         """A `SandboxLane` running `work` while the block runs (None with `train.overlap` off); stopped on an
         error, so its thread never outlives the step."""
@@ -313,7 +330,7 @@ class Trainer:
         # With `train.overlap` a proposal is validated as soon as its row stops decoding (train/overlap.py), so
         # the validate phase only waits for what generation did not hide.
         lanes: dict[str, SandboxLane] = {}
-        with self._lane(lambda batch: self.check_proposals(batch, step)) as lane:
+        with self._lane(lambda batch: self.check_proposals(batch, step)) as lane, self._validation_lane(lane):
             with self._phase(timings, "teacher"):
                 traces = self.propose(pairs, step, finished=lane.put if lane else None)
             with self._phase(timings, "validate"):
@@ -321,6 +338,8 @@ class Trainer:
                     lanes["validate"] = lane
                     lane.join()
                 self.validate(traces, step, checked=lane is not None)
+        # proposals made invalid only because a validation deadline passed (the step's or their own budget)
+        self.validate_past_deadline = sum(1 for t in traces if validation_cut(t.reason))
 
         # (3) Student solve: n rollouts per valid problem at the training temperature, one mixed batch; then the
         # sandbox scores every answer and every reward of the step is computed, once. The AZR single agent's
@@ -370,6 +389,7 @@ class Trainer:
         )
         # answers scored False only because a scoring deadline passed (a problem's or the step's)
         record["score_past_deadline"] = self.score_past_deadline
+        record["validate_past_deadline"] = self.validate_past_deadline
         record["lr"] = lr  # every adapter's learning rate in this step's update (rl.lr_schedule)
         # seconds the sandbox validated / scored on the lane's thread, mostly while generation ran (train.overlap)
         record["overlap_s"] = {k: round(v.busy_s, 4) for k, v in lanes.items()} if cfg.train.overlap else None
@@ -446,10 +466,19 @@ class Trainer:
             if self.probe_guard.collides(trace.program):
                 trace.probe_collision, trace.problem, trace.reason = True, None, "probe collision"
 
-    def check_proposals(self, traces: list[ProposalTrace], step: int) -> None:
+    def check_proposals(self, traces: list[ProposalTrace], step: int, until: float | None = None) -> None:
         """Parse and sandbox-validate proposals, filling `problem`/`reason`/`features`; touches no run state
         (the buffers and coverage are `validate`'s), so a control can measure a teacher without feeding it.
-        Each trace's verdict is its own: checking the traces in parts (the overlap lane) gives the same."""
+        Each trace's verdict is its own: checking the traces in parts (the overlap lane) gives the same.
+
+        Validation ends by `until` (a `time.monotonic()` value; default: `sandbox.validate_step_deadline_s`
+        after this call's start or, on the overlap lane, after the end of teacher generation if that came
+        first); proposals it cuts are invalid (`VALIDATION_DEADLINE`), and each proposal has its own budget
+        (`sandbox.validate_deadline_s`, `CodeTask.validate`)."""
+        if until is None:
+            lane = self._validating
+            start = lane.joined_at if lane is not None and lane.joined_at is not None else time.monotonic()
+            until = start + self.cfg.sandbox.validate_step_deadline_s
         by_task: dict[str, list[tuple[ProposalTrace, Any]]] = defaultdict(list)
         for trace in traces:
             task = self.tasks[trace.task]
@@ -462,7 +491,13 @@ class Trainer:
             trace.program, trace.inputs = parsed.program, list(parsed.inputs)
             by_task[trace.task].append((trace, parsed.with_origin(trace.teacher, step)))
         for name, group in by_task.items():
-            results = self.tasks[name].validate([p for _, p in group], self.sandbox)
+            task, proposals = self.tasks[name], [p for _, p in group]
+            if isinstance(task, tasks.CodeTask):
+                results = task.validate(proposals, self.sandbox, until=until)
+            elif time.monotonic() < until:  # another family's validate takes no deadline: checked before it
+                results = task.validate(proposals, self.sandbox)
+            else:
+                results = [tasks.Invalid(VALIDATION_DEADLINE, p) for p in proposals]
             for (trace, _), res in zip(group, results, strict=True):
                 if isinstance(res, tasks.Invalid):
                     trace.reason = res.reason
