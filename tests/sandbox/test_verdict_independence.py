@@ -44,6 +44,18 @@ def test_module_level_addresses_differ_between_variant_pools():
         assert len({o.value_repr for o in outs}) > 1, outs
 
 
+def test_a_dead_variant_worker_is_replaced_in_its_own_pool():
+    with Sandbox(workers=2) as sb:
+        before = sb.run_many([(PROCESS_PRINT, "f()")] * 2, variant=[3, 4])
+        dead = sb._pools[3][0]
+        dead.proc.kill()
+        dead.proc.wait()
+        outs = sb.run_many([(PROCESS_PRINT, "f()")] * 3, variant=[3, 4, 0])
+        assert [o.status for o in outs] == ["ok"] * 3 and sb.restarts == 1
+        assert sb._pools[3][0] is not dead and outs[1].value_repr == before[1].value_repr  # pool 4 untouched
+        assert outs[0].value_repr != before[0].value_repr  # a fresh process: a fresh seed
+
+
 @pytest.mark.parametrize("bad", [-1, MAX_VARIANTS + 1, True, 1.0, [0, 1, 2], "1"])
 def test_bad_variant_is_refused(sandbox, bad):
     with pytest.raises(ValueError, match=r"run_many\(variant=\) must be an integer from 0 to"):
