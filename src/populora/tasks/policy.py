@@ -9,8 +9,12 @@ the modules in `allow_modules`, use from them only public names that are not the
 binds itself is fine). On top of that the older checks stay: the `deny_modules` names give the clearer
 "forbidden import: os" message (and the prompt's banned list), dunder/escape attributes are refused
 everywhere, and `getattr`-like calls (`getattr`, `setattr`, `delattr`, `hasattr`, `operator.attrgetter`,
-`operator.methodcaller`) need a constant, non-dunder name. `allow_modules=None` / `allow_names=None` switch
-the allow-lists off (tests that exercise the sandbox's own checks).
+`operator.methodcaller`) need a constant, non-dunder name. Strings never become code (populora.tasks.reflection,
+issue 29), and no program builds a function, a code object or a class from data or renames what it defines
+(populora.tasks.constructors, issue 50: no code-object or frame attribute, `type` and metaclasses only where they
+cannot construct, no stores to `__name__`/`__qualname__`/`__doc__`). `allow_modules=None` / `allow_names=None`
+switch the allow-lists off (tests that exercise the sandbox's own checks); the issue-29 and issue-50 rules hold
+either way.
 """
 
 from __future__ import annotations
@@ -23,6 +27,13 @@ from dataclasses import dataclass
 from functools import cache
 
 from populora import pyparse
+from populora.tasks.constructors import (
+    CODE_ATTRS,
+    NAME_DUNDERS,
+    constructor_reason,
+    is_code_type,
+    store_reason,
+)
 from populora.tasks.reflection import (
     FORMAT_METHODS,
     annotation_reason,
@@ -199,6 +210,9 @@ DEFAULT_DENY_ATTRS: frozenset[str] = frozenset(
         "co_code",
         "mro",
     }
+    # every introspection attribute of code objects, frames, generators, coroutines, async generators and
+    # tracebacks (issue 50: `cr_code` + `code.replace` + `type(fn)` built a function from data)
+    | CODE_ATTRS
 )
 
 _REFLECTION_CALLS = {"getattr", "setattr", "delattr", "hasattr"}
@@ -248,6 +262,10 @@ DENY_MODULE_ATTRS: dict[str, frozenset[str]] = {
     "functools": frozenset({"singledispatch", "singledispatchmethod"}),
     "string": frozenset({"Formatter"}),  # Formatter().get_field() walks attributes named in a string
 }
+# Issue 50: update_wrapper/wraps set and get attributes named by data (`assigned=`, `updated=`) and copy
+# `__name__`/`__qualname__`/`__doc__`; make_dataclass builds a class from a namespace dict and a free-text name.
+DENY_MODULE_ATTRS["functools"] |= {"update_wrapper", "wraps"}
+DENY_MODULE_ATTRS["dataclasses"] = frozenset({"make_dataclass"})
 
 #: The builtins a task program may name (a name the program binds itself is always fine).
 DEFAULT_ALLOW_NAMES: frozenset[str] = frozenset(
@@ -268,7 +286,9 @@ DEFAULT_ALLOW_NAMES: frozenset[str] = frozenset(
 def _public_api(module: str) -> frozenset[str] | None:
     """The names `from module import name` / `module.name` may use: public (no leading underscore), not a
     module object, not in `DENY_MODULE_ATTRS`. Submodules that are themselves allowed are reached by their
-    own dotted name. None if the module cannot be imported here (then nothing from it is allowed)."""
+    own dotted name, and constructors of code, functions or frames (`dataclasses.FunctionType`,
+    `populora.tasks.constructors.CODE_TYPES`) are never public. None if the module cannot be imported here (then
+    nothing from it is allowed)."""
     try:
         mod = importlib.import_module(module)
     except ImportError:
@@ -277,11 +297,14 @@ def _public_api(module: str) -> frozenset[str] | None:
     return frozenset(
         n
         for n in dir(mod)
-        if not n.startswith("_") and n not in deny and not isinstance(getattr(mod, n, None), types.ModuleType)
+        if not n.startswith("_")
+        and n not in deny
+        and not isinstance(getattr(mod, n, None), types.ModuleType)
+        and not is_code_type(getattr(mod, n, None))
     )
 
 
-def _bound_names(tree: ast.AST) -> set[str]:
+def bound_names(tree: ast.AST) -> set[str]:
     """Every name the program binds anywhere (assignments, parameters, defs, imports, loop and with targets,
     comprehension and except variables, walrus, match captures, global/nonlocal)."""
     out: set[str] = set()
@@ -358,6 +381,8 @@ class CapabilityPolicy:
                 why = underscore_reason(part, self.deny_attrs)
                 if why:
                     return why
+                if call in ("setattr", "delattr") and part in NAME_DUNDERS:
+                    return f"forbidden store: .{part} (a program may not rename what it defines)"
                 if part in FORMAT_METHODS:  # the receiver is unknown here: it may be a computed string
                     return f"forbidden call: {call} of {part} (call .{part} on a string literal)"
         return None
@@ -400,9 +425,9 @@ class CapabilityPolicy:
                         name_calls[alias.asname or alias.name] = alias.name
                     if mod == "typing":
                         typing_names[alias.asname or alias.name] = alias.name
-        bound = _bound_names(tree) if self.allow_names is not None else set()
+        bound = bound_names(tree) if self.allow_names is not None else set()
         # The builtin generics take the same rule as typing's (`list["..."]` holds a forward reference too).
-        all_bound = bound or _bound_names(tree)
+        all_bound = bound or bound_names(tree)
         for g in ("list", "dict", "tuple", "set", "frozenset", "type"):
             if g not in all_bound:
                 typing_names.setdefault(g, g)
@@ -411,6 +436,8 @@ class CapabilityPolicy:
             bound_dunder_reason(tree),
             annotation_reason(tree, typing_names),
             format_reason(tree, self.deny_attrs),
+            # `type`, the result of `type(x)` and metaclasses build classes and functions (issue 50)
+            constructor_reason(tree, all_bound, modules),
         ):
             if why:
                 return why
@@ -445,6 +472,9 @@ class CapabilityPolicy:
                 why = None if is_module else underscore_reason(node.attr, self.deny_attrs)
                 if why:
                     return why
+                why = store_reason(node)
+                if why:
+                    return why
                 if (
                     node.attr in _NAME_TAKING_CALLS
                     and isinstance(node.value, ast.Name)
@@ -469,13 +499,6 @@ class CapabilityPolicy:
                 if node.name in self.deny_names:
                     return f"forbidden name: {node.name}"
             elif isinstance(node, ast.Call):
-                if (
-                    isinstance(node.func, ast.Name)
-                    and node.func.id == "type"
-                    and "type" not in all_bound
-                    and len(node.args) + len(node.keywords) > 1
-                ):  # type(name, bases, namespace): a class from a dict whose keys may be computed dunders
-                    return "forbidden call: type() with more than one argument (write a class statement)"
                 call = None
                 if isinstance(node.func, ast.Name) and node.func.id in _REFLECTION_CALLS:
                     call = node.func.id

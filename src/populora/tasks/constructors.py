@@ -1,0 +1,232 @@
+"""The policy's rule that no program builds a function, a code object or a class from data (issue 50, item 2),
+and that none renames what it defines.
+
+Issue 50 reproduced it: a coroutine's `cr_code` gave a code object, `code.replace(co_names=(computed,))` a copy
+whose attribute read takes a name from data, `type(fn)` (FunctionType) made it a function, and the program read
+`__globals__`, hence `__import__('os')` and the clock. Each link is closed at its root:
+
+- **No code object or frame is reachable.** Every introspection attribute of code objects (`co_*`), frames
+  (`f_*`), generators (`gi_*`), coroutines (`cr_*`), async generators (`ag_*`) and tracebacks (`tb_*`) is an
+  escape attribute (`CODE_ATTRS`, taken from the real types, plus the names newer Pythons add); a function's
+  `__code__` is an underscore attribute already. There is no other route: no allowed module exposes a code
+  object, a frame or a traceback, and the reflection modules (`inspect`, `sys`, `dis`, `types`, `gc`) are not
+  allowed. So `code.replace` and `copy.replace(code, ...)` have nothing to work on, and the policy need not
+  refuse `.replace` (which is `str.replace` in 26 of the AZR seed programs). Generators, coroutines and async
+  generators stay allowed: without these attributes they only compute.
+- **No constructor of a function or a class is reachable.** `FunctionType(code, globals)` needs a code object,
+  which is unreachable, but the constructor is refused too (depth, not luck): no allowed module may expose a
+  function, code, frame, generator or traceback type (`dataclasses.FunctionType` is out of its allowed API), and
+  the builtin `type` may appear only as `type(x)` with exactly one plain argument (no `*args`, no keywords), as
+  the second argument of `isinstance`/`issubclass`, in a comparison or inside an annotation. The *result* of
+  `type(x)` is itself a constructor (`type(f)` is FunctionType, `type(C)` is `type`, whose three-argument call
+  makes a class from a dict with computed dunder keys and a free-text name), so it may only be compared, have
+  its `__name__`/`__qualname__` read, or be passed to `isinstance`, `issubclass`, `str`, `repr`, `print`, `hash`,
+  `id`, `format` or an f-string; calling it, storing it, returning it or passing it elsewhere is refused, so
+  neither `type(f)(...)` nor `t = type(f); t(...)` nor `g(type(f))` gets through. The metaclasses of allowed
+  modules (`abc.ABCMeta`, `enum.EnumType`, `typing.NamedTupleMeta`, ...) may only be a class statement's
+  `metaclass=` (or isinstance's second argument), and neither they nor `type` may be a class base (a program
+  metaclass would be a `type` under another name). `x.__class__` was refused already; `dataclasses.make_dataclass`
+  (a class from a namespace dict) is out of the allowed API.
+- **No stores to `__name__`, `__qualname__`, `__doc__`**, by `X.__name__ = ...`, `del`, `setattr`/`delattr`, or
+  `functools.update_wrapper`/`functools.wraps` (which copy them and take attribute names as data): a teacher
+  could otherwise write free text into an invalid proposal's reason (`raised <type name>`).
+
+The alternative, refusing `async def`, `await` and `yield` outright, would close only the coroutine spelling and
+refuse ordinary generator programs; the rules above refuse nothing the bundled programs use.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import types
+from collections.abc import Iterator
+from functools import cache
+
+#: Introspection-attribute prefixes of code objects, frames, generators, coroutines, async generators, tracebacks.
+_PREFIXES = ("co_", "f_", "gi_", "cr_", "ag_", "tb_")
+_INTROSPECTED = (
+    types.CodeType,
+    types.FrameType,
+    types.GeneratorType,
+    types.CoroutineType,
+    types.AsyncGeneratorType,
+    types.TracebackType,
+)
+# Names newer (or older) Pythons have that this one may not, so the list does not depend on the interpreter.
+_KNOWN = {
+    "co_qualname", "co_exceptiontable", "co_linetable", "co_lnotab", "co_positions", "co_lines", "co_branches",
+    "f_generator", "f_trace", "f_lasti", "gi_suspended", "cr_suspended", "ag_suspended", "ag_running",
+    "cr_origin", "gi_yieldfrom", "cr_await", "ag_await",
+}  # fmt: skip
+
+#: Attribute names that lead to a code object or a frame, or read one: refused everywhere (`.name`, getattr,
+#: attrgetter, format fields).
+CODE_ATTRS: frozenset[str] = frozenset(
+    {n for t in _INTROSPECTED for n in dir(t) if n.startswith(_PREFIXES)} | _KNOWN
+)
+
+#: Types whose constructor builds code, functions or frames: no allowed module may expose one.
+CODE_TYPES: tuple[type, ...] = (
+    types.FunctionType,
+    types.CodeType,
+    types.FrameType,
+    types.MethodType,
+    types.GeneratorType,
+    types.CoroutineType,
+    types.AsyncGeneratorType,
+    types.TracebackType,
+    types.CellType,
+)
+
+#: Dunders a program may read but never store: the names that appear in reasons and reprs.
+NAME_DUNDERS: frozenset[str] = frozenset({"__name__", "__qualname__", "__doc__"})
+
+#: Where the result of `type(x)` may be passed: builtins that only test it or turn it into text.
+_TYPE_SINKS = frozenset({"isinstance", "issubclass", "str", "repr", "print", "hash", "id", "format"})
+_TYPE_READS = frozenset({"__name__", "__qualname__"})
+_TYPE_TESTS = frozenset({"isinstance", "issubclass"})
+
+
+def is_code_type(obj: object) -> bool:
+    """Whether `obj` is one of `CODE_TYPES` (a constructor of code, functions or frames)."""
+    return isinstance(obj, type) and any(obj is t for t in CODE_TYPES)
+
+
+@cache
+def metaclass_members(module: str) -> frozenset[str]:
+    """The public names of `module` bound to a metaclass (a subclass of `type`): `abc.ABCMeta`, ..."""
+    try:
+        mod = importlib.import_module(module)
+    except ImportError:
+        return frozenset()
+    return frozenset(
+        n
+        for n in dir(mod)
+        if not n.startswith("_")
+        and isinstance(getattr(mod, n, None), type)
+        and issubclass(getattr(mod, n), type)
+    )
+
+
+def store_reason(node: ast.AST) -> str | None:
+    """`X.__name__ = ...` / `del X.__doc__` (augmented assignment included)."""
+    if (
+        isinstance(node, ast.Attribute)
+        and isinstance(node.ctx, ast.Store | ast.Del)
+        and node.attr in NAME_DUNDERS
+    ):
+        return f"forbidden store: .{node.attr} (a program may not rename what it defines)"
+    return None
+
+
+def _parents(tree: ast.AST) -> dict[int, ast.AST]:
+    return {id(c): p for p in ast.walk(tree) for c in ast.iter_child_nodes(p)}
+
+
+def _annotation_ids(tree: ast.AST) -> set[int]:
+    roots: list[ast.AST] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.arg) and node.annotation is not None:
+            roots.append(node.annotation)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.returns is not None:
+            roots.append(node.returns)
+        elif isinstance(node, ast.AnnAssign):
+            roots.append(node.annotation)
+    return {id(n) for r in roots for n in ast.walk(r)}
+
+
+def _test_arg(node: ast.AST, parent: ast.AST | None, parents: dict[int, ast.AST], bound: set[str]) -> bool:
+    """`node` is the second argument of isinstance/issubclass (or an element of a tuple there)."""
+    if isinstance(parent, ast.Tuple):
+        node, parent = parent, parents.get(id(parent))
+    return (
+        isinstance(parent, ast.Call)
+        and isinstance(parent.func, ast.Name)
+        and parent.func.id in _TYPE_TESTS
+        and parent.func.id not in bound
+        and len(parent.args) == 2
+        and parent.args[1] is node
+    )
+
+
+def _type_result_ok(call: ast.Call, parents: dict[int, ast.AST], bound: set[str]) -> bool:
+    """The value of `type(x)` goes only where it cannot be called (see the module docstring)."""
+    parent = parents.get(id(call))
+    if isinstance(parent, ast.Compare | ast.FormattedValue):
+        return True
+    if isinstance(parent, ast.Attribute):
+        return parent.value is call and parent.attr in _TYPE_READS and isinstance(parent.ctx, ast.Load)
+    if _test_arg(call, parent, parents, bound):
+        return True
+    return (
+        isinstance(parent, ast.Call)
+        and call in parent.args
+        and isinstance(parent.func, ast.Name)
+        and parent.func.id in _TYPE_SINKS
+        and parent.func.id not in bound
+    )
+
+
+def _metaclass_uses(tree: ast.AST, modules: dict[str, str]) -> Iterator[tuple[ast.AST, str]]:
+    """Every expression that names a metaclass of an allowed module (`ABCMeta`, `abc.ABCMeta`), with its name."""
+    local: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for alias in node.names:
+                if alias.name in metaclass_members(node.module):
+                    local[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id in local and isinstance(node.ctx, ast.Load):
+            yield node, local[node.id]
+        elif (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in modules
+            and node.attr in metaclass_members(modules[node.value.id])
+        ):
+            yield node, f"{modules[node.value.id]}.{node.attr}"
+
+
+def constructor_reason(tree: ast.AST, bound: set[str], modules: dict[str, str]) -> str | None:
+    """Why `tree` may reach a constructor of classes or functions by `type` or a metaclass, or None.
+    `bound`: the names the program binds (its own `type` is not the builtin); `modules`: local name -> module."""
+    parents = _parents(tree)
+    annotations = _annotation_ids(tree)
+    if "type" not in bound:
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Name) and node.id == "type") or id(node) in annotations:
+                continue
+            parent = parents.get(id(node))
+            if isinstance(parent, ast.Call) and parent.func is node:
+                if len(parent.args) != 1 or parent.keywords or isinstance(parent.args[0], ast.Starred):
+                    return "forbidden call: type() with more than one argument (write a class statement)"
+                if not _type_result_ok(parent, parents, bound):
+                    return (
+                        "forbidden use of type(x): compare it, read its __name__ or pass it to isinstance "
+                        "(a type is a constructor: type(f) builds functions, type(C) classes)"
+                    )
+            elif not (isinstance(parent, ast.Compare) or _test_arg(node, parent, parents, bound)):
+                return "forbidden use of type other than type(x) (type is the class constructor)"
+    for node, name in _metaclass_uses(tree, modules):
+        if id(node) in annotations:
+            continue
+        parent = parents.get(id(node))
+        if isinstance(parent, ast.keyword) and parent.arg == "metaclass":
+            if isinstance(parents.get(id(parent)), ast.ClassDef):
+                continue
+        if _test_arg(node, parent, parents, bound) or isinstance(parent, ast.Compare):
+            continue
+        return f"forbidden use of {name} other than as metaclass= (a metaclass is a class constructor)"
+    return None
+
+
+__all__ = [
+    "CODE_ATTRS",
+    "CODE_TYPES",
+    "NAME_DUNDERS",
+    "constructor_reason",
+    "is_code_type",
+    "metaclass_members",
+    "store_reason",
+]
