@@ -149,3 +149,27 @@ def test_non_finite_floats_are_not_literals():
     assert math.isinf(float("1e999"))
     with pytest.raises(LiteralError):
         parse_literal("-1e999")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "0b" + "1" * 15_000,  # issue 50: parsed, then raised out of validation when written back
+        "0o" + "7" * 5_000,
+        "0x" + "f" * 4_000,
+        "-0x" + "F" * 4_000,
+        "[0x" + "f" * 4_000 + "]",
+        "(0j, 0b" + "1" * 14_000 + ")",
+        "1" * 5_000,  # decimal: the parser's own digit limit
+        "1" + "_0" * 5_000,
+    ],
+)
+def test_integers_that_cannot_be_written_back_are_not_literals(text):
+    with pytest.raises(LiteralError):
+        parse_literal(text)
+    with pytest.raises(LiteralError):
+        parse_call_args(text)
+    # ... while the largest integers accepted (about 4,000 digits, in any base) render and parse back.
+    for text in ("0x" + "f" * 3_300, "-0b" + "1" * 13_288, "9" * 4_000):
+        args, kwargs = parse_call_args(text)
+        assert parse_call_args(render_call_args(args, kwargs)) == (args, kwargs)

@@ -174,3 +174,31 @@ def test_code_o_gold_round_trip(value, template):
     assert t.score(p, [a], None) == [True]
     if isinstance(value, list):
         assert t.score(p, [repr(tuple(value))], None) == [False]
+
+
+@pytest.mark.parametrize("template", [None, *TEMPLATES])
+def test_text_with_a_lone_surrogate_is_a_format_error(template):
+    # Issue 50: such a proposal's pieces reached problems.jsonl, whose UTF-8 write raised out of the step.
+    for name in T.TASK_NAMES:
+        t = T.get(name)
+        n = t.config.n_inputs if name == "code_f" else 1
+        good = t.render_proposal("def f(a):\n    return a", ["1"] * n, "add nothing", template=template)
+        assert isinstance(
+            t.parse_proposal(good, template=template, program="def f(a):\n    return a"), Proposal
+        )
+        for bad in (
+            good.replace("add nothing", "add \udc80"),
+            good.replace("1", "'\ud800'"),
+            good + "\ud800",
+        ):
+            if bad == good:  # code_i/code_o proposals have no message
+                continue
+            p = t.parse_proposal(bad, template=template, program="def f(a):\n    return a")
+            assert isinstance(p, FormatError) and "surrogate" in p.reason, (name, p)
+        answer = t.render_answer("'\ud83d'", template=template)
+        a = t.parse_answer(answer, template=template)
+        assert isinstance(a, FormatError) and "surrogate" in a.reason, (name, a)
+    for family in ("arith", "lists"):
+        t = T.get(family)
+        assert "surrogate" in t.parse_proposal("```expression\n1 + \ud800\n```").reason
+        assert "surrogate" in t.parse_answer("```output\n\udfff\n```").reason

@@ -320,6 +320,7 @@ class CodeTask:
                 return f"input {k}: not text"
             try:
                 args, kwargs = parse_call_args(inp)
+                render_call_args(args, kwargs)  # what `job_call` sends must exist (issue 50: a huge int)
             except LiteralError as e:
                 return f"input {k}: {e}"
             if not args and not kwargs:
@@ -361,12 +362,16 @@ class CodeTask:
             if not isinstance(p, Proposal):
                 results[i] = Invalid(getattr(p, "reason", "not a proposal"), None)
                 continue
-            inputs = tuple(s.strip() if isinstance(s, str) else s for s in p.inputs)
-            why = self._prepare(p.program, inputs, p.message, exact_n)
+            try:  # model-written text: whatever it holds, the proposal is invalid, the phase goes on
+                inputs = tuple(s.strip() if isinstance(s, str) else s for s in p.inputs)
+                why = self._prepare(p.program, inputs, p.message, exact_n)
+                calls = () if why else tuple(job_call(inp) for inp in inputs)
+            except Exception as e:  # noqa: BLE001 - issue 50: a LiteralError here once stopped the step
+                why = f"unreadable proposal ({type(e).__name__})"
             if why:
                 results[i] = Invalid(why, p)
             else:
-                prepared.append((i, inputs, tuple(job_call(inp) for inp in inputs)))
+                prepared.append((i, inputs, calls))
         singles = [(proposals[i].program, c) for i, _, calls in prepared for c in calls]
         first = _run_until(sandbox, singles, until) if singles else []
         survivors: list[tuple[int, tuple[str, ...], tuple[str, ...], list]] = []

@@ -14,6 +14,9 @@ A subclass says only what is specific to its problems:
 Validation runs `f()` in the sandbox the family was handed (a `GuardedSandbox`) twice, in two jobs, and keeps
 the proposal only if both runs give the same plain value whose repr fits `max_output_chars`. Scoring compares
 the parsed answer with that value type-strictly, in this process, with no evaluation of model text.
+
+Nothing a model writes raises out of these methods (issue 50): a subclass's check that raises makes a format
+error, a proposal that cannot be turned into a program an `Invalid`, an answer that cannot be read a False.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from functools import cache
 from typing import Any
 
 from populora import pyparse
-from populora.tasks.extract import find_blocks
+from populora.tasks.extract import find_blocks, lone_surrogate
 from populora.tasks.family import FamilyTask, TaskFamily
 from populora.tasks.literals import LiteralError, parse_literal, strict_equal
 from populora.tasks.types import Answer, FormatError, Invalid, InvalidProblem, Problem, Proposal
@@ -103,6 +106,8 @@ class ComputedAnswerTask(FamilyTask):
             return FormatError("format: not text")
         if len(text) > MAX_TEXT_CHARS:
             return FormatError("format: text too long")
+        if lone_surrogate(text):
+            return FormatError("format: not valid Unicode (a lone surrogate)")
         blocks = find_blocks(text, lang)
         if not blocks:
             return FormatError(f"format: no ```{lang} block")
@@ -134,29 +139,36 @@ class ComputedAnswerTask(FamilyTask):
 
     # ---- validation in the sandbox
     def validate(self, proposals: Sequence[Proposal], sandbox: Any) -> list[Problem | Invalid]:
-        programs = [self.program_for(p.program) for p in proposals]
-        # two separate jobs per proposal: a value that differs between runs is not a problem
-        outs = (
-            list(sandbox.run_many([(prog, CALL) for prog in programs for _ in range(2)])) if programs else []
-        )
-        results: list[Problem | Invalid] = []
+        results: list[Problem | Invalid | None] = [None] * len(proposals)
+        programs: dict[int, str] = {}
         for i, p in enumerate(proposals):
-            a, b = outs[2 * i], outs[2 * i + 1]
-            if not a.ok:
-                results.append(Invalid(f"{a.status}: {a.error_type or ''}".rstrip(": "), p))
-            elif not (b.ok and a.value_repr == b.value_repr):
-                results.append(Invalid("nondeterministic", p))
-            elif not a.plain:
-                results.append(Invalid("output is not a plain value", p))
-            elif len(a.value_repr) > self.max_output_chars:
-                results.append(Invalid("output too long", p))
-            else:
-                results.append(
-                    Problem(
-                        self.name, programs[i], ("",), (a.value_repr,), "", proposer=p.proposer, step=p.step
-                    )
-                )
-        return results
+            if not isinstance(p, Proposal) or not isinstance(p.program, str):
+                results[i] = Invalid(getattr(p, "reason", "not a proposal"), None)
+                continue
+            try:
+                programs[i] = self.program_for(p.program)
+            except Exception as e:  # noqa: BLE001 - a subclass's rendering must not stop the phase
+                results[i] = Invalid(f"unreadable proposal ({type(e).__name__})", p)
+        # two separate jobs per proposal: a value that differs between runs is not a problem
+        jobs = [(prog, CALL) for prog in programs.values() for _ in range(2)]
+        outs = list(sandbox.run_many(jobs)) if jobs else []
+        for k, (i, prog) in enumerate(programs.items()):
+            p = proposals[i]
+            a, b = outs[2 * k], outs[2 * k + 1]
+            results[i] = self._verdict(p, prog, a, b)
+        return results  # type: ignore[return-value]  # every proposal has its verdict
+
+    def _verdict(self, p: Proposal, program: str, a: Any, b: Any) -> Problem | Invalid:
+        """A proposal's problem from its two runs `a` and `b`, or why it is none."""
+        if not a.ok:
+            return Invalid(f"{a.status}: {a.error_type or ''}".rstrip(": "), p)
+        if not (b.ok and a.value_repr == b.value_repr):
+            return Invalid("nondeterministic", p)
+        if not a.plain:
+            return Invalid("output is not a plain value", p)
+        if len(a.value_repr) > self.max_output_chars:
+            return Invalid("output too long", p)
+        return Problem(self.name, program, ("",), (a.value_repr,), "", proposer=p.proposer, step=p.step)
 
     def problem_from(
         self,
@@ -180,14 +192,20 @@ class ComputedAnswerTask(FamilyTask):
     def score(
         self, problem: Problem, answers: Sequence[Answer | FormatError | str], sandbox: Any = None
     ) -> list[bool]:
-        gold = parse_literal(problem.output)
+        try:
+            gold = parse_literal(problem.output)
+        except LiteralError:  # a hand-made problem whose value is no literal: nothing can match it
+            return [False] * len(answers)
         out = []
         for a in answers:
             text = a if isinstance(a, str) else getattr(a, "text", None)
-            if text is None:  # a FormatError
+            if not isinstance(text, str):  # a FormatError
                 out.append(False)
                 continue
-            value = self.check_answer(text)
+            try:
+                value = self.check_answer(text)
+            except Exception:  # noqa: BLE001 - scoring never raises on model output: an unreadable answer is wrong
+                value = FormatError("format: unparsable")
             out.append(not isinstance(value, FormatError) and strict_equal(value, gold))
         return out
 

@@ -2,6 +2,10 @@
 
 Regular expressions with lazy `.*?` over DOTALL text go quadratic on adversarial input (thousands of
 unclosed fences); these scanners use `str.find` only, so 1 MB of junk costs one pass. Nothing here raises.
+
+Text holding a lone surrogate (a str that is not valid Unicode: no UTF-8 encoding exists) is a format error in
+`answer_region`: the pieces of such a proposal would reach problems.jsonl, whose UTF-8 write would raise
+(issue 50), and no tokenizer decodes to one, so only hostile text carries them.
 """
 
 from __future__ import annotations
@@ -61,6 +65,17 @@ def clean_code(content: str) -> str:
     return textwrap.dedent(content.replace("\r\n", "\n")).strip("\n").rstrip()
 
 
+def lone_surrogate(text: str) -> bool:
+    """True if `text` holds a lone surrogate (U+D800..U+DFFF), i.e. it has no UTF-8 encoding."""
+    if text.isascii():
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
 def answer_region(text: str, *, strict: bool) -> tuple[str | None, str | None]:
     """The part of a completion where answers are looked for: `(region, None)` or `(None, reason)`.
 
@@ -71,6 +86,8 @@ def answer_region(text: str, *, strict: bool) -> tuple[str | None, str | None]:
     """
     if not isinstance(text, str):
         return None, "format: not text"
+    if lone_surrogate(text):
+        return None, "format: not valid Unicode (a lone surrogate)"
     if strict:
         t = text[len("<think>") :] if text.startswith("<think>") else text
         close = t.find("</think>")

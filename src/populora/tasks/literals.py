@@ -11,6 +11,12 @@
   comparison is on the value `repr` prints, and a program can tell them apart (`1 / x`, `math.copysign`).
   Complex literals are read the way `complex()` reads `repr` (`-5j` is `complex(0.0, -5.0)`), so a value's
   repr always parses back to that value, signs of zeros included.
+
+Every literal these parsers accept can be written back (`render_call_args`): an integer literal of more than
+about 4,000 decimal digits (`MAX_INT_BITS`) is refused when parsed, in any base, because Python cannot turn it
+into decimal text (its int-to-str limit is 4,300 digits) and a proposal whose input parses but cannot be
+rendered used to raise out of validation (issue 50: `0b` followed by 15,000 ones). Nothing here raises
+anything but `LiteralError`, whatever the text (NUL bytes, lone surrogates, deep nesting, huge numbers).
 """
 
 from __future__ import annotations
@@ -24,6 +30,9 @@ from populora import pyparse
 _CALLS = {"set": set, "frozenset": frozenset, "tuple": tuple, "list": list, "dict": dict}
 PLAIN_TYPES = (bool, int, float, complex, str, bytes, type(None), list, tuple, dict, set, frozenset)
 MAX_LITERAL_CHARS = 100_000
+# 2**13_288 is about 10**4000: below Python's default int-to-str limit (4,300 digits) with room to spare, so a
+# literal that parses can always be written back, whatever `sys.set_int_max_str_digits` says.
+MAX_INT_BITS = 13_288
 
 
 class LiteralError(ValueError):
@@ -40,6 +49,9 @@ def _build(node: ast.AST, depth: int = 0) -> Any:
             raise LiteralError("Ellipsis is not plain data")
         if isinstance(v, float) and not math.isfinite(v):
             raise LiteralError("non-finite float")
+        if type(v) is int and v.bit_length() > MAX_INT_BITS:
+            # `0x` + 5,000 `f`s parses (only decimal literals have a digit limit) but has no decimal repr
+            raise LiteralError("integer longer than 4,000 digits")
         return v
     if isinstance(node, ast.List):
         return [_build(e, d) for e in node.elts]

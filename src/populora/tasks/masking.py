@@ -33,14 +33,16 @@ class _MaskConstants(ast.NodeTransformer):
 
 
 def program_key(program: str, masked: bool = True) -> str | None:
-    """A canonical form of `program`: its AST dump, constants masked when `masked`; None when it does not parse."""
+    """A canonical form of `program`: its AST dump, constants masked when `masked`; None when it does not parse
+    or is too deep to walk. Never raises: the probe guard keys every proposal a model writes, and
+    `return x + x + ...` with 1,000 terms parses but overflows a recursive walk (issue 50)."""
     try:
         tree = pyparse.parse(program)
-    except (SyntaxError, ValueError):  # ValueError: a NUL byte in the source
+        if masked:
+            tree = _MaskConstants().visit(tree)
+        return ast.dump(tree, annotate_fields=False, include_attributes=False)
+    except Exception:  # noqa: BLE001 - SyntaxError, ValueError (NUL byte), RecursionError, MemoryError
         return None
-    if masked:
-        tree = _MaskConstants().visit(tree)
-    return ast.dump(tree, annotate_fields=False, include_attributes=False)
 
 
 __all__ = ["MASK", "program_key"]
