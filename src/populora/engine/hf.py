@@ -726,6 +726,7 @@ class HFEngine(PeftFolderIO):
         {name: {slot: value}} for pg_loss, entropy_sum, ent_w, clip_sum, adv_sum, kl_sum, tokens, rows.
         """
         acc: dict[str, dict[int, float]] = defaultdict(lambda: defaultdict(float))
+        pending: list[tuple[list[TrainRow], list[int], list[str], torch.Tensor]] = []
         for p in self.params:
             p.grad = None
         with torch_threads(self.train_threads), torch.enable_grad(), self._dropout_on():
@@ -765,27 +766,30 @@ class HFEngine(PeftFolderIO):
                 if self.entropy_coef:
                     loss = loss - self.entropy_coef * (w * ent).sum()
                 loss.backward()
-                # Per-slot metrics: slice the flat token axis by row.
-                k = 0
+                # Per-row metric sums, left on the device: read once for the whole step below (one sync, not
+                # one `float()` per metric and row, which would also stall the next micro-batch's launch).
                 with torch.no_grad():
-                    kl = (old - logp.detach()) if old is not None else None
-                    for r, n in zip(sub, n_resp, strict=True):
-                        s = r.slot
-                        sl = slice(k, k + n)
-                        acc["pg_loss"][s] += float((w[sl] * pg[sl]).sum())
-                        acc["entropy_sum"][s] += float(ent[sl].sum())
-                        acc["ent_w"][s] += float((w[sl] * ent[sl]).sum())
-                        acc["clip_sum"][s] += float(clipped[sl].sum())
-                        acc["adv_sum"][s] += float(adv[sl].sum())
-                        if kl is not None:
-                            acc["kl_sum"][s] += float(kl[sl].sum())
-                        if is_w is not None:
-                            acc["is_sum"][s] += float(is_w[sl].sum())
-                        acc["tokens"][s] += n
-                        acc["rows"][s] += 1
-                        k += n
+                    names = ["pg_loss", "entropy_sum", "ent_w", "clip_sum", "adv_sum"]
+                    cols = [w * pg, ent, w * ent, clipped, adv]
+                    if old is not None:
+                        names.append("kl_sum")
+                        cols.append(old - logp.detach())
+                    if is_w is not None:
+                        names.append("is_sum")
+                        cols.append(is_w)
+                    flat = torch.stack([c.detach().float() for c in cols])  # [metric, token]
+                    per_row = torch.stack(
+                        [part.sum(1) for part in flat.split(n_resp, dim=1)]
+                    )  # [row, metric]
+                    pending.append((sub, n_resp, names, per_row))
                 if progress is not None:
                     progress(n_group, len(groups), {"rows": sum(len(g) for g in groups[:n_group])})
+        for sub, n_resp, names, per_row in pending:
+            for r, n, values in zip(sub, n_resp, per_row.tolist(), strict=True):
+                for name, v in zip(names, values, strict=True):
+                    acc[name][r.slot] += v
+                acc["tokens"][r.slot] += n
+                acc["rows"][r.slot] += 1
         return {name: dict(per_slot) for name, per_slot in acc.items()}
 
     @contextmanager

@@ -129,12 +129,21 @@ class SlotAdamW:
 
 @torch.no_grad()
 def slot_grad_norms(params: Sequence[torch.nn.Parameter], n_slots: int) -> torch.Tensor:
-    """L2 norm of each slot's gradient over all parameters: `[n_slots]` (float32)."""
-    sq = torch.zeros(n_slots, dtype=torch.float32)
+    """L2 norm of each slot's gradient over all parameters: `[n_slots]` (float32, on the CPU).
+
+    The squares are summed on the gradients' device, in parameter order (the same sums as one host add per
+    parameter), and copied to the CPU once per device: a 7B model's 224 LoRA tensors would otherwise cost 224
+    device-to-host copies, each a synchronisation, per train step."""
+    on_device: dict[torch.device, torch.Tensor] = {}
     for p in params:
         if p.grad is not None:
-            sq += p.grad.float().pow(2).reshape(n_slots, -1).sum(1).cpu()
-    return sq.sqrt()
+            sq = p.grad.float().pow(2).reshape(n_slots, -1).sum(1)
+            acc = on_device.get(sq.device)
+            on_device[sq.device] = sq if acc is None else acc.add_(sq)
+    total = torch.zeros(n_slots, dtype=torch.float32)
+    for sq in on_device.values():
+        total += sq.cpu()
+    return total.sqrt()
 
 
 @torch.no_grad()
@@ -148,9 +157,13 @@ def clip_slot_grads(
     norms = slot_grad_norms(params, n_slots)
     if max_norm is not None and max_norm > 0:
         coef = (max_norm / (norms + 1e-6)).clamp(max=1.0)
+        moved: dict[
+            tuple, torch.Tensor
+        ] = {}  # one host-to-device copy per (device, dtype), not per parameter
         for p in params:
             if p.grad is not None:
-                p.grad.mul_(
-                    coef.to(device=p.grad.device, dtype=p.grad.dtype).view((-1,) + (1,) * (p.dim() - 1))
-                )
+                key = (p.grad.device, p.grad.dtype)
+                if key not in moved:
+                    moved[key] = coef.to(device=p.grad.device, dtype=p.grad.dtype)
+                p.grad.mul_(moved[key].view((-1,) + (1,) * (p.dim() - 1)))
     return norms
