@@ -107,7 +107,7 @@ def train(
             prepare_run_dir(run_path, "--resume" if plan and not plan.branch_from else "--run-dir")
             lock_fd = lock_run_dir(run_path)  # held until this function returns (or the process ends)
             check_logs(run_path)  # a link or FIFO among the logs: one line now, not an append outside later
-        except RunFolderError as err:
+        except (RunFolderError, safe_files.RunFileError) as err:
             raise TrainError(str(err)) from None
         # checked under the lock: two new runs started on one folder at once cannot both pass
         if resume is None and ((run_path / "metrics.jsonl").exists() or ckpt.list_checkpoints(run_path)):

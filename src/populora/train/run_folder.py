@@ -70,10 +70,8 @@ def lock_run_dir(path: str | os.PathLike) -> int:
     """Take `RUN_DIR/.lock` for this process (released when the returned fd is closed or the process ends);
     raise RunFolderError naming the folder and the holder's pid when another process has it."""
     lock = Path(path) / LOCK_NAME
-    try:  # a regular file, never through a link (a FIFO or device as .lock is refused in one line)
-        fd = safe_files.open_fd(lock, os.O_RDWR | os.O_CREAT, 0o600)
-    except safe_files.RunFileError as err:
-        raise RunFolderError(str(err)) from None
+    # a regular file, never through a link: a link, FIFO or device as .lock is a RunFileError (an OSError)
+    fd = safe_files.open_fd(lock, os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
