@@ -188,3 +188,24 @@ def test_resume_repair_drops_corrupt_lines_with_a_count(tmp_path, capsys):
     assert "3 from problems.jsonl" in err[0] and "1 from metrics.jsonl" in err[0]
     assert [r["step"] for r in folder.read("problems.jsonl")] == [1, 2]
     folder.close()
+
+
+def test_temp_names_planted_as_links_are_not_written_through(tmp_path):
+    """The trainer's config.yaml and eval's samples are written under temp names first; a link planted under
+    such a name (the folder is someone else's) is replaced, never written through."""
+    from populora.evaluate.runner import SampleLog
+    from populora.train.run_folder import write_text_atomic
+
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    run = tmp_path / "run"
+    (run / "eval").mkdir(parents=True)
+    (run / f".config.yaml.{os.getpid()}.tmp").symlink_to(victim)
+    write_text_atomic(run / "config.yaml", "train: {steps: 1}\n")
+    assert (run / "config.yaml").read_text() == "train: {steps: 1}\n"
+    assert victim.read_text() == "precious\n" and not (run / "config.yaml").is_symlink()
+    (run / "eval" / "samples.partial.jsonl").symlink_to(victim)
+    log = SampleLog(run / "eval" / "samples.partial.jsonl", [])
+    log("T0", [], [])
+    assert victim.read_text() == "precious\n"
+    assert not (run / "eval" / "samples.partial.jsonl").is_symlink()
