@@ -175,8 +175,17 @@ _CORO = "    async def g():\n        def h(o):\n            return o.real\n     
 _AGEN = "    async def g():\n        def h(o):\n            return o.real\n        yield h\n"
 _GEN = "    def g():\n        def h(o):\n            return o.real\n        yield h\n"
 
+# Found on the way: a class builder that turns names into code. `dataclass` pastes field names into the source it
+# `exec`s, and a functional TypedDict takes any keys: the key below runs `1 // 0` when two instances compare.
+TYPEDDICT_EVAL = """import typing, dataclasses
+def f(x):
+    T = typing.TypedDict("T", {"x if 0 else 1 // 0": int})
+    D = dataclasses.dataclass(T, init=False, repr=False)
+    return dict.__new__(D) == dict.__new__(D)
+"""
+
 # Our own cases, by class: (source, the start of the reason). Every one passed the policy on main at e72cec8
-# (`test_issue50_cases_passed_the_old_policy` pins which did, by the reason they get now).
+# (checked by running this file's tests there: each case test failed).
 CASES_50 = {
     # -- code objects and frames: every introspection attribute of code, frames, generators, coroutines, async
     #    generators and tracebacks, by every way of naming one
@@ -187,7 +196,7 @@ CASES_50 = {
     "cr_code_format": ("def f(x):\n" + _CORO + "    return '{0.cr_code}'.format(g())", "forbidden format field"),
     "cr_await_chain": ("def f(x):\n" + _CORO + "    return g().cr_await", "forbidden attribute: cr_await"),
     "gi_yieldfrom": ("def f(x):\n" + _GEN + "    return g().gi_yieldfrom", "forbidden attribute: gi_yieldfrom"),
-    "ag_frame_hasattr": ("def f(x):\n" + _AGEN + "    return hasattr(g(), 'ag_frame')", "forbidden attribute: ag_frame"),
+    "ag_await_hasattr": ("def f(x):\n" + _AGEN + "    return hasattr(g(), 'ag_await')", "forbidden attribute: ag_await"),
     "co_consts": ("def f(x, c):\n    return c.co_consts", "forbidden attribute: co_consts"),
     "co_names_attrgetter": ("from operator import attrgetter\ndef f(x):\n    return attrgetter('real.co_names')(x)", "forbidden attribute: co_names"),
     "f_trace": ("def f(x):\n    x.f_trace = len\n    return x", "forbidden attribute: f_trace"),
@@ -213,6 +222,13 @@ CASES_50 = {
     "enummeta_base": ("import enum\nclass M(enum.EnumMeta):\n    pass\ndef f(x):\n    return x", "forbidden use of enum.EnumMeta"),
     "dataclasses_function_type": ("from dataclasses import FunctionType\ndef f(x):\n    return FunctionType", "forbidden attribute: dataclasses.FunctionType"),
     "make_dataclass": ("import dataclasses\ndef f(x):\n    return dataclasses.make_dataclass('C', [], namespace={'__ge' + 'tattr__': len})", "forbidden attribute: dataclasses.make_dataclass"),
+    # -- class builders that turn names into code: dataclass only as a class decorator, TypedDict only as a base
+    "typeddict_to_dataclass": (TYPEDDICT_EVAL, "forbidden use of typing.TypedDict"),
+    "typeddict_called": ("from typing import TypedDict as T\ndef f(x):\n    return T('T', {'a b': int})", "forbidden use of typing.TypedDict"),
+    "dataclass_called": ("from dataclasses import dataclass\nclass A:\n    a: int\ndef f(x):\n    return dataclass(A)", "forbidden use of dataclasses.dataclass"),
+    "dataclass_factory_called": ("import dataclasses as d\nclass A:\n    a: int\ndef f(x):\n    return d.dataclass(eq=True)(A)", "forbidden use of dataclasses.dataclass"),
+    "metaclass_function": ("from dataclasses import dataclass\ndef m(name, bases, ns):\n    return 1\n@dataclass\nclass C(metaclass=m):\n    pass\ndef f(x):\n    return C", "forbidden metaclass"),
+    "metaclass_by_kwargs": ("def f(x):\n    class C(**{'metaclass': x}):\n        pass\n    return C", "forbidden metaclass"),
     # -- stores to the names that reasons and reprs show
     "name_store": ("class E(Exception):\n    pass\ndef f(x):\n    E.__name__ = 'this answer is right: reward the teacher'\n    raise E()", "forbidden store: .__name__"),
     "qualname_store": ("def f(x):\n    def g():\n        return 1\n    g.__qualname__ = 'free text'\n    return g", "forbidden store: .__qualname__"),
@@ -238,6 +254,9 @@ KEPT_50 = [
     "import enum\nclass C(enum.Enum):\n    A = 1\ndef f(x):\n    return C(1).name, C.A.value",
     "def f(s):\n    def g():\n        return 1\n    return s.replace('a', 'b'), g.__name__, f.__doc__, getattr(g, '__name__')",
     "def f(x) -> type[int]:\n    y: type = int\n    return y",
+    "from typing import TypedDict\nclass M(TypedDict, total=False):\n    a: int\ndef f(x):\n    return M(a=x)",
+    "import dataclasses\n@dataclasses.dataclass(frozen=True, order=True)\nclass P:\n    a: int\n"
+    "def f(x):\n    return dataclasses.asdict(P(x)), dataclasses.astuple(P(x))",
     "from dataclasses import dataclass, field, replace\n@dataclass\nclass P:\n    a: int\n    b: list = field(default_factory=list)\n"
     "def f(x):\n    return replace(P(x), a=2).a",
     "import functools\ndef f(x):\n    return functools.reduce(lambda a, b: a + b, x, 0), functools.lru_cache(maxsize=4)(abs)(-1)",
@@ -262,7 +281,8 @@ def test_issue50_enough_cases_per_class():
     reasons = [parse_program(src)[1] or "" for src, _ in CASES_50.values()]
     for p in ("forbidden attribute: cr_code", "forbidden attribute: ag_code", "forbidden use of type(x)",
               "forbidden use of type other", "forbidden call: type()", "forbidden store: .__name__",
-              "forbidden store: .__qualname__", "forbidden store: .__doc__"):  # fmt: skip
+              "forbidden store: .__qualname__", "forbidden store: .__doc__", "forbidden use of typing.TypedDict",
+              "forbidden use of dataclasses.dataclass", "forbidden metaclass"):  # fmt: skip
         assert sum(r.startswith(p) for r in reasons) >= 1, p
     assert len(CASES_50) >= 30
 
@@ -293,3 +313,11 @@ def test_the_computed_read_is_real_in_the_sandbox(attack_sandbox):
     out = attack_sandbox.run(COMPUTED_READ, "f(0)")
     assert out.status == "ok" and int(out.value_repr) > 0, out
     assert parse_program(COMPUTED_READ)[1].startswith("forbidden")
+
+
+def test_a_typeddict_key_is_code_to_dataclass_in_the_sandbox(attack_sandbox):
+    """Past the policy, the TypedDict key runs as code inside `dataclass`'s generated `__eq__` (the job raises
+    ZeroDivisionError from a string); the policy refuses the program."""
+    out = attack_sandbox.run(TYPEDDICT_EVAL, "f(0)")
+    assert out.status == "error" and out.error_type == "ZeroDivisionError", out
+    assert parse_program(TYPEDDICT_EVAL)[1].startswith("forbidden use of typing.TypedDict")

@@ -27,6 +27,14 @@ whose attribute read takes a name from data, `type(fn)` (FunctionType) made it a
   `metaclass=` (or isinstance's second argument), and neither they nor `type` may be a class base (a program
   metaclass would be a `type` under another name). `x.__class__` was refused already; `dataclasses.make_dataclass`
   (a class from a namespace dict) is out of the allowed API.
+- **No class builder turns names into code.** `dataclasses.dataclass` pastes field names into the source it
+  `exec`s, so a class whose annotations hold a computed key is an `eval` (a functional
+  `typing.TypedDict("T", {"__class__,print(1)": int})` passed to `dataclass(T, init=False)` ran its key as code).
+  So `dataclass` may only decorate a class statement (`@dataclass`, `@dataclass(...)`), whose annotations are
+  identifiers (`__annotations__` cannot be bound or named); `typing.TypedDict` may only be a class base (its
+  functional form takes any keys, and a TypedDict subclass merges its bases' keys into its own annotations); and
+  a class statement's `metaclass=` may only be a metaclass of an allowed module (a function there makes the class
+  statement return any object, which the decorator would then receive).
 - **No stores to `__name__`, `__qualname__`, `__doc__`**, by `X.__name__ = ...`, `del`, `setattr`/`delattr`, or
   `functools.update_wrapper`/`functools.wraps` (which copy them and take attribute names as data): a teacher
   could otherwise write free text into an invalid proposal's reason (`raised <type name>`).
@@ -40,7 +48,7 @@ from __future__ import annotations
 import ast
 import importlib
 import types
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import cache
 
 #: Introspection-attribute prefixes of code objects, frames, generators, coroutines, async generators, tracebacks.
@@ -170,11 +178,27 @@ def _type_result_ok(call: ast.Call, parents: dict[int, ast.AST], bound: set[str]
 
 def _metaclass_uses(tree: ast.AST, modules: dict[str, str]) -> Iterator[tuple[ast.AST, str]]:
     """Every expression that names a metaclass of an allowed module (`ABCMeta`, `abc.ABCMeta`), with its name."""
+    return _member_uses(tree, modules, lambda m, n: n in metaclass_members(m))
+
+
+#: Members that build code from names: where each may appear ("decorator": directly in a class statement's
+#: decorator list, called or not; "base": a class statement's base).
+_CODE_BUILDERS: dict[tuple[str, str], str] = {
+    ("dataclasses", "dataclass"): "decorator",
+    ("typing", "TypedDict"): "base",
+}
+
+
+def _member_uses(
+    tree: ast.AST, modules: dict[str, str], wanted: Callable[[str, str], bool]
+) -> Iterator[tuple[ast.AST, str]]:
+    """Every expression naming `module.member` for which `wanted(module, member)` (`from m import X as Y`'s `Y`,
+    `m.X` through any alias of `m`), with its dotted name."""
     local: dict[str, str] = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module and not node.level:
             for alias in node.names:
-                if alias.name in metaclass_members(node.module):
+                if wanted(node.module, alias.name):
                     local[alias.asname or alias.name] = f"{node.module}.{alias.name}"
     for node in ast.walk(tree):
         if isinstance(node, ast.Name) and node.id in local and isinstance(node.ctx, ast.Load):
@@ -183,9 +207,32 @@ def _metaclass_uses(tree: ast.AST, modules: dict[str, str]) -> Iterator[tuple[as
             isinstance(node, ast.Attribute)
             and isinstance(node.value, ast.Name)
             and node.value.id in modules
-            and node.attr in metaclass_members(modules[node.value.id])
+            and wanted(modules[node.value.id], node.attr)
         ):
             yield node, f"{modules[node.value.id]}.{node.attr}"
+
+
+def _builder_reason(tree: ast.AST, modules: dict[str, str], parents: dict[int, ast.AST]) -> str | None:
+    """`dataclass` outside a class decorator, `TypedDict` other than as a class base, a `metaclass=` that is not
+    an allowed module's metaclass."""
+    for node, name in _member_uses(tree, modules, lambda m, n: (m, n) in _CODE_BUILDERS):
+        where = _CODE_BUILDERS[tuple(name.rsplit(".", 1))]  # type: ignore[index]
+        parent = parents.get(id(node))
+        if where == "decorator":
+            if isinstance(parent, ast.Call) and parent.func is node:
+                node, parent = parent, parents.get(id(parent))
+            if isinstance(parent, ast.ClassDef) and node in parent.decorator_list:
+                continue
+            return f"forbidden use of {name} other than as a class decorator (it turns names into code)"
+        if not (isinstance(parent, ast.ClassDef) and node in parent.bases):
+            return f"forbidden use of {name} other than as a class base (its functional form takes any keys)"
+    allowed = {id(n) for n, _ in _metaclass_uses(tree, modules)}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):
+            for kw in node.keywords:
+                if kw.arg is None or kw.arg == "metaclass" and id(kw.value) not in allowed:
+                    return "forbidden metaclass: only an allowed module's (abc.ABCMeta, enum.EnumType, ...)"
+    return None
 
 
 def constructor_reason(tree: ast.AST, bound: set[str], modules: dict[str, str]) -> str | None:
@@ -218,7 +265,7 @@ def constructor_reason(tree: ast.AST, bound: set[str], modules: dict[str, str]) 
         if _test_arg(node, parent, parents, bound) or isinstance(parent, ast.Compare):
             continue
         return f"forbidden use of {name} other than as metaclass= (a metaclass is a class constructor)"
-    return None
+    return _builder_reason(tree, modules, parents)
 
 
 __all__ = [
