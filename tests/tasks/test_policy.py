@@ -171,3 +171,25 @@ def test_prompt_states_the_allow_list():
     text = tasks.get("code_o").banned_text()
     assert text.startswith("os, sys") and "only these may be imported: abc, array" in text
     assert "collections" in text and "random" not in text.split("imported:")[1]
+
+
+# Issue 50, item 2: the rules that keep a program from building code or renaming what it defines hold with the
+# allow-lists switched off too (the corpus is tests/sandbox/test_attacks_policy.py).
+@pytest.mark.parametrize(
+    "src,reason",
+    [
+        (
+            "def f(x):\n    async def g():\n        return 1\n    return g().cr_code",
+            "forbidden attribute: cr_code",
+        ),
+        ("def f(x):\n    return type(f)", "forbidden use of type(x)"),
+        ("def f(x):\n    t = type\n    return t('C', (), {})", "forbidden use of type other"),
+        ("def f(x):\n    f.__name__ = 'free text'\n    return x", "forbidden store: .__name__"),
+        ("import abc\ndef f(x):\n    return abc.ABCMeta('C', (), {})", "forbidden use of abc.ABCMeta"),
+    ],
+)
+def test_code_building_rules_hold_without_the_allow_lists(src, reason):
+    lax = CapabilityPolicy(deny_modules=frozenset(), allow_modules=None, allow_names=None)
+    for policy in (lax, CapabilityPolicy()):
+        tree, why = parse_program(src, policy)
+        assert tree is None and why is not None and why.startswith(reason), why
