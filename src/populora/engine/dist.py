@@ -245,6 +245,10 @@ class DistWorker:
     def tokenizer(self):
         return self.engine.tokenizer
 
+    def logs(self) -> dict:
+        """Where this worker's output goes (asked before `start`, so a failed start can be shown too)."""
+        return {"node": os.uname().nodename, "pid": os.getpid(), "files": own_log_files()}
+
     def address(self) -> tuple[str, int]:
         """This node's IP and a free TCP port (rank 0 hosts the process group's rendezvous)."""
         import socket
@@ -350,6 +354,7 @@ class DistributedEngine(PeftFolderIO):
         self.device = str(device)
         self.close_timeout_s = float(close_timeout_s)
         self._infos: list[dict] = []
+        self._logs: list[dict] = []  # each worker's node, pid and output files (`DistWorker.logs`)
         self._scratch_root = build_kwargs.get("scratch_dir")
         self.seed = int(seed)
         self._rng = random.Random(self.seed)  # seeds for unseeded generate calls
@@ -436,6 +441,7 @@ class DistributedEngine(PeftFolderIO):
             for i in range(self.workers)
         ]
         try:
+            self._logs = self._get([a.logs.remote() for a in self._actors], "start")
             self._get([a.start.remote(model_ref, tok_ref, build_kwargs) for a in self._actors], "start")
             infos = self._get([a.info.remote() for a in self._actors], "info")
             self.tokenizer = self._get([self._actors[0].tokenizer.remote()], "start")[0]
@@ -474,6 +480,8 @@ class DistributedEngine(PeftFolderIO):
                 except ray.exceptions.RayTaskError as err:
                     cause = getattr(err, "cause", None)
                     if isinstance(cause, EngineError):
+                        if "vllm" in str(cause).lower():  # e.g. "... See root cause above": in its log
+                            self.report_logs([rank_of[ready[0]]])
                         if what == "train":  # the others wait in the all-reduce for this worker
                             self._stop(f"worker {rank_of[ready[0]]} failed in a train step ({cause})")
                         raise EngineError(str(cause)) from None
@@ -481,11 +489,13 @@ class DistributedEngine(PeftFolderIO):
                     # closed by peer"), often before Ray reports the death itself: name the dead worker, the
                     # cause, when there is one.
                     died = death_among(pending, rank_of, what, self.workers)
+                    self.report_logs([int(died.split()[1]) if died else rank_of[ready[0]]])
                     self._stop(
                         died or f"worker {rank_of[ready[0]]} of {self.workers} failed in {what}: {cause!r}"
                     )
                     raise EngineError(self._dead) from None
                 except ray.exceptions.RayError as err:  # actor died, node lost, out of memory
+                    self.report_logs([rank_of[ready[0]]])
                     self._stop(_died(rank_of[ready[0]], self.workers, what, err))
                     raise EngineError(self._dead) from None
                 values[rank_of[ready[0]]] = value
@@ -495,6 +505,25 @@ class DistributedEngine(PeftFolderIO):
         except KeyboardInterrupt:
             self._stop("interrupted")
             raise
+
+    def report_logs(self, ranks: list[int]) -> None:
+        """Copy the last lines of workers `ranks`' output to the driver's log (a warning per file), for a worker
+        that died or failed unexpectedly, or whose vLLM failed. Ray keeps workers' output out of the driver's console (`log_to_driver=False`: vLLM logs every
+        start-up step), so a worker's own account of a failure, vLLM's root cause included, would otherwise
+        stay in Ray's session folder on its node. A worker on another node is named with its files there."""
+        log = logging.getLogger(__name__)
+        here = os.uname().nodename
+        for k, where in enumerate(self._logs):
+            if k not in ranks:
+                continue
+            head = f"dist worker {k} of {self.workers} (node {where['node']}, pid {where['pid']})"
+            if where["node"] != here:
+                log.warning("%s: its output is in %s on that node", head, ", ".join(where["files"]))
+                continue
+            for path in where["files"]:
+                tail = log_tail(path)
+                if tail:
+                    log.warning("%s, last lines of %s:\n%s", head, path, "\n".join("  " + t for t in tail))
 
     def _stop(self, why: str) -> None:
         """Mark the engine dead and stop every worker (some may be stuck in a collective)."""
@@ -847,6 +876,35 @@ def _died(rank: int, workers: int, what: str, err: BaseException) -> str:
     text = str(err).strip()
     reason = text.splitlines()[0][:200] if text else type(err).__name__
     return f"worker {rank} of {workers} died during {what} ({reason})"
+
+
+LOG_TAIL_LINES = 20  # per file of a failed worker, copied to the driver's log
+
+
+def own_log_files() -> list[str]:
+    """This process's stdout and stderr files, where they are files: a Ray worker's, in Ray's session logs
+    folder on its node (`worker-*.out` / `.err`); vLLM's engine core, started by the worker, writes there too."""
+    files: list[str] = []
+    for fd in (1, 2):
+        try:
+            path = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if os.path.isfile(path) and path not in files:
+            files.append(path)
+    return files
+
+
+def log_tail(path: str, lines: int = LOG_TAIL_LINES) -> list[str]:
+    """The last `lines` non-blank lines of a text file (read from its last 64 KiB); [] when it cannot be read."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 65536))
+            text = f.read().decode("utf-8", "replace")
+    except OSError:
+        return []
+    return [line for line in text.splitlines() if line.strip()][-lines:]
 
 
 def _alive(pid: int) -> bool:
