@@ -25,6 +25,9 @@ FAST = [
     "train.checkpoint_every=1",
     "evolution.every=1",
     "evolution.min_games=0",
+    # a seed per request: the overlap test compares two runs sample for sample, and unseeded requests draw from
+    # vLLM's engine generator in whatever batches its engine-core process happened to schedule
+    "model.vllm_seeded=true",
 ]
 
 
