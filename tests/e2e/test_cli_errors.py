@@ -83,7 +83,7 @@ def test_resume_refuses_to_change_the_run(tmp_path):
         "error: --set lora.rank: cannot change on --resume (only train.steps, train.checkpoint_every, "
         "train.keep_checkpoints, train.threads, train.overlap, dist.workers, dist.address, rl.micro_batch_tokens, "
         "rl.activation_checkpointing, rl.share_prompt_forward, model.vllm_gpu_memory_utilization, model.vllm_kv_cache_gb, "
-        "model.vllm_sleep, model.trust_remote_code); "
+        "model.vllm_sleep, model.vllm_seeded, model.trust_remote_code); "
         "start a new run to change it."
     )
 
