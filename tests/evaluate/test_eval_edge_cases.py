@@ -33,6 +33,33 @@ def test_limit_below_one_is_an_error(limit, tmp_path):
         load_items(EvalOptions(benchmarks=["humaneval+"], limit=int(limit)))
 
 
+@pytest.mark.parametrize(
+    "flag,value",
+    [
+        ("--min-time-limit", "nan"),
+        ("--min-time-limit", "0"),
+        ("--min-time-limit", "-5"),
+        ("--min-time-limit", "inf"),
+        ("--gt-time-limit-factor", "0"),
+        ("--gt-time-limit-factor", "nan"),
+    ],
+)
+def test_time_limits_must_be_finite_and_positive(flag, value, tmp_path):
+    # Issue 50: these were accepted, and every input of every candidate then timed out: all answers failed.
+    r = CliRunner().invoke(
+        app,
+        ["eval", "--oracle", "gold", "-b", "humaneval+", "-n", "1", flag, value, "--out-dir", str(tmp_path)],
+    )
+    assert r.exit_code == 2, r.output
+    assert f"{flag} must be a finite number above 0" in r.output and "Traceback" not in r.output
+    assert not (tmp_path / "results.md").exists()
+    from populora.evaluate.items import CodeLimits
+
+    name = "min_time_limit" if flag == "--min-time-limit" else "gt_time_limit_factor"
+    with pytest.raises(ValueError, match=f"CodeLimits\\({name}=\\) must be a finite number above 0"):
+        CodeLimits(**{name: float(value)})
+
+
 def test_lcb_only_without_data_is_an_error_naming_the_fix(tmp_path):
     r = CliRunner().invoke(app, ["eval", "--oracle", "gold", "-b", "lcb", "--out-dir", str(tmp_path)])
     assert r.exit_code == 2, r.output

@@ -1,10 +1,13 @@
 """Answer extraction: AZR math answers, code blocks, EvalPlus-style sanitising, LiveCodeBench fences."""
 
+import pytest
+
 from populora.evaluate.data import last_boxed, math_gold
 from populora.evaluate.extract import (
     answer_block,
     extract_azr_answer,
     extract_code_block,
+    fenced_blocks,
     lcb_extract_code,
     longest_parsable,
     sanitize,
@@ -77,3 +80,46 @@ def test_longest_parsable_span_drops_prose():
     assert longest_parsable(text).strip() == "def f(x):\n    return x + 1"
     assert sanitize(text, "f").strip() == "def f(x):\n    return x + 1"
     assert sanitize("!!! ???", "f") == ""
+
+
+# Hostile text (issue 50). Each input below made the old extraction run for minutes (lazy regular expressions
+# rescanning to the end from every opening; a longest-span search with one parse per pair of lines); the
+# timeout marks only a hang, the asserts check the results.
+@pytest.mark.timeout(60)
+def test_display_fallback_on_120000_characters_of_openings():
+    openings = "\\[" * 60_000  # no closing: the old `\[(.*?)\]` search rescanned the rest from each one
+    assert extract_azr_answer(openings) == ""
+    assert extract_azr_answer(openings + " 7 \\] \\[ 8 \\]") == ("\\[" * 59_999 + " 7").strip()
+    assert extract_azr_answer("x \\[ 5 \\]" + openings) == "5"
+
+
+@pytest.mark.timeout(60)
+def test_fence_scan_on_300000_backticks():
+    assert fenced_blocks("```" * 100_000) == []  # no newline after any fence: no block
+    ticks = "```" * 100_000
+    assert fenced_blocks(ticks + "\nx = 1\n```") == [("", "x = 1\n")]
+    assert extract_code_block("```python\ndef f():\n    return 2\n```" + ticks) == "def f():\n    return 2\n"
+
+
+@pytest.mark.timeout(60)
+def test_sanitiser_on_600_lines_of_open_brackets():
+    junk = "x = (\n" * 600  # nothing parses: the old search parsed every pair of lines (400 lines took 66 s)
+    assert longest_parsable(junk) == "" and sanitize(junk, "f") == ""
+    good = "def f(x):\n    return x + 1\n"
+    out = sanitize(good + junk[: 6 * 150], "f")  # the answer, then 150 junk lines: found within the bound
+    assert out.strip() == good.strip()
+    ns: dict = {}
+    exec(out, ns)
+    assert ns["f"](1) == 2
+
+
+def test_sanitiser_bound_keeps_the_longest_span_found(monkeypatch):
+    from populora.evaluate import extract
+
+    text = "Sure:\ndef f(x):\n    return x\nprose\ny = 2\n"
+    want = longest_parsable(text)
+    monkeypatch.setattr(extract, "MAX_PARSES", 2)  # the search stops after its second parse
+    assert longest_parsable(text) in ("", want)
+    monkeypatch.setattr(extract, "MAX_PARSES", 10_000)
+    monkeypatch.setattr(extract, "MAX_PARSED_CHARS", 0)  # no parse beyond the first (the whole text)
+    assert longest_parsable(text) == ""

@@ -115,3 +115,34 @@ def test_expected_outputs_are_computed_once_per_task():
     assert gtm.computed - before == 2  # base and plus, once each for two candidates
     grader.grade([(fresh, fresh.gold)])
     assert gtm.computed - before == 2
+
+
+# Issue 50: a candidate's job writes the run the grader reads, and the candidate can rewrite it. Each of these
+# raised out of `CodeGrader.grade` (TypeError, ValueError, ...), so no candidate of the batch got a result.
+_FORGE = (
+    "import json\n_d = json.dumps\n"
+    "json.dumps = lambda o, *a, **k: _d(o) if isinstance(o, dict) and 'status' in o else {chunk!r}\n"
+    "def sort_it(xs):\n    return sorted(xs)\n"
+)
+
+
+@pytest.mark.parametrize(
+    "cheat",
+    [
+        # a dict keyed by a hashable list subclass: its key travels as a list, which no dict can hold
+        "class L(list):\n    __hash__ = lambda self: 1\ndef sort_it(xs):\n    return {L([1]): 2}\n",
+        "class L(list):\n    __hash__ = lambda self: 1\ndef sort_it(xs):\n    return {L(xs)}\n",
+        # the harness's JSON encoder patched in the candidate's own process
+        _FORGE.format(chunk='{"i": 5}'),  # a tag whose value is no hex text
+        _FORGE.format(chunk='{"a": 1, "b": 2}'),  # two tags
+        _FORGE.format(chunk='{"t": 5}'),  # a tuple of a number
+        _FORGE.format(chunk='{"b": "zz"}'),  # bytes that are no hex
+        _FORGE.format(chunk="[" * 3000 + "]" * 3000),  # nesting past the recursion limit
+        "import json\njson.dumps = lambda *a, **k: '[1'\ndef sort_it(xs):\n    return sorted(xs)\n",
+        "import json\njson.dumps = lambda *a, **k: '{\"status\": 1}'\ndef sort_it(xs):\n    return xs\n",
+    ],
+)
+def test_a_malformed_run_fails_its_candidate_and_no_other(grader, cheat):
+    res = grader.grade([(SORT, cheat), (SORT, SORT.gold)])
+    assert [r.passed for r in res] == [False, True]
+    assert res[0].status == "fail" and "no readable run" in res[0].detail

@@ -150,3 +150,18 @@ def test_candidate_cannot_see_or_fool_the_expected_outputs(lcb_file):
         payload = json.loads(json.loads(program.rsplit("_PAYLOAD = ", 1)[1]))
         assert set(payload) == {"code", "inputs", "fn_name", "timeout"}
         assert payload["inputs"] == [t["input"] for t in item.meta["tests"]]
+
+
+def test_a_malformed_run_fails_its_candidate_and_no_other(lcb_file):
+    # Issue 50: the key of this dict travels as a list, and decoding it raised TypeError out of the grader.
+    stdin_item, func_item = load_lcb(lcb_file)
+    cheat = (
+        "class L(list):\n    __hash__ = lambda self: 1\n"
+        "class Solution:\n    def addAll(self, k, xs):\n        return {L(xs): k}\n"
+    )
+    patched = "import json\njson.dumps = lambda *a, **k: '{\"status\": 1}'\n" + FUNC_OK
+    res = CodeGrader(workers=2, limits=CodeLimits(lcb_timeout_s=1.0)).grade(
+        [(func_item, cheat), (func_item, FUNC_OK), (func_item, patched)]
+    )
+    assert [r.passed for r in res] == [False, True, False]
+    assert all(r.status == "fail" and "no readable run" in r.detail for r in (res[0], res[2]))

@@ -81,9 +81,13 @@ def lcb_same_stdout(pred: str, gold: str) -> bool:
 def _lcb_result(item: Item, outcome) -> CodeResult:
     from populora.evaluate.ground_truth import parse_run
 
-    run = parse_run(outcome.value_repr) if outcome.status == "ok" else None
-    if run is None:
+    if outcome.status != "ok":
         return CodeResult(False, outcome.status, f"sandbox: {outcome.error_type or ''}".strip())
+    run = parse_run(outcome.value_repr)
+    if run is None:  # the candidate's job can rewrite its result (issue 50): a failed candidate, not a crash
+        return CodeResult(
+            False, "fail", "the candidate's job returned no readable run (malformed harness output)"
+        )
     tests = item.meta["tests"]
     fn = item.meta.get("fn_name")
     for i, out in enumerate(run["outputs"][: len(tests)]):
@@ -146,6 +150,9 @@ class CodeGrader:
             part = idxs[s : s + chunk]
             jobs = [lcb_job(pairs[i][0], pairs[i][1], self.limits) for i in part]
             for i, out in zip(part, sb.run_many(jobs, lim), strict=True):
-                results[i] = _lcb_result(pairs[i][0], out)
+                try:
+                    results[i] = _lcb_result(pairs[i][0], out)
+                except Exception as exc:  # noqa: BLE001 - one candidate's run never aborts the evaluation
+                    results[i] = CodeResult(False, "fail", f"grader error {type(exc).__name__}")
             if progress:
                 progress(len(part))

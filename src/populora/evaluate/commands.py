@@ -139,7 +139,16 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         """Greedy pass@1 on held-out code and math benchmarks, per member, with a paper-style table."""
         from populora.evaluate.code_grader import CodeLimits
         from populora.evaluate.data import DataError, parse_benchmarks
+        from populora.evaluate.items import limit_error
         from populora.evaluate.prompts import PROMPT_STYLES
+
+        for flag, value, usual in (
+            ("--min-time-limit", min_time_limit, "seconds; AZR uses 10, EvalPlus 1"),
+            ("--gt-time-limit-factor", gt_factor, "AZR uses 8, EvalPlus 4"),
+        ):
+            why = limit_error(value)
+            if why:  # 0, -5 or nan timed every input out: each correct answer failed, silently (issue 50)
+                _fail(f"{flag} {why} ({usual})")
 
         if limit is not None and limit < 1:
             _fail(

@@ -50,30 +50,40 @@ def _run_phase(sb, batch, phase, gts, limits, workers, progress):
         wall = 2 * max(lims) + 10.0
         lim = Limits(timeout_s=wall, memory_mb=limits.memory_mb, max_output_chars=80_000_000, cpu_s=wall)
         for (i, item, _code, gt), out in zip(part, sb.run_many(jobs, lim), strict=True):
-            run = gtm.parse_run(out.value_repr) if out.status == "ok" else None
-            if run is None:
-                status = "timeout" if out.status == "timeout" else "fail"
-                msg = f"{out.error_type or ''} {(out.error_message or '')[:200]}".strip()
-                verdicts[i] = (status, f"{phase}: sandbox {out.status} {msg}".strip())
-                continue
-            inputs = gtm.phase_inputs(item, phase)
-            if item.meta["dataset"] == "mbpp":
-                from populora.evaluate._harness import mbpp_inputs
-
-                inputs = mbpp_inputs(gtm.task_number(item), inputs)
-            atol = item.meta.get("atol", 0) or 0
             try:
-                status, _n, detail = judge_phase(
-                    item.meta["dataset"], item.meta["entry_point"], atol, inputs, gt.outputs, run
-                )
-            except Exception as exc:  # noqa: BLE001 - one candidate's outputs never abort the evaluation
-                status, detail = "error", f"grader error {type(exc).__name__}: {str(exc)[:200]}"
-            verdicts[i] = (status, f"{phase}: {detail}" if detail else "")
+                verdicts[i] = _verdict(item, phase, gt, out)
+            except Exception as exc:  # noqa: BLE001 - one candidate's run never aborts the evaluation
+                verdicts[i] = ("fail", f"{phase}: grader error {type(exc).__name__}")
         if progress and phase == "base":
             progress(len(part))
     if progress and phase == "base" and len(runnable) < len(batch):
         progress(len(batch) - len(runnable))
     return verdicts
+
+
+def _verdict(item: Item, phase: str, gt: gtm.GroundTruth, out) -> tuple[str, str]:
+    """(status, detail) of one candidate's phase from its job's outcome `out`. A run the candidate's job did
+    not return in the harness's form (it can rewrite it: issue 50) is a failed candidate with that reason."""
+    if out.status != "ok":
+        status = "timeout" if out.status == "timeout" else "fail"
+        msg = f"{out.error_type or ''} {(out.error_message or '')[:200]}".strip()
+        return status, f"{phase}: sandbox {out.status} {msg}".strip()
+    run = gtm.parse_run(out.value_repr)
+    if run is None:
+        return "fail", f"{phase}: the candidate's job returned no readable run (malformed harness output)"
+    inputs = gtm.phase_inputs(item, phase)
+    if item.meta["dataset"] == "mbpp":
+        from populora.evaluate._harness import mbpp_inputs
+
+        inputs = mbpp_inputs(gtm.task_number(item), inputs)
+    atol = item.meta.get("atol", 0) or 0
+    try:
+        status, _n, detail = judge_phase(
+            item.meta["dataset"], item.meta["entry_point"], atol, inputs, gt.outputs, run
+        )
+    except Exception as exc:  # noqa: BLE001 - one candidate's outputs never abort the evaluation
+        status, detail = "error", f"grader error {type(exc).__name__}: {str(exc)[:200]}"
+    return status, f"{phase}: {detail}" if detail else ""
 
 
 def grade_evalplus(

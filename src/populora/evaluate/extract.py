@@ -8,6 +8,12 @@ Code: the last fenced ```` ```python ```` block (or the last fenced block), then
 semantics re-implemented with `ast` instead of tree-sitter: the longest run of lines that parses, keeping
 imports, top-level classes, functions that contain a ``return``, and assignments, restricted to the names
 reachable from the entry point.
+
+Bounded on hostile text (issue 50): the ``\\[ ... \\]`` fallback and the fence scanner use `str.find`
+(linear; the regular expressions they replace were quadratic, 60,000 characters of ``\\[`` took 21 s), and
+the longest-parsable-span search, quadratic in lines with a parse per try, stops after `MAX_PARSES` parses or
+`MAX_PARSED_CHARS` characters parsed in all, keeping the longest span found so far (200 lines of ``x = (``
+took 12 s in the grading process; a fair answer parses at once or within a few dozen tries).
 """
 
 from __future__ import annotations
@@ -17,6 +23,11 @@ import re
 
 from populora import pyparse
 from populora.evaluate.data import last_boxed
+
+# The longest-span search parses at most this many spans, of at most this many characters in all; past either it
+# returns the longest span found so far (see the module docstring).
+MAX_PARSES = 1_000
+MAX_PARSED_CHARS = 1_000_000
 
 _ANSWER_OPEN = re.compile(r"<answer>", re.IGNORECASE)
 _ANSWER_CLOSE = re.compile(r"</answer>", re.IGNORECASE)
@@ -44,18 +55,45 @@ def extract_azr_answer(text: str) -> str:
     boxed = last_boxed(text)
     if boxed is not None:
         return boxed.strip()
-    m = re.search(r"\\\[(.*?)\\\]", text, re.DOTALL)
-    if m:
-        return m.group(1).strip()
-    return ""
+    return _first_display(text)
 
 
-_FENCE = re.compile(r"```([A-Za-z0-9_+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
+def _first_display(text: str) -> str:
+    """The inside of the first ``\\[ ... \\]`` (the old lazy-regex search's match), stripped, or "".
+    Linear: if the first opening has no closing after it, no later opening has one either."""
+    start = text.find("\\[")
+    if start < 0:
+        return ""
+    end = text.find("\\]", start + 2)
+    return text[start + 2 : end].strip() if end >= 0 else ""
+
+
+_LANG = re.compile(r"[A-Za-z0-9_+-]*")
 
 
 def fenced_blocks(text: str) -> list[tuple[str, str]]:
-    """All ```` ```lang ... ``` ```` blocks as (lang, body); an unterminated last block runs to the end."""
-    return [(m.group(1).lower(), m.group(2)) for m in _FENCE.finditer(text)]
+    """All ```` ```lang ... ``` ```` blocks as (lang, body); an unterminated last block runs to the end.
+
+    The blocks ``re.finditer(r"```([A-Za-z0-9_+-]*)[^\\n]*\\n(.*?)(?:```|\\Z)", text, re.DOTALL)`` gives, found
+    with `str.find` in one pass (that expression rescans to the end from every fence with no newline after
+    it: quadratic)."""
+    out: list[tuple[str, str]] = []
+    pos = 0
+    while True:
+        start = text.find("```", pos)
+        if start < 0:
+            break
+        nl = text.find("\n", start + 3)
+        if nl < 0:  # no newline after this fence, hence none after any later one: nothing more matches
+            break
+        lang = _LANG.match(text, start + 3, nl).group(0).lower()
+        end = text.find("```", nl + 1)
+        if end < 0:
+            out.append((lang, text[nl + 1 :]))
+            break
+        out.append((lang, text[nl + 1 : end]))
+        pos = end + 3
+    return out
 
 
 def extract_code_block(text: str) -> str:
@@ -87,20 +125,26 @@ def _parses(code: str) -> bool:
 
 
 def longest_parsable(code: str) -> str:
-    """The longest contiguous run of lines (by non-blank lines) that parses, as EvalPlus's `code_extract`."""
+    """The longest contiguous run of lines (by non-blank lines) that parses, as EvalPlus's `code_extract`;
+    after `MAX_PARSES` parses or `MAX_PARSED_CHARS` parsed characters, the longest one found so far."""
     if _parses(code):
         return code
     lines = code.split("\n")
-    nonblank = [0]
+    nonblank, offset = [0], [0]  # non-blank lines and characters (with newlines) before each line
     for line in lines:
         nonblank.append(nonblank[-1] + (1 if line.strip() else 0))
+        offset.append(offset[-1] + len(line) + 1)
     best, best_len = (0, -1), 0
+    parses, parsed = 1, len(code)
     for i in range(len(lines)):
         # Try long spans first and stop once no longer span can beat the best one found.
         for j in range(len(lines) - 1, i, -1):
             length = nonblank[j + 1] - nonblank[i]
             if length <= best_len:
                 break
+            if parses >= MAX_PARSES or parsed >= MAX_PARSED_CHARS:
+                return "\n".join(lines[best[0] : best[1] + 1]) if best_len > 0 else ""
+            parses, parsed = parses + 1, parsed + offset[j + 1] - offset[i]
             if _parses("\n".join(lines[i : j + 1])):
                 best, best_len = (i, j), length
                 break

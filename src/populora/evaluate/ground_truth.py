@@ -15,6 +15,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,21 +78,42 @@ def cache_dir() -> Path:
     return Path(base) / "populora" / "evalplus-gt"
 
 
+#: How a harness run may end (`_harness.populora_run`: pass/fail/timeout; the LCB checker: pass/error/timeout).
+RUN_STATUSES = frozenset({"pass", "fail", "timeout", "error"})
+
+
 def parse_run(value_repr: str | None) -> dict | None:
-    """The harness's JSON text (as the job's ``repr``) -> dict with decoded outputs; None if unreadable."""
+    """The harness's JSON text (as the job's ``repr``) -> dict with decoded outputs; None if unreadable or
+    malformed. Never raises: a candidate's job writes this text, and the candidate can rewrite it (it may patch
+    the json module of its own process, or return a dict keyed by a hashable list subclass, whose encoded key
+    decodes to a list), so one bad run must fail its candidate, not the grading (issue 50)."""
     import ast
 
-    if value_repr is None:
+    if not isinstance(value_repr, str):
         return None
     try:
-        text = ast.literal_eval(value_repr)
-        run = json.loads(text)
-    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return checked_run(json.loads(ast.literal_eval(value_repr)))
+    except Exception:  # noqa: BLE001 - SyntaxError, ValueError, TypeError, RecursionError, MemoryError, ...
         return None
-    if not isinstance(run, dict) or not isinstance(run.get("outputs"), list):
+
+
+def checked_run(run: Any) -> dict | None:
+    """A run record (the harness's JSON, parsed) with its fields checked and its outputs decoded: `status` one
+    of `RUN_STATUSES`, `detail` text (cut to 300 characters), `outputs` a list, `times` (if there) a list of
+    finite numbers; None if any is not so. May raise on a malformed output (the callers catch)."""
+    if not isinstance(run, dict) or run.get("status") not in RUN_STATUSES:
         return None
-    run["outputs"] = [decode(o) for o in run["outputs"]]
-    return run
+    outputs, times, detail = run.get("outputs"), run.get("times", []), run.get("detail", "")
+    if not isinstance(outputs, list) or not isinstance(times, list) or not isinstance(detail, str):
+        return None
+    if not all(type(t) in (int, float) and math.isfinite(t) for t in times):
+        return None
+    return {
+        "status": run["status"],
+        "detail": detail[:300],
+        "outputs": [decode(o) for o in outputs],
+        "times": times,
+    }
 
 
 def _from_run(item: Item, run: dict | None, why: str) -> GroundTruth:
@@ -125,12 +147,12 @@ def expected_outputs(
         if use_disk and path.is_file():
             try:
                 with gzip.open(path, "rt", encoding="utf-8") as fh:
-                    run = json.load(fh)
-                run["outputs"] = [decode(o) for o in run["outputs"]]
-                gt = _from_run(item, run, "")
-                _MEMORY[key] = out[(item.id, phase)] = gt
-                continue
-            except (OSError, ValueError, KeyError, EOFError):
+                    run = checked_run(json.load(fh))
+                if run is not None:
+                    gt = _from_run(item, run, "")
+                    _MEMORY[key] = out[(item.id, phase)] = gt
+                    continue
+            except Exception:  # noqa: BLE001 - OSError, EOFError, ValueError, TypeError, ...
                 pass  # a damaged cache entry is recomputed and rewritten
         todo.append((item, phase, key))
     if not todo:

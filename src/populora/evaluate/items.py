@@ -6,6 +6,7 @@ Their own module so that every loader and grader can use them without importing 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,3 +50,20 @@ class CodeLimits:
     memory_mb: int = 4096  # EvalPlus's EVALPLUS_MAX_MEMORY_BYTES default (4 GiB)
     plus: bool = True  # run the plus tests (False: base tests only, "HumanEval" rather than "HumanEval+")
     gt_cache: bool = True  # keep expected outputs on disk ($XDG_CACHE_HOME/populora/evalplus-gt)
+
+    def __post_init__(self) -> None:
+        # A zero, negative or NaN limit made every input time out at once: every correct answer failed, silently
+        # (issue 50). The CLI says the same about its flags (`limit_error`).
+        for name in ("min_time_limit", "gt_time_limit_factor", "task_timeout", "lcb_timeout_s"):
+            why = limit_error(getattr(self, name))
+            if why:
+                raise ValueError(f"CodeLimits({name}=) {why}")
+
+
+def limit_error(value: Any) -> str | None:
+    """Why `value` is no time limit or factor (it must be a finite number above 0), or None."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return f"must be a number, got {value!r}"
+    if not math.isfinite(value) or value <= 0:
+        return f"must be a finite number above 0, got {value!r}"
+    return None
