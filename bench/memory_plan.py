@@ -2,7 +2,9 @@
 sparse file of the bf16 weights' size stands in for the weights), paper-7b's settings, per GPU size.
 
 Activations are measured on the CPU with the real Qwen2 class at 1-2 layers (`populora.engine.activations`)
-and extrapolated to 28 layers; each row is one setting of activation checkpointing and vLLM sleep.
+and extrapolated to 28 layers (x1.07 without checkpointing: the whole step measured under fake tensors,
+bench/memory_fake_7b.py); each row is one setting of activation checkpointing and vLLM sleep. The peaks hold
+two CUDA contexts, the 1 GiB reserve, and with sleep the engine's CUDA-graph pool (`MemoryPlan`'s terms).
 Usage: PYTHONPATH=src python bench/memory_plan.py [--out bench/results/memory_plan.json]
 """
 
@@ -14,7 +16,13 @@ from pathlib import Path
 
 from populora.config import ConfigError, load_config
 from populora.engine.activations import measure_activations
-from populora.engine.memory import check_plan, memory_plan
+from populora.engine.memory import (
+    CUDA_CONTEXT_BYTES,
+    GPU_RESERVE_BYTES,
+    VLLM_ASLEEP_BYTES,
+    check_plan,
+    memory_plan,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 WEIGHTS_7B = 15_231_233_024  # Qwen2.5-Coder-7B in bfloat16: 7.62e9 parameters x 2 bytes
@@ -59,6 +67,8 @@ def main() -> None:
                             slots_gib=round(plan.slots / GIB, 2),
                             vllm_gib=round(plan.vllm_share * total / GIB, 2),
                             activations_gib=round(plan.activations / GIB, 2),
+                            contexts_gib=round(plan.contexts / GIB, 2),
+                            asleep_residue_gib=round(plan.asleep_residue / GIB, 2) if sleep else 0.0,
                             sampling_peak_gib=round(sampling / GIB, 1),
                             training_peak_gib=round(training / GIB, 1),
                             gpu_gib=round(total / GIB, 1),
@@ -78,7 +88,11 @@ def main() -> None:
         f"saved activations: {result['per_token_per_layer_kib']} KiB per token per layer "
         f"({result['checkpointed_per_token_per_layer_kib']} KiB checkpointed)"
     )
-    print("GPU   ckpt  sleep  tokens  activ.GiB  sampling  training  of GiB  fits")
+    print(
+        f"GPU   ckpt  sleep  tokens  activ.GiB  sampling  training  of GiB  fits  (with contexts "
+        f"{2 * CUDA_CONTEXT_BYTES / GIB:g} GiB, reserve {GPU_RESERVE_BYTES / GIB:g} GiB, asleep residue "
+        f"{VLLM_ASLEEP_BYTES / GIB:g} GiB)"
+    )
     for r in rows:
         print(
             f"{r['gpu_gb']:>3}GB  {r['activation_checkpointing']!s:5} {r['vllm_sleep']!s:5}  {r['tokens']:>6}  "
