@@ -110,7 +110,8 @@ def test_a_killed_worker_stops_the_run_with_one_line_and_resume_continues(tmp_pa
     done = [m["step"] for m in read_jsonl(run / "metrics.jsonl")]
     assert done and done[-1] < 4
 
-    train(resume=run, quiet=True)
+    # a run folder cannot choose the cluster it joins (issue 50): the resume names it
+    train(resume=run, overrides=[f"dist.address={ray_address}"], quiet=True)
     metrics = read_jsonl(run / "metrics.jsonl")
     assert [m["step"] for m in metrics] == [1, 2, 3, 4]
     _check_dist(metrics[-1:])
