@@ -35,6 +35,14 @@ whose attribute read takes a name from data, `type(fn)` (FunctionType) made it a
   functional form takes any keys, and a TypedDict subclass merges its bases' keys into its own annotations); and
   a class statement's `metaclass=` may only be a metaclass of an allowed module (a function there makes the class
   statement return any object, which the decorator would then receive).
+- **No class from the Enum functional API.** `Enum("any text", "a b", type=Exception)` (or a call of any enum
+  class without members, the program's own included) makes a class from data with a free-text name, which a
+  raised member puts in a reason. An enum class without members (`enum.Enum`, `IntEnum`, `Flag`, ..., and a
+  program class deriving from one whose body binds no member to a literal or `auto()`) may only be a class base,
+  be looked up with one argument (`Color(1)`), be compared, or be isinstance's second argument; it cannot be
+  stored, passed on or have an attribute read (`Enum.__call__`, a classmethod's `cls`), so nothing reaches the
+  functional form. An enum class with members cannot be extended (the functional form raises TypeError), so it
+  is unrestricted.
 - **No stores to `__name__`, `__qualname__`, `__doc__`**, by `X.__name__ = ...`, `del`, `setattr`/`delattr`, or
   `functools.update_wrapper`/`functools.wraps` (which copy them and take attribute names as data): a teacher
   could otherwise write free text into an invalid proposal's reason (`raised <type name>`).
@@ -212,6 +220,112 @@ def _member_uses(
             yield node, f"{modules[node.value.id]}.{node.attr}"
 
 
+@cache
+def memberless_enums(module: str) -> frozenset[str]:
+    """The public names of `module` bound to an enum class without members (`enum.Enum`, `enum.IntFlag`, ...):
+    the ones whose call with names makes a new class."""
+    import enum
+
+    try:
+        mod = importlib.import_module(module)
+    except ImportError:
+        return frozenset()
+    out = set()
+    for n in dir(mod):
+        o = getattr(mod, n, None)
+        if not n.startswith("_") and isinstance(o, type) and issubclass(o, enum.Enum) and not o.__members__:
+            out.add(n)
+    return frozenset(out)
+
+
+def _binds_a_member(cls: ast.ClassDef) -> bool:
+    """Whether a class body binds an enum member for sure: a public name to a literal or `auto()` (anything else
+    may be a descriptor, which Enum does not make a member)."""
+
+    def literal(v: ast.AST | None) -> bool:
+        if isinstance(v, ast.Constant):
+            return True
+        if isinstance(v, ast.UnaryOp):
+            return literal(v.operand)
+        if isinstance(v, ast.Tuple):
+            return all(literal(e) for e in v.elts)
+        return (
+            isinstance(v, ast.Call)
+            and not v.args
+            and (
+                isinstance(v.func, ast.Name)
+                and v.func.id == "auto"
+                or getattr(v.func, "attr", None) == "auto"
+            )
+        )
+
+    for stmt in cls.body:
+        targets = (
+            stmt.targets
+            if isinstance(stmt, ast.Assign)
+            else [stmt.target]
+            if isinstance(stmt, ast.AnnAssign)
+            else []
+        )
+        if any(isinstance(t, ast.Name) and not t.id.startswith("_") for t in targets) and literal(
+            getattr(stmt, "value", None)
+        ):
+            return True
+    return False
+
+
+def _enum_reason(
+    tree: ast.AST,
+    modules: dict[str, str],
+    parents: dict[int, ast.AST],
+    annotations: set[int],
+    bound: set[str],
+) -> str | None:
+    """Uses of an enum class without members other than those the module docstring allows."""
+    uses = list(_member_uses(tree, modules, lambda m, n: n in memberless_enums(m)))
+    enum_nodes = {id(n) for n, _ in uses}
+    classes = [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)]
+    program: set[str] = set()
+    while True:  # the program's own enum classes, by name, until no class is added
+        grown = {
+            c.name
+            for c in classes
+            if c.name not in program
+            and any(id(b) in enum_nodes or isinstance(b, ast.Name) and b.id in program for b in c.bases)
+        }
+        if not grown:
+            break
+        program |= grown
+    memberless = {c.name for c in classes if c.name in program and not _binds_a_member(c)}
+    refs: list[tuple[ast.AST, str]] = uses
+    refs += [
+        (n, n.id)
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Name) and n.id in memberless and isinstance(n.ctx, ast.Load)
+    ]
+    for node, name in refs:
+        if id(node) in annotations:
+            continue
+        parent = parents.get(id(node))
+        if isinstance(parent, ast.ClassDef) and node in parent.bases:
+            continue
+        if isinstance(parent, ast.Compare) or _test_arg(node, parent, parents, bound):
+            continue
+        if (
+            isinstance(parent, ast.Call)
+            and parent.func is node
+            and len(parent.args) == 1
+            and not parent.keywords
+            and not isinstance(parent.args[0], ast.Starred)
+        ):
+            continue
+        return (
+            f"forbidden use of {name} other than as a base, a lookup X(value) or a test "
+            "(an enum without members called with names makes a class from data)"
+        )
+    return None
+
+
 def _builder_reason(tree: ast.AST, modules: dict[str, str], parents: dict[int, ast.AST]) -> str | None:
     """`dataclass` outside a class decorator, `TypedDict` other than as a class base, a `metaclass=` that is not
     an allowed module's metaclass."""
@@ -265,7 +379,7 @@ def constructor_reason(tree: ast.AST, bound: set[str], modules: dict[str, str]) 
         if _test_arg(node, parent, parents, bound) or isinstance(parent, ast.Compare):
             continue
         return f"forbidden use of {name} other than as metaclass= (a metaclass is a class constructor)"
-    return _builder_reason(tree, modules, parents)
+    return _builder_reason(tree, modules, parents) or _enum_reason(tree, modules, parents, annotations, bound)
 
 
 __all__ = [
@@ -274,6 +388,7 @@ __all__ = [
     "NAME_DUNDERS",
     "constructor_reason",
     "is_code_type",
+    "memberless_enums",
     "metaclass_members",
     "store_reason",
 ]
