@@ -120,7 +120,7 @@ def _parses(code: str) -> bool:
     try:
         pyparse.parse(code)
         return True
-    except (SyntaxError, ValueError, MemoryError, RecursionError):
+    except Exception:  # noqa: BLE001 - SyntaxError, ValueError (NUL), RecursionError, MemoryError, ...
         return False
 
 
@@ -174,7 +174,7 @@ def sanitize(code: str, entry_point: str | None = None) -> str:
     span = longest_parsable(code)
     try:
         tree = pyparse.parse(span)
-    except (SyntaxError, ValueError, MemoryError, RecursionError):
+    except Exception:  # noqa: BLE001 - SyntaxError, ValueError (NUL), RecursionError, MemoryError, ...
         return span
     lines = span.split("\n")
 
