@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 import populora.tasks as T
 from populora.tasks import Answer, FormatError, Invalid, Problem, Proposal
 from populora.tasks.masking import program_key
+from populora.train.probe_guard import ProbeGuard
 
 AZR = ("code_i", "code_o", "code_f")
 FAMILIES = ("arith", "lists")
@@ -134,8 +135,9 @@ def test_hostile_proposals_are_invalid_with_a_reason(sandbox, name, program, inp
             _reason(result)
         else:
             _writable(result.to_json())
-    key = program_key(program)  # the probe guard keys every proposal's program
+    key = program_key(program)  # the graded generator's split key, and the probe guard's check below
     assert key is None or isinstance(key, str)
+    assert ProbeGuard(["def f(a):\n    return a"]).collides(program) in (True, False)
 
 
 @pytest.mark.parametrize("name", AZR)

@@ -34,8 +34,8 @@ class _MaskConstants(ast.NodeTransformer):
 
 def program_key(program: str, masked: bool = True) -> str | None:
     """A canonical form of `program`: its AST dump, constants masked when `masked`; None when it does not parse
-    or is too deep to walk. Never raises: the probe guard keys every proposal a model writes, and
-    `return x + x + ...` with 1,000 terms parses but overflows a recursive walk (issue 50)."""
+    or is too deep to walk. Never raises, whatever the program (a model may have written it): `return x + x + ...`
+    with 1,000 terms parses but overflowed the recursive walk (issue 50)."""
     try:
         tree = pyparse.parse(program)
         if masked:
