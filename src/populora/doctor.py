@@ -28,29 +28,6 @@ from typing import Any
 
 GIB = 2**30
 MIB = 2**20
-# The oldest Linux driver each CUDA major version runs on (minor-version compatibility: a 12.x build runs on any
-# driver >= 525.60.13, a 13.x build on >= 580; NVIDIA's CUDA Toolkit release notes, "CUDA Driver", table 2).
-DRIVER_FOR_CUDA = {13: 580, 12: 525, 11: 450}
-# The newest CUDA each driver branch ships with (the same release notes, table 3), for the "matching wheels" fix.
-DRIVER_CUDA = (
-    (580, "13.0"),
-    (575, "12.9"),
-    (570, "12.8"),
-    (560, "12.6"),
-    (555, "12.5"),
-    (550, "12.4"),
-    (545, "12.3"),
-    (535, "12.2"),
-    (530, "12.1"),
-    (525, "12.0"),
-    (520, "11.8"),
-    (515, "11.7"),
-    (510, "11.6"),
-    (470, "11.4"),
-    (450, "11.0"),
-)
-# PyTorch's CUDA wheel indexes (download.pytorch.org/whl/cuXYZ), newest first.
-TORCH_CUDA_WHEELS = ("13.0", "12.9", "12.8", "12.6", "11.8")
 # /dev/shm beyond the adapters: vLLM's and NCCL's own shared-memory segments (Docker's default is 64 MB in all).
 SHM_MARGIN_BYTES = 256 * MIB
 # Host RAM beyond what sleep pins: the trainer process itself (Python, tokenizer, the sandbox's workers).
@@ -103,27 +80,17 @@ class Line:
 
 
 # ------------------------------------------------------------------------------------------------ probes
-def _run(cmd: list[str], timeout: float = 20.0) -> str | None:
-    try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout if out.returncode == 0 else None
-
-
 def probe_driver() -> str | None:
-    """The NVIDIA driver version ('580.65.06'), from nvidia-smi or /proc/driver/nvidia/version; None if none."""
-    out = _run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"])
-    if out and out.strip():
-        return out.strip().splitlines()[0].strip()
-    try:
-        text = Path("/proc/driver/nvidia/version").read_text()
-    except OSError:
-        return None
-    m = re.search(r"Kernel Module\s+(?:for \S+\s+)?(\d+\.\d+(?:\.\d+)?)", text) or re.search(
-        r"\b(\d{3}\.\d+(?:\.\d+)?)\b", text
-    )
-    return m.group(1) if m else None
+    """The NVIDIA driver version ('580.65.06'), or None (`engine.cuda_driver.probe_driver`)."""
+    from populora.engine import cuda_driver
+
+    return cuda_driver.probe_driver()
+
+
+def _run(cmd: list[str], timeout: float = 20.0) -> str | None:
+    from populora.engine.cuda_driver import run
+
+    return run(cmd, timeout)
 
 
 def probe_gpus() -> list[tuple[str, int]]:
@@ -247,43 +214,19 @@ def probe_python_h() -> str | None:
 
 
 # ------------------------------------------------------------------------------------------------ checks
-def _version_tuple(v: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in re.findall(r"\d+", v)[:3])
-
-
 def driver_cuda(driver: str) -> str | None:
-    """The newest CUDA version driver `driver` ships with ('535.104.05' -> '12.2')."""
-    major = _version_tuple(driver)[:1]
-    for branch, cuda in DRIVER_CUDA:
-        if major and major[0] >= branch:
-            return cuda
-    return None
+    """The newest CUDA version driver `driver` ships with (`engine.cuda_driver.driver_cuda`)."""
+    from populora.engine.cuda_driver import driver_cuda as newest
+
+    return newest(driver)
 
 
 def driver_problem(driver: str | None, cuda: str | None, what: str = "torch") -> str | None:
-    """One line when NVIDIA driver `driver` is too old for a `what` built for CUDA `cuda`, naming both fixes (a
-    newer driver, or wheels built for the driver's CUDA); None when it is new enough or either is unknown."""
-    if not driver or not cuda:
-        return None
-    major = _version_tuple(cuda)[0]
-    need = DRIVER_FOR_CUDA.get(major)
-    if need is None or _version_tuple(driver)[0] >= need:
-        return None
-    has = driver_cuda(driver)
-    wheel = next(
-        (w for w in TORCH_CUDA_WHEELS if has and _version_tuple(w)[0] <= _version_tuple(has)[0]), None
-    )
-    wheels = (
-        f"install torch and vLLM wheels built for CUDA {wheel} (`pip install torch --index-url "
-        f"https://download.pytorch.org/whl/cu{wheel.replace('.', '')}` and vLLM's cu{wheel.replace('.', '')} "
-        "wheel of the same release)"
-        if wheel
-        else "install torch and vLLM wheels built for an older CUDA"
-    )
-    return (
-        f"NVIDIA driver {driver} (CUDA {has or '?'}) is older than {what}'s CUDA {cuda} build needs (driver >= "
-        f"{need}); either install NVIDIA driver >= {need} or {wheels}"
-    )
+    """One line when `driver` is too old for a `what` built for CUDA `cuda`, with both fixes
+    (`engine.cuda_driver.driver_problem`); None when new enough or unknown."""
+    from populora.engine.cuda_driver import driver_problem as problem
+
+    return problem(driver, cuda, what)
 
 
 @dataclass
@@ -404,9 +347,9 @@ def check_driver(need: Needs, driver: str | None, torch_cuda: str | None, vllm_c
             "a CUDA build of torch",
             "install the GPU set: `pip install -e '.[gpu]' -c constraints/gpu.txt` (docs/engine.md, GPU install)",
         )
-    wanted = max(
-        (DRIVER_FOR_CUDA.get(_version_tuple(c)[0], 0) for c in (torch_cuda, vllm_cuda) if c), default=0
-    )
+    from populora.engine.cuda_driver import min_driver
+
+    wanted = max((min_driver(c) for c in (torch_cuda, vllm_cuda) if c), default=0)
     needs = f"driver >= {wanted} for CUDA {torch_cuda}" if wanted else f"a driver for CUDA {torch_cuda}"
     if driver is None:
         return Line(

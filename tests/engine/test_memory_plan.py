@@ -167,14 +167,14 @@ def test_a_cuda_torch_on_an_old_driver_names_the_driver_and_both_fixes(monkeypat
     """'No GPU found' on a CUDA 13.0 torch with driver 535 says why: the driver, with both fixes."""
     import torch
 
-    from populora import doctor
+    from populora.engine import cuda_driver
     from populora.engine.memory import cuda_problem
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(torch.version, "cuda", "13.0")
-    monkeypatch.setattr(doctor, "probe_driver", lambda: "535.104.05")
+    monkeypatch.setattr(cuda_driver, "probe_driver", lambda: "535.104.05")
     msg = cuda_problem()
     assert "NVIDIA driver 535.104.05 (CUDA 12.2)" in msg and "driver >= 580" in msg
     assert "whl/cu129" in msg and "\n" not in msg
-    monkeypatch.setattr(doctor, "probe_driver", lambda: None)
+    monkeypatch.setattr(cuda_driver, "probe_driver", lambda: None)
     assert "no NVIDIA driver found" in cuda_problem()

@@ -284,11 +284,11 @@ def cuda_problem() -> str | None:
     if not torch.version.cuda:
         why = f"this torch ({torch.__version__}) is a CPU-only build"
     else:
-        from populora.doctor import driver_problem, probe_driver
+        from populora.engine import cuda_driver
 
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-        driver = probe_driver()
-        cause = driver_problem(driver, torch.version.cuda) or (
+        driver = cuda_driver.probe_driver()
+        cause = cuda_driver.driver_problem(driver, torch.version.cuda) or (
             "no NVIDIA driver found (no nvidia-smi, no /proc/driver/nvidia/version)"
             if driver is None
             else f"NVIDIA driver {driver}"
