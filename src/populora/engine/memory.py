@@ -5,9 +5,11 @@ or module names; rank: the slots' storage width, i.e. the largest rank with mixe
 base + n_slots adapters with what is free (`available_bytes(device)`, or the config's `model.memory_gb`) and
 raises `ConfigError` naming the keys to change. Nothing here loads a model.
 
-On a GPU, `memory_plan` adds vLLM's share and the activations of the longest micro-batch (measured on the
-real architecture at reduced depth, `populora.engine.activations`) and `check_plan` compares the sampling and
-the training peak with the GPU's size; docs/engine.md ("Memory") has the 7B numbers.
+On a GPU, `memory_plan` adds vLLM's share, the activations of the longest micro-batch (measured on the
+real architecture at reduced depth, `populora.engine.activations`, and checked against the whole step under
+fake tensors, bench/memory_fake_7b.py), the CUDA contexts and what a sleeping vLLM keeps; `check_plan` compares
+the sampling and the training peak with the GPU's size, and `fastest_settings` picks the fastest checkpointing /
+sleep setting that fits a GPU size; docs/engine.md ("Memory") has the 7B numbers.
 """
 
 from __future__ import annotations
