@@ -29,7 +29,8 @@ whose attribute read takes a name from data, `type(fn)` (FunctionType) made it a
   (a class from a namespace dict) is out of the allowed API.
 - **No class builder turns names into code.** `dataclasses.dataclass` pastes field names into the source it
   `exec`s, so a class whose annotations hold a computed key is an `eval` (a functional
-  `typing.TypedDict("T", {"__class__,print(1)": int})` passed to `dataclass(T, init=False)` ran its key as code).
+  `typing.TypedDict("T", {"x if 0 else 1 // 0": int})` passed to `dataclass(T, init=False, repr=False)` ran its
+  key as code when two instances compared).
   So `dataclass` may only decorate a class statement (`@dataclass`, `@dataclass(...)`), whose annotations are
   identifiers (`__annotations__` cannot be bound or named); `typing.TypedDict` may only be a class base (its
   functional form takes any keys, and a TypedDict subclass merges its bases' keys into its own annotations); and
