@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import time
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
@@ -121,9 +122,21 @@ def job_call(args_text: str) -> str:
     return f"f({render_call_args(*parse_call_args(args_text))})"
 
 
+# An exception's class name comes from the job, so the teacher chooses it; a reason quotes it only when it looks
+# like a class name (a short dotted identifier), so free text never reaches the invalid reasons a run logs.
+_ERROR_TYPE_SHAPE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,39}(\.[A-Za-z_][A-Za-z0-9_]{0,39}){0,3}")
+
+
+def _error_type_shown(et: Any) -> str | None:
+    """`et` if it is a plausible exception class name (at most 40 characters a part), else None."""
+    if isinstance(et, str) and len(et) <= 80 and _ERROR_TYPE_SHAPE.fullmatch(et):
+        return et
+    return None
+
+
 def _status_reason(o: Any) -> str:
     status = getattr(o, "status", "crashed")
-    et = getattr(o, "error_type", None)
+    et = _error_type_shown(getattr(o, "error_type", None))
     if status == "error":
         return f"raised {et or 'an exception'}"
     if status == "output_limit":
