@@ -301,6 +301,20 @@ class RLConfig:
     """Truncated importance sampling for the sampler/trainer mismatch (vLLM samples in bf16, the trainer's
     forward differs): each token's policy-gradient term is weighted by min(exp(logp_trainer - logp_sampler),
     tis_cap), as veRL's TIS and OpenRLHF; 0 = off (the paper's); a cap of 2 is common."""
+    kl_coef: float = 0.0
+    """Weight of a per-token KL penalty to the reference policy, the frozen base (the same model with the
+    adapters off), added to the loss as veRL's use_kl_loss (kl_loss_coef) and TRL's GRPO beta; 0 = off, the
+    paper's "no KL penalty" (no reference forward at all). Costs one no-grad forward of the rows per step."""
+    kl_estimator: Literal["k1", "k2", "k3"] = "k3"
+    """Estimator of the KL per sampled token, d = logp - logp_base: 'k1' = d (veRL's 'kl'), 'k2' = d^2/2
+    (veRL's 'mse'), 'k3' = exp(-d) - 1 + d (veRL's 'low_var_kl', TRL's); read only with rl.kl_coef > 0."""
+    entropy_coef: float = 0.0
+    """Entropy bonus: the loss subtracts this times the mean per-token policy entropy (veRL's entropy_coeff,
+    OpenRLHF's entropy_loss_coef); 0 = off, the paper's."""
+    clip_eps: float = 0.0
+    """PPO clip of the ratio to the sampler's log-probs, 1 +- clip_eps (veRL's clip_ratio, TRL's epsilon, 0.2 is
+    usual); 0 = off, the paper's REINFORCE. With one update per batch the ratio is 1 up to the sampler/trainer
+    mismatch, so the clip acts only where they differ."""
 
 
 @dataclass
@@ -1066,6 +1080,14 @@ def validate(cfg: Config) -> Config:
         f"dist.workers: must be >= 1 (1 = one process, no Ray), got {cfg.dist.workers}; use one per GPU.",
     )
     _require(0 <= lo.dropout < 1, f"lora.dropout: must be in [0, 1), got {lo.dropout}; PEFT's usual is 0.05.")
+    _require(r.kl_coef >= 0, f"rl.kl_coef: must be >= 0 (0 = off), got {r.kl_coef}; e.g. 0.001 as veRL.")
+    _require(
+        r.entropy_coef >= 0, f"rl.entropy_coef: must be >= 0 (0 = off), got {r.entropy_coef}; e.g. 0.001."
+    )
+    _require(
+        0 <= r.clip_eps < 1,
+        f"rl.clip_eps: must be in [0, 1) (0 = off, REINFORCE), got {r.clip_eps}; e.g. 0.2.",
+    )
     _require(
         r.tis_cap == 0 or r.tis_cap >= 1,
         f"rl.tis_cap: 0 (off) or a cap >= 1 on the importance weight, got {r.tis_cap}; e.g. 2.",

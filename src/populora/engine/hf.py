@@ -9,7 +9,9 @@
   small models), a chunk of tokens at a time (`populora.rl.logprobs`: no full float32 logits). Optional:
   `lora_dropout` (PEFT's, train steps only, seeded per step so a resumed run replays it),
   `activation_checkpointing` (each decoder layer recomputed in the backward pass) and `tis_cap` (truncated
-  importance sampling against the sampler's log-probs, `populora.rl.loss.truncated_is_weights`).
+  importance sampling against the sampler's log-probs, `populora.rl.loss.truncated_is_weights`),
+  `entropy_coef` (an entropy bonus) and `kl_coef` (a KL penalty to the frozen base, `populora.rl.kl`: one
+  extra no-grad forward of the rows with every adapter off).
 - Threads: generation and training set their own torch thread counts (docs/engine.md, How it works).
 - `gen_dtype`: generate with the frozen base in a lower precision (bfloat16: 3-4x faster matmuls on CPUs with
   AMX; int8 on CPU: its `Linear`s quantized); training and log-probs keep the base's dtype (engine/gen_dtype.py).
@@ -22,6 +24,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import inspect
 import time
@@ -48,6 +51,7 @@ from populora.lora.layers import (
     set_slot_adapter,
     slot_ranks,
 )
+from populora.rl.kl import KL_ESTIMATORS, kl_per_token
 from populora.rl.logprobs import LOGIT_CHUNK_TOKENS, response_logprobs
 from populora.rl.loss import LOSS_AGG_MODES, policy_loss, row_weights, truncated_is_weights
 
@@ -96,6 +100,8 @@ class HFEngine(PeftFolderIO):
         clip_eps: float | None = None,
         clip_eps_high: float | None = None,
         entropy_coef: float = 0.0,
+        kl_coef: float = 0.0,
+        kl_estimator: str = "k3",
         loss_agg: str = "token-mean",
         micro_batch_tokens: int = 4096,
         gen_batch_size: int = 64,
@@ -140,6 +146,12 @@ class HFEngine(PeftFolderIO):
         )
         self.max_grad_norm = max_grad_norm
         self.clip_eps, self.clip_eps_high, self.entropy_coef = clip_eps, clip_eps_high, float(entropy_coef)
+        if not float(kl_coef) >= 0.0:
+            raise EngineError(f"kl_coef must be >= 0 (0 = off), got {kl_coef!r}.")
+        if kl_estimator not in KL_ESTIMATORS:
+            raise EngineError(f"kl_estimator={kl_estimator!r}; choose one of {KL_ESTIMATORS}.")
+        # KL to the frozen base (populora.rl.kl): 0 = off, no reference forward at all (the paper's update)
+        self.kl_coef, self.kl_estimator = float(kl_coef), kl_estimator
         self.loss_agg = loss_agg
         self.micro_batch_tokens = int(micro_batch_tokens)
         if not float(tis_cap) >= 0.0:
@@ -675,6 +687,20 @@ class HFEngine(PeftFolderIO):
         )
         return logp, ent, targets, n_resp
 
+    @torch.no_grad()
+    def _reference_logprobs(self, rows: list[TrainRow]) -> torch.Tensor:
+        """Log-probs `[N]` of `rows`' response tokens under the frozen base (the reference of `kl_coef`): the same
+        forward with every row's slot set to -1, which `MultiLoRALinear` runs without a LoRA delta. No dropout
+        (the reference is deterministic, and the policy's dropout masks draw from a forked RNG)."""
+        base_rows = [dataclasses.replace(r, slot=-1) for r in rows]
+        dropout, self.ctx.dropout = self.ctx.dropout, 0.0
+        try:
+            h, targets, _ = self._response_hidden(base_rows)
+        finally:
+            self.ctx.dropout = dropout
+        logp, _ = response_logprobs(h, self._head, targets, chunk_tokens=self.logit_chunk_tokens)
+        return logp
+
     def _check_rows(self, batch: TrainBatch) -> list[TrainRow]:
         return check_rows(batch, self.n_slots)
 
@@ -701,7 +727,8 @@ class HFEngine(PeftFolderIO):
         `progress(done, total, {"rows": n})` is called before the first and after every micro-batch.
 
         Per slot s (keys `<name>/<s>`): loss, pg_loss, entropy (token mean), grad_norm (before clipping),
-        tokens, rows, adv_mean, and with PPO clip: clip_frac, approx_kl. Totals: loss (sum over slots),
+        tokens, rows, adv_mean, and with PPO clip: clip_frac, approx_kl; with kl_coef > 0: kl_ref (the mean KL
+        estimate to the frozen base). Totals: loss (sum over slots),
         tokens, rows, slots, time_s.
         """
         t0 = time.perf_counter()
@@ -723,7 +750,8 @@ class HFEngine(PeftFolderIO):
 
         `rows` must have response tokens (`check_rows`); `weights[i]` is row i's aggregation weight
         (`populora.rl.loss.row_weights` over the whole batch). Returns per-slot sums for `train_metrics`:
-        {name: {slot: value}} for pg_loss, entropy_sum, ent_w, clip_sum, adv_sum, kl_sum, tokens, rows.
+        {name: {slot: value}} for pg_loss, entropy_sum, ent_w, clip_sum, adv_sum, kl_sum, tokens, rows (and
+        kl_ref_sum, kl_loss with kl_coef > 0).
         """
         acc: dict[str, dict[int, float]] = defaultdict(lambda: defaultdict(float))
         pending: list[tuple[list[TrainRow], list[int], list[str], torch.Tensor]] = []
@@ -765,6 +793,10 @@ class HFEngine(PeftFolderIO):
                 loss = (w * pg).sum()
                 if self.entropy_coef:
                     loss = loss - self.entropy_coef * (w * ent).sum()
+                kl = None
+                if self.kl_coef > 0:  # penalty toward the frozen base, weighted as the policy-gradient term
+                    kl = kl_per_token(logp, self._reference_logprobs(sub), self.kl_estimator)
+                    loss = loss + self.kl_coef * (w * kl).sum()
                 loss.backward()
                 # Per-row metric sums, left on the device: read once for the whole step below (one sync, not
                 # one `float()` per metric and row, which would also stall the next micro-batch's launch).
@@ -777,6 +809,9 @@ class HFEngine(PeftFolderIO):
                     if is_w is not None:
                         names.append("is_sum")
                         cols.append(is_w)
+                    if kl is not None:  # the slot's mean KL to the base, and its term in the slot's loss
+                        names += ["kl_ref_sum", "kl_loss"]
+                        cols += [kl, self.kl_coef * w * kl]
                     flat = torch.stack([c.detach().float() for c in cols])  # [metric, token]
                     per_row = torch.stack(
                         [part.sum(1) for part in flat.split(n_resp, dim=1)]
@@ -916,7 +951,7 @@ def train_metrics(
     total = 0.0
     for s in slots:
         tok = get("tokens", s)
-        slot_loss = get("pg_loss", s) - entropy_coef * get("ent_w", s)
+        slot_loss = get("pg_loss", s) - entropy_coef * get("ent_w", s) + get("kl_loss", s)
         total += slot_loss
         m[f"loss/{s}"] = slot_loss
         m[f"pg_loss/{s}"] = get("pg_loss", s)
@@ -930,6 +965,8 @@ def train_metrics(
             m[f"approx_kl/{s}"] = get("kl_sum", s) / tok
         if "is_sum" in sums:  # rl.tis_cap: the mean truncated importance weight of the slot's tokens
             m[f"is_weight/{s}"] = get("is_sum", s) / tok
+        if "kl_ref_sum" in sums:  # rl.kl_coef > 0: the mean per-token KL estimate to the frozen base
+            m[f"kl_ref/{s}"] = get("kl_ref_sum", s) / tok
     m.update(
         {
             "loss": total,

@@ -170,6 +170,8 @@ def metrics_record(
             "grad_norm": tm.get(f"grad_norm/{slot}"),
             # rl.tis_cap > 0: the mean truncated importance weight of its tokens (1 = sampler and trainer agree)
             "is_weight": tm.get(f"is_weight/{slot}"),
+            # rl.kl_coef > 0 only: the mean per-token KL estimate to the frozen base (rl/kl.py)
+            **({"kl_ref": tm[f"kl_ref/{slot}"]} if f"kl_ref/{slot}" in tm else {}),
             "complexity": summarize([t.features for t in as_teacher if t.valid]) if teacher_like else None,
             "n_valid": n_valid if teacher_like else None,
             "n_proposed": len(as_teacher) if teacher_like else None,

@@ -179,6 +179,10 @@ def build_engine(cfg: Config) -> PolicyEngine:
             activation_checkpointing=cfg.rl.activation_checkpointing,
             share_prompts=cfg.rl.share_prompt_forward,
             tis_cap=cfg.rl.tis_cap,
+            kl_coef=cfg.rl.kl_coef,  # the KL to the base, entropy bonus and PPO clip (rl/kl.py, rl/loss.py)
+            kl_estimator=cfg.rl.kl_estimator,
+            entropy_coef=cfg.rl.entropy_coef,
+            clip_eps=cfg.rl.clip_eps or None,
             lora_dropout=cfg.lora.dropout,
             revision=cfg.model.revision or None,
             trust_remote_code=cfg.model.trust_remote_code,
