@@ -105,3 +105,11 @@ def test_single_mode_matchups_are_not_games_and_skipped_evolution_is_known(tmp_p
     append_jsonl(tmp_path / "metrics.jsonl", good_metrics(mode="single"))
     append_jsonl(tmp_path / "events.jsonl", matchup)
     assert not [e for e in check_run(tmp_path) if "event" in e]  # check_run reads the mode from metrics.jsonl
+
+
+def test_deadline_counters_must_be_counts():
+    for key in ("score_past_deadline", "validate_past_deadline"):
+        assert check_metrics_record({**good_metrics(), key: 3}) == []
+        for bad in (-1, 1.5, True, "2"):
+            errs = check_metrics_record({**good_metrics(), key: bad})
+            assert errs == [f"metrics step 1: {key!r} must be a count >= 0"], (key, bad, errs)

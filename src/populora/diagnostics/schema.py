@@ -196,9 +196,10 @@ def check_metrics_record(rec: Mapping[str, Any]) -> list[str]:
     for mu in rec.get("matchups") or []:
         errs += _missing(mu, MATCHUP_KEYS, f"{where} matchup")
     errs += check_games(rec.get("games", {}), where, single=rec.get("mode") == "single")
-    cut = rec.get("score_past_deadline", 0)
-    if not (isinstance(cut, int) and not isinstance(cut, bool) and cut >= 0):
-        errs.append(f"{where}: 'score_past_deadline' must be a count >= 0")
+    for key in ("score_past_deadline", "validate_past_deadline"):  # the phases' deadline counters
+        cut = rec.get(key, 0)
+        if not (isinstance(cut, int) and not isinstance(cut, bool) and cut >= 0):
+            errs.append(f"{where}: {key!r} must be a count >= 0")
     if "hof" in rec:  # the hall of fame's unrated games (docs/hall-of-fame.md)
         from populora.population.hall import check_hof
 

@@ -4,7 +4,7 @@
     (2) teacher generation  each teacher proposes `tasks.prompts` problems split equally across the task types,
                             each prompt showing K reference problems from the buffers; proposals are parsed and
                             validated in the sandbox; valid ones enter the buffers; one whose program is a
-                            probe program (constants masked) is dropped (train/probe_guard.py)
+                            probe program (constants masked, bound names numbered) is dropped (train/probe_guard.py)
     (3) student solve       the matched student answers every valid problem n = `rl.rollouts` times at the
                             training temperature; the sandbox scores every answer
     (4) rewards and update  student: +1 right, -0.5 parsed but wrong, -1 unparsable; teacher: 1 - rho on a
