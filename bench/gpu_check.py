@@ -90,22 +90,23 @@ SHRUNK = dict(  # the same family at a few MB, for a CPU: GQA as the 7B (head_di
 )
 # Seconds each check is expected to take: on one H100 (estimates from the review: vLLM's first 7B start
 # with LoRA 1.5-3 min, a run process ~1.5 min to load both engines; not yet measured on a GPU) and with
-# --shrink on a CPU (measured on the 2-core development machine). On a GPU a check is skipped when less of
-# the budget is left than it expects.
+# --shrink on a CPU (measured on the shared 2-core development machine under load, hf backend; with vLLM
+# engine_build took 228 s, run_2_steps 395 s, resume 284 s). On a GPU a check is skipped when less of the
+# budget is left than it expects; on a CPU nothing is skipped for time.
 EXPECTED_S = {  # check: (seconds on one H100, seconds shrunk on a CPU)
-    "vllm_import": (10, 1),
-    "model": (45, 2),
-    "preflight": (5, 5),
-    "engine_build": (150, 5),
-    "vllm_colocated": (20, 30),
-    "kv_pressure": (45, 10),
+    "vllm_import": (10, 15),
+    "model": (45, 20),
+    "preflight": (5, 1),
+    "engine_build": (150, 60),
+    "vllm_colocated": (20, 70),
+    "kv_pressure": (45, 1),
     "train_max_row": (30, 5),
-    "adapter_refresh": (10, 5),
-    "sleep_wake_greedy": (20, 10),
-    "sandbox": (15, 10),
-    "run_2_steps": (100, 40),
-    "resume": (80, 40),
-    "hf_slots": (60, 15),
+    "adapter_refresh": (10, 1),
+    "sleep_wake_greedy": (20, 1),
+    "sandbox": (15, 5),
+    "run_2_steps": (100, 180),
+    "resume": (80, 190),
+    "hf_slots": (60, 10),
 }
 
 
