@@ -239,6 +239,11 @@ class EvolutionConfig:
     """Child sigma = clip(sigma_inflate * max parent sigma, sigma_floor * prior sigma, prior sigma)."""
     sigma_floor: float = 0.5
     """Lower bound on a child's sigma as a fraction of the prior sigma (so a child is never over-confident)."""
+    crossover_with_replaced: bool = False
+    """When fewer than two members of a role survive (2 members at gamma 0.25), a crossover (X*) takes the one
+    survivor and the member being replaced as its parents, the survivor first (X4 extrapolates away from the
+    replaced one); false (the paper's) draws only mutations there. The tiny preset sets it, so its 2T+2S demo
+    runs crossovers."""
 
 
 @dataclass

@@ -112,7 +112,8 @@ def test_crossover_note_names_the_roles_that_cannot_cross():
     from populora.config import load_config
     from populora.population.evolution import crossover_warning
 
-    two = load_config("tiny", ["population.teachers=2", "population.students=4", "evolution.gamma=0.25"])
+    sets = ["population.teachers=2", "population.students=4", "evolution.gamma=0.25"]
+    two = load_config("tiny", [*sets, "evolution.crossover_with_replaced=false"])
     why = crossover_warning(two)
     assert why is not None and "2 teachers" in why and "students" not in why
     assert crossover_warning(load_config("tiny", ["population.teachers=4", "population.students=4"])) is None

@@ -7,7 +7,9 @@ Per sub-population (teachers, students) of size N, every `evolution.every` steps
    matches since birth (newborns are protected until rated). N = 1 never evolves (no other parent exists).
 3. Each child gets an operator drawn uniformly from `evolution.operators` and parents drawn uniformly from the
    top max(ceil(gamma * N), arity) survivors by LCB (a crossover takes two distinct parents, ordered by LCB).
-   A replaced member never parents; if the survivors are too few for a crossover, a mutation is drawn instead.
+   A replaced member never parents; if the survivors are too few for a crossover, a mutation is drawn instead,
+   unless `evolution.crossover_with_replaced` is set: then a crossover with one survivor takes that survivor and
+   the member being replaced (best first), so a role of 2 members (the tiny demo's) still runs crossovers.
 4. The child's rating: mu = mean parent mu; sigma = clip(sigma_inflate * max parent sigma,
    sigma_floor * prior sigma, prior sigma): as good as its parents on average, but less certain.
 
@@ -78,9 +80,11 @@ def plan_role(
     sigma_floor: float = 0.5,
     arity: Mapping[str, int] | None = None,
     op_params: Mapping[str, dict] | None = None,
+    crossover_with_replaced: bool = False,
 ) -> list[Replacement]:
     """The replacements for one sub-population (all members share one role); `op_params[op]` goes to the
-    operator `op` as keyword arguments (`operator_params(cfg)`)."""
+    operator `op` as keyword arguments (`operator_params(cfg)`). `crossover_with_replaced`: a crossover that
+    finds one survivor takes it and the loser as parents (otherwise only mutations are drawn there)."""
     n = n_replace(len(members), gamma)
     if n == 0:
         return []
@@ -94,13 +98,18 @@ def plan_role(
     arity_of = (lambda op: arity.get(op, default_arity(op))) if arity else default_arity
     plan = []
     for loser in losers:
-        ops = [op for op in operators if arity_of(op) <= len(survivors)]
+        # the loser counts as a parent only where it is the one missing (one survivor, a two-parent crossover)
+        with_loser = crossover_with_replaced and len(survivors) == 1
+        ops = [op for op in operators if arity_of(op) <= len(survivors) + with_loser]
         if not ops:
             continue
         op = rng.choice(sorted(ops))
         k = arity_of(op)
-        pool = survivors[: max(top, k)]
-        parents = rng.sample(pool, k)
+        if k > len(survivors):
+            parents = [*survivors, loser]  # its adapter is read before the child overwrites its slot
+        else:
+            pool = survivors[: max(top, k)]
+            parents = rng.sample(pool, k)
         parents.sort(key=lambda m: ranked.index(m))  # best first: X4 extrapolates towards the better parent
         plan.append(
             Replacement(
@@ -121,7 +130,7 @@ def crossover_warning(cfg) -> str | None:
     lists some: a crossover needs two surviving parents, N - n_replace(N, gamma) >= 2 (N = 2 leaves one)."""
     ev = cfg.evolution
     crossovers = sorted(op for op in ev.operators if default_arity(op) == 2)
-    if not ev.every or not crossovers:
+    if not ev.every or not crossovers or getattr(ev, "crossover_with_replaced", False):
         return None
     sizes = {"teachers": cfg.population.teachers, "students": cfg.population.students}
     blocked = [
@@ -134,7 +143,27 @@ def crossover_warning(cfg) -> str | None:
     return (
         f"no crossover ({', '.join(crossovers)}) can run with {' and '.join(blocked)} at "
         f"evolution.gamma={ev.gamma:g}: fewer than 2 parents survive an evolution step, so only mutations are "
-        "drawn there (a role needs 3 or more members for crossovers)."
+        "drawn there (a role needs 3 or more members for crossovers, or set evolution.crossover_with_replaced=true)."
+    )
+
+
+RANK_MOVING_OPERATORS = ("M6",)  # the operators that change a child's rank, within lora.rank_range
+
+
+def rank_range_warning(cfg) -> str | None:
+    """A one-line warning when `lora.rank_range` is set but nothing will ever move a rank: no rank-moving
+    operator (M6) in `evolution.operators`, or evolution off. The README's mixed-rank example once did that."""
+    rank_range = list(getattr(cfg.lora, "rank_range", []) or [])
+    if not rank_range:
+        return None
+    ops = list(cfg.evolution.operators)
+    if not cfg.evolution.every:
+        return f"lora.rank_range={rank_range} is set but evolution.every=0: no member's rank will move."
+    if any(op in RANK_MOVING_OPERATORS for op in ops):
+        return None
+    return (
+        f"lora.rank_range={rank_range} is set but no operator in evolution.operators moves a rank "
+        f"(M6 does), so every rank stays fixed; add it: --set evolution.operators=[{','.join([*ops, 'M6'])}]."
     )
 
 
@@ -162,5 +191,6 @@ def plan_evolution(
             sigma_floor=cfg.evolution.sigma_floor,
             arity=arity,
             op_params=operator_params(cfg),
+            crossover_with_replaced=getattr(cfg.evolution, "crossover_with_replaced", False),
         )
     return plan

@@ -58,7 +58,7 @@ from populora.diagnostics.features import program_features
 from populora.engine import EngineError, GenRequest, PolicyEngine, TrainBatch, TrainRow, resolve_model
 from populora.names import PHASES
 from populora.operators import REGISTRY, apply
-from populora.population.evolution import crossover_warning, plan_evolution
+from populora.population.evolution import crossover_warning, plan_evolution, rank_range_warning
 from populora.population.matchmaking import match
 from populora.population.members import Population
 from populora.population.ratings import RatingSystem, score_game
@@ -171,6 +171,9 @@ class Trainer:
         if not self.single and (why := crossover_warning(self.cfg)):
             # a fact of the configuration, not a fault (the bundled presets run 2T+2S): a note, not a warning
             note(why, self.quiet)
+        # lora.rank_range with nothing to move a rank (no M6, or no evolution): say so at start
+        if why := rank_range_warning(self.cfg):
+            note(f"warning: {why}", self.quiet)
         self.probe_guard = ProbeGuard.from_probe_sets(self.cfg.diagnostics.probe_set)
         if self.engine is None:
             note(f"loading the model {self.cfg.model.name!r} ({self.cfg.model.backend})", self.quiet)
