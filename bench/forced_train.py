@@ -36,7 +36,8 @@ def install(n_valid: int) -> None:
             return
         if trace.gen is None or trace.teacher in state["teachers"]:  # one per teacher: more students play
             return
-        pool = [p for p in self.buffers[trace.task] if not self.probe_guard.collides(p.program)]
+        guard = self.probe_guard  # a probe program would be dropped as a collision: never force one
+        pool = [p for p in self.buffers[trace.task] if guard is None or not guard.collides(p.program)]
         if not pool:
             return
         p = pool[(step * n_valid + state["n"]) % len(pool)]

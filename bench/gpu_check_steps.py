@@ -255,14 +255,16 @@ def run_process(cmd: list[str], timeout: float, env: dict, log: Path) -> tuple[i
         proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, text=True, env=env)
         try:
             rc = proc.wait(timeout=timeout)
-        except BaseException:  # the timeout, or this check being stopped: the child must not outlive it
+        except (
+            BaseException
+        ) as err:  # the timeout, or this check being stopped: the child must not outlive it
             proc.send_signal(signal.SIGTERM)
             try:
                 proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-            if not isinstance(sys.exc_info()[1], subprocess.TimeoutExpired):
+            if not isinstance(err, subprocess.TimeoutExpired):
                 raise
             rc = None
     return rc, log.read_text(errors="replace")

@@ -312,3 +312,17 @@ def test_a_vllm_preset_fails_on_cuda_when_vllm_cannot_be_imported(bench_script, 
     monkeypatch.setattr(gc_mod, "import_vllm", lambda: ("0.32.0", None))
     version, c = verdict(True)
     assert version == "0.32.0" and c["status"] == "pass" and sys.executable in c["line"]
+
+
+def test_a_run_past_its_timeout_is_stopped_with_sigterm_first(bench_script, tmp_path):
+    """The run check's child gets SIGTERM (its trainer then closes vLLM and the sandbox) before any SIGKILL, and a
+    timeout is reported as None, not as an exit status."""
+    steps = bench_script("gpu_check_steps")
+    flag = tmp_path / "closed"
+    code = (
+        "import signal, sys, time\n"
+        f"def stop(*_):\n    open({str(flag)!r}, 'w').write('closed')\n    sys.exit(143)\n"
+        "signal.signal(signal.SIGTERM, stop)\nprint('started', flush=True)\ntime.sleep(300)\n"
+    )
+    rc, out = steps.run_process([sys.executable, "-c", code], 15, dict(os.environ), tmp_path / "run.log")
+    assert rc is None and "started" in out and flag.read_text() == "closed"
