@@ -8,6 +8,16 @@ model card: Hub metadata (base_model, library_name, license, tags), the base mod
 summary of the run's config, the member's lineage and rating, and how to load it with PEFT. Reading the run
 folder is `populora.evaluate.targets.load_target` (the same member list `populora eval` sees).
 
+The base reference (``base_model_name_or_path`` in adapter_config.json, what
+``peft.AutoPeftModelForCausalLM.from_pretrained(DIR)`` loads) must load without the network: a hub id stays the
+id; a bundled name (``tiny``, ``smol``) or a local folder becomes the absolute path of the resolved model folder
+(`populora.engine.resolve_model`; the bare name "tiny" made PEFT ask the hub, 59 s then a failure offline);
+``--base-path`` writes any other path or hub id instead (the card says so).
+
+``--push-to-hub REPO`` uploads the exported folder(s) with ``huggingface_hub.HfApi`` (one member: the repo's
+root; several: one subfolder each). The token (``HF_TOKEN`` or ``hf auth login``) is checked before anything
+is read or written, so a missing token is one error, not a finished export that then fails.
+
 A run folder is data (issue 50): only the known PEFT files leave it. Each exported folder holds exactly
 ``adapter_model.safetensors`` (copied byte for byte), ``adapter_config.json`` and ``README.md`` (both written
 here); every other file of the adapter folder (PEFT's own README, a stray ``training_args.bin``) stays behind,
@@ -109,10 +119,31 @@ def _fmt(v) -> str:
     return "–" if v is None else (f"{v:.2f}" if isinstance(v, float) else str(v))
 
 
+def base_reference(model_name: str, base_path: str | None = None) -> str:
+    """What adapter_config.json names as the base: ``base_path`` when given, a hub id as it is, else the
+    absolute path of the resolved local model folder (bundled ``tiny`` / ``smol`` or a folder), which loads
+    offline. ExportError when the model cannot be resolved here."""
+    if base_path:
+        p = Path(base_path).expanduser()
+        return str(p.resolve()) if p.exists() else base_path
+    if _is_hub_id(model_name):
+        return model_name
+    from populora.engine import EngineError, resolve_model
+
+    try:
+        return str(Path(resolve_model(model_name)).resolve())
+    except EngineError as exc:
+        raise ExportError(
+            f"cannot find the base model {model_name!r} here ({exc}); pass --base-path PATH_OR_HUB_ID to name "
+            "the base the adapter config should point at"
+        ) from None
+
+
 def model_card(member, cfg: dict, adapter_cfg: dict, run_dir: Path, step: int | None, k: float) -> str:
     """The README.md of one exported adapter (Hub model-card format: YAML front matter, then Markdown)."""
     model_name = str((cfg.get("model") or {}).get("name") or adapter_cfg.get("base_model_name_or_path"))
     hub_base = model_name if _is_hub_id(model_name) else None
+    written_base = str(adapter_cfg.get("base_model_name_or_path"))
     front = ["---"]
     if hub_base:
         front.append(f"base_model: {hub_base}")
@@ -186,6 +217,17 @@ def model_card(member, cfg: dict, adapter_cfg: dict, run_dir: Path, step: int | 
         "",
         "## Load it",
         "",
+        f"`adapter_config.json` names the base as `{written_base}`, so "
+        '`peft.AutoPeftModelForCausalLM.from_pretrained("PATH_OR_HUB_ID_OF_THIS_FOLDER")` loads base and '
+        "adapter in one call"
+        + (
+            "."
+            if _is_hub_id(written_base)
+            else " on this machine, offline. Elsewhere, edit `base_model_name_or_path` in adapter_config.json "
+            "to the base's path there (or export with `populora export --base-path PATH_OR_HUB_ID`), or load "
+            "the base yourself:"
+        ),
+        "",
         "```python",
         "from peft import PeftModel",
         "from transformers import AutoModelForCausalLM",
@@ -204,8 +246,9 @@ def model_card(member, cfg: dict, adapter_cfg: dict, run_dir: Path, step: int | 
     return "\n".join(front + lines)
 
 
-def _adapter_config(member, cfg: dict) -> dict:
-    """The member's adapter_config.json, naming the base by its hub id when the run used one."""
+def _adapter_config(member, cfg: dict, base_ref: str | None = None) -> dict:
+    """The member's adapter_config.json, its base named by ``base_ref`` (`base_reference`), else by the hub
+    id when the run used one."""
     path = member.adapter / "adapter_config.json"
     try:
         adapter_cfg = json.loads(safe_files.read_text(path))
@@ -216,7 +259,9 @@ def _adapter_config(member, cfg: dict) -> dict:
     if not isinstance(adapter_cfg, dict):
         raise ExportError(f"{path} is not a JSON object; the checkpoint is damaged")
     name = str((cfg.get("model") or {}).get("name") or "")
-    if _is_hub_id(name):
+    if base_ref is not None:
+        adapter_cfg["base_model_name_or_path"] = base_ref  # loads offline (a hub id: anywhere)
+    elif _is_hub_id(name):
         adapter_cfg["base_model_name_or_path"] = name  # loadable anywhere, not this machine's cache path
     return adapter_cfg
 
@@ -248,6 +293,7 @@ def export(
     every: bool = False,
     force: bool = False,
     checkpoint: str | None = None,
+    base_path: str | None = None,
 ) -> list[Path]:
     """Write ``out/<member>/`` (PEFT files + README.md) for the chosen members; returns the folders."""
     from populora.evaluate.targets import lcb_k
@@ -255,6 +301,8 @@ def export(
     target, chosen = choose(run_dir, best, member_ids, every, checkpoint)
     run_dir = Path(run_dir).expanduser()
     cfg = _read_yaml(run_dir / "config.yaml")
+    model_name = str((cfg.get("model") or {}).get("name") or "")
+    base_ref = base_reference(model_name, base_path) if (model_name or base_path) else None
     out = Path(out).expanduser()
     dest_root = out.resolve()
     if dest_root == run_dir.resolve() or run_dir.resolve() in dest_root.parents:
@@ -273,7 +321,7 @@ def export(
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for m in chosen:
-        adapter_cfg = _adapter_config(m, cfg)
+        adapter_cfg = _adapter_config(m, cfg, base_ref)
         tmp = out / f".tmp-{m.id}-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
@@ -298,6 +346,33 @@ def export(
     return written
 
 
+def hub_token() -> str | None:
+    """The Hugging Face token: ``HF_TOKEN``, else the one `hf auth login` stored; None when there is none."""
+    try:
+        from huggingface_hub import get_token
+    except ImportError:
+        return None
+    return get_token()
+
+
+def push_to_hub(folders: list[Path], repo: str, token: str) -> str:
+    """Upload the exported folders to the model repo ``repo`` (created if missing, private=False): one folder
+    as the repo's root, several as one subfolder each. Returns the repo's URL."""
+    from huggingface_hub import HfApi
+
+    api = HfApi(token=token)
+    url = api.create_repo(repo_id=repo, repo_type="model", exist_ok=True)
+    for f in folders:
+        api.upload_folder(
+            repo_id=repo,
+            repo_type="model",
+            folder_path=str(f),
+            path_in_repo="" if len(folders) == 1 else f.name,
+            commit_message=f"populora export: {f.name}",
+        )
+    return str(url)
+
+
 def register(app: typer.Typer, bench: typer.Typer) -> None:  # noqa: ARG001 - the command modules' signature
     @app.command("export")
     def export_cmd(
@@ -316,14 +391,49 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:  # noqa: ARG001 - th
         checkpoint: str = typer.Option(
             None, "--checkpoint", help="latest (default), final or a step number: which checkpoint to export."
         ),
+        base_path: str = typer.Option(
+            None,
+            "--base-path",
+            help="Base model path or hub id written as base_model_name_or_path (default: a hub id as it is, "
+            "a bundled or local model as the absolute path of its folder here, which loads offline).",
+        ),
+        push: str = typer.Option(
+            None,
+            "--push-to-hub",
+            help="Also upload to this Hub model repo (USER/NAME); needs HF_TOKEN or `hf auth login`.",
+        ),
     ) -> None:
         """Export a run's adapters as Hub-ready PEFT folders, each with a README.md model card."""
+        token = None
+        if push is not None:
+            if not _is_hub_id(push):
+                typer.echo(f"error: --push-to-hub {push!r} is not a repo id; give USER/NAME", err=True)
+                raise typer.Exit(2)
+            token = hub_token()
+            if not token:  # before any work: a finished export that then cannot upload is a surprise
+                typer.echo(
+                    "error: --push-to-hub needs a Hugging Face token: set HF_TOKEN or run `hf auth login` "
+                    "(or export without --push-to-hub and upload later with `hf upload`)",
+                    err=True,
+                )
+                raise typer.Exit(2)
         try:
-            folders = export(run_dir, out, best, member, every, force, checkpoint)
+            folders = export(run_dir, out, best, member, every, force, checkpoint, base_path)
         except ExportError as exc:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(2) from None
         for f in folders:
             typer.echo(f"wrote {f} (PEFT adapter + README.md model card)")
-        if folders:
-            typer.echo(f"upload one with: hf upload USER/NAME {folders[0]}")
+        if push is not None and folders and token:
+            try:
+                url = push_to_hub(folders, push, token)
+            except Exception as exc:  # network, permissions: one line, the export itself is kept
+                typer.echo(
+                    f"error: upload to {push} failed ({type(exc).__name__}: {str(exc)[:300]}); the export is "
+                    f"in {out}: upload it with `hf upload {push} {folders[0]}`",
+                    err=True,
+                )
+                raise typer.Exit(1) from None
+            typer.echo(f"uploaded to {url}")
+        elif folders:
+            typer.echo(f"upload one with: hf upload USER/NAME {folders[0]} (or --push-to-hub USER/NAME)")
