@@ -857,7 +857,7 @@ def code_settings_problem(cfg: Config, given: set[str], run_dir: str | Path | No
 def to_yaml(cfg: Config) -> str:
     """The fully resolved config as YAML, each key preceded by its docstring as a comment."""
     docs = field_docs()
-    lines = ["# PopuLoRA run config (fully resolved). Re-run with: populora train --preset <this file>"]
+    lines = ["# PopuLoRA run config (fully resolved). Re-run with: populora train --config <this file>"]
     for section, values in to_dict(cfg).items():
         lines.append(f"{section}:")
         for name, value in values.items():

@@ -41,8 +41,8 @@ def _show_yaml(resolved: Resolved) -> str:
     changed = [k for k, src in resolved.origin.items() if src != DEFAULT]
     head = [
         f"# resolved from: {resolved.label}",
-        f"# {len(changed)} of {len(resolved.origin)} keys set there, the rest are defaults; "
-        "save this and train with `populora train --config FILE`",
+        # the re-run command is the next line's (to_yaml's), one command for config show and config.yaml alike
+        f"# {len(changed)} of {len(resolved.origin)} keys set there, the rest are defaults",
     ]
     return "\n".join(head) + "\n" + to_yaml(resolved.cfg)
 

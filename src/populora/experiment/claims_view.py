@@ -177,4 +177,46 @@ def claim_rows(result: dict) -> tuple[list[str], list[list[str]]]:
     return ["claim", "measure", "value [95% CI]", "per seed", "verdict"], rows
 
 
-__all__ = ["claim_rows", "claims_figure"]
+TABLE_WIDTH = (
+    100  # the console table's width: cells wrap inside it (it was ~170 columns on one line per claim)
+)
+
+
+def render_claims(result: dict, width: int = TABLE_WIDTH) -> str:
+    """`claim_rows` as a console table at most `width` columns wide, long cells wrapped (plain text)."""
+    import html
+    import io
+
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    head, rows = claim_rows(result)
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)  # no side borders: the columns get the width
+    for name in head:  # the claim and its number stay on one line; the rest wrap
+        table.add_column(name, no_wrap=name in ("claim", "value [95% CI]"))
+    for r in rows:
+        table.add_row(*[html.unescape(c) for c in r])
+    console = Console(width=width, file=io.StringIO(), record=True)  # rendered here, printed by the caller
+    console.print(table)
+    return console.export_text()
+
+
+def unfinished_message(out: Path, result: dict) -> str:
+    """The one-line error of `experiment claims` when no seed has finished in every arm: what finished of what,
+    and the command that goes on."""
+    n = result["settings"]["seeds"]
+    finished = result["arms_finished"]
+    done = ", ".join(f"{arm} {len(seeds)} of {n}" for arm, seeds in finished.items())
+    what = (
+        "no run has finished yet"
+        if not any(finished.values())
+        else "no seed has finished in every arm yet (the claims compare the arms seed by seed)"
+    )
+    return (
+        f"{out}: {what}; seeds finished per arm: {done}; continue with "
+        f"`populora experiment ablation --resume {out}`."
+    )
+
+
+__all__ = ["claim_rows", "claims_figure", "render_claims", "unfinished_message"]

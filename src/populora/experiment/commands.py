@@ -114,10 +114,10 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         head, rows = ablation_rows(result)
         _print_table(head, rows)
         _print_table(*contrast_rows(result))
-        from populora.experiment.claims_view import claim_rows
+        from populora.experiment.claims_view import render_claims
 
-        # the paper's claims (a-f); OUT/claims.png has the figures
-        _print_table(*claim_rows(result["claims"]))
+        # the paper's claims (a-f), wrapped to 100 columns; OUT/claims.png has the figures
+        typer.echo(render_claims(result["claims"]), nl=False)
 
     @exp.command("claims")
     def claims_command(
@@ -135,7 +135,7 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         import json
 
         from populora.experiment.claims import claims
-        from populora.experiment.claims_view import claim_rows, claims_figure
+        from populora.experiment.claims_view import claims_figure, render_claims, unfinished_message
         from populora.experiment.settings import ExperimentError
 
         try:
@@ -143,15 +143,12 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         except ExperimentError as exc:
             _fail(str(exc))
         if not result["seeds_used"]:
-            _fail(
-                f"{out}: no run has finished yet ({result['arms_finished']}); "
-                f"continue with `populora experiment ablation --resume {out}`."
-            )
+            _fail(unfinished_message(out, result))
         json_out = json_out or out / "claims.json"
         json_out.parent.mkdir(parents=True, exist_ok=True)
         json_out.write_text(json.dumps(result, indent=1) + "\n")
         png = claims_figure(result, figure or out / "claims.png")
-        _print_table(*claim_rows(result))
+        typer.echo(render_claims(result), nl=False)  # wrapped to 100 columns
         typer.echo(f"seeds {result['seeds_used']} of every arm; wrote {json_out} and {png}")
 
     @exp.command("learning")

@@ -67,30 +67,34 @@ def _list_table():
     from rich.table import Table
 
     from populora.operators import LIVE_OPERATORS, REGISTRY
+    from populora.operators.registry import KNOWN_AS
 
     table = Table(
-        title="PopuLoRA operators (* = the live set)",
-        caption="The maths of one: populora evolve OP --list (or docs/operators.md).",
+        title="PopuLoRA operators: M mutation, X crossover, I identity (* = the live set)",
+        caption="† works on the dense ΔW. Maths: populora evolve OP --list, docs/operators.md.",
         box=None,
         pad_edge=False,
     )
-    for col in ("op", "kind", "parents", "defaults (--set key=value)"):
+    for col in ("op", "known as", "parents", "defaults (--set key=value)"):
         table.add_column(col, no_wrap=col != "defaults (--set key=value)")
     for name, op in REGISTRY.items():
         defaults = " ".join(f"{k}={v}" for k, v in op.defaults.items()) or "-"
         live = "*" if name in LIVE_OPERATORS else ""
-        table.add_row(name + live, op.kind + (", dense" if op.dense else ""), str(op.arity), defaults)
+        known = KNOWN_AS.get(name, op.kind) + (" †" if op.dense else "")
+        table.add_row(name + live, known, str(op.arity), defaults)
     return table
 
 
 def _describe(operator) -> str:
     """One operator in full: kind, parents, defaults and the maths."""
     from populora.operators import LIVE_OPERATORS
+    from populora.operators.registry import KNOWN_AS
 
     defaults = ", ".join(f"{k}={v}" for k, v in operator.defaults.items()) or "none"
     return "\n".join(
         [
             f"{operator.name}: {operator.kind}"
+            + (f", known as {KNOWN_AS[operator.name]}" if operator.name in KNOWN_AS else "")
             + (" (dense ΔW)" if operator.dense else "")
             + (", in the live set" if operator.name in LIVE_OPERATORS else ""),
             f"  parents:  {operator.arity}",

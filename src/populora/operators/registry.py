@@ -43,6 +43,27 @@ class Operator:
 
 
 REGISTRY: dict[str, Operator] = {}
+# The names a reader knows each operator by (model merging, evolution strategies); `populora evolve --list` shows
+# them beside the ids. The maths is each implementation's docstring (docs/operators.md).
+KNOWN_AS: dict[str, str] = {
+    "M1": "SVD jitter+rotation",
+    "M2": "noise on some slots",
+    "M3": "SVD dropout",
+    "M4": "Gaussian noise",
+    "M5": "uniform noise on A",
+    "M6": "rank mutation",
+    "X1": "DARE",
+    "X2": "uniform crossover",
+    "X3": "SVD splice",
+    "X4": "extrapolation",
+    "X5": "task arithmetic",
+    "X6": "TIES",
+    "X7": "DELLA",
+    "X8": "SLERP",
+    "X9": "Fisher merging",
+    "I1": "copy (control)",
+    "I2": "copy of parent 1",
+}
 # The operators the paper's live population uses (M1-M4, X1-X4); evolution's default operator set.
 LIVE_OPERATORS = names.LIVE_OPERATORS
 

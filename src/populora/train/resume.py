@@ -196,12 +196,19 @@ def changed_settings(saved: dict, cfg: Config) -> str | None:
         changes.append(f"model.trust_remote_code {trust[0]!r} -> {trust[1]!r}")
     if not changes:
         return None
-    return (
-        "changed on resume: "
-        + ", ".join(changes)
-        + " (memory, layout, length and loading settings: the update is the "
-        "same up to float rounding; config.yaml now records the new values)"
-    )
+    # train.steps is the run's length, not a memory or layout setting: its own words (issue 53)
+    length = [c for c in changes if c.startswith("train.steps ")]
+    rest = [c for c in changes if c not in length]
+    parts = [
+        f"{c} (the run's length: the steps done are kept, training goes on to the new end)" for c in length
+    ]
+    if rest:
+        parts.append(
+            ", ".join(rest)
+            + " (memory, layout, checkpoint and loading settings: the update is the same up to "
+            "float rounding)"
+        )
+    return "changed on resume: " + "; ".join(parts) + "; config.yaml now records the new values"
 
 
 __all__ = ["ResumePlan", "branch_run", "changed_settings", "plan_resume", "resume_line"]

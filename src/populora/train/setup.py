@@ -25,6 +25,8 @@ from populora.engine.memory import (
     estimate_memory,
     memory_plan,
 )
+from populora.lora.adapter import AdapterError
+from populora.lora.targets_check import check_targets, local_model_folder
 from populora.names import TASKS
 from populora.pretrain.programs import sample_code_f, sample_triplet
 from populora.sandbox import Sandbox
@@ -160,6 +162,9 @@ def build_engine(cfg: Config) -> PolicyEngine:
         engine_opts["seeded"] = m.vllm_seeded  # per-request seeds: reproducible, slower (model.vllm_seeded)
     elif m.gen_dtype != "model":
         engine_opts["gen_dtype"] = m.gen_dtype  # the hf engine's generation dtype (engine/gen_dtype.py)
+    folder = local_model_folder(cfg.model.name)  # lora.targets against the model's modules, before loading
+    if folder is not None and (miss := check_targets(folder, cfg.lora.targets)):
+        raise TrainError(miss)
     try:
         return build(
             model=cfg.model.name,
@@ -193,6 +198,8 @@ def build_engine(cfg: Config) -> PolicyEngine:
         )
     except EngineError as err:
         raise TrainError(f"model: {err}") from None
+    except AdapterError as err:  # e.g. lora.targets that match no module of a hub model
+        raise TrainError(f"lora.targets: {err}") from None
     except ImportError as err:  # e.g. the vllm backend without vllm installed
         raise TrainError(
             f"model.backend={cfg.model.backend}: cannot load it ({err}); install the `gpu` extra or use "
