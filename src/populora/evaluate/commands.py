@@ -17,12 +17,37 @@ def _fail(msg: str) -> None:
 
 
 def _print_report(report, title: str) -> None:
+    """The report as rich Markdown when its tables fit the terminal; else the Markdown source itself, whole
+    (rich shrank a 10-column table at 80 columns to "Teach…", "Human…")."""
     from rich.console import Console
     from rich.markdown import Markdown
 
     console = Console()
     console.rule(title)
-    console.print(Markdown(report.markdown()))
+    text = report.markdown()
+    widest = max((len(line) for line in text.splitlines() if line.startswith("|")), default=0)
+    if widest <= console.width:
+        console.print(Markdown(text))
+        return
+    typer.echo(text)
+    typer.echo(
+        f"(the table is {widest} characters wide, wider than this terminal's {console.width}: printed as "
+        "Markdown so no name is cut; results.md holds the same)"
+    )
+
+
+def _interrupted(partial: Path | None) -> None:
+    """Ctrl-C: say what was kept and how to go on, exit 130 (the shell's code for SIGINT)."""
+    if partial is not None and partial.is_file():
+        kept = sum(1 for line in partial.read_text(errors="replace").splitlines() if line.strip())
+        typer.echo(
+            f"\ninterrupted: {kept:,} answers are kept in {partial}; run the same command again to continue "
+            "from there (finished answers are not generated again; --fresh starts over)",
+            err=True,
+        )
+    else:
+        typer.echo("\ninterrupted: nothing was kept (give --out-dir to save answers as they come)", err=True)
+    raise typer.Exit(130)
 
 
 def eval_budgets(run_dir: Path | None, override: int | None) -> tuple[int, int]:
@@ -135,8 +160,25 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
             "--oracle",
             help="gold | wrong: run the graders on reference / deliberately wrong answers, no model.",
         ),
+        n_samples: int = typer.Option(
+            0,
+            "--samples",
+            help="Also draw N sampled answers per problem and report the unbiased pass@k (k = 1, 5, 10, ..., "
+            "N; Chen et al. 2021) beside greedy pass@1. 0 (default): greedy only, as the paper.",
+        ),
+        temperature: float = typer.Option(
+            0.8, "--temperature", help="Sampling temperature of the --samples answers (greedy stays greedy)."
+        ),
+        seed: int = typer.Option(0, "--seed", help="Seed of the --samples draws."),
+        resume: bool = typer.Option(
+            None,
+            "--resume/--fresh",
+            help="Reuse the answers an interrupted evaluation saved in OUT_DIR/samples.partial.jsonl "
+            "(default: whenever they were made with the same settings); --fresh starts over.",
+        ),
     ) -> None:
-        """Greedy pass@1 on held-out code and math benchmarks, per member, with a paper-style table."""
+        """Greedy pass@1 (and, with --samples, sampled pass@k) on held-out code and math benchmarks, per
+        member, with a paper-style table."""
         from populora.evaluate.code_grader import CodeLimits
         from populora.evaluate.data import DataError, parse_benchmarks
         from populora.evaluate.items import limit_error
@@ -155,6 +197,10 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
                 f"--limit must be at least 1 (the first N problems of each benchmark), got {limit}; omit it "
                 "for the whole set"
             )
+        if n_samples < 0:
+            _fail(f"--samples must be 0 (greedy only) or more, got {n_samples}")
+        if n_samples and not (temperature > 0 and temperature < float("inf")):
+            _fail(f"--temperature must be above 0 for --samples (0 is the greedy answer), got {temperature}")
         if prompt not in PROMPT_STYLES:
             _fail(f"unknown --prompt {prompt!r}; choose azr or chat")
         try:
@@ -175,6 +221,9 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
             apply=apply,
             device=device,
             code_limits=CodeLimits(min_time_limit=min_time_limit, gt_time_limit_factor=gt_factor),
+            samples=n_samples,
+            temperature=temperature,
+            seed=seed,
         )
         if oracle is not None:
             if oracle not in ("gold", "wrong"):
@@ -210,9 +259,15 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
             # Answers are saved as they are generated, beside (not over) an earlier evaluation's samples.jsonl:
             # a failure while grading loses none of them, and the earlier results stay whole.
             partial = out_dir / "samples.partial.jsonl" if out_dir is not None else None
-            report = evaluate_target(tgt, chosen, opts, samples_path=partial)
+            if partial is None and resume:
+                _fail("--resume reads OUT_DIR/samples.partial.jsonl: give --out-dir (or a run folder)")
+            report = evaluate_target(
+                tgt, chosen, opts, samples_path=partial, say=lambda m: typer.echo(m, err=True), resume=resume
+            )
         except (DataError, TargetError, GenerationError, GradingError) as exc:
             _fail(str(exc))
+        except KeyboardInterrupt:
+            _interrupted(partial)
         _print_report(report, f"eval: {target or model}")
         for p in report.write(out_dir, json_out):
             typer.echo(f"wrote {p}")

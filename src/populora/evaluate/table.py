@@ -16,6 +16,9 @@ table, the generation protocol: greedy pass@1 and the token budget per kind (cod
 Summary rows: code average (HumanEval+, MBPP+, LiveCodeBench), math average (the math benchmarks evaluated)
 and overall = (code avg + math avg) / 2 (AZR's CAvg/MAvg/overall), each over the benchmarks
 measured in that column.
+
+With ``populora eval --samples N`` each row also holds ``sampled`` ({samples, temperature, pass@k: {k: x}}):
+a second table lists, per member and benchmark, greedy pass@1 beside the sampled pass@k.
 """
 
 from __future__ import annotations
@@ -179,6 +182,21 @@ def to_markdown(
             r = cell.get((m, b))
             vals.append("–" if r is None else f"{_pct(r['pass@1'])} ({r['n']})")
         out.append(f"| {m} | {roles.get(m, '')} | " + " | ".join(vals) + " |")
+    sampled = [r for r in rows if r.get("sampled")]
+    if sampled:
+        first = sampled[0]["sampled"]
+        ks = list(first["pass@k"])
+        out.append("")
+        out.append(
+            f"Sampled pass@k (%): {first['samples']} samples per problem at temperature {first['temperature']:g}, "
+            "unbiased estimator 1 - C(n-c, k) / C(n, k) (Chen et al. 2021); greedy pass@1 beside it:"
+        )
+        out.append("")
+        out.append("| member | benchmark | greedy pass@1 | " + " | ".join(f"pass@{k}" for k in ks) + " |")
+        out.append("|---|---|---:|" + "---:|" * len(ks))
+        for r in sampled:
+            vals = " | ".join(_pct(r["sampled"]["pass@k"].get(k)) for k in ks)
+            out.append(f"| {r['member']} | {DISPLAY[r['benchmark']]} | {_pct(r['pass@1'])} | {vals} |")
     if unavailable:
         out.append("")
         for b, why in unavailable.items():
