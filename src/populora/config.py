@@ -184,14 +184,23 @@ class LoRAConfig:
     written to adapter_config.json. The paper uses 0."""
 
 
+# The largest population a run accepts: per role, and adapter slots in all (members + the hall of fame). Every
+# slot is held on every worker with its gradients and AdamW state, 16 bytes per LoRA parameter: ~0.30 GiB at the
+# paper's 7B rank-32 q/k/v/o shape (engine/memory.py `estimate_memory`), so 128 slots are ~38 GiB before the
+# base; and every member plays every step. The paper's largest population is 8 + 8 (ablation-8t8s).
+MAX_ROLE_MEMBERS = 64
+MAX_SLOTS = 128
+
+
 @dataclass
 class PopulationConfig:
     mode: Literal["population", "single"] = "population"
     """'population': N_T teachers + N_S students; 'single': the AZR baseline, one adapter plays both roles."""
     teachers: int = 2
-    """Number of teacher adapters N_T (ignored in single mode)."""
+    """Number of teacher adapters N_T, 1 to 64 (ignored in single mode)."""
     students: int = 2
-    """Number of student adapters N_S (ignored in single mode)."""
+    """Number of student adapters N_S, 1 to 64 (ignored in single mode); members and hall-of-fame slots together
+    at most 128 (each is an adapter slot the engine holds with its AdamW state)."""
     matchmaking: Literal["pfsp", "uniform"] = "pfsp"
     """How each teacher picks its student: 'pfsp' (prioritised fictitious self-play over ratings) or 'uniform'."""
     pfsp: Literal["var", "hard", "mix"] = "var"
@@ -923,6 +932,13 @@ def validate(cfg: Config) -> Config:
             f"population.students: must be >= 1, got {p.students}; use population.mode=single "
             "for the one-adapter baseline.",
         )
+        for role, n in (("teachers", p.teachers), ("students", p.students)):
+            _require(
+                n <= MAX_ROLE_MEMBERS,
+                f"population.{role}: at most {MAX_ROLE_MEMBERS} per role, got {n}; every member is an adapter "
+                "slot the engine holds with its AdamW state and plays every step (the paper's largest population "
+                f"is 8 + 8); use e.g. population.{role}=8.",
+            )
     _require(
         p.pfsp_hard_p > 0,
         f"population.pfsp_hard_p: must be > 0, got {p.pfsp_hard_p}; 2 is AlphaStar's choice.",
@@ -1120,6 +1136,13 @@ def validate(cfg: Config) -> Config:
     _require(
         0 <= h.prompts <= 128,
         f"hof.prompts: must be in [0, 128] per task type (0 = auto), got {h.prompts}; e.g. 4.",
+    )
+    hall = h.slots(p.mode == "single")
+    _require(
+        cfg.n_slots <= MAX_SLOTS,
+        f"population: {cfg.n_slots - hall} members + {hall} hall-of-fame slots need {cfg.n_slots} adapter slots, "
+        f"more than the {MAX_SLOTS} a run holds (each with its AdamW state, ~0.3 GiB at 7B rank 32); lower "
+        "population.teachers / population.students or hof.size.",
     )
     check_model_path(cfg.model.name)
     return cfg

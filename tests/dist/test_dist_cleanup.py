@@ -50,6 +50,8 @@ def test_stop_messages_name_the_signal_the_checkpoint_and_the_exit_code(tmp_path
         f"steps after it are re-run; continue with `populora train --resume {tmp_path / 'r'}`"
     )
     assert term.exit_code == 143 and isinstance(term, KeyboardInterrupt)
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "config.yaml").write_text("")  # a run that started: a resume can read its config
     early = TrainingInterrupted(tmp_path / "r", None)
     assert str(early).startswith("interrupted: stopped at once, before the first checkpoint")
     assert early.exit_code == 130

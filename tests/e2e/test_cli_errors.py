@@ -26,7 +26,7 @@ from populora.train.checkpoint import list_checkpoints
         (["--set", "model.name=/no/such/model"], "model.name: path '/no/such/model' does not exist"),
         (["--set", "model.name=./missing-model"], "model.name: path './missing-model' does not exist"),
         (["--set", "rl.lrr=1"], "did you mean 'rl.lr'"),
-        (["--set", "population.teachers=100000", "--set", "model.memory_gb=0.001"], "adapter slots need"),
+        (["--set", "population.teachers=64", "--set", "model.memory_gb=0.001"], "adapter slots need"),
         (["--resume", "/no/such/run"], "--resume /no/such/run: no config.yaml"),
     ],
 )

@@ -73,7 +73,13 @@ def run_training(
         where = resume or run_dir
         _fail(str(err) if where is None else str(err).replace("RUN_DIR", str(where)))
     except KeyboardInterrupt as err:  # TrainingInterrupted names the run folder and what was saved
-        typer.echo(str(err) or "interrupted; the newest checkpoint is kept", err=True)
+        # a bare one: stopped before the run folder was prepared (resolving the config, importing torch)
+        early = (
+            f"interrupted before training started; {resume} is unchanged"
+            if resume
+            else "interrupted before training started; nothing was saved"
+        )
+        typer.echo(str(err) or early, err=True)
         raise typer.Exit(getattr(err, "exit_code", 130)) from None  # 143 after SIGTERM
     raise AssertionError("unreachable")
 

@@ -29,7 +29,11 @@ from pathlib import Path
 class TrainingInterrupted(KeyboardInterrupt):
     """Training stopped on Ctrl-C or SIGTERM; `str(err)` is one line naming the run folder, what was saved,
     how to resume. `step`: the step whose checkpoint this stop saved (None: stopped at once, the newest
-    checkpoint is `newest`, if any); `exit_code`: 130 (SIGINT) or 143 (SIGTERM), as a shell reports them."""
+    checkpoint is `newest`, if any); `exit_code`: 130 (SIGINT) or 143 (SIGTERM), as a shell reports them.
+
+    `--resume` is offered only when the folder holds a config.yaml (a resume needs it; without a checkpoint it
+    starts from step 0): a stop while the run was still starting (loading a model) says nothing was saved, and
+    `folder_removed()` adds that the entry point removed the empty folder it had created."""
 
     def __init__(
         self,
@@ -44,6 +48,7 @@ class TrainingInterrupted(KeyboardInterrupt):
         self.step = step
         self.exit_code = 143 if signal_name == "SIGTERM" else 130
         head = "terminated (SIGTERM)" if signal_name == "SIGTERM" else "interrupted"
+        self._head = head
         if step is not None:
             of = f" of {total}" if total else ""
             saved = f"checkpoint checkpoints/step_{step:06d} saved after step {step}{of}"
@@ -52,9 +57,24 @@ class TrainingInterrupted(KeyboardInterrupt):
                 f"stopped at once; the newest checkpoint checkpoints/step_{newest:06d} is kept and the steps "
                 "after it are re-run"
             )
-        else:
+        elif (self.run / "config.yaml").is_file():
             saved = "stopped at once, before the first checkpoint (a resume starts from step 0)"
+        else:  # still starting: nothing a resume could read
+            self.resumable = False
+            super().__init__(
+                f"{head}: stopped while starting, before anything was saved in {self.run}; run the same "
+                "command to start again"
+            )
+            return
+        self.resumable = True
         super().__init__(f"{head}: {saved}; continue with `populora train --resume {self.run}`")
+
+    def folder_removed(self) -> None:
+        """Say that the (empty) run folder this start had created was removed: run the command again."""
+        self.args = (
+            f"{self._head}: stopped while starting, before anything was saved; the empty run folder {self.run} was "
+            "removed (run the same command to start again)",
+        )
 
 
 class Terminated(KeyboardInterrupt):

@@ -1,6 +1,7 @@
 """The `populora train` entry point: resolve the config (a preset, or the saved one on `--resume`), prepare the
 owner-only run folder, then build the `Trainer`, restore its newest intact checkpoint and fit. User errors
-leave as `TrainError` / `ConfigError` with one line naming the fix."""
+leave as `TrainError` / `ConfigError` with one line naming the fix. A start that fails or is stopped before
+anything useful is written removes the run folder it created (`run_folder.remove_unused_run_dir`)."""
 
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ from populora.train.run_folder import (
     check_logs,
     lock_run_dir,
     prepare_run_dir,
+    remove_unused_run_dir,
 )
 
 if TYPE_CHECKING:
@@ -97,6 +99,8 @@ def train(
     from populora.train.resume import branch_run, changed_settings, resume_line
     from populora.train.trainer import Trainer
 
+    # A failed start removes the folder only if this start made it (never a --resume run or a folder given)
+    created = plan is None and not os.path.lexists(run_path)
     # Owner-only run folder (0700) and files (umask 077): the buffers hold the run's gold programs.
     old_umask = os.umask(PRIVATE_UMASK)
     lock_fd = None
@@ -157,6 +161,18 @@ def train(
             finally:
                 with cleanup_shield():  # bounded; a Ctrl-C or SIGTERM here would leave workers behind
                     trainer.close()
+    except BaseException as err:
+        stop = err
+        if isinstance(err, KeyboardInterrupt) and not isinstance(err, TrainingInterrupted):
+            # e.g. Ctrl-C while the trainer was being built: the same one line as a stop in the step loop
+            how = "SIGTERM" if sigterm_received() else "SIGINT"
+            stop = TrainingInterrupted(run_path, None, signal_name=how, newest=_newest(run_path))
+        # nothing useful written (only .lock, empty logs): no folder left behind for each failed start
+        if created and remove_unused_run_dir(run_path) and isinstance(stop, TrainingInterrupted):
+            stop.folder_removed()
+        if stop is err:
+            raise
+        raise stop from None
     finally:
         os.umask(old_umask)
         if lock_fd is not None:

@@ -16,6 +16,10 @@ whole number) with one stderr line naming how many from which file, instead of a
 
 One process at a time: `lock_run_dir` holds `RUN_DIR/.lock` (fcntl.flock) for the life of the process; a
 second `populora train` on the same folder exits with one line naming the pid that holds it.
+
+A start that fails before anything useful is written (a config check after the folder is made, a missing
+model, Ctrl-C while loading) removes the folder it created (`remove_unused_run_dir`): failed starts leave no
+folders holding only `.lock`.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import stat
 import sys
 import tempfile
 from collections.abc import Mapping
@@ -84,6 +89,35 @@ def lock_run_dir(path: str | os.PathLike) -> int:
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
     return fd
+
+
+def remove_unused_run_dir(path: str | os.PathLike) -> bool:
+    """Remove a run folder that a failed start created and left with nothing useful: only `.lock` and empty
+    logs (a start stopped while loading, or refused by a check after the folder was made). Anything else in it
+    (config.yaml, a checkpoint, a log with a line, a file the user put there) keeps the whole folder. Returns
+    whether it was removed. The caller calls it only for a folder it created itself, while holding the lock."""
+    path = Path(path)
+    try:
+        entries = list(os.scandir(path))
+    except OSError:
+        return False
+    disposable = []
+    for entry in entries:
+        try:
+            st = entry.stat(follow_symlinks=False)
+        except OSError:
+            return False
+        empty_log = entry.name in LOGS and stat.S_ISREG(st.st_mode) and st.st_size == 0
+        if not (entry.name == LOCK_NAME and stat.S_ISREG(st.st_mode)) and not empty_log:
+            return False
+        disposable.append(Path(entry.path))
+    try:
+        for f in disposable:
+            f.unlink()
+        path.rmdir()  # fails (kept) if anything appeared meanwhile
+    except OSError:
+        return False
+    return True
 
 
 def write_text_atomic(path: Path, text: str) -> None:
