@@ -167,8 +167,14 @@ def train(
             # e.g. Ctrl-C while the trainer was being built: the same one line as a stop in the step loop
             how = "SIGTERM" if sigterm_received() else "SIGINT"
             stop = TrainingInterrupted(run_path, None, signal_name=how, newest=_newest(run_path))
-        # nothing useful written (only .lock, empty logs): no folder left behind for each failed start
-        if created and remove_unused_run_dir(run_path) and isinstance(stop, TrainingInterrupted):
+        # nothing useful written (only .lock, empty logs): no folder left behind for each failed start. Only
+        # under our own lock: two starts racing on one new folder must not remove the other's .lock
+        if (
+            created
+            and lock_fd is not None
+            and remove_unused_run_dir(run_path)
+            and isinstance(stop, TrainingInterrupted)
+        ):
             stop.folder_removed()
         if stop is err:
             raise
