@@ -26,11 +26,11 @@ from populora.engine.memory import (
     memory_plan,
 )
 from populora.lora.adapter import AdapterError
-from populora.lora.targets_check import check_targets, local_model_folder
 from populora.names import TASKS
 from populora.pretrain.programs import sample_code_f, sample_triplet
 from populora.sandbox import Sandbox
 from populora.train.errors import TrainError
+from populora.train.targets_check import check_targets, local_model_folder
 
 
 def derive_seed(*parts: Any) -> int:
