@@ -99,6 +99,7 @@ def _bench_model(
     from peft import LoraConfig, get_peft_model
 
     from populora.engine import GenRequest, TrainBatch, TrainRow, build
+    from populora.lora.peft_io import quiet_peft_deprecation
 
     WARMUP[0] = warmup
     model, tok, label = _load(which)
@@ -126,9 +127,10 @@ def _bench_model(
     cfg = LoraConfig(
         r=rank, lora_alpha=2 * rank, target_modules=targets, lora_dropout=0.0, init_lora_weights=False
     )
-    pm = get_peft_model(model, cfg, adapter_name="a0")
-    for s in range(1, n_slots):
-        pm.add_adapter(f"a{s}", cfg)
+    with quiet_peft_deprecation():
+        pm = get_peft_model(model, cfg, adapter_name="a0")
+        for s in range(1, n_slots):
+            pm.add_adapter(f"a{s}", cfg)
     pm.eval()
     ids = torch.tensor(prompts)
     mask = torch.ones_like(ids)

@@ -29,9 +29,6 @@ from populora.evaluate.prompts import Prompt, truncate_at_stop
 
 Progress = Callable[[int], None] | None
 Emit = Callable[[str, list[int], list[str]], None] | None
-# PEFT 0.21 asks transformers 5's deprecated `is_gradient_checkpointing` when it loads an adapter: a FutureWarning
-# on every eval, about code neither populora nor the user controls. Filtered for that message only, only there.
-_GC_WARNING = r".*`is_gradient_checkpointing` is deprecated"
 
 
 class GenerationError(RuntimeError):
@@ -161,13 +158,12 @@ class MergedHFGenerator:
         except (OSError, ValueError) as exc:
             raise GenerationError(f"cannot load base model {self.base}: {exc}") from exc
         if adapter is not None:
-            import warnings
-
             from peft import PeftModel
 
+            from populora.lora.peft_io import quiet_peft_deprecation
+
             try:
-                with warnings.catch_warnings():
-                    warnings.filterwarnings("ignore", message=_GC_WARNING, category=FutureWarning)
+                with quiet_peft_deprecation():
                     model = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
             except (OSError, ValueError, RuntimeError) as exc:
                 raise GenerationError(f"cannot apply adapter {adapter} to {self.base}: {exc}") from exc

@@ -17,6 +17,9 @@ import json
 import os
 import shutil
 import tempfile
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -24,6 +27,21 @@ import torch
 from populora.lora.adapter import AdapterError, LoRAAdapter
 
 CONFIG_NAME = "adapter_config.json"
+
+# PEFT 0.21 asks transformers 5's deprecated `is_gradient_checkpointing` whenever it wraps or loads an adapter: a
+# FutureWarning on every eval and bench, about code neither populora nor the user controls.
+_GC_WARNING = r".*`is_gradient_checkpointing` is deprecated"
+
+
+@contextmanager
+def quiet_peft_deprecation() -> Iterator[None]:
+    """Around a PEFT call (`get_peft_model`, `PeftModel.from_pretrained`): that one FutureWarning filtered, by its
+    message only; every other warning still shows."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=_GC_WARNING, category=FutureWarning)
+        yield
+
+
 SAFETENSORS_NAME = "adapter_model.safetensors"
 BIN_NAME = "adapter_model.bin"
 PREFIX = "base_model.model."

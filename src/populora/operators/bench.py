@@ -117,6 +117,8 @@ def time_peft_svd(shape: dict, p1: LoRAAdapter, p2: LoRAAdapter, layers: int) ->
     from peft import LoraConfig, get_peft_model
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
+    from populora.lora.peft_io import quiet_peft_deprecation
+
     cfg = Qwen2Config(
         hidden_size=shape["hidden"],
         num_attention_heads=shape["heads"],
@@ -131,8 +133,9 @@ def time_peft_svd(shape: dict, p1: LoRAAdapter, p2: LoRAAdapter, layers: int) ->
         model = Qwen2ForCausalLM(cfg)
     model = model.to_empty(device="cpu")  # uninitialised base weights: PEFT's merge never reads them
     lcfg = LoraConfig(r=p1.rank, lora_alpha=p1.alpha, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"])
-    pm = get_peft_model(model, lcfg, adapter_name="p1")
-    pm.add_adapter("p2", lcfg)
+    with quiet_peft_deprecation():
+        pm = get_peft_model(model, lcfg, adapter_name="p1")
+        pm.add_adapter("p2", lcfg)
     with torch.no_grad():
         for name, mod in pm.base_model.model.named_modules():
             if hasattr(mod, "lora_A") and "p1" in getattr(mod, "lora_A", {}):
