@@ -279,7 +279,9 @@ class RLConfig:
     """Nucleus sampling threshold of the rollouts (1.0 = off)."""
     whiten_scope: Literal["auto", "batch", "role", "member", "task_role"] = "batch"
     """Whitening set after the per-prompt baseline, the same in both modes: 'batch' (the paper's
-    REINFORCE++-baseline), 'role', 'member', or 'task_role' (AZR's TRR++); 'auto' is a legacy alias of 'batch'."""
+    REINFORCE++-baseline), 'role', 'member', or 'task_role' (the six task type x role sets of AZR's TRR++, but
+    after the per-problem baseline, which TRR++ with one rollout per prompt does not subtract;
+    docs/paper-choices.md); 'auto' is a legacy alias of 'batch'."""
     loss_norm: Literal["role", "member"] = "role"
     """Loss normalisation: 'role' normalises each member's rows of one role on their own (the single agent's
     proposer rows weigh as a teacher's); 'member' pools all of a member's rows in one token-mean."""
@@ -328,7 +330,8 @@ class RLConfig:
     clip_eps: float = 0.0
     """PPO clip of the ratio to the sampler's log-probs, 1 +- clip_eps (veRL's clip_ratio, TRL's epsilon, 0.2 is
     usual); 0 = off, the paper's REINFORCE. With one update per batch the ratio is 1 up to the sampler/trainer
-    mismatch, so the clip acts only where they differ."""
+    mismatch, so the clip acts only where they differ. No dual clip (veRL's clip_ratio_c = 3 caps a negative
+    advantage's loss at -3A; docs/paper-choices.md)."""
 
 
 @dataclass

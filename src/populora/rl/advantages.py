@@ -12,7 +12,8 @@ One scalar outcome reward per sequence; the advantage is constant over a sequenc
      batch      one set: the paper's "global whitening across the batch" (REINFORCE++-baseline as in veRL)
      role       teachers and students whitened separately (their reward scales differ: -1..1 vs 0..1)
      member     each adapter separately (each member's update is invariant to the others' reward scale)
-     task_role  (task type x role): AZR's TRR++, the single-agent default (6 baselines)
+     task_role  (task type x role): the 6 sets of AZR's TRR++ (TRR++ itself, one rollout per prompt, has no
+                per-problem mean to subtract first; docs/paper-choices.md)
    A scope whose statistics rest on one token / sequence, or whose values are all equal, only gets centred
    (whitening zero variance would divide by ~1e-4 and blow up rounding noise).
 

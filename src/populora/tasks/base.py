@@ -856,11 +856,12 @@ class CodeI(CodeIO):
     def _check_answer(self, body: str) -> Answer | FormatError:
         text = body.strip()
         try:
-            render_call_args(
-                *parse_call_args(text)
-            )  # rendering too: a 5000-digit hex int parses, but no repr
+            args, kwargs = parse_call_args(text)
+            render_call_args(args, kwargs)  # rendering too: a 5000-digit hex int parses, but no repr
         except LiteralError as e:
             return FormatError(f"format: input is not a literal argument list ({e})")
+        if not args and not kwargs:  # only a comment: no arguments, the same format error as an empty block
+            return FormatError("format: input is not a literal argument list (empty argument list)")
         return Answer(text)
 
     def _plan(self, problem: Problem, answers: Sequence[Answer | FormatError | str]) -> ScoringPlan:

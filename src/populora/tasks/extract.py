@@ -80,9 +80,10 @@ def answer_region(text: str, *, strict: bool) -> tuple[str | None, str | None]:
     """The part of a completion where answers are looked for: `(region, None)` or `(None, reason)`.
 
     strict (R1-style templates, prompt ends in `<think>`): the completion must close `</think>` and then,
-    after only whitespace, hold `<answer> ... </answer>` (AZR's `answer_conditional` format rule); the
-    region is that answer. lenient: the inside of the last closed `<answer>` if there is one, else the whole
-    text; an `<answer>` that is never closed is a format error either way (a cut-off generation).
+    after only whitespace, hold `<answer> ... </answer>` (AZR's `answer_conditional` format rule). lenient:
+    no frame is required, and without any `<answer>` the region is the whole text. Either way the region is
+    the inside of the LAST `<answer>`, as AZR's `extract_answer` takes it (`split("<answer>")[-1]`), and an
+    `<answer>` that is never closed is a format error (a cut-off generation).
     """
     if not isinstance(text, str):
         return None, "format: not text"
@@ -96,10 +97,8 @@ def answer_region(text: str, *, strict: bool) -> tuple[str | None, str | None]:
         rest = t[close + len("</think>") :].lstrip()
         if not rest.startswith("<answer>"):
             return None, "format: no <answer> right after </think>"
-        end = rest.find("</answer>")
-        if end < 0:
+        if rest.find("</answer>") < 0:
             return None, "format: unclosed <answer>"
-        return rest[len("<answer>") : end], None
     i = text.rfind("<answer>")
     if i < 0:
         if "</answer>" in text:
