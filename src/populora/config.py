@@ -151,7 +151,7 @@ class ModelConfig:
     vllm_seeded: bool = False
     """backend=vllm: every request carries its own seed, so a rerun draws the same samples (up to GPU float
     nondeterminism). Off by default: vLLM 0.32 samples seeded requests one at a time in Python (decoding about
-    20-35% slower at 1,000 rows, estimated in issue 51); off, vLLM draws from its engine's generator (seeded from
+    20-35% slower at 1,000 rows, an estimate); off, vLLM draws from its engine's generator (seeded from
     train.seed, its own per dist worker)."""
     revision: str = ""
     """Hub models: the branch, tag or commit to load (from_pretrained's `revision`); '' = the default branch."""
@@ -376,14 +376,14 @@ class SandboxConfig:
     memory_mb: int = 512
     """Address-space limit of one program run."""
     score_deadline_s: float = 30.0
-    """Scoring one problem's answers stops after this many seconds; answers not finished score False (issue 29)."""
+    """Scoring one problem's answers stops after this many seconds; answers not finished score False."""
     score_step_deadline_s: float = 600.0
     """A whole step's scoring stops after this many seconds: the problems still unscored then get no sandbox
     job and their answers score False (metrics.jsonl `score_past_deadline` counts every answer cut)."""
     validate_deadline_s: float = 30.0
     """Validating one proposal may take this many seconds of sandbox time (its jobs' run times): a proposal whose
     first pass, times the number of runs of each input (11 by default), passes it, or a later run of which
-    passes its share, is invalid ('validation took longer than ... s'; issue 50)."""
+    passes its share, is invalid ('validation took longer than ... s')."""
     validate_step_deadline_s: float = 600.0
     """A whole step's validation stops after this many seconds (counted from the end of teacher generation):
     proposals not validated by then are invalid ('validation deadline passed'; metrics.jsonl
