@@ -82,7 +82,7 @@ class GuardedSandbox:
         limits: Limits | None = None,
         *,
         deadline_s: float | None = None,
-        variant: int = 0,
+        variant: int | Sequence[int] = 0,
     ) -> list[Outcome]:
         reasons = [self._reason(j) for j in jobs]
         allowed = [tuple(j) for j, r in zip(jobs, reasons, strict=True) if r is None]
