@@ -335,7 +335,12 @@ def main() -> None:
     devnull = os.open(os.devnull, os.O_RDWR)
     os.dup2(devnull, 0)
     os.dup2(devnull, 1)
-    cfg = _read_config(fin)  # on a pipe, not argv: /proc/<pid>/cmdline shows no configuration
+    # The configuration comes on a pipe, not argv: /proc/<pid>/cmdline shows none. A pool that went away before
+    # writing it (Ctrl-C while the sandbox starts) ends the worker quietly, without a traceback on the console.
+    try:
+        cfg = _read_config(fin)
+    except EOFError:
+        os._exit(0)
     cfg["fin"], cfg["fout"], cfg["devnull"] = fin, fout, devnull  # jobs dup devnull onto 0-2
     cfg.setdefault("lazy", [])
     for folder in dict.fromkeys(os.path.dirname(r) for r in cfg.get("import_roots", ())):

@@ -2,19 +2,19 @@
 reflection escape hatches, no nondeterminism sources), applied before anything reaches the sandbox.
 
 The sandbox (populora.sandbox) is the security boundary; this policy is the *task* rule that keeps proposals
-pure, deterministic and self-contained. It is an **allow-list** (issue 13, item 3): a program may import only
+pure, deterministic and self-contained. It is an **allow-list**: a program may import only
 the modules in `allow_modules`, use from them only public names that are not themselves modules (so
 `collections._sys`, `typing.sys`, `dataclasses.inspect`, `codecs.builtins` are refused) and not listed in
 `DENY_MODULE_ATTRS` (`codecs.open`), and use as free names only the builtins in `allow_names` (any name it
 binds itself is fine). On top of that the older checks stay: the `deny_modules` names give the clearer
 "forbidden import: os" message (and the prompt's banned list), dunder/escape attributes are refused
 everywhere, and `getattr`-like calls (`getattr`, `setattr`, `delattr`, `hasattr`, `operator.attrgetter`,
-`operator.methodcaller`) need a constant, non-dunder name. Strings never become code (populora.tasks.reflection,
-issue 29), and no program builds a function, a code object or a class from data or renames what it defines
-(populora.tasks.constructors, issue 50: no code-object or frame attribute, `type` and metaclasses only where they
+`operator.methodcaller`) need a constant, non-dunder name. Strings never become code
+(populora.tasks.reflection), and no program builds a function, a code object or a class from data or renames what it defines
+(populora.tasks.constructors: no code-object or frame attribute, `type` and metaclasses only where they
 cannot construct, no stores to `__name__`/`__qualname__`/`__doc__`). `allow_modules=None` / `allow_names=None`
-switch the allow-lists off (tests that exercise the sandbox's own checks); the issue-29 and issue-50 rules hold
-either way.
+switch the allow-lists off (tests that exercise the sandbox's own checks); the reflection and constructor
+rules hold either way.
 """
 
 from __future__ import annotations
