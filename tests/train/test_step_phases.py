@@ -178,6 +178,7 @@ def test_validate_solve_score_update_rate_metrics(trainer):
 
 def test_evolution_replaces_the_loser_in_the_engine(trainer):
     tr = trainer
+    tr.cfg.evolution.crossover_with_replaced = False  # the paper's rule: parents only from the survivors
     tr.rng = random.Random(0)
     for m in tr.pop.members.values():
         m.games = 1
