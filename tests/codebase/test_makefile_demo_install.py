@@ -17,7 +17,11 @@ def _recipe(target: str, venv: Path, *extra: str) -> list[str]:
     if shutil.which("make") is None:
         pytest.skip("make is not installed")
     proc = subprocess.run(
-        ["make", "-n", target, f"VENV={venv}", *extra], cwd=ROOT, capture_output=True, text=True, timeout=60
+        ["make", "--no-print-directory", "-n", target, f"VENV={venv}", *extra],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert proc.returncode == 0, proc.stderr
     return proc.stdout.splitlines()

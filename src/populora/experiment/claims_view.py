@@ -177,29 +177,30 @@ def claim_rows(result: dict) -> tuple[list[str], list[list[str]]]:
     return ["claim", "measure", "value [95% CI]", "per seed", "verdict"], rows
 
 
-TABLE_WIDTH = (
-    100  # the console table's width: cells wrap inside it (it was ~170 columns on one line per claim)
-)
+TABLE_WIDTH = 100  # the console listing's width (one table row per claim was about 170 columns)
 
 
 def render_claims(result: dict, width: int = TABLE_WIDTH) -> str:
-    """`claim_rows` as a console table at most `width` columns wide, long cells wrapped (plain text)."""
+    """`claim_rows` for the console, at most `width` columns: one block per claim, its name and verdict on the
+    first line and its measure, value and per-seed numbers indented below, long text wrapped. A table of five
+    columns at that width cut every cell to a few characters."""
     import html
-    import io
-
-    from rich import box
-    from rich.console import Console
-    from rich.table import Table
+    import textwrap
 
     head, rows = claim_rows(result)
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)  # no side borders: the columns get the width
-    for name in head:  # the claim and its number stay on one line; the rest wrap
-        table.add_column(name, no_wrap=name in ("claim", "value [95% CI]"))
-    for r in rows:
-        table.add_row(*[html.unescape(c) for c in r])
-    console = Console(width=width, file=io.StringIO(), record=True)  # rendered here, printed by the caller
-    console.print(table)
-    return console.export_text()
+    label_width = max(len(h) for h in head[1:4]) + 1
+    out = []
+    for row in rows:
+        claim, measure, value, per_seed, verdict = (html.unescape(c) for c in row)
+        out += textwrap.wrap(f"{claim}: {verdict}", width=width, subsequent_indent="    ")
+        for name, text in zip(head[1:4], (measure, value, per_seed), strict=True):
+            out += textwrap.wrap(
+                text,
+                width=width,
+                initial_indent=f"    {name + ':':<{label_width}} ",
+                subsequent_indent=" " * (5 + label_width),
+            )
+    return "\n".join(out) + "\n"
 
 
 def unfinished_message(out: Path, result: dict) -> str:
