@@ -30,21 +30,26 @@ from pathlib import Path
 
 import torch
 
+from populora.doctor import KNOWN_SHAPES
+
 REPO = Path(__file__).resolve().parents[1]
 GIB = 2**30
-# Qwen2.5-Coder-7B's config.json sizes (bench/configs/qwen2.5-coder-7b.json).
-SHAPE_7B = dict(
-    hidden_size=3584,
-    intermediate_size=18944,
-    num_attention_heads=28,
-    num_key_value_heads=4,
-    num_hidden_layers=28,
-    vocab_size=152064,
-    rms_norm_eps=1e-6,
-    rope_theta=1000000.0,
-    max_position_embeddings=32768,
-    tie_word_embeddings=False,
-)
+# Qwen2.5-Coder-7B's shape, from the table `populora doctor` sizes hub models by (nothing downloaded).
+SHAPE_7B = {
+    k: KNOWN_SHAPES["Qwen/Qwen2.5-Coder-7B"][0][k]
+    for k in (
+        "hidden_size",
+        "intermediate_size",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "num_hidden_layers",
+        "vocab_size",
+        "rms_norm_eps",
+        "rope_theta",
+        "max_position_embeddings",
+        "tie_word_embeddings",
+    )
+}
 # A small Qwen2 for the test (same code path, seconds).
 SHAPE_SMALL = dict(
     hidden_size=256,

@@ -25,6 +25,7 @@ import errno
 import fcntl
 import os
 import stat
+import tempfile
 from pathlib import Path
 
 __all__ = [
@@ -35,6 +36,7 @@ __all__ = [
     "open_fd",
     "read_bytes",
     "read_text",
+    "replace_lines",
     "write_bytes_new",
 ]
 
@@ -162,3 +164,19 @@ def check_regular(path: str | os.PathLike, missing_ok: bool = True) -> bool:
     if not stat.S_ISREG(st.st_mode):
         raise _refuse(Path(path), _kind(st.st_mode))
     return True
+
+
+def replace_lines(path: str | os.PathLike, lines: list[bytes]) -> None:
+    """Rewrite a log as `lines` (each without its newline) atomically: a new file beside it, fsynced, renamed
+    over it; a rename replaces a link itself, never what it points to. Used where corrupt lines are dropped."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(b"".join(line + b"\n" for line in lines))
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

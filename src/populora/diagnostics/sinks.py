@@ -13,7 +13,6 @@ import json
 import math
 import os
 import sys
-import tempfile
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -139,16 +138,7 @@ def repair_jsonl(path: str | os.PathLike, keep: Callable[[dict[str, Any]], bool]
         kept.append(raw)
     if removed == 0 and (not lines or data.endswith(b"\n")):
         return 0
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(b"".join(line + b"\n" for line in kept))
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    safe_files.replace_lines(path, kept)
     return removed
 
 

@@ -29,7 +29,6 @@ import json
 import os
 import stat
 import sys
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -187,16 +186,7 @@ def repair_log(path: Path, last_step: int) -> Repaired:
             kept.append(raw)
     if out.removed == 0 and not cut:
         return out
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(b"".join(line + b"\n" for line in kept))
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    safe_files.replace_lines(path, kept)
     return out
 
 
