@@ -173,8 +173,22 @@ def _held_in_shm(pids: set[int] | None = None) -> set[int]:
     return shm_inodes(pids)
 
 
+def own_output(err: str) -> str:
+    """`err` less the dead worker's log tails the driver copies in (`DistEngine.report_logs`: a header ending
+    "last lines of FILE:", then the file's lines indented by two spaces): what the worker itself logged, vLLM's
+    warnings with their tracebacks included, is shown on purpose; populora's own output must stay one line."""
+    kept, copying = [], False
+    for line in err.splitlines():
+        if copying and line.startswith("  "):
+            continue
+        copying = ", last lines of " in line and line.endswith(":")
+        if not copying:
+            kept.append(line)
+    return "\n".join(kept)
+
+
 def one_line(err: str, start: str) -> str:
-    assert "Traceback" not in err, err[-3000:]
+    assert "Traceback" not in own_output(err), err[-3000:]
     lines = [ln for ln in err.splitlines() if ln.startswith(start)]
     assert len(lines) == 1, err[-3000:]
     return lines[0]
