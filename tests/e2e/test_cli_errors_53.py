@@ -39,7 +39,14 @@ def test_evolve_list_gives_the_names_readers_know():
     res = CliRunner().invoke(app, ["evolve", "--list"], terminal_width=80)
     assert res.exit_code == 0
     rows = {line.split()[0].rstrip("*"): line for line in res.output.splitlines() if line.split()}
-    for op, name in {"X1": "DARE", "X6": "TIES", "X7": "DELLA", "X8": "SLERP", "X9": "Fisher", "M6": "rank"}.items():
+    for op, name in {
+        "X1": "DARE",
+        "X6": "TIES",
+        "X7": "DELLA",
+        "X8": "SLERP",
+        "X9": "Fisher",
+        "M6": "rank",
+    }.items():
         assert name in rows[op], rows[op]
     one = CliRunner().invoke(app, ["evolve", "X7", "--list"])
     assert "known as DELLA" in one.output
@@ -48,7 +55,9 @@ def test_evolve_list_gives_the_names_readers_know():
 def _unfinished(tmp_path):
     out = tmp_path / "abl"
     st = {k: None for k in exp_settings.KEYS}
-    st.update(preset="tiny", steps=4, seeds=2, arms=["4T+4S", "single"], probe_every=2, quick=True, overrides=[])
+    st.update(
+        preset="tiny", steps=4, seeds=2, arms=["4T+4S", "single"], probe_every=2, quick=True, overrides=[]
+    )
     exp_settings.save(out, st)
     return out
 
