@@ -282,9 +282,15 @@ class RLConfig:
     REINFORCE++-baseline), 'role', 'member', or 'task_role' (the six task type x role sets of AZR's TRR++, but
     after the per-problem baseline, which TRR++ with one rollout per prompt does not subtract;
     docs/paper-choices.md); 'auto' is a legacy alias of 'batch'."""
-    loss_norm: Literal["role", "member"] = "role"
-    """Loss normalisation: 'role' normalises each member's rows of one role on their own (the single agent's
-    proposer rows weigh as a teacher's); 'member' pools all of a member's rows in one token-mean."""
+    loss_norm: Literal["role", "member", "role_task"] = "role"
+    """Loss grouping: each group of a member's rows is normalised on its own (`rl.loss_agg`) and the groups'
+    losses add. 'role': a member's rows of one role (the single agent's proposer rows weigh as a teacher's);
+    'member': all of a member's rows in one group; 'role_task': one group per role and task type, so code_i's
+    short answers are not outweighed by code_o's long ones in a token-mean (docs/paper-choices.md)."""
+    loss_agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"] = "token-mean"
+    """How a loss group's tokens are averaged: 'token-mean' (veRL's default: every token of the group weighs
+    alike, so long answers dominate), 'seq-mean-token-mean' (each row's token mean, then the mean over rows:
+    every answer weighs alike), 'seq-mean-token-sum' (each row's token sum, then the mean over rows)."""
     token_weighted: bool = True
     """Whitening statistics weight each sequence by its token count (as veRL's masked_whiten); else per sequence."""
     invalid_reward: float = -1.0

@@ -295,3 +295,34 @@ def test_a_resume_clears_what_a_kill_mid_prune_left(tmp_path):
     tr.close()
     assert not doomed.exists()
     assert [p.name for p in (run / "checkpoints").iterdir()] == ["step_000001"]
+
+
+def test_role_task_groups_give_each_task_type_a_token_mean_of_its_own(tmp_path):
+    # rl.loss_norm=role_task: code_i's short answers are no longer outweighed by code_o's long ones
+    tr = _trainer(tmp_path, "rt", ["rl.loss_norm=role_task"], n_slots=4)
+    rows = tr.build_rows(_step_traces("T0", "S0", 0, 2))
+    keys = [r.loss_key for r in rows]
+    assert set(keys) == {
+        (0, "teacher/code_i"),
+        (0, "teacher/code_o"),
+        (0, "teacher/code_f"),
+        (2, "student/code_i"),
+        (2, "student/code_o"),
+    }
+    weights = row_weights([len(r.response_ids) for r in rows], keys)
+    per_group: dict = {}
+    for w, r in zip(weights, rows, strict=True):
+        per_group[r.loss_key] = per_group.get(r.loss_key, 0.0) + w * len(r.response_ids)
+    assert list(per_group.values()) == pytest.approx([1.0] * 5)  # each group one token-mean
+    tr.run.close()
+
+
+def test_loss_agg_reaches_the_engine(tmp_path):
+    from populora.train.setup import build_engine
+
+    cfg = load_config("tiny", ["rl.loss_agg=seq-mean-token-mean"])
+    eng = build_engine(cfg)
+    try:
+        assert eng.loss_agg == "seq-mean-token-mean"
+    finally:
+        eng.close()

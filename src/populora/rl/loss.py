@@ -72,6 +72,21 @@ def truncated_is_weights(logp: torch.Tensor, sampler_logp: torch.Tensor, cap: fl
     return torch.exp((logp - sampler).clamp(max=20.0)).clamp(max=cap)
 
 
+LOSS_GROUPINGS = ("role", "member", "role_task")
+
+
+def loss_group(grouping: str, role: str, task: str) -> str:
+    """A row's loss group within its member (`TrainRow.loss_group`) under `rl.loss_norm`: "" for `member` (one
+    group), the role for `role`, role and task type for `role_task` (each normalised on its own)."""
+    if grouping == "member":
+        return ""
+    if grouping == "role":
+        return role
+    if grouping == "role_task":
+        return f"{role}/{task}"
+    raise ValueError(f"unknown loss grouping {grouping!r}; choose one of {LOSS_GROUPINGS}")
+
+
 def row_weights(lengths: Sequence[int], groups: Sequence[Hashable], mode: str = "token-mean") -> list[float]:
     """Weight `w_row` such that `sum_rows w_row * sum_t x_t` aggregates per group as `mode` says.
 

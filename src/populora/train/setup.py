@@ -187,6 +187,7 @@ def build_engine(cfg: Config) -> PolicyEngine:
             kl_coef=cfg.rl.kl_coef,  # the KL to the base, entropy bonus and PPO clip (rl/kl.py, rl/loss.py)
             kl_estimator=cfg.rl.kl_estimator,
             entropy_coef=cfg.rl.entropy_coef,
+            loss_agg=cfg.rl.loss_agg,  # how each loss group's tokens are averaged (rl/loss.py row_weights)
             clip_eps=cfg.rl.clip_eps or None,
             lora_dropout=cfg.lora.dropout,
             revision=cfg.model.revision or None,

@@ -63,6 +63,7 @@ from populora.population.matchmaking import match
 from populora.population.members import Population
 from populora.population.ratings import RatingSystem, score_game
 from populora.rl.advantages import reinforce_pp_baseline, scope_key
+from populora.rl.loss import loss_group
 from populora.rl.schedule import lr_at
 from populora.sandbox import Limits, Sandbox
 from populora.tasks import registry
@@ -649,7 +650,7 @@ class Trainer:
     def build_rows(self, traces: list[ProposalTrace]) -> list[TrainRow]:
         """Training rows of every member, each with its REINFORCE++-baseline advantage."""
         scope = self.cfg.effective_whiten_scope
-        by_role = self.cfg.rl.loss_norm == "role"  # the single agent's proposer rows weigh as a teacher's
+        grouping = self.cfg.rl.loss_norm  # role: the single agent's proposer rows weigh as a teacher's
         rows, rewards, lengths, groups, scopes, owners = [], [], [], [], [], []
 
         def add(member: str, role: str, task: str, gen, reward: float, group, owner=None) -> None:
@@ -663,7 +664,7 @@ class Trainer:
                     response_ids=gen.token_ids,
                     advantages=0.0,
                     old_logprobs=gen.logprobs,
-                    loss_group=role if by_role else "",
+                    loss_group=loss_group(grouping, role, task),
                 )
             )
             rewards.append(reward)
