@@ -444,6 +444,12 @@ class DiagnosticsConfig:
     solver): half a population's probe answers (a 4T+4S probe asks 4 of 8 members; the claims of
     `experiment claims` read the solvers only). The teachers' validity probe (`probe_proposals`) runs either
     way; a report or an experiment then has no teacher curve on the probe."""
+    probe_samples: int = 0
+    """Also answer every probe item this many times at `probe_temperature` (one fixed evaluation seed) and log
+    each member's sampled pass@1 per task type (metrics.jsonl `probe_sampled`, per-item counts in
+    probe_items.jsonl): RL sharpens sampled answers before greedy ones move. 0 = off (greedy only)."""
+    probe_temperature: float = 1.0
+    """Sampling temperature of the sampled probe (`probe_samples`); read only when that is above 0."""
     # issue 30 §3 (pretrain/graded_probe.py): which probe sets the probe reads.
     probe_set: str = "fixed"
     """`fixed`: the level-easy probe sets (256 per task type, the v1 asset's generator); `graded`: the
@@ -1093,6 +1099,16 @@ def validate(cfg: Config) -> Config:
     _require(
         dg.probe_set in ("fixed", "graded"),
         f"diagnostics.probe_set: must be fixed or graded, got {dg.probe_set!r}.",
+    )
+    _require(
+        0 <= dg.probe_samples <= 64,
+        f"diagnostics.probe_samples: must be in [0, 64] (0 = greedy probe only; 8 is usual), got "
+        f"{dg.probe_samples}.",
+    )
+    _require(
+        dg.probe_samples == 0 or 0 < dg.probe_temperature <= 2,
+        f"diagnostics.probe_temperature: must be in (0, 2] for a sampled probe (the greedy probe is "
+        f"temperature 0 already), got {dg.probe_temperature}.",
     )
     _max_probe = 260 if dg.probe_set == "graded" else 256
     _require(

@@ -152,6 +152,8 @@ def check_metrics_record(rec: Mapping[str, Any]) -> list[str]:
     """Violations of the metrics.jsonl schema in one record."""
     where = f"metrics step {rec.get('step', '?')}"
     errs = check_probe(rec["probe_valid"], where, "probe_valid") if "probe_valid" in rec else []
+    if "probe_sampled" in rec:  # diagnostics.probe_samples: sampled pass@1, {member_id: {task: rate}}
+        errs += check_probe(rec["probe_sampled"], where, "probe_sampled")
     if "probe" in rec:
         errs += check_probe(rec["probe"], where)
         if rec.get("step") == 0 and "members" not in rec:  # the step-0 probe, before any update

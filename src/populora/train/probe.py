@@ -84,6 +84,7 @@ PART_NAMES = {
     "probe": "probe, free answers",
     "probe_style": "probe, answers with the code_o style forced",
     "probe_valid": "probe, teachers' proposals to the fixed prompts",
+    "probe_sampled": "probe, sampled answers (diagnostics.probe_samples)",
 }
 
 
@@ -388,8 +389,11 @@ class Prober:
         types: Sequence[str] = TASKS,
         probe_set: str = "fixed",
         roles: str = "all",
+        samples: int = 0,
+        temperature: float = 1.0,
     ) -> None:
         self.every = every
+        self.samples, self.temperature = samples, temperature  # the sampled probe (train/probe_sampled.py)
         if roles not in PROBE_ROLES:
             raise ValueError(f"probe roles {roles!r}: choose one of {', '.join(PROBE_ROLES)}")
         self.roles = roles  # "all" members, or the "solvers" only (diagnostics.probe_roles)
@@ -428,6 +432,8 @@ class Prober:
             _family_types(cfg),
             getattr(d, "probe_set", "fixed"),
             getattr(d, "probe_roles", "all"),
+            getattr(d, "probe_samples", 0),
+            getattr(d, "probe_temperature", 1.0),
         )
 
     @property
@@ -497,6 +503,33 @@ class Prober:
         )
         return scores.copied({m: aliases.get(m, m) for m in slots})
 
+    def sampled(self, trainer: Any) -> dict[str, dict[str, list[int]]] | None:
+        """Solves of `samples` answers per item at `temperature` (`{member: {task: [count]}}`), the members
+        the greedy probe asks; None when the sampled probe is off. Equal adapters share one member's counts
+        (the same policy: one draw of the measure is as good as another)."""
+        from populora.train.probe_sampled import sampled_solves
+
+        if self.samples <= 0:
+            return None
+        members = trainer.pop.ordered()
+        if self.roles == "solvers":
+            members = [m for m in members if m.role in SOLVER_ROLES]
+        slots = {m.id: m.slot for m in members}
+        aliases = same_adapters(trainer.engine, slots) if hasattr(trainer.engine, "get_adapter") else {}
+        asked = {m: slot for m, slot in slots.items() if aliases.get(m, m) == m}
+        counts = sampled_solves(
+            trainer.engine,
+            asked,
+            self.problems,
+            trainer.sandbox,
+            self.samples,
+            self.temperature,
+            self.budget,
+            self.template,
+            generate_kwargs=self._phase(trainer)("probe_sampled"),
+        )
+        return {m: counts[aliases.get(m, m)] for m in slots}
+
     def score(self, trainer: Any) -> dict[str, dict[str, float]]:
         """`{member_id: {task: acc}}` for the members alive now (after this step's evolution)."""
         return self.scores(trainer).accuracy()
@@ -520,7 +553,8 @@ class Prober:
         return score_teachers(trainer, [m.id for m in proposers], self._teacher_prompts, self._phase(trainer))
 
     def _measure(self, trainer: Any, step: int) -> dict:
-        """The probe's keys for a metrics record (`probe`, `probe_style` and `probe_valid` when on, and their
+        """The probe's keys for a metrics record (`probe`; `probe_style`, `probe_sampled` and `probe_valid` when on,
+        and their
         seconds, `probe_s`); writes the probe's line of probe_items.jsonl first (one append)."""
         from populora.diagnostics.sinks import append_jsonl
 
@@ -536,6 +570,12 @@ class Prober:
                 items["items"][t]["level"] = lv
         if scores.style:
             out["probe_style"] = scores.style_summary()
+        sampled = self.sampled(trainer)
+        if sampled is not None:
+            from populora.train.probe_sampled import pass_at_1
+
+            out["probe_sampled"] = pass_at_1(sampled, self.samples)
+            items.update(sampled=sampled, samples=self.samples, temperature=self.temperature)
         valid = self.score_valid(trainer)
         if valid is not None:
             out["probe_valid"] = valid
@@ -586,6 +626,9 @@ def probe_line(step: int, total: int, rec: Mapping[str, Any], roles: Mapping[str
                     f" (trace {mean([s['trace'] for s in styled])}, bare {mean([s['bare'] for s in styled])}, "
                     f"traced {mean([s['trace_share'] for s in styled])})"
                 )
+            sampled = [rec.get("probe_sampled", {}).get(m, {}).get(t) for m in ids]
+            if sampled and all(x is not None for x in sampled):
+                cell += f" (sampled pass@1 {mean(sampled)})"
             cells.append(cell)
         parts.append(f"{role}s " + " ".join(cells))
     valid = rec.get("probe_valid") or {}

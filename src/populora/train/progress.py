@@ -12,6 +12,7 @@ import inspect
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
@@ -51,6 +52,7 @@ PHASE_LABELS = {
     "probe": ("probe", "answers"),  # the fixed probe (train/probe.py): greedy answers of every member
     "probe_style": ("probe, answer style forced", "answers"),
     "probe_valid": ("probe, teachers' fixed prompts", "proposals"),
+    "probe_sampled": ("probe, sampled answers", "answers"),
 }
 
 
@@ -86,6 +88,21 @@ def note(message: str, quiet: bool = False) -> None:
     """One line on stderr for long one-off work (loading the model, starting the sandbox), unless quiet."""
     if not quiet:
         print(f"... {message}", file=sys.stderr, flush=True)
+
+
+def upfront_line(cfg, run_path: Path) -> str | None:
+    """The line `populora train` prints before it loads anything when the run is estimated to take over 10
+    minutes (None otherwise): the steps left at this run's own measured seconds per step when it has steps
+    (a resume), else at `populora.estimate`'s per-step model."""
+    from populora.estimate import basis, long_line, run_seconds
+    from populora.experiment.progress import read_progress
+
+    done, spent = read_progress(run_path)
+    how = f"`populora train --resume {run_path}` continues"
+    if done > 0 and spent > 0:
+        left = max(0, cfg.train.steps - done)
+        return long_line(left * spent / done, how, f"this run's own {done} steps, {left} to go")
+    return long_line(run_seconds(cfg), how, f"{cfg.train.steps} steps; {basis(cfg)}")
 
 
 class StepProgress:
@@ -157,4 +174,12 @@ class StepProgress:
             self.bar.stop()
 
 
-__all__ = ["PHASE_LABELS", "StepProgress", "accepts_progress", "note", "phase_text", "summary_line"]
+__all__ = [
+    "PHASE_LABELS",
+    "StepProgress",
+    "accepts_progress",
+    "note",
+    "phase_text",
+    "summary_line",
+    "upfront_line",
+]
