@@ -9,6 +9,11 @@ Runs of one kind (an ablation's arm) cost alike and different kinds do not (a 4T
 work and probes eight members, a single agent's one matchup and one member), so each kind's steps left are
 priced at that kind's own seconds per step once one of its runs has a step done, and at the mean of all runs
 before that (`eta_by_kind`).
+
+Before the first step, `upfront_line` gives the whole experiment's estimate from the per-step seconds model of
+`populora.estimate` (each run not yet started priced at its preset's measured seconds per step, scaled to its
+population; a run with steps done at its own measured rate), and returns the line to print when that is over
+10 minutes.
 """
 
 from __future__ import annotations
@@ -65,6 +70,44 @@ def fmt_duration(seconds: float | None) -> str:
     return f"about {m} min left" if h == 0 else f"about {h} h {m:02d} min left"
 
 
+def experiment_seconds(runs: Sequence[tuple[object, Path]], jobs: int) -> float | None:
+    """Estimated seconds left for runs `(config, folder)`, `jobs` at a time: a run with steps done at its own
+    measured seconds per step, a new one at `estimate.run_seconds`; None when any run has no estimate."""
+    from populora.estimate import run_seconds
+
+    total, left = 0.0, 0
+    for cfg, path in runs:
+        done, spent = read_progress(path)
+        target = cfg.train.steps
+        if done >= target:
+            continue
+        left += 1
+        if done > 0 and spent > 0:
+            total += (target - done) * spent / done
+            continue
+        s = run_seconds(cfg)
+        if s is None:
+            return None
+        total += s
+    return total / max(1, min(jobs, left)) if left else 0.0
+
+
+def upfront_line(specs: Sequence, jobs: int, how: str) -> str | None:
+    """The line an experiment prints before it starts when its estimate is over 10 minutes (else None).
+    `specs`: the runs (`.preset`, `.overrides`, `.path`); `how`: how to continue after a Ctrl-C."""
+    from populora.config import load_config
+    from populora.estimate import basis, long_line
+
+    cfgs = [(load_config(s.preset, s.overrides), Path(s.path)) for s in specs]
+    if not cfgs:
+        return None
+    seconds = experiment_seconds(cfgs, jobs)
+    steps = sum(c.train.steps for c, _ in cfgs)
+    side = f", {jobs} side by side" if jobs > 1 else ""
+    what = f"{len(cfgs)} runs, {steps:,} steps{side}; {basis(cfgs[0][0])}"
+    return long_line(seconds, how, what)
+
+
 @dataclass
 class Progress:
     """The experiment's runs (name, folder, steps it should reach), `jobs` at a time."""
@@ -94,4 +137,4 @@ class Progress:
         return f"{done}/{total} steps ({pct:.0f}%){now}; {fmt_duration(eta)}"
 
 
-__all__ = ["Progress", "eta_by_kind", "fmt_duration", "read_progress"]
+__all__ = ["Progress", "eta_by_kind", "experiment_seconds", "fmt_duration", "read_progress", "upfront_line"]

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from populora import safe_files
-from populora.experiment.progress import Progress
+from populora.experiment.progress import Progress, upfront_line
 from populora.experiment.settings import ExperimentError
 
 SAME_COMMAND = "give the same command again to continue (finished runs are kept)"
@@ -237,6 +237,9 @@ def run_all(
     steps = {s.name: target_steps(s) for s in specs}
     # runs of one arm are priced at that arm's own seconds per step (progress.eta_by_kind)
     progress = Progress([(s.name, s.path, steps[s.name], str(s.meta.get("arm", ""))) for s in specs], jobs)
+    upfront = upfront_line(specs, jobs, how)  # over 10 minutes: say so, with the estimate, before starting
+    if upfront:
+        log(upfront)
     with stop_signals():
         if jobs <= 1:
             return _run_in_process(specs, steps, progress, log, threads, progress_every, how)

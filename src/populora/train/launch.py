@@ -94,6 +94,12 @@ def train(
     missing = missing_tracker(cfg.log.tensorboard, cfg.log.wandb, cfg.log.mlflow)
     if missing:  # before any folder or model: one line, not the tracker's import traceback
         raise ConfigError(missing)
+    if not quiet:  # a run estimated over 10 minutes says so before it starts (populora.estimate)
+        from populora.train.progress import upfront_line
+
+        line = upfront_line(cfg, run_path)
+        if line:
+            print(line, file=sys.stderr, flush=True)
     # Heavy imports (torch, transformers) only now, after the config has been resolved and checked.
     from populora.train import checkpoint as ckpt
     from populora.train.resume import branch_run, changed_settings, resume_line
