@@ -27,8 +27,10 @@ and prints no line: an unfounded number would be worse than none.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 LONG_S = 600.0  # commands estimated to run longer than this say so before they start
 
@@ -119,6 +121,26 @@ def run_seconds(cfg, start: int = 0) -> float | None:
     )
     probe_s = prof.probe_s * probe_members / prof.members * cfg.diagnostics.probe_size / prof.probe_size
     return prof.start_s + steps_left * step_s + probes_in(cfg, start, cfg.train.steps) * probe_s
+
+
+def read_progress(path: Path) -> tuple[int, float]:
+    """(last step, seconds spent in steps and probes) of a run folder; (0, 0.0) before its first step."""
+    f = Path(path) / "metrics.jsonl"
+    if not f.is_file():
+        return 0, 0.0
+    by_step: dict[int, float] = {}
+    try:
+        text = f.read_text()
+    except OSError:
+        return 0, 0.0
+    for line in text.splitlines():
+        try:
+            r = json.loads(line)
+            step = int(r.get("step", 0))
+        except (ValueError, AttributeError, TypeError):
+            continue  # a line cut by a kill, or being written now
+        by_step[step] = float(r.get("step_s") or 0.0) + float(r.get("probe_s") or 0.0)
+    return (max(by_step) if by_step else 0), sum(by_step.values())
 
 
 # --- paper-7b on GPUs: a throughput model (docs/engine.md, "Planning a GPU run"); not yet measured on a GPU ---
@@ -216,6 +238,7 @@ __all__ = [
     "members_of",
     "population_factor",
     "probes_in",
+    "read_progress",
     "profile_for",
     "run_seconds",
     "step_seconds",

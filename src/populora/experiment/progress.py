@@ -18,30 +18,11 @@ population; a run with steps done at its own measured rate), and returns the lin
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-
-def read_progress(path: Path) -> tuple[int, float]:
-    """(last step, seconds spent in steps and probes) of a run folder; (0, 0.0) before its first step."""
-    f = Path(path) / "metrics.jsonl"
-    if not f.is_file():
-        return 0, 0.0
-    by_step: dict[int, float] = {}
-    try:
-        text = f.read_text()
-    except OSError:
-        return 0, 0.0
-    for line in text.splitlines():
-        try:
-            r = json.loads(line)
-            step = int(r.get("step", 0))
-        except (ValueError, AttributeError, TypeError):
-            continue  # a line cut by a kill, or being written now
-        by_step[step] = float(r.get("step_s") or 0.0) + float(r.get("probe_s") or 0.0)
-    return (max(by_step) if by_step else 0), sum(by_step.values())
+from populora.estimate import read_progress  # (last step, seconds in steps and probes) of a run folder
 
 
 def eta_by_kind(rows: Sequence[tuple[str, int, int, float]], parallel: int) -> float | None:

@@ -94,8 +94,7 @@ def upfront_line(cfg, run_path: Path) -> str | None:
     """The line `populora train` prints before it loads anything when the run is estimated to take over 10
     minutes (None otherwise): the steps left at this run's own measured seconds per step when it has steps
     (a resume), else at `populora.estimate`'s per-step model."""
-    from populora.estimate import basis, long_line, run_seconds
-    from populora.experiment.progress import read_progress
+    from populora.estimate import basis, long_line, read_progress, run_seconds
 
     done, spent = read_progress(run_path)
     how = f"`populora train --resume {run_path}` continues"
