@@ -1,56 +1,93 @@
 """`populora experiment control rl`: RL of one student without teachers, restricted to some task types and
-probed on the graded sets, on the problems of the generator the model was pretrained on."""
+probed on the graded sets, on the problems of the generator the model was pretrained on; arms real, shuffled and
+no update on the same stream; held-out greedy and sampled pass@1; resumable."""
 
 import json
 
 import pytest
 
+from populora.config import load_config
 from populora.engine import resolve_model
+from populora.experiment import controls
 from populora.experiment.controlled import rl as control_rl
-from populora.train.setup import graded_seed_levels
+from populora.experiment.controls import rl_step
+from populora.train.setup import build_engine, graded_seed_levels, synthetic_seeds
+
+QUICK = ["--quick", "--types", "code_f", "--probe-set", "graded", "--probe-levels", "1", "--threads", "1"]
 
 
-def test_a_code_f_run_trains_and_probes_code_f_alone_on_the_models_generator(model_name, tmp_path):
+def test_a_code_f_run_measures_every_arm_on_the_models_generator_and_resumes(model_name, tmp_path, capsys):
     out = tmp_path / "rl.json"
-    control_rl.main(
-        [
-            "--quick",
-            "--model",
-            model_name,
-            "--types",
-            "code_f",
-            "--probe-set",
-            "graded",
-            "--probe-levels",
-            "1",
-            "--modes",
-            "fresh",
-            "--lrs",
-            "3e-3",
-            "--threads",
-            "1",
-            "--out",
-            str(out),
-        ]
-    )
+    control_rl.main([*QUICK, "--model", model_name, "--out", str(out)])
     rec = json.loads(out.read_text())
-    run = rec["results"][0]
+    assert sorted(rec["runs"]) == ["fresh/0.003/none/0", "fresh/0.003/real/0", "fresh/0.003/shuffled/0"]
     assert set(rec["headroom"]) == {"code_f"}
-    assert [set(s) for s in run["solve_rate_by_type"]] == [{"code_f"}] * run["steps"]
-    assert all(set(p) == {"step", "code_f", "all"} for p in run["probe"])
+    base = rec["base"]
+    assert set(base["sampled"]) == {"1", "0.6"} and set(base["greedy"]) == {"code_f"}
+    assert all(0 <= c <= 2 for c in base["sampled"]["1"]["code_f"])  # 2 samples per item with --quick
+    for arm, r in ((r["arm"], r) for r in rec["runs"].values()):
+        assert [set(s) for s in r["solve_rate_by_type"]] == [{"code_f"}] * r["steps"]
+        assert (r["end"] is None) == (arm == "none")  # no update: its held-out reading is the base's
+    # the same rollout seeds in every arm: the first step (before any update) solves alike
+    assert len({r["solve_rate"][0] for r in rec["runs"].values()}) == 1
+    held = rec["summary"]["held_out"]["fresh lr 0.003"]
+    assert set(held) == {"greedy", "1", "0.6"}
+    assert {"change", "real_minus_shuffled", "real_minus_base_best_temperature"} <= set(held["1"]["all"])
+    assert held["greedy"]["code_f"]["change"]["none"]["mean"] == 0
     levels = graded_seed_levels(resolve_model(model_name))
     assert rec["problem_levels"] == (list(levels) if levels else None)
     if model_name == "tiny":  # the bundled asset v2: the trainer's seed levels
         assert rec["problem_levels"] == [1, 1, 2, 2, 3, 4, 5]
+    capsys.readouterr()
+    # the same command again runs nothing; other settings refuse, naming them
+    control_rl.main([*QUICK, "--model", model_name, "--out", str(out)])
+    assert "3 runs done, 0 to run" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match=r"other settings \(overrides: \[\] there, \['rl.rollouts=4'\] now"):
+        control_rl.main([*QUICK, "--model", model_name, "--out", str(out), "--set", "rl.rollouts=4"])
+
+
+def test_the_arms_differ_only_in_what_reaches_the_update(model_name, sandbox, monkeypatch):
+    cfg = load_config(
+        "tiny-learn", ["population.teachers=1", "population.students=1", f"model.name={model_name}"]
+    )
+    pool = synthetic_seeds(6, sandbox, seed=7)
+    problems = [next(p for p in pool if p.task == t) for t in ("code_i", "code_o")]
+    seen = []
+    real_baseline = controls.reinforce_pp_baseline
+    monkeypatch.setattr(
+        controls,
+        "reinforce_pp_baseline",
+        lambda rewards, *a: (seen.append(rewards.tolist()), real_baseline(rewards, *a))[1],
+    )
+    eng = build_engine(cfg)
+    trained = []
+    monkeypatch.setattr(eng, "train_step", lambda batch: trained.append(batch.rows) or {})
+    try:
+        import random
+
+        rate = rl_step(eng, problems, 4, 1.0, 5, sandbox, loss_by_task=True)
+        assert rl_step(eng, problems, 4, 1.0, 5, sandbox, rewards_order=random.Random(3)) == rate
+        assert rl_step(eng, problems, 4, 1.0, 5, sandbox, update=False) == rate  # the same stream, read alike
+    finally:
+        eng.close()
+    assert len(seen) == 2 and len(trained) == 2  # no update: neither advantages nor a train step
+    assert sorted(seen[1]) == sorted(seen[0])  # shuffled: the same rewards, another order
+    assert [r.loss_group for r in trained[0]] == [p.task for p in problems for _ in range(4)][
+        : len(trained[0])
+    ]
+    assert {r.loss_group for r in trained[1]} == {""}
 
 
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
         (["--types", "code_x"], "--types: unknown task type(s) code_x"),
-        (["--probe-levels", "1"], "--probe-levels needs --probe-set graded"),
-        (["--probe-set", "graded", "--probe-levels", "7"], "--probe-levels: bad level '7': levels are 1..5"),
-        (["--probe-set", "graded", "--probe-levels", "one"], "--probe-levels: bad level 'one': expected N"),
+        (["--probe-set", "fixed", "--probe-levels", "1"], "--probe-levels needs --probe-set graded"),
+        (["--probe-levels", "7"], "--probe-levels: bad level '7': levels are 1..5"),
+        (["--probe-levels", "one"], "--probe-levels: bad level 'one': expected N"),
+        (["--arms", "real,random"], "--arms: real,random: pick from real, shuffled, none"),
+        (["--eval-temperatures", "1,0"], "--eval-temperatures: expected numbers > 0"),
+        (["--set", "rl.loss_norm=by_task"], "--set: rl.loss_norm"),
     ],
 )
 def test_bad_options_are_named(argv, message, capsys):

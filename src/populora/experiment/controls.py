@@ -10,6 +10,7 @@ runs both; `tests/experiment/test_controls.py` checks the first on the bundled m
 
 from __future__ import annotations
 
+import random
 import statistics
 from collections.abc import Mapping, Sequence
 
@@ -75,11 +76,18 @@ def rl_step(
     budget: Mapping[str, int] | None = None,
     sign: float = 1.0,
     by_type: dict[str, list[int]] | None = None,
+    rewards_order: random.Random | None = None,
+    update: bool = True,
+    loss_by_task: bool = False,
 ) -> float:
     """One update of slot 0 on `n` rollouts of every problem; returns their solve rate (before the update).
 
     `sign=-1` negates every advantage (a deliberately wrong update, for tests that must be able to fail).
     `by_type`, when given, gets `[solved, rollouts]` added per task type (a mixed step's types apart).
+    `rewards_order`: the shuffled control: the rewards are permuted across every rollout of the step with this
+    generator before the advantages (as `rl.student_rewards=shuffled` does in self-play); the solve rate
+    returned is the real one. `update=False`: the no-update control (rollouts and scores only).
+    `loss_by_task`: each task type's rows are a loss group of their own (`rl.loss_norm=role_task`).
     """
     groups = rollouts(engine, problems, n, temperature, seed, budget)
     rows, rewards, lengths, keys, solved = [], [], [], [], 0
@@ -92,15 +100,26 @@ def rl_step(
             solved += o
             if not g.token_ids:
                 continue
-            rows.append(TrainRow(slot=0, prompt_ids=g.prompt_ids, response_ids=g.token_ids, advantages=0.0))
+            rows.append(
+                TrainRow(
+                    slot=0,
+                    prompt_ids=g.prompt_ids,
+                    response_ids=g.token_ids,
+                    advantages=0.0,
+                    loss_group=problems[i].task if loss_by_task else "",
+                )
+            )
             rewards.append(student_reward(f, o))
             lengths.append(len(g.token_ids))
             keys.append(i)
+    if not update or not rows:
+        return solved / max(n * len(problems), 1)
+    if rewards_order is not None:
+        rewards_order.shuffle(rewards)
     adv = reinforce_pp_baseline(torch.tensor(rewards), torch.tensor(lengths), keys, ["batch"] * len(rows))
     for row, a in zip(rows, adv.tolist(), strict=True):
         row.advantages = sign * float(a)
-    if rows:
-        engine.train_step(TrainBatch(rows))
+    engine.train_step(TrainBatch(rows))
     return solved / max(n * len(problems), 1)
 
 

@@ -2,29 +2,33 @@
 
 One student adapter and no teachers (`populora.experiment.controls`): the trainer's engine, loss, verifier rewards
 (+1 / -0.5 / -1) and REINFORCE++-baseline advantages (group = one problem's rollouts, one whitening set).
-Three measurements:
 
-1. headroom   greedy accuracy against pass@1 and pass@k at the rollout temperature on the probe subset: RL can
-              only turn pass@k into greedy accuracy where pass@k is above it.
-2. fixed      the same problems every step (`--per-type` per task type): their solve rate must rise within a
-              few steps if the update is signed and sized right (it can only fit, not generalise).
-3. fresh      new problems from the pretraining generator every step (what an ideal teacher would propose: the
-              probe's own distribution, never the probe's problems): the solve rate on problems it has not
-              seen yet, and the greedy probe at step 0 and every `--probe-every` steps. Only this one says
-              whether what the update learns transfers to held-out problems.
+1. fixed   the same problems every step (`--per-type` per task type): their solve rate must rise within a few
+           steps if the update is signed and sized right (it can only fit, not generalise).
+2. fresh   new problems from the pretraining generator every step (what an ideal teacher would propose, never
+           the probe's problems). Only this one says whether what the update learns transfers.
 
-`--types` restricts the problems and the probe to some task types (`code_f`: RL on code_f alone); the solve rate
-is also recorded per type (`solve_rate_by_type`). `--probe-set graded` probes on the graded probe sets
-(`--probe-levels 1`: only their level-1 items, with the graded answer budgets) instead of the fixed ones.
+Measured as a reviewer would (`rl_measure.py`): on held-out probe items, at the start (the base) and at the end,
+greedy and sampled pass@1 (`--eval-samples` answers per item at each `--eval-temperatures`, one fixed evaluation
+seed); the base also at a sweep of temperatures (`--base-temperatures`): its best pass@1 is the sharpening
+baseline. Arms on the same problem stream and seeds (`--arms`): real rewards, shuffled rewards (the control that
+breaks the cause) and no update (how much the stream's difficulty alone moves the solve rate). Per task type
+and overall, intervals over seeds and items. `--set rl.loss_norm=role_task` makes each task type a loss group of
+its own, `--set rl.loss_agg=seq-mean-token-mean` weighs every answer alike (see docs/paper-choices.md).
 
-populora experiment control rl [--lrs 3e-3,1e-2] [--model tiny] [--types code_f] [--probe-set graded] [--quick]
-Writes runs/controls/learning_rl_controls.json (--out; the recorded history: bench/results/learning_rl_controls.json) (docs/learning.md, "Chasing it on the bundled asset").
+Resumable: every finished (mode, lr, arm, seed) run is written to `--out` at once; the same command again runs
+only what is missing (a different setting refuses, naming it).
+
+populora experiment control rl [--types code_i] [--arms real,shuffled,none] [--seeds 3] [--quick]
+Writes runs/controls/learning_rl_controls.json (--out; the recorded ones: bench/results/learning_rl_controls*.json)
+(docs/learning.md, "The teacher-free control").
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import statistics
 import time
@@ -32,47 +36,52 @@ from pathlib import Path
 
 import torch
 
-from populora.config import load_config
+from populora.config import ConfigError, load_config
 from populora.engine.models import resolve_model
-from populora.experiment.controls import headroom, rl_step
+from populora.experiment.controlled.rl_measure import (
+    ARMS,
+    headroom,
+    measure,
+    summarise,
+    temperature_key,
+)
+from populora.experiment.controls import rl_step
 from populora.names import TASKS
 from populora.pretrain.graded import GradedError, parse_levels
 from populora.pretrain.graded_probe import MAX_NEW_TOKENS as GRADED_BUDGET
 from populora.pretrain.graded_probe import PROBE_SETS, probe_selection
 from populora.pretrain.probe import MAX_NEW_TOKENS
 from populora.sandbox import Limits, Sandbox
-from populora.train.probe import score_members
 from populora.train.setup import build_engine, graded_seed_levels, synthetic_seeds
 
+#: settings that change what a finished run measured: a resumed --out must agree on every one of them
+SAME_FOR_RESUME = (
+    "model", "per_type", "rollouts", "temperature", "steps_fixed", "steps_fresh", "probe_size", "types",
+    "probe_set", "probe_levels", "eval_samples", "eval_temperatures", "base_temperatures", "overrides",
+)  # fmt: skip
 
-def run(mode: str, lr: float, args, sb, pool: dict, probe: dict, probe_budget: dict | None) -> dict:
-    """RL of one fresh adapter on `pool` problems: the same ones every step ('fixed') or new ones ('fresh')."""
-    cfg = load_config(
-        "tiny-learn",
-        [
-            "population.teachers=1",
-            "population.students=1",
-            f"rl.lr={lr}",
-            f"model.name={args.model}",
-            f"train.threads={args.threads}",
-        ],
-    )
-    torch.manual_seed(args.seed)
+
+def _config(args, lr: float | None = None):
+    """tiny-learn with one student slot, the run's model and threads, and the user's --set overrides."""
+    sets = ["population.teachers=1", "population.students=1", f"model.name={args.model}"]
+    sets += [f"train.threads={args.threads}", *args.overrides]
+    return load_config("tiny-learn", sets + ([f"rl.lr={lr}"] if lr is not None else []))
+
+
+def run(mode: str, lr: float, arm: str, seed: int, args, sb, pool: dict, probe: dict, budget: dict) -> dict:
+    """RL of one fresh adapter on `pool` problems (the same ones every step: 'fixed'; new ones: 'fresh') with
+    `arm`'s rewards; the held-out measure at the end (not for 'none', whose adapter never changes)."""
+    cfg = _config(args, lr)
+    torch.manual_seed(seed)
     eng = build_engine(cfg)
-    budget = dict.fromkeys(MAX_NEW_TOKENS, cfg.tasks.student_max_new_tokens)  # the trainer's answer budget
-    rng = random.Random(args.seed)
+    train_budget = dict.fromkeys(
+        MAX_NEW_TOKENS, cfg.tasks.student_max_new_tokens
+    )  # the trainer's answer budget
+    rng = random.Random(seed)
     steps = args.steps_fixed if mode == "fixed" else args.steps_fresh
     order = {t: rng.sample(pool[t], len(pool[t])) for t in pool}  # fresh: each problem at most once
     fixed = [p for t in pool for p in order[t][: args.per_type]]
-    solve, solve_by_type, probes, t0 = [], [], [], time.time()
-
-    def measure(step: int) -> None:
-        acc = score_members(eng, {"s": 0}, probe, sb, max_new_tokens=probe_budget)["s"]
-        probes.append({"step": step, **acc, "all": statistics.fmean(acc.values())})
-        print(f"{mode} lr {lr:g} probe at step {step}: {probes[-1]['all']:.3f} {acc}", flush=True)
-
-    if mode == "fresh":
-        measure(0)
+    solve, solve_by_type, t0 = [], [], time.time()
     k = args.per_type
     for step in range(1, steps + 1):
         problems = (
@@ -85,56 +94,85 @@ def run(mode: str, lr: float, args, sb, pool: dict, probe: dict, probe_budget: d
                 problems,
                 args.rollouts,
                 args.temperature,
-                1000 * step + args.seed,
+                1000 * step + seed,  # the same rollout seeds in every arm: the same stream, read alike
                 sb,
-                budget,
+                train_budget,
                 by_type=counts,
+                rewards_order=random.Random(f"shuffle/{seed}/{step}") if arm == "shuffled" else None,
+                update=arm != "none",
+                loss_by_task=cfg.rl.loss_norm == "role_task",
             )
         )
         solve_by_type.append({t: round(c[0] / c[1], 4) for t, c in counts.items() if c[1]})
-        if mode == "fresh" and step % args.probe_every == 0:
-            measure(step)
         print(
-            f"{mode} lr {lr:g} step {step}/{steps}: solve {solve[-1]:.2f} ({time.time() - t0:.0f}s)",
+            f"{mode} lr {lr:g} {arm} seed {seed} step {step}/{steps}: solve {solve[-1]:.2f} "
+            f"({time.time() - t0:.0f}s)",
             flush=True,
         )
+    end = None
+    if arm != "none":
+        end = measure(eng, probe, sb, args.eval_samples, args.eval_temperatures, budget)
     eng.close()
     q = max(1, steps // 4)
     return {
         "mode": mode,
         "lr": lr,
+        "arm": arm,
+        "seed": seed,
         "steps": steps,
         "solve_rate": solve,
         "solve_rate_by_type": solve_by_type,
         "solve_first_quarter": statistics.fmean(solve[:q]),
         "solve_last_quarter": statistics.fmean(solve[-q:]),
-        "probe": probes,
+        "end": end,
         "seconds": round(time.time() - t0, 1),
     }
 
 
-def main(argv: list[str] | None = None) -> None:
+def _floats(text: str, what: str, ap) -> list[float]:
+    try:
+        values = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        ap.error(f"{what}: expected comma-separated numbers, got {text!r}")
+    if not values or any(not v > 0 for v in values):
+        ap.error(f"{what}: expected numbers > 0, got {text!r}")
+    return values
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="populora experiment control rl", description=__doc__.splitlines()[0])
-    ap.add_argument("--lrs", default="3e-3,1e-2", help="learning rates, comma-separated")
+    ap.add_argument("--lrs", default="3e-3", help="learning rates, comma-separated (default 3e-3)")
     ap.add_argument("--model", default="tiny")
     ap.add_argument("--per-type", type=int, default=8, help="problems per task type and step")
-    ap.add_argument("--rollouts", type=int, default=8, help="rollouts per problem (and k of pass@k)")
-    ap.add_argument("--temperature", type=float, default=0.6, help="rollout temperature (tiny-learn's)")
+    ap.add_argument("--rollouts", type=int, default=8, help="rollouts per problem")
+    ap.add_argument("--temperature", type=float, default=1.0, help="rollout temperature (default 1.0)")
     ap.add_argument("--steps-fixed", type=int, default=20)
-    ap.add_argument("--steps-fresh", type=int, default=40)
-    ap.add_argument("--probe-every", type=int, default=20)
-    ap.add_argument("--probe-size", type=int, default=64, help="probe problems per task type")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--steps-fresh", type=int, default=30)
+    ap.add_argument("--probe-size", type=int, default=130, help="held-out probe items per task type")
+    ap.add_argument("--seed", type=int, default=0, help="the first seed")
+    ap.add_argument("--seeds", type=int, default=3, help="seeds per arm: --seed, --seed + 1, ...")
+    ap.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated, of {', '.join(ARMS)}")
+    ap.add_argument("--eval-samples", type=int, default=8, help="sampled answers per held-out item")
+    ap.add_argument(
+        "--eval-temperatures",
+        default="1.0,0.6",
+        help="temperatures of the held-out sampled pass@1 (default 1.0 and tiny-learn's 0.6)",
+    )
+    ap.add_argument(
+        "--base-temperatures",
+        default="0.2,0.4,0.6,0.8,1.0",
+        help="the base model's sweep: its best pass@1 is the sharpening baseline",
+    )
     ap.add_argument(
         "--types",
         default=",".join(TASKS),
-        help="task types to train and probe, comma-separated (e.g. code_f)",
+        help="task types to train and probe, comma-separated (e.g. code_i)",
     )
     ap.add_argument(
         "--probe-set",
         choices=PROBE_SETS,
-        default="fixed",
-        help="the probe's items: the fixed sets (level easy) or the graded ones (asset v2's levels)",
+        default="graded",
+        help="the probe's items: the graded sets (asset v2's levels, default) or the fixed ones (level easy)",
     )
     ap.add_argument(
         "--probe-levels",
@@ -142,96 +180,174 @@ def main(argv: list[str] | None = None) -> None:
         help="with --probe-set graded: only items of these levels (1, 1,2 or 1-3); default all",
     )
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--modes", default="fixed,fresh", help="which controls to run (fixed, fresh or both)")
-    ap.add_argument("--no-headroom", action="store_true", help="skip the greedy vs pass@k measurement")
+    ap.add_argument("--modes", default="fresh", help="which controls to run (fixed, fresh or both)")
+    ap.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a config override of every run (repeatable), e.g. rl.loss_norm=role_task, rl.loss_agg=...",
+    )
     ap.add_argument(
         "--quick",
         action="store_true",
-        help="a smoke run: 1 problem per type, 2 rollouts, 2 steps, 4 probe problems",
+        help="a smoke run: 1 problem per type, 2 rollouts, 2 steps, 4 probe items, 2 samples, 1 seed",
     )
     ap.add_argument("--out", default="runs/controls/learning_rl_controls.json")
     args = ap.parse_args(argv)
-    types = [t.strip() for t in args.types.split(",") if t.strip()]
-    bad = [t for t in types if t not in TASKS]
-    if bad or not types:
+    args.types = [t.strip() for t in args.types.split(",") if t.strip()]
+    bad = [t for t in args.types if t not in TASKS]
+    if bad or not args.types:
         ap.error(
             f"--types: unknown task type(s) {', '.join(bad) or '(none given)'}; pick from {', '.join(TASKS)}"
         )
+    args.arms = [a.strip() for a in args.arms.split(",") if a.strip()]
+    if not args.arms or any(a not in ARMS for a in args.arms):
+        ap.error(f"--arms: {','.join(args.arms) or '(none)'}: pick from {', '.join(ARMS)}")
+    args.modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    if not args.modes or any(m not in ("fixed", "fresh") for m in args.modes):
+        ap.error(f"--modes: {','.join(args.modes) or '(none)'}: pick from fixed, fresh")
     try:
-        levels = parse_levels(args.probe_levels) if args.probe_levels.strip() else ()
+        args.levels = parse_levels(args.probe_levels) if args.probe_levels.strip() else ()
     except GradedError as err:
         ap.error(f"--probe-levels: {err}")
-    if levels and args.probe_set != "graded":
+    if args.levels and args.probe_set != "graded":
         ap.error("--probe-levels needs --probe-set graded (the fixed probe sets have no levels)")
-    # answers as long as the chosen probe set's longest perfect answers (None: the fixed sets' budgets)
-    probe_budget = GRADED_BUDGET if args.probe_set == "graded" else None
+    args.lrs = _floats(args.lrs, "--lrs", ap)
+    args.eval_temperatures = _floats(args.eval_temperatures, "--eval-temperatures", ap)
+    args.base_temperatures = _floats(args.base_temperatures, "--base-temperatures", ap)
+    if args.seeds < 1 or args.eval_samples < 1:
+        ap.error(f"--seeds and --eval-samples must be >= 1, got {args.seeds} and {args.eval_samples}")
     if args.quick:
         args.per_type, args.rollouts, args.steps_fixed, args.steps_fresh = 1, 2, 2, 2
-        args.probe_every, args.probe_size = 2, 4
+        args.probe_size, args.eval_samples, args.seeds = 4, 2, 1
+        args.base_temperatures = [1.0]
+    try:
+        _config(args)  # the overrides, checked before anything runs
+    except ConfigError as err:
+        ap.error(f"--set: {err}")
+    return args
+
+
+def _load(path: Path, settings: dict) -> dict:
+    """The experiment so far at `path` (its finished runs), or a new one; a file of other settings refuses."""
+    if not path.exists():
+        return {"settings": settings, "runs": {}}
+    try:
+        old = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise SystemExit(
+            f"--out {path}: not a readable experiment file ({err}); move it or pick another --out"
+        ) from None
+    was = old.get("settings", {})
+    differ = [k for k in SAME_FOR_RESUME if was.get(k) != settings.get(k)]
+    if differ:
+        raise SystemExit(
+            f"--out {path} holds runs with other settings ({'; '.join(f'{k}: {was.get(k)!r} there, {settings.get(k)!r} now' for k in differ)});"
+            " use another --out, or the same settings to continue it"
+        )
+    old["settings"] = settings  # arms, seeds, lrs and modes may grow
+    old.setdefault("runs", {})
+    return old
+
+
+def _save(path: Path, out: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp.write_text(json.dumps(out, indent=1) + "\n")
+    os.replace(tmp, path)  # a kill while writing leaves the last finished run's file whole
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse(argv)
+    out_path = Path(args.out)
+    settings = {k: v for k, v in vars(args).items() if k not in ("out", "levels")}
+    out = _load(out_path, settings)
+    out["what"] = (
+        "one student adapter, RL without teachers, on new generator problems every step (fresh) or the same "
+        "ones (fixed); arms real / shuffled rewards / no update on the same stream and seeds; held-out greedy "
+        "and sampled pass@1 against the base"
+    )
+    probe_budget = dict(GRADED_BUDGET) if args.probe_set == "graded" else dict(MAX_NEW_TOKENS)
     torch.set_num_threads(args.threads)
     t0 = time.time()
+    seeds = list(range(args.seed, args.seed + args.seeds))
+    todo = [
+        (mode, lr, arm, seed)
+        for seed in seeds
+        for lr in args.lrs
+        for mode in args.modes
+        for arm in args.arms
+        if f"{mode}/{lr:g}/{arm}/{seed}" not in out["runs"]
+    ]
+    print(f"control rl: {len(out['runs'])} runs done, {len(todo)} to run -> {out_path}", flush=True)
     with Sandbox(workers=2, limits=Limits(timeout_s=2.0, memory_mb=256)) as sb:
-        # The generator the model was pretrained on (graded levels for asset v2, as the trainer's seeds), its
-        # train split with a seed of its own: never the probe's problems.
+        probe, _ = probe_selection(args.probe_set, args.probe_size, args.types, args.levels)
         levels_of_model = graded_seed_levels(resolve_model(args.model))
-        seeds = synthetic_seeds(
-            args.per_type * (args.steps_fresh + 1) + 8, sb, 1000 + args.seed, levels_of_model, tuple(types)
-        )
-        pool = {t: [p for p in seeds if p.task == t] for t in types}
-        probe, _ = probe_selection(args.probe_set, args.probe_size, types, levels)
-        room = {}
-        if not args.no_headroom:
-            base = build_engine(
-                load_config(
-                    "tiny-learn",
-                    [f"model.name={args.model}", "population.teachers=1", "population.students=1"],
-                )
-            )
-            room = headroom(
-                base,
-                probe,
-                args.rollouts,
-                args.temperature,
-                sb,
-                probe_budget,
-            )
+        out["problem_levels"] = list(levels_of_model) if levels_of_model else None
+        if "base" not in out:
+            base = build_engine(_config(args))
+            temps = [*args.eval_temperatures, *args.base_temperatures, args.temperature]
+            out["base"] = measure(base, probe, sb, args.eval_samples, temps, probe_budget)
             base.close()
-        results = [
-            run(mode, float(lr), args, sb, pool, probe, probe_budget)
-            for lr in args.lrs.split(",")
-            for mode in args.modes.split(",")
-        ]
-    out = {
-        "what": "one student adapter, RL without teachers: the same problems every step (fixed) or new generator "
-        "problems every step (fresh); greedy probe on held-out problems",
-        "settings": {k: v for k, v in vars(args).items() if k != "out"},
-        # the graded levels the problems were drawn from (None: the v1 generator, for a model without them)
-        "problem_levels": list(levels_of_model) if levels_of_model else None,
-        "headroom": room,
-        "results": results,
-        "seconds": round(time.time() - t0, 1),
-    }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
-    k = args.rollouts
-    if room:
-        print(
-            f"\nheadroom at T={args.temperature:g}: "
-            + ", ".join(
-                f"{t} greedy {r['greedy']:.2f} pass@1 {r['pass@1']:.2f} pass@{k} {r[f'pass@{k}']:.2f}"
-                for t, r in room.items()
+            _save(out_path, out)
+        pools: dict[int, dict] = {}
+        for mode, lr, arm, seed in todo:
+            if seed not in pools:
+                # the generator the model was pretrained on, its train split with a seed of its own per run
+                # seed (the same stream for every arm): never the probe's problems
+                problems = synthetic_seeds(
+                    args.per_type * (args.steps_fresh + 1) + 8,
+                    sb,
+                    1000 + seed,
+                    levels_of_model,
+                    tuple(args.types),
+                )
+                pools[seed] = {t: [p for p in problems if p.task == t] for t in args.types}
+            out["runs"][f"{mode}/{lr:g}/{arm}/{seed}"] = run(
+                mode, lr, arm, seed, args, sb, pools[seed], probe, probe_budget
             )
-        )
+            _save(out_path, out)
+    k = temperature_key(args.temperature)
+    out["headroom"] = headroom(out["base"], args.eval_samples, k, args.types)
+    out["summary"] = summarise(out["base"], out["runs"], settings)
+    out["seconds_this_sitting"] = round(time.time() - t0, 1)
+    _save(out_path, out)
+    print_summary(out, args)
+    print(f"wrote {out_path} ({out['seconds_this_sitting']:.0f}s this sitting)")
+
+
+def print_summary(out: dict, args) -> None:
+    """Per (mode, lr) and reading: the base, each arm's change and real - shuffled, over all items, in points."""
+    best = out["summary"]["base_best_temperature"]["all"]
     print(
-        f"{'mode':>6} {'lr':>7} {'steps':>5} {'solve 1st -> last quarter':>26} {'probe (all) start -> end':>25}"
+        f"\nbase best-temperature pass@1 (all items): {100 * best['pass@1']:.1f} at T={best['temperature']:g}"
     )
-    for r in results:
-        pr = f"{r['probe'][0]['all']:.3f} -> {r['probe'][-1]['all']:.3f}" if r["probe"] else "-"
-        print(
-            f"{r['mode']:>6} {r['lr']:>7g} {r['steps']:>5} "
-            f"{r['solve_first_quarter']:>12.2f} -> {r['solve_last_quarter']:.2f} {pr:>25}"
-        )
-    print(f"wrote {args.out} ({out['seconds']:.0f}s)")
+    for key, held in out["summary"]["held_out"].items():
+        print(f"\n{key}: change on the held-out items, points [95% interval over seeds and items]")
+        for reading, by_type in held.items():
+            name = "greedy" if reading == "greedy" else f"pass@1 T={reading}"
+            for t, row in by_type.items():
+                cells = [f"base {row['base']:.1f}"]
+                for arm, ci in row.get("change", {}).items():
+                    if arm != "none":
+                        cells.append(f"{arm} {_ci(ci)}")
+                if "real_minus_shuffled" in row:
+                    cells.append(f"real-shuffled {_ci(row['real_minus_shuffled'])}")
+                print(f"  {name:<12} {t:<7} " + "  ".join(cells))
+        stream = out["summary"]["stream"].get(key, {})
+        for arm in args.arms:
+            if arm in stream:
+                print(
+                    f"  stream solve rate by quarter, {arm}: " + " / ".join(f"{v:.1f}" for v in stream[arm])
+                )
+
+
+def _ci(ci: dict) -> str:
+    if ci.get("lo") is None:
+        return f"{ci['mean']:+.1f}"
+    return f"{ci['mean']:+.1f} [{ci['lo']:+.1f}, {ci['hi']:+.1f}]"
 
 
 if __name__ == "__main__":

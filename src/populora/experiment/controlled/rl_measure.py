@@ -1,0 +1,171 @@
+"""The held-out measure of `populora experiment control rl`, read as a reviewer would, and its summary.
+
+What RL with verifiable rewards moves first is the sampled answer (sharpening): a right answer the model
+already samples becomes more likely. So every measurement reads the same held-out probe items three ways:
+greedy (the secondary number: it moves only once the right answer becomes the argmax) and sampled pass@1 at
+each evaluation temperature (`samples` answers per item, one fixed evaluation seed, so an unchanged adapter
+reads the same twice). The base model is also read at a sweep of temperatures: its best pass@1 is the
+sharpening baseline (an update that only lowered the temperature would reach it, no more).
+
+The summary compares arms run on the same problem stream and seeds: `real` rewards, `shuffled` rewards (the
+control that breaks the cause) and `none` (no update: its held-out reading is the base's by construction; its
+solve rate on the stream shows how much the stream's difficulty alone moves that number). Intervals are the
+crossed seeds x items bootstrap of `experiment.stats`, in points; "all" pools the items of every task type.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from populora.experiment import stats
+from populora.train.probe import probe_members
+from populora.train.probe_sampled import sampled_solves
+
+ARMS = ("real", "shuffled", "none")
+
+
+def temperature_key(t: float) -> str:
+    return f"{t:g}"
+
+
+def measure(engine, probe: Mapping[str, Sequence], sandbox, samples: int, temperatures, budget) -> dict:
+    """`{"greedy": {task: [0/1 per item]}, "sampled": {T: {task: [solves of `samples` per item]}}}` of slot 0."""
+    greedy = probe_members(engine, {"s": 0}, probe, sandbox, max_new_tokens=budget).correct["free"]["s"]
+    sampled = {
+        temperature_key(t): sampled_solves(engine, {"s": 0}, probe, sandbox, samples, t, budget)["s"]
+        for t in dict.fromkeys(temperatures)
+    }
+    return {"greedy": {t: list(v) for t, v in greedy.items()}, "sampled": sampled}
+
+
+def item_scores(m: Mapping, reading: str, samples: int, types: Sequence[str]) -> np.ndarray:
+    """One number in [0, 1] per item of `types` (concatenated in order): `reading` is "greedy" or a temperature
+    key (sampled pass@1 of that item: solves / samples)."""
+    if reading == "greedy":
+        return np.concatenate([np.asarray(m["greedy"][t], dtype=float) for t in types])
+    return np.concatenate([np.asarray(m["sampled"][reading][t], dtype=float) / samples for t in types])
+
+
+def base_best_temperature(base: Mapping, samples: int, types: Sequence[str]) -> dict:
+    """Per task type and "all": the temperature at which the base's sampled pass@1 is highest, and that pass@1."""
+    out = {}
+    for name, ts in [*((t, [t]) for t in types), ("all", list(types))]:
+        rates = {k: float(item_scores(base, k, samples, ts).mean()) for k in base["sampled"]}
+        best = max(rates, key=lambda k: (rates[k], -float(k)))
+        out[name] = {"temperature": float(best), "pass@1": round(rates[best], 4), "by_temperature": rates}
+    return out
+
+
+def headroom(base: Mapping, samples: int, temperature: str, types: Sequence[str]) -> dict:
+    """Per task type: greedy accuracy, pass@1 and pass@`samples` at `temperature` (RL can only turn pass@k into
+    greedy accuracy where pass@k is above it)."""
+    out = {}
+    for t in types:
+        counts = base["sampled"][temperature][t]
+        out[t] = {
+            "greedy": statistics.fmean(base["greedy"][t]),
+            "pass@1": statistics.fmean(c / samples for c in counts),
+            f"pass@{samples}": statistics.fmean(c > 0 for c in counts),
+        }
+    return out
+
+
+def _points(ci: dict) -> dict:
+    """An interval in points (x100), rounded."""
+    return {
+        k: (round(100 * v, 2) if isinstance(v, float) and k in ("mean", "lo", "hi") else v)
+        for k, v in ci.items()
+    }
+
+
+def summarise(base: Mapping, runs: Mapping[str, Mapping], settings: Mapping) -> dict:
+    """Every reading's change over the base per arm, real - shuffled (paired by seed), and real against the base's
+    best-temperature pass@1, per task type and over all items; plus the stream's solve rate per arm."""
+    types = list(settings["types"])
+    samples = settings["eval_samples"]
+    readings = ["greedy", *(temperature_key(t) for t in settings["eval_temperatures"])]
+    best = base_best_temperature(base, samples, types)
+    out: dict = {"base_best_temperature": best, "held_out": {}, "stream": {}}
+    groups = {}  # (mode, lr) -> {arm: {seed: run}}
+    for r in runs.values():
+        groups.setdefault((r["mode"], r["lr"]), {}).setdefault(r["arm"], {})[r["seed"]] = r
+    for (mode, lr), arms in sorted(groups.items()):
+        key = f"{mode} lr {lr:g}"
+        held: dict = {}
+        for reading in readings:
+            for name, ts in [*((t, [t]) for t in types), ("all", types)]:
+                per_type: dict = {}
+                start = item_scores(base, reading, samples, ts)
+                change = {}
+                for arm, by_seed in arms.items():
+                    seeds = sorted(by_seed)
+                    end = [
+                        item_scores(by_seed[s]["end"], reading, samples, ts) if arm != "none" else start
+                        for s in seeds
+                    ]
+                    change[arm] = (seeds, np.stack(end) - start)
+                    per_type.setdefault("change", {})[arm] = _points(stats.bootstrap(change[arm][1]))
+                    per_type.setdefault("end", {})[arm] = round(100 * float(np.mean(end)), 2)
+                per_type["base"] = round(100 * float(start.mean()), 2)
+                if "real" in change and "shuffled" in change:
+                    common = sorted(set(change["real"][0]) & set(change["shuffled"][0]))
+                    if common:
+                        pick = {a: [change[a][0].index(s) for s in common] for a in ("real", "shuffled")}
+                        per_type["real_minus_shuffled"] = _points(
+                            stats.difference(
+                                change["real"][1][pick["real"]],
+                                change["shuffled"][1][pick["shuffled"]],
+                                paired=True,
+                            )
+                        )
+                if "real" in arms:  # against the sharpening baseline: the base at its best temperature
+                    t_best = temperature_key(best[name]["temperature"])
+                    base_best = item_scores(base, t_best, samples, ts)
+                    seeds = sorted(arms["real"])
+                    ends = np.stack(
+                        [item_scores(arms["real"][s]["end"], reading, samples, ts) for s in seeds]
+                    )
+                    per_type["real_minus_base_best_temperature"] = _points(stats.bootstrap(ends - base_best))
+                held.setdefault(reading, {})[name] = per_type
+        out["held_out"][key] = held
+        out["stream"][key] = _stream(arms)
+    return out
+
+
+def _stream(arms: Mapping[str, Mapping[int, Mapping]]) -> dict:
+    """Solve rate on the stream's problems by quarter of the run, per arm (mean over seeds), and real - none per
+    quarter paired by seed: the difficulty of the stream moves the first, only the update moves the second."""
+    out: dict = {}
+    quarters: dict = {}
+    for arm, by_seed in arms.items():
+        per_seed = []
+        for s in sorted(by_seed):
+            rates = by_seed[s]["solve_rate"]
+            q = max(1, len(rates) // 4)
+            per_seed.append([statistics.fmean(rates[i * q : (i + 1) * q] or rates[-q:]) for i in range(4)])
+        quarters[arm] = (sorted(by_seed), np.asarray(per_seed))
+        out[arm] = [round(100 * float(v), 2) for v in np.asarray(per_seed).mean(axis=0)]
+    for other in ("none", "shuffled"):
+        if "real" in quarters and other in quarters:
+            common = sorted(set(quarters["real"][0]) & set(quarters[other][0]))
+            if len(common) >= 1:
+                a = quarters["real"][1][[quarters["real"][0].index(s) for s in common]]
+                b = quarters[other][1][[quarters[other][0].index(s) for s in common]]
+                out[f"real_minus_{other}_by_quarter"] = [
+                    _points(stats.difference(a[:, i], b[:, i], paired=True)) for i in range(4)
+                ]
+    return out
+
+
+__all__ = [
+    "ARMS",
+    "base_best_temperature",
+    "headroom",
+    "item_scores",
+    "measure",
+    "summarise",
+    "temperature_key",
+]
