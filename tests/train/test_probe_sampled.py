@@ -7,9 +7,11 @@ import pytest
 
 from populora import tasks
 from populora.config import ConfigError, load_config, to_yaml
+from populora.diagnostics.run import load_run
 from populora.diagnostics.schema import check_run
 from populora.engine import Generation, build
 from populora.engine.testing import random_model
+from populora.experiment.probe_data import probe_change
 from populora.sandbox import Sandbox
 from populora.train.probe import probe_subset, score_members
 from populora.train.probe_sampled import EVAL_SEED, pass_at_1, sampled_solves
@@ -112,3 +114,12 @@ def test_a_run_logs_sampled_pass_at_1_beside_greedy(tmp_path):
                 assert len(counts) == len(line["items"][task]["id"]) and all(0 <= c <= 3 for c in counts)
                 assert rec["probe_sampled"][member][task] == pytest.approx(sum(counts) / (3 * len(counts)))
     assert check_run(run_dir) == []
+    # read back as the experiments read it: one record per (step, member, task, item), the share right
+    recs = load_run(run_dir).probe_items("sampled")
+    last = items[-1]
+    member, task = next((m, t) for m, per in last["sampled"].items() for t in per)
+    mine = [r["correct"] for r in recs if (r["step"], r["member"], r["task"]) == (1, member, task)]
+    assert mine == [c / 3 for c in last["sampled"][member][task]]
+    assert {r["answers"] for r in recs} == {"sampled"} and not load_run(run_dir).probe_items("free") == recs
+    change = probe_change(run_dir, "sampled")
+    assert change is not None and change.values.shape[1] == 3 * len(last["items"])

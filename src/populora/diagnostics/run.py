@@ -38,6 +38,29 @@ def _member_sort_key(mid: str) -> tuple[int, int, str]:
     return role, int(digits) if digits else 0, mid
 
 
+def _sampled_records(step: int, line: dict[str, Any], items: dict[str, Any]) -> list[dict[str, Any]]:
+    """A probe_items.jsonl line's sampled probe as `Run.probe_items` records (`correct`: the share right)."""
+    samples = line.get("samples")
+    if not line.get("sampled") or not isinstance(samples, int) or samples < 1:
+        return []
+    return [
+        {
+            "step": step,
+            "member": member,
+            "task": task,
+            "item": items[task]["index"][k],
+            "id": items[task]["id"][k],
+            "correct": count / samples,
+            "style": None,
+            "answers": "sampled",
+            "level": (items[task].get("level") or [None] * len(counts))[k],
+        }
+        for member, by_task in line["sampled"].items()
+        for task, counts in by_task.items()
+        for k, count in enumerate(counts)
+    ]
+
+
 @dataclass
 class Run:
     """One run folder's records, sorted by step (one metrics record per step)."""
@@ -162,7 +185,9 @@ class Run:
         `answers`: "free" (the greedy answers, the ones metrics.jsonl `probe` counts), "trace" or "bare" (the
         answers with that opening forced, tasks with two styles only) or "all". `style` is the style a free
         answer opened with ("trace", "bare", or None: neither, or a task with one style) and the forced style
-        for forced answers. Only probes that metrics.jsonl logged count (a probe cut by a kill is re-run);
+        for forced answers. `answers="sampled"` reads the sampled probe (`diagnostics.probe_samples`) instead:
+        `correct` is then the share of the item's sampled answers that were right (a float in [0, 1]).
+        Only probes that metrics.jsonl logged count (a probe cut by a kill is re-run);
         of lines for the same step the last wins. A run without the file (older runs) gives []."""
         logged = set(self.probe_steps.tolist())
         lines: dict[int, dict[str, Any]] = {}
@@ -173,6 +198,9 @@ class Run:
         for step in sorted(lines):
             line = lines[step]
             items, styles = line.get("items") or {}, line.get("style") or {}
+            if answers == "sampled":
+                out += _sampled_records(step, line, items)
+                continue
             for which, by_member in (line.get("answers") or {}).items():
                 if answers not in ("all", which):
                     continue

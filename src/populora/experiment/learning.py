@@ -202,6 +202,14 @@ def run_learning(
     # with the style held fixed is skill, one that vanishes was the switch of style.
     style_fixed = {style: contrasts(dirs, seed_lists, pairs, answers=style) for style in ("trace", "bare")}
     per_task = {t: contrasts(dirs, seed_lists, pairs, task=t) for t in TASKS}
+    # The sampled probe (diagnostics.probe_samples), when the runs logged it: each item's sampled pass@1, what
+    # RL sharpens before the greedy answer moves.
+    sampled = contrasts(dirs, seed_lists, pairs, answers="sampled")
+    sampled = (
+        {"all": sampled, **{t: contrasts(dirs, seed_lists, pairs, answers="sampled", task=t) for t in TASKS}}
+        if sampled["arms"]
+        else None
+    )
     result = {
         "kind": "learning",
         "preset": preset,
@@ -221,6 +229,7 @@ def run_learning(
         "intervals": intervals,
         "style_fixed": style_fixed,
         "per_task": per_task,
+        "sampled": sampled,
         "games": {arm: game_shares(paths) for arm, paths in dirs.items()},
         "control": control,
         "quick": quick,

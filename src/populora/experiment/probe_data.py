@@ -42,11 +42,12 @@ def solver_members(run, members) -> list[str]:
 def _from_items(
     run, answers: str = "free", task: str | None = None, level: int | None = None
 ) -> ProbeChange | None:
-    """Per item from the run's probe_items.jsonl; `answers`: "free" (the greedy answers), or "trace"/"bare"
-    (code_o with that answer style forced: the skill with the style held fixed, tasks with two styles only);
+    """Per item from the run's probe_items.jsonl; `answers`: "free" (the greedy answers), "trace"/"bare"
+    (code_o with that answer style forced: the skill with the style held fixed, tasks with two styles only) or
+    "sampled" (each item's sampled pass@1, `diagnostics.probe_samples`: a share in [0, 1], not a 0/1);
     `level`: the graded probe's items of that difficulty level only."""
     rows = [
-        (int(r["step"]), str(r["member"]), f"{r['task']}/{r['item']}", float(bool(r["correct"])))
+        (int(r["step"]), str(r["member"]), f"{r['task']}/{r['item']}", float(r["correct"]))
         for r in run.probe_items(answers)
         if (task is None or r["task"] == task) and (level is None or r.get("level") == level)
     ]
