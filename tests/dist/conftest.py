@@ -3,9 +3,6 @@ model and fast overrides of the 2-worker training runs."""
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import pytest
 
 FAST = [

@@ -1,6 +1,11 @@
 """A short population run with `model.backend=vllm` through the CLI (so the `__main__` guard that vLLM's
 spawned engine core needs is exercised): 2 steps with an evolution step after step 1 (never after the final
-step), then `--resume` to a third step, which first runs the evolution that step 2 skipped."""
+step), then `--resume` to a third step, which first runs the evolution that step 2 skipped; and the same 2 steps
+with `train.overlap` off, which must give the same run.
+
+Each CLI run starts vLLM's engine core (tens of seconds on CPU), so the 2-step run is trained once per
+`train.overlap` value (module fixture `runs`): the overlap-on run (the default) is the one the resume test
+continues, and its logs are read for the comparison before that resume."""
 
 import json
 import os
@@ -29,6 +34,7 @@ FAST = [
     # vLLM's engine generator in whatever batches its engine-core process happened to schedule
     "model.vllm_seeded=true",
 ]
+TIMING = ("time", "phase_s", "step_s", "tokens_per_s", "overlap_s")  # as tests/train/test_overlap.py
 
 
 def _train(*args: str) -> subprocess.CompletedProcess:
@@ -41,14 +47,27 @@ def _lines(path) -> list[dict]:
     return [json.loads(x) for x in path.read_text().splitlines()]
 
 
-def test_population_run_with_evolution_and_resume(tmp_path):
-    run = tmp_path / "run"
-    sets = [x for kv in [*FAST, "train.steps=2"] for x in ("--set", kv)]
-    res = _train("--run-dir", str(run), *sets)
-    assert res.returncode == 0, res.stderr[-3000:]
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict:
+    """The 2-step run with `train.overlap` on (the default) and off: {"true"/"false": (folder, logs)}, the logs
+    as they were after the 2 steps (the resume test later adds a step to the "true" folder)."""
+    root = tmp_path_factory.mktemp("vllm-runs")
+    out = {}
+    for overlap in ("true", "false"):
+        run = root / overlap
+        sets = [*FAST, "train.steps=2", f"train.overlap={overlap}"]
+        res = _train("--run-dir", str(run), *[x for kv in sets for x in ("--set", kv)])
+        assert res.returncode == 0, f"train.overlap={overlap}: " + res.stderr[-3000:]
+        logs = {name: _lines(run / f"{name}.jsonl") for name in ("metrics", "problems", "events")}
+        out[overlap] = (run, logs)
+    return out
+
+
+def test_population_run_with_evolution_and_resume(runs):
+    run, logs = runs["true"]
     assert yaml.safe_load((run / "config.yaml").read_text())["model"]["backend"] == "vllm"
-    assert [m["step"] for m in _lines(run / "metrics.jsonl")] == [1, 2]
-    assert [e["step"] for e in _lines(run / "events.jsonl") if e["type"] == "evolution"] == [1, 1]
+    assert [m["step"] for m in logs["metrics"]] == [1, 2]
+    assert [e["step"] for e in logs["events"] if e["type"] == "evolution"] == [1, 1]
 
     res = _train("--resume", str(run), "--set", "train.steps=3")
     assert res.returncode == 0, res.stderr[-3000:]
@@ -59,24 +78,18 @@ def test_population_run_with_evolution_and_resume(tmp_path):
     assert (run / "checkpoints" / "step_000003" / "state.json").is_file()
 
 
-TIMING = ("time", "phase_s", "step_s", "tokens_per_s", "overlap_s")  # as tests/train/test_overlap.py
+def _stable(logs: dict) -> dict:
+    return {
+        "metrics": [{k: v for k, v in m.items() if k not in TIMING} for m in logs["metrics"]],
+        "problems": logs["problems"],
+        "events": [{k: v for k, v in e.items() if k != "seconds"} for e in logs["events"]],
+    }
 
 
-def test_overlap_on_and_off_give_the_same_run(tmp_path):
+def test_overlap_on_and_off_give_the_same_run(runs):
     """train.overlap with vLLM rollouts (the engine hands each request over as vLLM finishes it): the same
     metrics, problems and events as the sequential run, timings aside."""
-    logs = {}
-    for overlap in ("true", "false"):
-        run = tmp_path / overlap
-        sets = [*FAST, "train.steps=2", "train.checkpoint_every=100", f"train.overlap={overlap}"]
-        res = _train("--run-dir", str(run), *[x for kv in sets for x in ("--set", kv)])
-        assert res.returncode == 0, res.stderr[-3000:]
-        logs[overlap] = {
-            "metrics": [
-                {k: v for k, v in m.items() if k not in TIMING} for m in _lines(run / "metrics.jsonl")
-            ],
-            "problems": _lines(run / "problems.jsonl"),
-            "events": [{k: v for k, v in e.items() if k != "seconds"} for e in _lines(run / "events.jsonl")],
-        }
-    assert len(logs["true"]["metrics"]) == 2 and logs["true"] == logs["false"]
-    assert all(m["overlap_s"]["validate"] > 0 for m in _lines(tmp_path / "true" / "metrics.jsonl"))
+    on, off = runs["true"][1], runs["false"][1]
+    assert len(on["metrics"]) == 2 and _stable(on) == _stable(off)
+    assert all(m["overlap_s"]["validate"] > 0 for m in on["metrics"]), "the overlap lane did not run"
+    assert [m["overlap_s"] for m in off["metrics"]] == [None, None], "train.overlap=false still overlapped"
