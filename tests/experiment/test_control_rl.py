@@ -95,3 +95,22 @@ def test_bad_options_are_named(argv, message, capsys):
         control_rl.main(argv)
     assert exc.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_the_up_front_estimate_by_hand():
+    from populora.experiment.controlled.rl_measure import estimate_seconds
+
+    # 2 trained runs of 30 steps x 16 problems x 8 rollouts at 0.055 s, each with 2210 held-out answers at 0.03 s,
+    # and one no-update run of the same stream at 0.02 s a rollout
+    runs = [("fresh", "real"), ("fresh", "shuffled"), ("fresh", "none")]
+    got = estimate_seconds(runs, {"fresh": 30, "fixed": 20}, 16, 8, 2210)
+    assert got == pytest.approx(2 * (3840 * 0.055 + 2210 * 0.03) + 3840 * 0.02)
+
+
+def test_a_long_control_says_so_before_it_starts_and_a_quick_one_does_not():
+    full = control_rl.parse(["--types", "code_i", "--per-type", "16"])
+    todo = [("fresh", 3e-3, arm, seed) for seed in range(3) for arm in ("real", "shuffled", "none")]
+    line = control_rl.up_front_line(full, todo, measure_base=True)
+    assert line is not None and line.startswith("this will take about ") and "continues" in line
+    quick = control_rl.parse(["--quick"])
+    assert control_rl.up_front_line(quick, [("fresh", 3e-3, "real", 0)], measure_base=True) is None

@@ -38,8 +38,11 @@ import torch
 
 from populora.config import ConfigError, load_config
 from populora.engine.models import resolve_model
+from populora.estimate import long_line
 from populora.experiment.controlled.rl_measure import (
     ARMS,
+    EVAL_ANSWER_S,
+    estimate_seconds,
     headroom,
     measure,
     summarise,
@@ -259,6 +262,27 @@ def _save(path: Path, out: dict) -> None:
     os.replace(tmp, path)  # a kill while writing leaves the last finished run's file whole
 
 
+def up_front_line(args, todo: list[tuple], measure_base: bool) -> str | None:
+    """The line a run over 10 minutes prints before it starts: its estimate from this command's own timings."""
+    items = args.probe_size * len(args.types)
+    eval_answers = items * (1 + args.eval_samples * len(args.eval_temperatures))
+    seconds = estimate_seconds(
+        [(mode, arm) for mode, _, arm, _ in todo],
+        {"fixed": args.steps_fixed, "fresh": args.steps_fresh},
+        args.per_type * len(args.types),
+        args.rollouts,
+        eval_answers,
+    )
+    if measure_base:  # the base's measure: every temperature of both sweeps
+        temps = {*args.eval_temperatures, *args.base_temperatures, args.temperature}
+        seconds += items * (1 + args.eval_samples * len(temps)) * EVAL_ANSWER_S
+    return long_line(
+        seconds,
+        "the same command continues where it stopped",
+        "this command's runs on a 2-core CPU at load 8-10",
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse(argv)
     out_path = Path(args.out)
@@ -282,6 +306,9 @@ def main(argv: list[str] | None = None) -> None:
         if f"{mode}/{lr:g}/{arm}/{seed}" not in out["runs"]
     ]
     print(f"control rl: {len(out['runs'])} runs done, {len(todo)} to run -> {out_path}", flush=True)
+    line = up_front_line(args, todo, measure_base="base" not in out)
+    if line:
+        print(line, flush=True)
     with Sandbox(workers=2, limits=Limits(timeout_s=2.0, memory_mb=256)) as sb:
         probe, _ = probe_selection(args.probe_set, args.probe_size, args.types, args.levels)
         levels_of_model = graded_seed_levels(resolve_model(args.model))

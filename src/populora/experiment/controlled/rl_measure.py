@@ -27,6 +27,31 @@ from populora.train.probe_sampled import sampled_solves
 ARMS = ("real", "shuffled", "none")
 
 
+# Seconds per unit of work, measured by this command's own runs on the shared 2-core machine at load 8-10
+# (bench/results/learning_rl_control_code_i.json, 2026-12-07): a rollout that is scored and trained on, one only
+# scored (the no-update arm), one held-out answer (greedy or sampled).
+TRAINED_ROLLOUT_S = 0.055
+SCORED_ROLLOUT_S = 0.02
+EVAL_ANSWER_S = 0.03
+
+
+def estimate_seconds(
+    runs: Sequence[tuple[str, str]],
+    steps: Mapping[str, int],
+    problems_per_step: int,
+    rollouts: int,
+    eval_answers: int,
+) -> float:
+    """Seconds of `runs` ((mode, arm) pairs): each step's rollouts, trained unless the arm is "none", and the
+    held-out measure at the end (`eval_answers` answers; none for the no-update arm, whose reading is the base's)."""
+    total = 0.0
+    for mode, arm in runs:
+        per = SCORED_ROLLOUT_S if arm == "none" else TRAINED_ROLLOUT_S
+        total += steps[mode] * problems_per_step * rollouts * per
+        total += 0 if arm == "none" else eval_answers * EVAL_ANSWER_S
+    return total
+
+
 def temperature_key(t: float) -> str:
     return f"{t:g}"
 
