@@ -48,17 +48,31 @@ def test_start_up_errors_name_the_fix_and_free_the_cluster(tmp_path, ray_address
     assert ray.available_resources().get("CPU") == free
 
 
-def test_two_worker_run_completes_checkpoints_and_resumes(tmp_path, fast, ray_address):
-    run = tmp_path / "run"
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory, fast, ray_address) -> dict:
+    """The 2-worker, 2-step run with `train.overlap` on (the default) and off: {"true"/"false": (folder, logs)},
+    the logs as they were after the 2 steps. Trained once for the module: the resume test continues the "true"
+    folder, the overlap test compares the two."""
+    root = tmp_path_factory.mktemp("dist-runs")
     sets = [*fast, "dist.workers=2", "train.steps=2", "train.checkpoint_every=1", "evolution.every=1"]
-    train(run_dir=run, overrides=sets, quiet=True)
-    metrics = read_jsonl(run / "metrics.jsonl")
+    out = {}
+    for overlap in ("true", "false"):
+        train(run_dir=root / overlap, overrides=[*sets, f"train.overlap={overlap}"], quiet=True)
+        logs = {
+            name: read_jsonl(root / overlap / f"{name}.jsonl") for name in ("metrics", "problems", "events")
+        }
+        out[overlap] = (root / overlap, logs)
+    return out
+
+
+def test_two_worker_run_completes_checkpoints_and_resumes(two_runs, ray_address):
+    run, logs = two_runs["true"]
+    metrics = logs["metrics"]
     assert [m["step"] for m in metrics] == [1, 2]
     _check_dist(metrics)
     assert [s for s, _ in list_checkpoints(run)] == [1, 2]
-    events = read_jsonl(run / "events.jsonl")
     assert (
-        sum(e["type"] == "evolution" for e in events) >= 1
+        sum(e["type"] == "evolution" for e in logs["events"]) >= 1
     )  # step 1 (not the final step): children copied into both workers
 
     train(resume=run, overrides=["train.steps=3"], quiet=True)
@@ -120,7 +134,7 @@ def test_a_killed_worker_stops_the_run_with_one_line_and_resume_continues(tmp_pa
 TIMING = ("time", "phase_s", "step_s", "tokens_per_s", "overlap_s")  # as tests/train/test_overlap.py
 
 
-def _logs(run) -> dict:
+def _logs(logs: dict) -> dict:
     """A run's logs without its timings (in the `dist` entry: only the rows and tokens per worker)."""
 
     def strip(m: dict) -> dict:
@@ -130,24 +144,21 @@ def _logs(run) -> dict:
         return out
 
     return {
-        "metrics": [strip(m) for m in read_jsonl(run / "metrics.jsonl")],
-        "problems": read_jsonl(run / "problems.jsonl"),
-        "events": [{k: v for k, v in e.items() if k != "seconds"} for e in read_jsonl(run / "events.jsonl")],
+        "metrics": [strip(m) for m in logs["metrics"]],
+        "problems": logs["problems"],
+        "events": [{k: v for k, v in e.items() if k != "seconds"} for e in logs["events"]],
     }
 
 
-def test_two_worker_run_with_overlap_gives_the_sequential_run(tmp_path, fast, ray_address):
+def test_two_worker_run_with_overlap_gives_the_sequential_run(two_runs):
     """train.overlap with the distributed engine (its generate takes on_finish=: each worker's rows go to the
     sandbox as that worker returns them): the same metrics, problems and events as without it."""
     from populora.engine.dist import DistributedEngine
     from populora.train.overlap import accepts_on_finish
 
     assert accepts_on_finish(DistributedEngine.generate)  # the trainer hands it on_finish=
-    sets = [*fast, "dist.workers=2", "train.steps=2", "train.checkpoint_every=100", "evolution.every=1"]
-    for overlap in ("true", "false"):
-        train(run_dir=tmp_path / overlap, overrides=[*sets, f"train.overlap={overlap}"], quiet=True)
-    on, off = _logs(tmp_path / "true"), _logs(tmp_path / "false")
+    on, off = _logs(two_runs["true"][1]), _logs(two_runs["false"][1])
     assert len(on["metrics"]) == 2 and on == off
-    lane = [m["overlap_s"] for m in read_jsonl(tmp_path / "true" / "metrics.jsonl")]
+    lane = [m["overlap_s"] for m in two_runs["true"][1]["metrics"]]
     assert all(x["validate"] > 0 for x in lane)  # the lane ran
-    assert [m["overlap_s"] for m in read_jsonl(tmp_path / "false" / "metrics.jsonl")] == [None, None]
+    assert [m["overlap_s"] for m in two_runs["false"][1]["metrics"]] == [None, None]

@@ -22,6 +22,9 @@ REPO = Path(__file__).resolve().parents[2]
 def test_gpu_check_shrunk_with_vllm_passes_every_check(tmp_path):
     out = tmp_path / "gpu_check.json"
     args = ["--shrink", "--device", "cpu", "--rows", "8", "--prompt-len", "12", "--new-tokens", "6"]
+    # the run's responses at the config's floor (8 tokens, not the shrunk default 16): its teachers' proposals
+    # and the students' first answers are forced in (bench/forced_train.py), so longer samples add only time
+    args += ["--run-new-tokens", "8"]
     env = {**os.environ, "PY": sys.executable, "GPU_CHECK_TIMEOUT": "2400"}
     res = subprocess.run(
         [
@@ -53,5 +56,6 @@ def test_gpu_check_shrunk_with_vllm_passes_every_check(tmp_path):
     assert 0 < c["vllm_colocated"]["gen_tokens"] <= 8 * 6
     assert c["adapter_refresh"]["adapters"] == 8 and c["adapter_refresh"]["written_bytes"] > 0
     assert c["run_2_steps"]["backend"] == "vllm" and len(c["resume"]["steps"]) == 2
+    assert r["settings"]["run_new_tokens"] == 8, r["settings"]
     assert c["resume"]["students"]["scored"] >= 1 and c["sleep_wake_greedy"]["rows_equal"] == 8
     assert "PASS    adapter_refresh" in res.stdout
