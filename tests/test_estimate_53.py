@@ -36,11 +36,11 @@ def test_population_factor_and_probes_by_hand():
 
 
 def test_run_seconds_by_hand(round_profiles):
-    # tiny-learn, 2T+2S: 5 s + 30 steps x 10 s + 4 probes x 20 s
-    assert estimate.run_seconds(load_config("tiny-learn")) == pytest.approx(5 + 300 + 80)
+    # tiny-learn, 2T+2S: 5 s + 30 steps x 10 s + the probe at step 0 (one member's answers: 20 / 4 s) + 3 x 20 s
+    assert estimate.run_seconds(load_config("tiny-learn")) == pytest.approx(5 + 300 + 5 + 60)
     # 4T+4S: steps at the population factor, probes at 8 / 4 members
     cfg = load_config("tiny-learn", ["population.teachers=4", "population.students=4"])
-    assert estimate.run_seconds(cfg) == pytest.approx(5 + 30 * 10 * 14.05 / 8.65 + 4 * 40)
+    assert estimate.run_seconds(cfg) == pytest.approx(5 + 30 * 10 * 14.05 / 8.65 + 5 + 3 * 40)
     # the single agent: 1.66 members' step, one member's probe
     cfg = load_config("tiny-learn", ["population.mode=single"])
     single = (3.25 + 1.35 * 1.66) / 8.65
@@ -103,10 +103,11 @@ def test_long_experiment_says_so_and_a_short_one_does_not(round_profiles, tmp_pa
     assert line is not None and line.startswith("this will take about ")
     assert "25 runs, 2,500 steps" in line and "estimated from" in line
     assert line.endswith("Ctrl-C stops; continue with `populora experiment ablation --resume runs/abl`")
-    # by hand: per seed, 5 start-ups, 100 steps of each arm, 5 probes (0, 25, ..., 100) of each arm's members
+    # by hand: per seed, 5 start-ups, 100 steps of each arm, probes at 0 (one member's answers, 5 s) and at
+    # 25, 50, 75, 100 (5 s per member)
     a, b = 3.25, 1.35
     steps = sum((a + b * m) / (a + b * 4) for m in (1.66, 2, 4, 8, 4)) * 100 * 10
-    probes = 5 * 20 * (1 + 2 + 4 + 8 + 4) / 4
+    probes = 5 * 5 + 4 * 5 * (1 + 2 + 4 + 8 + 4)
     by_hand = 5 * (5 * 5 + steps + probes)
     cfgs = [(load_config(s.preset, s.overrides), s.path) for s in long]
     assert experiment_seconds(cfgs, 1) == pytest.approx(by_hand)

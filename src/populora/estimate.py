@@ -12,7 +12,7 @@ The model is a measured table, not a guess:
   (`bench/results/readme_times.json`, load average noted there). A run is priced at the profile of its model
   (`tiny-learn` when it rolls out 4 or more answers per problem, as that preset does), its steps times the
   profile's seconds per step scaled to its population size, plus its probes scaled to its members and probe
-  size, plus the start-up.
+  size (the one at step 0 answers once: every member is still the same adapter), plus the start-up.
 - `POP_COST`: how a step's seconds grow with the number of members, a least-squares line through the
   population-size ablation's measured seconds per step on the same machine (1T+1S 6.4 s, 2T+2S 8.0 s, 4T+4S
   14.3 s; the single agent, 5.5 s, costs as `SINGLE_MEMBERS` members). Only the ratio is used.
@@ -50,9 +50,11 @@ class Profile:
 
 # Measured by the README commands (bench/results/readme_times.json; see docs/benchmarks.md, "README commands").
 PROFILES: dict[str, Profile] = {
-    "tiny": Profile("tiny", step_s=7.0, members=4, probe_s=0.0, probe_size=260, start_s=15.0, load=3.0),
+    # populora demo (24 steps) and train --set train.steps=8: 6.5-9.0 s a step at load 3-6, start-up 10-16 s
+    "tiny": Profile("tiny", step_s=8.0, members=4, probe_s=0.0, probe_size=260, start_s=15.0, load=5.0),
+    # train --preset tiny-learn --set train.steps=10 at load 4-9: 16.5 s a step, a probe of 4 members 280 s
     "tiny-learn": Profile(
-        "tiny-learn", step_s=14.0, members=4, probe_s=60.0, probe_size=260, start_s=15.0, load=3.0
+        "tiny-learn", step_s=16.5, members=4, probe_s=280.0, probe_size=260, start_s=10.0, load=6.0
     ),
     # smol (SmolLM2-135M-Instruct, 2T+2S): docs/training.md, "smol on a CPU" (77 s per step, 2 cores)
     "smol": Profile("smol", step_s=77.0, members=4, probe_s=0.0, probe_size=256, start_s=20.0, load=2.0),
@@ -116,11 +118,14 @@ def run_seconds(cfg, start: int = 0) -> float | None:
     prof = profile_for(cfg)
     if prof is None:  # the GPU model: steps only (its start-up is minutes, small against 200 steps)
         return steps_left * step_s
+    one = prof.probe_s / prof.members * cfg.diagnostics.probe_size / prof.probe_size  # one member's probe
     probe_members = (
         1 if cfg.population.mode == "single" else cfg.population.teachers + cfg.population.students
     )
-    probe_s = prof.probe_s * probe_members / prof.members * cfg.diagnostics.probe_size / prof.probe_size
-    return prof.start_s + steps_left * step_s + probes_in(cfg, start, cfg.train.steps) * probe_s
+    n = probes_in(cfg, start, cfg.train.steps)
+    # at step 0 every member is the same adapter, so the probe answers once (measured: 88 s against 280 s)
+    first = 1 if n and start <= 0 else 0
+    return prof.start_s + steps_left * step_s + first * one + (n - first) * one * probe_members
 
 
 def read_progress(path: Path) -> tuple[int, float]:
