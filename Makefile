@@ -67,7 +67,7 @@ system-deps:
 	else echo "note: chromium not found and not root; the browser test will be skipped"; fi
 
 demo: $(VENV)/.demo-installed
-	@echo "populora demo: trains the tiny preset (2 teachers + 2 students) on this CPU, then writes the report (~3 min)"
+	@echo "populora demo: trains the tiny preset (2 teachers + 2 students) on this CPU, then writes the report (about 4-5 min on 2 shared cores, 1.5 min when quiet)"
 	$(BIN)/populora demo
 
 # The tests run on TEST_WORKERS pytest-xdist workers, a whole file per worker at a time (tests/conftest.py);
