@@ -150,3 +150,12 @@ def test_train_prints_the_line_before_anything_starts(tmp_path, steps, shown):
     lines = res.stderr.strip().splitlines()
     assert lines[-1].startswith("error: ")
     assert (lines[0].startswith("this will take about ") and len(lines) == 2) if shown else len(lines) == 1
+
+
+def test_paper_7b_line_names_the_gpus(tmp_path):
+    line = train_upfront_line(load_config("paper-7b"), tmp_path / "pop")
+    assert line.startswith(
+        "this will take about 31 h 01 min on 1 H100 GPU (estimated from 200 steps; paper-7b's"
+    )
+    line = train_upfront_line(load_config("paper-7b", ["dist.workers=8"]), tmp_path / "pop8")
+    assert line.startswith("this will take about 8 h 31 min on 8 H100 GPUs")

@@ -224,11 +224,21 @@ def basis(cfg) -> str:
     return f"the {prof.name} preset's steps measured on a 2-core CPU at load {prof.load:g}, scaled to the population"
 
 
-def long_line(seconds: float | None, how: str, basis_text: str) -> str | None:
+def where(cfg) -> str:
+    """Where the estimate holds: this machine (a measured CPU profile) or N H100s (the GPU model)."""
+    if gpu_step_seconds(cfg) is None:
+        return "on this machine"
+    n = max(1, cfg.dist.workers)
+    return f"on {n} H100 GPU" + ("s" if n > 1 else "")
+
+
+def long_line(seconds: float | None, how: str, basis_text: str, place: str = "on this machine") -> str | None:
     """The up-front line when `seconds` exceeds LONG_S, else None."""
     if seconds is None or not math.isfinite(seconds) or seconds <= LONG_S:
         return None
-    return f"this will take about {fmt_span(seconds)} on this machine (estimated from {basis_text}); Ctrl-C stops; {how}"
+    return (
+        f"this will take about {fmt_span(seconds)} {place} (estimated from {basis_text}); Ctrl-C stops; {how}"
+    )
 
 
 __all__ = [
@@ -247,4 +257,5 @@ __all__ = [
     "profile_for",
     "run_seconds",
     "step_seconds",
+    "where",
 ]

@@ -94,14 +94,14 @@ def upfront_line(cfg, run_path: Path) -> str | None:
     """The line `populora train` prints before it loads anything when the run is estimated to take over 10
     minutes (None otherwise): the steps left at this run's own measured seconds per step when it has steps
     (a resume), else at `populora.estimate`'s per-step model."""
-    from populora.estimate import basis, long_line, read_progress, run_seconds
+    from populora.estimate import basis, long_line, read_progress, run_seconds, where
 
     done, spent = read_progress(run_path)
     how = f"`populora train --resume {run_path}` continues"
     if done > 0 and spent > 0:
         left = max(0, cfg.train.steps - done)
         return long_line(left * spent / done, how, f"this run's own {done} steps, {left} to go")
-    return long_line(run_seconds(cfg), how, f"{cfg.train.steps} steps; {basis(cfg)}")
+    return long_line(run_seconds(cfg), how, f"{cfg.train.steps} steps; {basis(cfg)}", where(cfg))
 
 
 class StepProgress:
