@@ -159,3 +159,19 @@ def test_paper_7b_line_names_the_gpus(tmp_path):
     )
     line = train_upfront_line(load_config("paper-7b", ["dist.workers=8"]), tmp_path / "pop8")
     assert line.startswith("this will take about 8 h 31 min on 8 H100 GPUs")
+
+
+def test_progress_leaves_the_step_0_probe_out_of_the_per_step_rate(tmp_path):
+    import json
+
+    from populora.estimate import read_progress
+
+    lines = [
+        {"step": 0, "probe": {}, "probe_s": 90.0},  # once, before any step
+        {"step": 1, "step_s": 16.0},
+        {"step": 2, "step_s": 14.0, "probe_s": 30.0},
+    ]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    assert read_progress(tmp_path) == (2, 60.0)
+    (tmp_path / "metrics.jsonl").write_text(json.dumps(lines[0]) + "\n")
+    assert read_progress(tmp_path) == (0, 0.0)
