@@ -100,11 +100,14 @@ def test_bad_options_are_named(argv, message, capsys):
 def test_the_up_front_estimate_by_hand():
     from populora.experiment.controlled.rl_measure import estimate_seconds
 
-    # 2 trained runs of 30 steps x 16 problems x 8 rollouts at 0.055 s, each with 2210 held-out answers at 0.03 s,
-    # and one no-update run of the same stream at 0.02 s a rollout
+    # code_i alone: 2 trained runs of 30 steps x 16 problems x 8 rollouts at 0.055 s, each with 2210 held-out
+    # answers at 0.04 s, and one no-update run of the same stream at 0.02 s a rollout
     runs = [("fresh", "real"), ("fresh", "shuffled"), ("fresh", "none")]
-    got = estimate_seconds(runs, {"fresh": 30, "fixed": 20}, 16, 8, 2210)
-    assert got == pytest.approx(2 * (3840 * 0.055 + 2210 * 0.03) + 3840 * 0.02)
+    got = estimate_seconds(runs, {"fresh": 30, "fixed": 20}, 16, 8, 2210, ["code_i"])
+    assert got == pytest.approx(2 * (3840 * 0.055 + 2210 * 0.04) + 3840 * 0.02)
+    # code_o and code_i, one trained run of 10 fixed steps x 2 problems each x 4 rollouts, 100 answers per type
+    got = estimate_seconds([("fixed", "real")], {"fresh": 30, "fixed": 10}, 2, 4, 100, ["code_i", "code_o"])
+    assert got == pytest.approx(10 * 8 * (0.055 + 0.17) + 100 * (0.04 + 0.14))
 
 
 def test_a_long_control_says_so_before_it_starts_and_a_quick_one_does_not():

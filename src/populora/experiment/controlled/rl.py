@@ -264,22 +264,23 @@ def _save(path: Path, out: dict) -> None:
 
 def up_front_line(args, todo: list[tuple], measure_base: bool) -> str | None:
     """The line a run over 10 minutes prints before it starts: its estimate from this command's own timings."""
-    items = args.probe_size * len(args.types)
-    eval_answers = items * (1 + args.eval_samples * len(args.eval_temperatures))
+    per_item = 1 + args.eval_samples * len(args.eval_temperatures)
     seconds = estimate_seconds(
         [(mode, arm) for mode, _, arm, _ in todo],
         {"fixed": args.steps_fixed, "fresh": args.steps_fresh},
-        args.per_type * len(args.types),
+        args.per_type,
         args.rollouts,
-        eval_answers,
+        args.probe_size * per_item,
+        args.types,
     )
     if measure_base:  # the base's measure: every temperature of both sweeps
         temps = {*args.eval_temperatures, *args.base_temperatures, args.temperature}
-        seconds += items * (1 + args.eval_samples * len(temps)) * EVAL_ANSWER_S
+        per_item = 1 + args.eval_samples * len(temps)
+        seconds += args.probe_size * per_item * sum(EVAL_ANSWER_S[t] for t in args.types)
     return long_line(
         seconds,
         "the same command continues where it stopped",
-        "this command's runs on a 2-core CPU at load 8-10",
+        "this command's runs on a 2-core CPU at load 5-10",
     )
 
 

@@ -27,29 +27,32 @@ from populora.train.probe_sampled import sampled_solves
 ARMS = ("real", "shuffled", "none")
 
 
-# Seconds per unit of work, measured by this command's own runs on the shared 2-core machine at load 8-10
-# (bench/results/learning_rl_control_code_i.json, 2026-12-07): a rollout that is scored and trained on, one only
+# Seconds per unit of work, measured by this command's own runs on the shared 2-core machine at load 5-10
+# (bench/results/learning_rl_control_*.json, 2026-12-07), per task type (code_o's traced answers and code_f's
+# programs are several times longer than code_i's inputs): a rollout that is scored and trained on, one only
 # scored (the no-update arm), one held-out answer (greedy or sampled).
-TRAINED_ROLLOUT_S = 0.055
-SCORED_ROLLOUT_S = 0.02
-EVAL_ANSWER_S = 0.03
+TRAINED_ROLLOUT_S = {"code_i": 0.055, "code_o": 0.17, "code_f": 0.17}
+SCORED_ROLLOUT_S = {"code_i": 0.02, "code_o": 0.06, "code_f": 0.06}
+EVAL_ANSWER_S = {"code_i": 0.04, "code_o": 0.14, "code_f": 0.14}
 
 
 def estimate_seconds(
     runs: Sequence[tuple[str, str]],
     steps: Mapping[str, int],
-    problems_per_step: int,
+    per_type: int,
     rollouts: int,
-    eval_answers: int,
+    eval_answers_per_type: int,
+    types: Sequence[str],
 ) -> float:
-    """Seconds of `runs` ((mode, arm) pairs): each step's rollouts, trained unless the arm is "none", and the
-    held-out measure at the end (`eval_answers` answers; none for the no-update arm, whose reading is the base's)."""
-    total = 0.0
-    for mode, arm in runs:
-        per = SCORED_ROLLOUT_S if arm == "none" else TRAINED_ROLLOUT_S
-        total += steps[mode] * problems_per_step * rollouts * per
-        total += 0 if arm == "none" else eval_answers * EVAL_ANSWER_S
-    return total
+    """Seconds of `runs` ((mode, arm) pairs): each step's `per_type` problems of every type x `rollouts`, trained
+    unless the arm is "none", and the held-out measure at the end (`eval_answers_per_type` answers per type; none
+    for the no-update arm, whose reading is the base's)."""
+    train = sum(TRAINED_ROLLOUT_S[t] for t in types) * per_type * rollouts
+    scored = sum(SCORED_ROLLOUT_S[t] for t in types) * per_type * rollouts
+    evaluate = sum(EVAL_ANSWER_S[t] for t in types) * eval_answers_per_type
+    return sum(
+        steps[mode] * (scored if arm == "none" else train) + (arm != "none") * evaluate for mode, arm in runs
+    )
 
 
 def temperature_key(t: float) -> str:
