@@ -12,6 +12,7 @@ from populora.diagnostics.schema import check_run
 from populora.engine import Generation, build
 from populora.engine.testing import random_model
 from populora.experiment.probe_data import probe_change
+from populora.report.html import render_report
 from populora.sandbox import Sandbox
 from populora.train.probe import probe_subset, score_members
 from populora.train.probe_sampled import EVAL_SEED, pass_at_1, sampled_solves
@@ -123,3 +124,7 @@ def test_a_run_logs_sampled_pass_at_1_beside_greedy(tmp_path):
     assert {r["answers"] for r in recs} == {"sampled"} and not load_run(run_dir).probe_items("free") == recs
     change = probe_change(run_dir, "sampled")
     assert change is not None and change.values.shape[1] == 3 * len(last["items"])
+    page = render_report(load_run(run_dir))
+    card = page[page.index('id="probe_sampled"') :]
+    card = card[: card.index("</section>")]
+    assert "<img" in card and "answers per item at temperature 1.0" in card

@@ -72,7 +72,8 @@ class Run:
     events: list[dict[str, Any]]
     label: str = ""
     probes: list[dict[str, Any]] = field(default_factory=list)
-    """`{"step", "probe"[, "probe_valid"]}` of every metrics record that holds a `probe` (step 0 included)."""
+    """`{"step", "probe"[, "probe_valid", "probe_sampled"]}` of every metrics record that holds a `probe` (step 0
+    included)."""
     # What could not be read (corrupt metrics lines, steps missing from metrics.jsonl): the report shows these.
     warnings: list[str] = field(default_factory=list)
     _roles: dict[str, str] = field(default_factory=dict, repr=False)
@@ -271,7 +272,10 @@ def load_run(path: str | Path, label: str | None = None) -> Run:
     # The step-0 probe record (no `members`: nothing was trained yet) is a probe, not a step.
     metrics = [r for r in records if "members" in r or "probe" not in r]
     probes = [
-        {"step": int(r["step"]), **{k: r[k] for k in ("probe", "probe_valid") if isinstance(r.get(k), dict)}}
+        {
+            "step": int(r["step"]),
+            **{k: r[k] for k in ("probe", "probe_valid", "probe_sampled") if isinstance(r.get(k), dict)},
+        }
         for r in records
         if isinstance(r.get("probe"), dict)
     ]

@@ -88,6 +88,7 @@ def run_measures(run: Run) -> dict:
     # the teachers' validity probe (`probe_valid`) the same way.
     out["probe"] = probe_edges(run)
     out["probe_valid"] = probe_edges(run, "probe_valid")
+    out["probe_sampled"] = probe_edges(run, "probe_sampled")  # {} unless diagnostics.probe_samples > 0
     out["probe_steps"] = [int(s) for s in run.probe_steps]
     # Proposers: valid-proposal rate at the start and end (first / last quarter of the steps).
     vr = run.role_series(proposer_roles(run), "valid_rate")

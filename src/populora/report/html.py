@@ -211,6 +211,16 @@ def _cap_probe(run: Run) -> str:
     )
 
 
+def _cap_probe_sampled(run: Run) -> str:
+    return (
+        "Sampled pass@1 of every member on the same held-out items as the greedy probe: "
+        f"{_esc(run.cfg('diagnostics.probe_samples', '?'))} answers per item at temperature "
+        f"{_esc(run.cfg('diagnostics.probe_temperature', '?'))}, all drawn from one fixed evaluation seed, so an "
+        "unchanged adapter reads the same twice. RL sharpens what a model already samples, so this moves before "
+        "the greedy probe does. " + "; ".join(_probe_ends(run, "probe_sampled")) + "."
+    )
+
+
 def _cap_probe_valid(run: Run) -> str:
     return (
         "Valid-proposal rate of every teacher on fixed prompts (diagnostics.probe_proposals per task type, "
@@ -676,6 +686,13 @@ def _render_report(run: Run) -> str:
             lambda: plots.probe_figure(run),
             lambda: _cap_probe(run),
             "No probe logged (enable it with --set diagnostics.probe_every=N).",
+        ),
+        _figure_card(
+            "probe_sampled",
+            "Fixed probe: sampled pass@1",
+            lambda: plots.probe_figure(run, "probe_sampled"),
+            lambda: _cap_probe_sampled(run),
+            "No sampled probe logged (add it to the probe with --set diagnostics.probe_samples=8).",
         ),
         _figure_card(
             "probe_valid",

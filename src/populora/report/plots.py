@@ -612,7 +612,8 @@ def phase_time_figure(run: Run) -> Figure | None:
 def probe_figure(run: Run, which: str = "probe") -> Figure | None:
     """Fixed-probe accuracy per role (rows) and task type (columns): mean member (line), best and worst
     member (band edges) at every probed step, step 0 being the base model before any update.
-    `which="probe_valid"`: the teachers' valid-proposal rate on the fixed teacher prompts."""
+    `which="probe_valid"`: the teachers' valid-proposal rate on the fixed teacher prompts; `"probe_sampled"`:
+    the members' sampled pass@1 (diagnostics.probe_samples)."""
     curves = probe_by_role(run, which)
     if not curves:
         return None
@@ -633,7 +634,9 @@ def probe_figure(run: Run, which: str = "probe") -> Figure | None:
             ax.set_title(f"{ROLE_LABEL[role]}: {key}", fontsize=9)
             ax.set_ylim(-0.02, min(1.02, top))
             _single_point_xlim(ax, c.steps)
-        row[0].set_ylabel("valid proposals" if which == "probe_valid" else "probe accuracy")
+        row[0].set_ylabel(
+            {"probe_valid": "valid proposals", "probe_sampled": "sampled pass@1"}.get(which, "probe accuracy")
+        )
     for ax in axes[-1]:
         ax.set_xlabel("step")
     _legend(axes[0, 0], loc="best")
