@@ -94,14 +94,9 @@ def train(
     missing = missing_tracker(cfg.log.tensorboard, cfg.log.wandb, cfg.log.mlflow)
     if missing:  # before any folder or model: one line, not the tracker's import traceback
         raise ConfigError(missing)
-    if not quiet:  # a run estimated over 10 minutes says so before it starts (populora.estimate)
-        from populora.train.progress import upfront_line
-
-        line = upfront_line(cfg, run_path)
-        if line:
-            print(line, file=sys.stderr, flush=True)
     # Heavy imports (torch, transformers) only now, after the config has been resolved and checked.
     from populora.train import checkpoint as ckpt
+    from populora.train.progress import upfront_line
     from populora.train.resume import branch_run, changed_settings, resume_line
     from populora.train.trainer import Trainer
 
@@ -149,6 +144,11 @@ def train(
                         "(raise train.steps with --set to continue).",
                         file=sys.stderr,
                     )
+                # a run estimated over 10 minutes says so before its first step (populora.estimate), once the
+                # model has loaded and every check passed: a start that fails prints only its error
+                line = None if quiet else upfront_line(cfg, run_path)
+                if line:
+                    print(line, file=sys.stderr, flush=True)
                 trainer.fit(start)
             except safe_files.RunFileError as err:  # a run-folder file that is a link or FIFO (issue 50)
                 raise TrainError(f"{run_path}: {err}.") from None
