@@ -44,6 +44,22 @@ def test_a_code_f_run_measures_every_arm_on_the_models_generator_and_resumes(mod
     assert "3 runs done, 0 to run" in capsys.readouterr().out
     with pytest.raises(SystemExit, match=r"other settings \(overrides: \[\] there, \['rl.rollouts=4'\] now"):
         control_rl.main([*QUICK, "--model", model_name, "--out", str(out), "--set", "rl.rollouts=4"])
+    # another loss setting on the same base: its measurement is taken over, not measured again
+    other = tmp_path / "role_task.json"
+    argv = [*QUICK, "--model", model_name, "--arms", "real", "--set", "rl.loss_norm=role_task"]
+    control_rl.main([*argv, "--base-from", str(out), "--out", str(other)])
+    taken = json.loads(other.read_text())
+    assert (
+        taken["base"] == rec["base"]
+        and taken["base_from"] == str(out)
+        and list(taken["runs"]) == ["fresh/0.003/real/0"]
+    )
+    with pytest.raises(
+        SystemExit, match=r"--base-from .*eval_temperatures: \[1.0, 0.6\] there, \[1.0\] here"
+    ):
+        control_rl.main(
+            [*argv, "--eval-temperatures", "1", "--base-from", str(out), "--out", str(tmp_path / "x")]
+        )
 
 
 def test_the_arms_differ_only_in_what_reaches_the_update(model_name, sandbox, monkeypatch):

@@ -62,6 +62,12 @@ SAME_FOR_RESUME = (
     "model", "per_type", "rollouts", "temperature", "steps_fixed", "steps_fresh", "probe_size", "types",
     "probe_set", "probe_levels", "eval_samples", "eval_temperatures", "base_temperatures", "overrides",
 )  # fmt: skip
+#: settings that decide the base model's measurement: --base-from needs them equal (the --set overrides do not
+#: matter: every adapter starts at zero, so the base reads the same whatever the loss settings)
+SAME_FOR_BASE = (
+    "model", "temperature", "probe_size", "types", "probe_set", "probe_levels", "eval_samples",
+    "eval_temperatures", "base_temperatures",
+)  # fmt: skip
 
 
 def _config(args, lr: float | None = None):
@@ -197,6 +203,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="a smoke run: 1 problem per type, 2 rollouts, 2 steps, 4 probe items, 2 samples, 1 seed",
     )
+    ap.add_argument(
+        "--base-from",
+        default="",
+        metavar="JSON",
+        help="take the base model's measurement from another control's --out with the same probe, evaluation and "
+        "temperatures (another --set compares loss settings on one base; saves its temperature sweep)",
+    )
     ap.add_argument("--out", default="runs/controls/learning_rl_controls.json")
     args = ap.parse_args(argv)
     args.types = [t.strip() for t in args.types.split(",") if t.strip()]
@@ -255,6 +268,22 @@ def _load(path: Path, settings: dict) -> dict:
     return old
 
 
+def _base_from(path: Path, settings: dict) -> dict:
+    """The base measurement of another control's file, when it measured the same thing."""
+    try:
+        other = json.loads(path.read_text())
+        base, was = other["base"], other["settings"]
+    except (OSError, json.JSONDecodeError, KeyError, TypeError) as err:
+        raise SystemExit(f"--base-from {path}: no base measurement there ({err!r}); run without it") from None
+    differ = [k for k in SAME_FOR_BASE if was.get(k) != settings.get(k)]
+    if differ:
+        raise SystemExit(
+            f"--base-from {path}: its base was measured with other settings "
+            f"({'; '.join(f'{k}: {was.get(k)!r} there, {settings.get(k)!r} here' for k in differ)})"
+        )
+    return base
+
+
 def _save(path: Path, out: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}")
@@ -307,13 +336,16 @@ def main(argv: list[str] | None = None) -> None:
         if f"{mode}/{lr:g}/{arm}/{seed}" not in out["runs"]
     ]
     print(f"control rl: {len(out['runs'])} runs done, {len(todo)} to run -> {out_path}", flush=True)
-    line = up_front_line(args, todo, measure_base="base" not in out)
+    line = up_front_line(args, todo, measure_base="base" not in out and not args.base_from)
     if line:
         print(line, flush=True)
     with Sandbox(workers=2, limits=Limits(timeout_s=2.0, memory_mb=256)) as sb:
         probe, _ = probe_selection(args.probe_set, args.probe_size, args.types, args.levels)
         levels_of_model = graded_seed_levels(resolve_model(args.model))
         out["problem_levels"] = list(levels_of_model) if levels_of_model else None
+        if "base" not in out and args.base_from:
+            out["base"], out["base_from"] = _base_from(Path(args.base_from), settings), args.base_from
+            _save(out_path, out)
         if "base" not in out:
             base = build_engine(_config(args))
             temps = [*args.eval_temperatures, *args.base_temperatures, args.temperature]
