@@ -18,8 +18,11 @@ QUICK = ["--quick", "--types", "code_f", "--probe-set", "graded", "--probe-level
 
 def test_a_code_f_run_measures_every_arm_on_the_models_generator_and_resumes(model_name, tmp_path, capsys):
     out = tmp_path / "rl.json"
-    control_rl.main([*QUICK, "--model", model_name, "--out", str(out)])
+    control_rl.main([*QUICK, "--model", model_name, "--probe-every", "1", "--out", str(out)])
     rec = json.loads(out.read_text())
+    assert [p["step"] for p in rec["runs"]["fresh/0.003/real/0"]["probes"]] == [
+        1
+    ]  # step 2 is the end reading
     assert sorted(rec["runs"]) == ["fresh/0.003/none/0", "fresh/0.003/real/0", "fresh/0.003/shuffled/0"]
     assert set(rec["headroom"]) == {"code_f"}
     base = rec["base"]
@@ -103,6 +106,7 @@ def test_the_arms_differ_only_in_what_reaches_the_update(model_name, sandbox, mo
         (["--probe-levels", "one"], "--probe-levels: bad level 'one': expected N"),
         (["--arms", "real,random"], "--arms: real,random: pick from real, shuffled, none"),
         (["--eval-temperatures", "1,0"], "--eval-temperatures: expected numbers > 0"),
+        (["--probe-every", "-1"], "--probe-every must be >= 0"),
         (["--set", "rl.loss_norm=by_task"], "--set: rl.loss_norm"),
     ],
 )

@@ -90,7 +90,7 @@ def run(mode: str, lr: float, arm: str, seed: int, args, sb, pool: dict, probe: 
     steps = args.steps_fixed if mode == "fixed" else args.steps_fresh
     order = {t: rng.sample(pool[t], len(pool[t])) for t in pool}  # fresh: each problem at most once
     fixed = [p for t in pool for p in order[t][: args.per_type]]
-    solve, solve_by_type, t0 = [], [], time.time()
+    solve, solve_by_type, probes, t0 = [], [], [], time.time()
     k = args.per_type
     for step in range(1, steps + 1):
         problems = (
@@ -113,6 +113,10 @@ def run(mode: str, lr: float, arm: str, seed: int, args, sb, pool: dict, probe: 
             )
         )
         solve_by_type.append({t: round(c[0] / c[1], 4) for t, c in counts.items() if c[1]})
+        if arm != "none" and args.probe_every and step % args.probe_every == 0 and step < steps:
+            probes.append(
+                {"step": step, **measure(eng, probe, sb, args.eval_samples, args.eval_temperatures, budget)}
+            )
         print(
             f"{mode} lr {lr:g} {arm} seed {seed} step {step}/{steps}: solve {solve[-1]:.2f} "
             f"({time.time() - t0:.0f}s)",
@@ -134,6 +138,7 @@ def run(mode: str, lr: float, arm: str, seed: int, args, sb, pool: dict, probe: 
         "solve_first_quarter": statistics.fmean(solve[:q]),
         "solve_last_quarter": statistics.fmean(solve[-q:]),
         "end": end,
+        "probes": probes,  # --probe-every: the same held-out reading at those steps
         "seconds": round(time.time() - t0, 1),
     }
 
@@ -158,6 +163,17 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--steps-fixed", type=int, default=20)
     ap.add_argument("--steps-fresh", type=int, default=30)
     ap.add_argument("--probe-size", type=int, default=130, help="held-out probe items per task type")
+    ap.add_argument(
+        "--probe-every",
+        type=int,
+        default=0,
+        help="also read the held-out measure every K steps of a run (default: at the end only)",
+    )
+    ap.add_argument(
+        "--no-headroom",
+        action="store_true",
+        help="read the base at the evaluation temperatures only, without the --base-temperatures sweep",
+    )
     ap.add_argument("--seed", type=int, default=0, help="the first seed")
     ap.add_argument("--seeds", type=int, default=3, help="seeds per arm: --seed, --seed + 1, ...")
     ap.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated, of {', '.join(ARMS)}")
@@ -233,6 +249,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     args.lrs = _floats(args.lrs, "--lrs", ap)
     args.eval_temperatures = _floats(args.eval_temperatures, "--eval-temperatures", ap)
     args.base_temperatures = _floats(args.base_temperatures, "--base-temperatures", ap)
+    if args.no_headroom:
+        args.base_temperatures = list(args.eval_temperatures)
+    if args.probe_every < 0:
+        ap.error(f"--probe-every must be >= 0 (0 = at the end only), got {args.probe_every}")
     if args.seeds < 1 or args.eval_samples < 1:
         ap.error(f"--seeds and --eval-samples must be >= 1, got {args.seeds} and {args.eval_samples}")
     if args.quick:
