@@ -17,7 +17,8 @@ from pathlib import Path
 import numpy as np
 
 from populora.experiment import stats
-from populora.experiment.controlled.rl_measure import item_scores, temperature_key
+from populora.experiment.controlled.rl import ci_text
+from populora.experiment.controlled.rl_measure import in_points, item_scores, temperature_key
 
 
 def real_changes(exp: dict, reading: str, types: list[str]) -> tuple[list[int], np.ndarray]:
@@ -42,28 +43,15 @@ def compare(paths: list[Path]) -> dict:
             ref_seeds, ref_x = real_changes(ref, reading, ts)
             for exp_name, exp in exps.items():
                 seeds, x = real_changes(exp, reading, ts)
-                entry = {"change": _points(stats.bootstrap(x)), "seeds": seeds}
+                entry = {"change": in_points(stats.bootstrap(x)), "seeds": seeds}
                 common = sorted(set(seeds) & set(ref_seeds))
                 if exp_name != ref_name and common:
                     a = x[[seeds.index(s) for s in common]]
                     b = ref_x[[ref_seeds.index(s) for s in common]]
-                    entry["minus_reference"] = _points(stats.difference(a, b, paired=True))
+                    entry["minus_reference"] = in_points(stats.difference(a, b, paired=True))
                 row[exp_name] = entry
             out.setdefault(reading, {})[name] = row
     return out
-
-
-def _points(ci: dict) -> dict:
-    return {
-        k: (round(100 * v, 2) if k in ("mean", "lo", "hi") and isinstance(v, float) else v)
-        for k, v in ci.items()
-    }
-
-
-def _ci(ci: dict) -> str:
-    if ci.get("lo") is None:
-        return f"{ci['mean']:+.1f}"
-    return f"{ci['mean']:+.1f} [{ci['lo']:+.1f}, {ci['hi']:+.1f}]"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -78,8 +66,8 @@ def main(argv: list[str] | None = None) -> None:
         name = "greedy" if reading == "greedy" else f"pass@1 T={reading}"
         for task, row in res[reading].items():
             cells = [
-                f"{exp}: {_ci(e['change'])}"
-                + (f" (vs ref {_ci(e['minus_reference'])})" if "minus_reference" in e else "")
+                f"{exp}: {ci_text(e['change'])}"
+                + (f" (vs ref {ci_text(e['minus_reference'])})" if "minus_reference" in e else "")
                 for exp, e in row.items()
             ]
             print(f"{name:<12} {task:<7} " + "  |  ".join(cells))

@@ -412,9 +412,9 @@ def print_summary(out: dict, args) -> None:
                 cells = [f"base {row['base']:.1f}"]
                 for arm, ci in row.get("change", {}).items():
                     if arm != "none":
-                        cells.append(f"{arm} {_ci(ci)}")
+                        cells.append(f"{arm} {ci_text(ci)}")
                 if "real_minus_shuffled" in row:
-                    cells.append(f"real-shuffled {_ci(row['real_minus_shuffled'])}")
+                    cells.append(f"real-shuffled {ci_text(row['real_minus_shuffled'])}")
                 print(f"  {name:<12} {t:<7} " + "  ".join(cells))
         stream = out["summary"]["stream"].get(key, {})
         for arm in args.arms:
@@ -424,7 +424,7 @@ def print_summary(out: dict, args) -> None:
                 )
 
 
-def _ci(ci: dict) -> str:
+def ci_text(ci: dict) -> str:
     if ci.get("lo") is None:
         return f"{ci['mean']:+.1f}"
     return f"{ci['mean']:+.1f} [{ci['lo']:+.1f}, {ci['hi']:+.1f}]"

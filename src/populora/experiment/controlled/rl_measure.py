@@ -101,7 +101,7 @@ def headroom(base: Mapping, samples: int, temperature: str, types: Sequence[str]
     return out
 
 
-def _points(ci: dict) -> dict:
+def in_points(ci: dict) -> dict:
     """An interval in points (x100), rounded."""
     return {
         k: (round(100 * v, 2) if isinstance(v, float) and k in ("mean", "lo", "hi") else v)
@@ -135,14 +135,14 @@ def summarise(base: Mapping, runs: Mapping[str, Mapping], settings: Mapping) -> 
                         for s in seeds
                     ]
                     change[arm] = (seeds, np.stack(end) - start)
-                    per_type.setdefault("change", {})[arm] = _points(stats.bootstrap(change[arm][1]))
+                    per_type.setdefault("change", {})[arm] = in_points(stats.bootstrap(change[arm][1]))
                     per_type.setdefault("end", {})[arm] = round(100 * float(np.mean(end)), 2)
                 per_type["base"] = round(100 * float(start.mean()), 2)
                 if "real" in change and "shuffled" in change:
                     common = sorted(set(change["real"][0]) & set(change["shuffled"][0]))
                     if common:
                         pick = {a: [change[a][0].index(s) for s in common] for a in ("real", "shuffled")}
-                        per_type["real_minus_shuffled"] = _points(
+                        per_type["real_minus_shuffled"] = in_points(
                             stats.difference(
                                 change["real"][1][pick["real"]],
                                 change["shuffled"][1][pick["shuffled"]],
@@ -156,7 +156,9 @@ def summarise(base: Mapping, runs: Mapping[str, Mapping], settings: Mapping) -> 
                     ends = np.stack(
                         [item_scores(arms["real"][s]["end"], reading, samples, ts) for s in seeds]
                     )
-                    per_type["real_minus_base_best_temperature"] = _points(stats.bootstrap(ends - base_best))
+                    per_type["real_minus_base_best_temperature"] = in_points(
+                        stats.bootstrap(ends - base_best)
+                    )
                 held.setdefault(reading, {})[name] = per_type
         out["held_out"][key] = held
         out["stream"][key] = _stream(arms)
@@ -183,7 +185,7 @@ def _stream(arms: Mapping[str, Mapping[int, Mapping]]) -> dict:
                 a = quarters["real"][1][[quarters["real"][0].index(s) for s in common]]
                 b = quarters[other][1][[quarters[other][0].index(s) for s in common]]
                 out[f"real_minus_{other}_by_quarter"] = [
-                    _points(stats.difference(a[:, i], b[:, i], paired=True)) for i in range(4)
+                    in_points(stats.difference(a[:, i], b[:, i], paired=True)) for i in range(4)
                 ]
     return out
 
