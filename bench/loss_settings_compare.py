@@ -18,7 +18,7 @@ import numpy as np
 
 from populora.experiment import stats
 from populora.experiment.controlled.rl import ci_text
-from populora.experiment.controlled.rl_measure import in_points, item_scores, temperature_key
+from populora.experiment.controlled.rl_measure import common_seeds, in_points, item_scores, temperature_key
 
 
 def real_changes(exp: dict, reading: str, types: list[str]) -> tuple[list[int], np.ndarray]:
@@ -44,11 +44,9 @@ def compare(paths: list[Path]) -> dict:
             for exp_name, exp in exps.items():
                 seeds, x = real_changes(exp, reading, ts)
                 entry = {"change": in_points(stats.bootstrap(x)), "seeds": seeds}
-                common = sorted(set(seeds) & set(ref_seeds))
-                if exp_name != ref_name and common:
-                    a = x[[seeds.index(s) for s in common]]
-                    b = ref_x[[ref_seeds.index(s) for s in common]]
-                    entry["minus_reference"] = in_points(stats.difference(a, b, paired=True))
+                pair = common_seeds((seeds, x), (ref_seeds, ref_x)) if exp_name != ref_name else None
+                if pair is not None:
+                    entry["minus_reference"] = in_points(stats.difference(*pair, paired=True))
                 row[exp_name] = entry
             out.setdefault(reading, {})[name] = row
     return out

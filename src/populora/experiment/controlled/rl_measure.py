@@ -139,16 +139,9 @@ def summarise(base: Mapping, runs: Mapping[str, Mapping], settings: Mapping) -> 
                     per_type.setdefault("end", {})[arm] = round(100 * float(np.mean(end)), 2)
                 per_type["base"] = round(100 * float(start.mean()), 2)
                 if "real" in change and "shuffled" in change:
-                    common = sorted(set(change["real"][0]) & set(change["shuffled"][0]))
-                    if common:
-                        pick = {a: [change[a][0].index(s) for s in common] for a in ("real", "shuffled")}
-                        per_type["real_minus_shuffled"] = in_points(
-                            stats.difference(
-                                change["real"][1][pick["real"]],
-                                change["shuffled"][1][pick["shuffled"]],
-                                paired=True,
-                            )
-                        )
+                    pair = common_seeds(change["real"], change["shuffled"])
+                    if pair is not None:
+                        per_type["real_minus_shuffled"] = in_points(stats.difference(*pair, paired=True))
                 if "real" in arms:  # against the sharpening baseline: the base at its best temperature
                     t_best = temperature_key(best[name]["temperature"])
                     base_best = item_scores(base, t_best, samples, ts)
@@ -163,6 +156,15 @@ def summarise(base: Mapping, runs: Mapping[str, Mapping], settings: Mapping) -> 
         out["held_out"][key] = held
         out["stream"][key] = _stream(arms)
     return out
+
+
+def common_seeds(a: tuple[list[int], np.ndarray], b: tuple[list[int], np.ndarray]):
+    """Two arms' `(seeds, values[seed, ...])` cut to the seeds both ran, in one order (for a paired difference);
+    None when they share no seed."""
+    common = sorted(set(a[0]) & set(b[0]))
+    if not common:
+        return None
+    return a[1][[a[0].index(s) for s in common]], b[1][[b[0].index(s) for s in common]]
 
 
 def _stream(arms: Mapping[str, Mapping[int, Mapping]]) -> dict:
@@ -180,10 +182,9 @@ def _stream(arms: Mapping[str, Mapping[int, Mapping]]) -> dict:
         out[arm] = [round(100 * float(v), 2) for v in np.asarray(per_seed).mean(axis=0)]
     for other in ("none", "shuffled"):
         if "real" in quarters and other in quarters:
-            common = sorted(set(quarters["real"][0]) & set(quarters[other][0]))
-            if len(common) >= 1:
-                a = quarters["real"][1][[quarters["real"][0].index(s) for s in common]]
-                b = quarters[other][1][[quarters[other][0].index(s) for s in common]]
+            pair = common_seeds(quarters["real"], quarters[other])
+            if pair is not None:
+                a, b = pair
                 out[f"real_minus_{other}_by_quarter"] = [
                     in_points(stats.difference(a[:, i], b[:, i], paired=True)) for i in range(4)
                 ]
@@ -193,7 +194,10 @@ def _stream(arms: Mapping[str, Mapping[int, Mapping]]) -> dict:
 __all__ = [
     "ARMS",
     "base_best_temperature",
+    "common_seeds",
+    "estimate_seconds",
     "headroom",
+    "in_points",
     "item_scores",
     "measure",
     "summarise",
