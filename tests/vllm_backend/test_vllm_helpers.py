@@ -434,6 +434,11 @@ def test_still_running_is_the_same_program_alive_and_not_a_zombie_or_a_kernel_th
 
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
+        # Read the command line once the exec is done: before, it is pytest's, and during it, empty (CI read "").
+        deadline = time.monotonic() + 10
+        while b"time.sleep(60)" not in Path(f"/proc/{child.pid}/cmdline").read_bytes():
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
         cmd = Path(f"/proc/{child.pid}/cmdline").read_bytes().split(b"\0", 1)[0].decode()
         assert _still_running(child.pid, cmd)
         assert not _still_running(child.pid, "VLLM::EngineCore")
