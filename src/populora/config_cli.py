@@ -15,13 +15,9 @@ from pathlib import Path
 
 import typer
 
+from populora.cli_errors import fail
 from populora.config import ConfigError, field_docs, to_dict, to_yaml
 from populora.config_sources import DEFAULT, Resolved, bare_overrides, read_run_config, resolve
-
-
-def _fail(msg: str) -> None:
-    typer.echo(f"error: {msg}", err=True)
-    raise typer.Exit(2)
 
 
 def print_config_help(resolved: Resolved) -> None:
@@ -96,7 +92,7 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:  # noqa: ARG001 - th
             else:
                 resolved = resolve(preset, config_file, overrides)
         except ConfigError as err:
-            _fail(str(err))
+            fail(str(err))
             return
         if sources:
             print_config_help(resolved)

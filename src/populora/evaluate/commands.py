@@ -10,10 +10,7 @@ from pathlib import Path
 
 import typer
 
-
-def _fail(msg: str) -> None:
-    typer.echo(f"error: {msg}", err=True)
-    raise typer.Exit(2)
+from populora.cli_errors import fail
 
 
 def _print_report(report, title: str) -> None:
@@ -56,7 +53,7 @@ def eval_budgets(run_dir: Path | None, override: int | None) -> tuple[int, int]:
 
     if override is not None:
         if override < 8:
-            _fail(f"--max-new-tokens must be >= 8, got {override}")
+            fail(f"--max-new-tokens must be >= 8, got {override}")
         return override, override
     ec = EvalConfig()
     cfg_path = run_dir / "config.yaml" if run_dir is not None else None
@@ -190,23 +187,23 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         ):
             why = limit_error(value)
             if why:  # 0, -5 or nan timed every input out: each correct answer failed, silently (issue 50)
-                _fail(f"{flag} {why} ({usual})")
+                fail(f"{flag} {why} ({usual})")
 
         if limit is not None and limit < 1:
-            _fail(
+            fail(
                 f"--limit must be at least 1 (the first N problems of each benchmark), got {limit}; omit it "
                 "for the whole set"
             )
         if n_samples < 0:
-            _fail(f"--samples must be 0 (greedy only) or more, got {n_samples}")
+            fail(f"--samples must be 0 (greedy only) or more, got {n_samples}")
         if n_samples and not (temperature > 0 and temperature < float("inf")):
-            _fail(f"--temperature must be above 0 for --samples (0 is the greedy answer), got {temperature}")
+            fail(f"--temperature must be above 0 for --samples (0 is the greedy answer), got {temperature}")
         if prompt not in PROMPT_STYLES:
-            _fail(f"unknown --prompt {prompt!r}; choose azr or chat")
+            fail(f"unknown --prompt {prompt!r}; choose azr or chat")
         try:
             names = parse_benchmarks(benchmarks)
         except DataError as exc:
-            _fail(str(exc))
+            fail(str(exc))
         from populora.evaluate.runner import EvalOptions, GradingError, evaluate_target, run_oracle
 
         opts = EvalOptions(
@@ -227,21 +224,21 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         )
         if oracle is not None:
             if oracle not in ("gold", "wrong"):
-                _fail(f"unknown --oracle {oracle!r}; choose gold or wrong")
+                fail(f"unknown --oracle {oracle!r}; choose gold or wrong")
             try:
                 report = run_oracle(oracle, opts)
             except DataError as exc:
-                _fail(str(exc))
+                fail(str(exc))
             _print_report(report, f"oracle: {oracle}")
             for p in report.write(out_dir, json_out):
                 typer.echo(f"wrote {p}")
             return
         if target is None and checkpoint is not None:
-            _fail(
+            fail(
                 f"--checkpoint {checkpoint}: give the run folder as TARGET (populora eval RUN --checkpoint REF)"
             )
         if target is None and model is None:
-            _fail(
+            fail(
                 "give a TARGET (run folder or PEFT folder), --model NAME for the base model alone, or "
                 "--oracle gold|wrong"
             )
@@ -260,12 +257,12 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
             # a failure while grading loses none of them, and the earlier results stay whole.
             partial = out_dir / "samples.partial.jsonl" if out_dir is not None else None
             if partial is None and resume:
-                _fail("--resume reads OUT_DIR/samples.partial.jsonl: give --out-dir (or a run folder)")
+                fail("--resume reads OUT_DIR/samples.partial.jsonl: give --out-dir (or a run folder)")
             report = evaluate_target(
                 tgt, chosen, opts, samples_path=partial, say=lambda m: typer.echo(m, err=True), resume=resume
             )
         except (DataError, TargetError, GenerationError, GradingError) as exc:
-            _fail(str(exc))
+            fail(str(exc))
         except KeyboardInterrupt:
             _interrupted(partial)
         _print_report(report, f"eval: {target or model}")
@@ -283,7 +280,7 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         try:
             import evalplus.eval  # noqa: F401
         except ImportError:
-            _fail("bench eval compares with the official grader: pip install --no-deps evalplus==0.3.1")
+            fail("bench eval compares with the official grader: pip install --no-deps evalplus==0.3.1")
         from populora.evaluate.bench_speed import run
 
         run(out=out, workers=workers)
@@ -306,4 +303,4 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         try:
             run(quick=quick, out=out, data_dir=data_dir, workers=workers)
         except DataError as exc:
-            _fail(str(exc))
+            fail(str(exc))

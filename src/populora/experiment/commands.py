@@ -10,10 +10,7 @@ from pathlib import Path
 
 import typer
 
-
-def _fail(msg: str) -> None:
-    typer.echo(f"error: {msg}", err=True)
-    raise typer.Exit(2)
+from populora.cli_errors import fail
 
 
 def register(app: typer.Typer, bench: typer.Typer) -> None:
@@ -81,7 +78,7 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         from populora.train.errors import TrainError
 
         if (out is None) == (resume is None):
-            _fail("give --out OUT for a new experiment or --resume OUT to continue one (one of the two)")
+            fail("give --out OUT for a new experiment or --resume OUT to continue one (one of the two)")
         for flag, v in (
             ("--seeds", seeds),
             ("--steps", steps),
@@ -89,7 +86,7 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
             ("--jobs", jobs),
         ):
             if v is not None and v < 1:
-                _fail(f"{flag} must be >= 1, got {v}")
+                fail(f"{flag} must be >= 1, got {v}")
         try:
             result = run_ablation(
                 resume or out,
@@ -108,7 +105,7 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
                 progress_every=progress_every,
             )
         except (ConfigError, ExperimentError, TrainError) as exc:
-            _fail(str(exc))
+            fail(str(exc))
         except KeyboardInterrupt as err:  # what was kept and how to go on is printed already
             raise typer.Exit(getattr(err, "exit_code", 130)) from None
         head, rows = ablation_rows(result)
@@ -141,9 +138,9 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         try:
             result = claims(out, hardest=hardest)
         except ExperimentError as exc:
-            _fail(str(exc))
+            fail(str(exc))
         if not result["seeds_used"]:
-            _fail(unfinished_message(out, result))
+            fail(unfinished_message(out, result))
         json_out = json_out or out / "claims.json"
         json_out.parent.mkdir(parents=True, exist_ok=True)
         json_out.write_text(json.dumps(result, indent=1) + "\n")
@@ -177,15 +174,15 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
 
         seeds = seeds if seeds is not None else (1 if quick else 3)
         if seeds < 1:
-            _fail("--seeds must be >= 1")
+            fail("--seeds must be >= 1")
         if control is not None and control not in CONTROLS:
-            _fail(f"--control {control!r}: unknown control; use one of {', '.join(CONTROLS)}")
+            fail(f"--control {control!r}: unknown control; use one of {', '.join(CONTROLS)}")
         try:
             r = run_learning(
                 out, preset, seeds, overrides, json_out, figure, log=typer.echo, control=control, quick=quick
             )
         except ConfigError as exc:
-            _fail(str(exc))
+            fail(str(exc))
 
         def ci(s: dict, k: float = 100.0, sign: str = "+") -> str:
             # A change is signed (+4.48), a level is not (37.81).
@@ -280,19 +277,17 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         ops = [o.strip() for o in operators.split(",") if o.strip()] if operators else None
         for op in ops or []:
             if op not in OPERATORS or not op.startswith("X"):
-                _fail(f"--operators: {op!r} is not a crossover; use X1..X9")
+                fail(f"--operators: {op!r} is not a crossover; use X1..X9")
         if specialists not in ("rl", "gold"):
-            _fail(f"--specialists {specialists!r}: use rl or gold")
+            fail(f"--specialists {specialists!r}: use rl or gold")
         if seeds is not None and (specialists != "gold" or seeds < 1):
-            _fail(
-                "--seeds N (N >= 1) goes with --specialists gold (the rl form makes one child per operator)"
-            )
+            fail("--seeds N (N >= 1) goes with --specialists gold (the rl form makes one child per operator)")
         if probe_every and (specialists != "gold" or probe_every < 0):
-            _fail(
+            fail(
                 "--probe-every K (K >= 1) goes with --specialists gold; the rl form's runs have their own probe"
             )
         if tasks is not None and specialists != "gold":
-            _fail("--tasks goes with --specialists gold (the rl form trains the code_o and code_i pair)")
+            fail("--tasks goes with --specialists gold (the rl form trains the code_o and code_i pair)")
         try:
             if specialists == "gold":
                 from populora.experiment.gold_retention import (
@@ -321,7 +316,7 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
                 out, preset, quick, specialist_steps, recovery_steps, ops, overrides, log=typer.echo
             )
         except ConfigError as exc:
-            _fail(str(exc))
+            fail(str(exc))
         head, rows = retention_rows(result)
         _print_table(head, rows)
 
@@ -343,7 +338,7 @@ def _register_control(exp: typer.Typer) -> None:
         import importlib
 
         if name not in CONTROLS:
-            _fail(f"control {name!r}: unknown; use one of {', '.join(CONTROLS)}")
+            fail(f"control {name!r}: unknown; use one of {', '.join(CONTROLS)}")
         importlib.import_module(CONTROLS[name]).main(list(ctx.args))
 
 

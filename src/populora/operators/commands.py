@@ -11,10 +11,7 @@ from pathlib import Path
 
 import typer
 
-
-def _fail(msg: str) -> None:
-    typer.echo(f"error: {msg}", err=True)
-    raise typer.Exit(2)
+from populora.cli_errors import fail
 
 
 def parse_set(items: list[str]) -> dict:
@@ -136,11 +133,11 @@ def _check_out(out: Path, parents: list[Path], force: bool) -> None:
     for p in parents:
         src = p.expanduser().resolve()
         if dest == src or dest in src.parents:
-            _fail(f"--out {out} would overwrite the parent {p}; write the child to a new folder.")
+            fail(f"--out {out} would overwrite the parent {p}; write the child to a new folder.")
     if dest.exists() and not dest.is_dir():
-        _fail(f"--out {out} is a file; pass a folder path for the child.")
+        fail(f"--out {out} is a file; pass a folder path for the child.")
     if dest.is_dir() and any(dest.iterdir()) and not force:
-        _fail(
+        fail(
             f"--out {out} already exists and is not empty; choose a new folder or pass --force to replace it."
         )
 
@@ -180,22 +177,22 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
                 try:
                     typer.echo(_describe(get(op)))
                 except OperatorError as e:
-                    _fail(str(e))
+                    fail(str(e))
                 return
             console.print(_list_table())
             return
         if not op:
-            _fail("give an operator (e.g. `populora evolve M1 --parent DIR --out DIR`) or --list.")
+            fail("give an operator (e.g. `populora evolve M1 --parent DIR --out DIR`) or --list.")
         if not parent:
-            _fail("give the parent adapter folder(s) with --parent DIR.")
+            fail("give the parent adapter folder(s) with --parent DIR.")
         if out is None:
-            _fail("give the child's folder with --out DIR.")
+            fail("give the child's folder with --out DIR.")
         from populora.checkpoint_ref import CheckpointRefError, resolve_alias_path
 
         try:  # RUN/checkpoints/latest/adapters/T0 (or .../final/...) -> the checkpoint it names
             parent = [resolve_alias_path(p) for p in parent]
         except CheckpointRefError as e:
-            _fail(str(e))
+            fail(str(e))
         _check_out(out, parent, force)
         import time
 
@@ -208,14 +205,14 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
             params = parse_set(sets or [])
             check_param_types(operator, params)
             if len(parent) != operator.arity:
-                _fail(f"{operator.name} takes {operator.arity} parent(s) (--parent DIR), got {len(parent)}.")
+                fail(f"{operator.name} takes {operator.arity} parent(s) (--parent DIR), got {len(parent)}.")
             parents = [load_peft(p) for p in parent]
             t0 = time.perf_counter()
             child = apply(operator.name, parents, seed=seed, **params)
             secs = time.perf_counter() - t0
             save_peft(child, out)
         except (AdapterError, OperatorError, ValueError) as e:
-            _fail(str(e))
+            fail(str(e))
             return
         console.print(f"[bold]{operator.name}[/] ({operator.summary})")
         lineage = child.metadata.get("lineage", {})
@@ -237,5 +234,5 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         from populora.operators.bench import DEFAULT_OUT, SHAPES, run
 
         if shape not in SHAPES:
-            _fail(f"unknown shape {shape!r}; choose one of {', '.join(SHAPES)}.")
+            fail(f"unknown shape {shape!r}; choose one of {', '.join(SHAPES)}.")
         run(quick=quick, out=out or DEFAULT_OUT, shape_name=shape, threads=threads)

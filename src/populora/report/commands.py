@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from populora.cli_errors import fail
 from populora.safe_files import RunFileError
 
 
@@ -15,11 +16,6 @@ def display(s: object) -> str:
     from populora.report.text import display as safe
 
     return safe(s)
-
-
-def _fail(msg: str) -> None:
-    typer.echo(f"error: {display(msg)}", err=True)
-    raise typer.Exit(2)
 
 
 def register(app: typer.Typer, bench: typer.Typer) -> None:
@@ -43,11 +39,11 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
                 typer.echo(f"warning: {display(w)}", err=True)
             path = write_report(run_dir, out)
         except NotARunError as exc:
-            _fail(str(exc))
+            fail(display(str(exc)))
         except RunFileError as exc:  # a log that is a link or a FIFO (issue 50): one line, never a hang
-            _fail(str(exc))
+            fail(display(str(exc)))
         except OSError as exc:
-            _fail(f"could not write the report: {exc}")
+            fail(display(f"could not write the report: {exc}"))
         typer.echo(f"wrote {display(path)}")
         if shot is not None:
             from populora.report.screenshot import ScreenshotError, screenshot
@@ -55,7 +51,7 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
             try:
                 typer.echo(f"wrote {screenshot(path, shot, height=shot_height)}")
             except ScreenshotError as exc:
-                _fail(str(exc))
+                fail(display(str(exc)))
 
     @app.command("compare")
     def compare(
@@ -67,13 +63,13 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         from populora.report.html import write_compare
 
         if len(run_dirs) < 2:
-            _fail("compare needs at least two run folders (use `populora report RUN_DIR` for one)")
+            fail("compare needs at least two run folders (use `populora report RUN_DIR` for one)")
         try:
             path = write_compare(run_dirs, out)
         except NotARunError as exc:
-            _fail(str(exc))
+            fail(display(str(exc)))
         except RunFileError as exc:
-            _fail(str(exc))
+            fail(display(str(exc)))
         except OSError as exc:
-            _fail(f"could not write {out}: {exc}")
+            fail(display(f"could not write {out}: {exc}"))
         typer.echo(f"wrote {display(path)}")

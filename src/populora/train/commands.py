@@ -12,15 +12,11 @@ from pathlib import Path
 
 import typer
 
+from populora.cli_errors import fail
 from populora.config import ConfigError
 from populora.config_sources import bare_overrides, read_run_config, resolve
 
 OVERRIDES_HELP = "Config overrides KEY=VALUE, as with --set (e.g. train.steps=5 rl.lr=1e-4)."
-
-
-def _fail(msg: str) -> None:
-    typer.echo(f"error: {msg}", err=True)
-    raise typer.Exit(2)
 
 
 def _overrides(set_: list[str], bare: list[str] | None) -> list[str]:
@@ -28,8 +24,7 @@ def _overrides(set_: list[str], bare: list[str] | None) -> list[str]:
     try:
         return list(set_) + bare_overrides(bare)
     except ConfigError as err:
-        _fail(str(err))
-        raise AssertionError("unreachable") from None
+        fail(str(err))
 
 
 def run_training(
@@ -61,9 +56,9 @@ def run_training(
             from_checkpoint=from_checkpoint,
         )
     except ConfigError as err:
-        _fail(str(err))
+        fail(str(err))
     except TrainError as err:
-        _fail(str(err))
+        fail(str(err))
     except Exception as err:  # not KeyboardInterrupt (a BaseException): handled below
         from populora.engine.types import EngineError
 
@@ -71,7 +66,7 @@ def run_training(
             raise
         # e.g. a dist worker died mid-run: the message says how to resume
         where = resume or run_dir
-        _fail(str(err) if where is None else str(err).replace("RUN_DIR", str(where)))
+        fail(str(err) if where is None else str(err).replace("RUN_DIR", str(where)))
     except KeyboardInterrupt as err:  # TrainingInterrupted names the run folder and what was saved
         # a bare one: stopped before the run folder was prepared (resolving the config, importing torch)
         early = (
@@ -139,7 +134,7 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
                     read_run_config(resume, sets) if resume else resolve(preset, config_file, sets)
                 )
             except ConfigError as err:
-                _fail(str(err))
+                fail(str(err))
             return
         out = run_training(preset, run_dir, sets, resume, quiet, config_file, from_checkpoint)
         typer.echo(f"run folder: {out}")
