@@ -1,6 +1,7 @@
-"""Shared test settings: deterministic, thread-safe CPU runs and the benchmark/seed data root."""
+"""Shared test settings: deterministic, thread-safe CPU runs, the benchmark/seed data root and a headless Chromium."""
 
 import os
+import shutil
 from pathlib import Path
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -37,6 +38,46 @@ def model_name(tmp_path_factory) -> str:
         model.save_pretrained(path)
         tok.save_pretrained(path)
         return str(path)
+
+
+# ------------------------------------------------------------------ a headless Chromium (the report and the docs site)
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMEDRIVER = shutil.which("chromedriver")
+
+
+@pytest.fixture(scope="module")
+def chromium_window() -> tuple[int, int]:
+    """The Chromium window's width and height in pixels; a test module overrides this fixture for another size."""
+    return (1100, 900)  # a laptop-sized window: the docs' config table's key column is narrow there
+
+
+@pytest.fixture(scope="module")
+def chromium_driver(chromium_window):
+    """A headless Chromium under selenium, one per test module, with the browser's console log kept
+    (`drv.get_log("browser")`). Skips where chromium/chromedriver (`make system-deps`) or selenium (the dev
+    extra) is missing."""
+    if not CHROMIUM or not CHROMEDRIVER:
+        pytest.skip("chromium/chromedriver not installed (`make system-deps` installs them as root)")
+    webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is in the dev extra")
+    from selenium.webdriver.chrome.service import Service
+
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = CHROMIUM
+    width, height = chromium_window
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        f"--window-size={width},{height}",
+    ):
+        opts.add_argument(arg)
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    drv = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
+    drv.set_page_load_timeout(60)
+    yield drv
+    drv.quit()
 
 
 # ------------------------------------------------------------------ parallel runs (`make test` uses pytest-xdist)

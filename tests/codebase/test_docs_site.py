@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 from html.parser import HTMLParser
@@ -23,8 +22,6 @@ from urllib.parse import unquote, urlsplit
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-CHROMEDRIVER = shutil.which("chromedriver")
 
 # Every element name HTML5 (and the SVG Material inlines) uses; a docstring's `<D_c, D_p>` parses as a tag
 # outside this set and vanishes from the page.
@@ -145,40 +142,21 @@ def test_no_markdown_escapes_or_swallowed_text(site):
     assert "<D_c, D_p>" in ops and "<D_x, D_y>_F" in ops
 
 
-@pytest.fixture(scope="module")
-def driver():
-    if not CHROMIUM or not CHROMEDRIVER:
-        pytest.skip("chromium/chromedriver not installed (`make system-deps` installs them as root)")
-    webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is in the dev extra")
-    from selenium.webdriver.chrome.service import Service
-
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"):
-        opts.add_argument(arg)
-    # a laptop-sized window: the config table's key column is narrow there
-    opts.add_argument("--window-size=1100,900")
-    drv = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
-    drv.set_page_load_timeout(60)
-    yield drv
-    drv.quit()
-
-
-def test_site_browses_from_file_in_chromium(site, driver):
+def test_site_browses_from_file_in_chromium(site, chromium_driver):
     from selenium.webdriver.common.by import By
 
-    driver.get((site / "index.html").as_uri())
-    assert driver.title.startswith("PopuLoRA")
+    chromium_driver.get((site / "index.html").as_uri())
+    assert chromium_driver.title.startswith("PopuLoRA")
     link = next(
         a
-        for a in driver.find_elements(By.CSS_SELECTOR, "nav a.md-nav__link")
+        for a in chromium_driver.find_elements(By.CSS_SELECTOR, "nav a.md-nav__link")
         if a.get_attribute("href").endswith("config.html")
     )
-    driver.execute_script("arguments[0].click();", link)  # the nav may be collapsed into a drawer
-    assert driver.current_url == (site / "config.html").as_uri()
-    assert driver.find_element(By.TAG_NAME, "h1").text.startswith("Config keys")
+    chromium_driver.execute_script("arguments[0].click();", link)  # the nav may be collapsed into a drawer
+    assert chromium_driver.current_url == (site / "config.html").as_uri()
+    assert chromium_driver.find_element(By.TAG_NAME, "h1").text.startswith("Config keys")
     # each key in the table's first column renders on one line (no mid-word wrap)
-    lines = driver.execute_script(
+    lines = chromium_driver.execute_script(
         "return [...document.querySelectorAll('.md-typeset table td:first-child code')]"
         ".map(c => [c.textContent, c.getClientRects().length]);"
     )

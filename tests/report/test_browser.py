@@ -5,32 +5,14 @@ import time
 
 import pytest
 
+# `report --screenshot` runs Chromium itself (no chromedriver); the page checks use the chromium_driver fixture
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-CHROMEDRIVER = shutil.which("chromedriver")
 
 
 @pytest.fixture(scope="module")
-def driver():
-    if not CHROMIUM or not CHROMEDRIVER:
-        pytest.skip("chromium/chromedriver not installed (`make system-deps` installs them as root)")
-    webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is in the dev extra")
-    from selenium.webdriver.chrome.service import Service
-
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = CHROMIUM
-    for arg in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-dev-shm-usage",
-        "--window-size=1100,1400",
-    ):
-        opts.add_argument(arg)
-    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    drv = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
-    drv.set_page_load_timeout(60)
-    yield drv
-    drv.quit()
+def chromium_window() -> tuple[int, int]:
+    """The report is read in a taller window than tests/conftest.py's default."""
+    return (1100, 1400)
 
 
 def _check_page(drv, path):
@@ -51,16 +33,16 @@ def _check_page(drv, path):
     return n, loaded, errors, drv.title
 
 
-def test_report_renders_in_chromium(driver, pop_report, single_report, tmp_path):
+def test_report_renders_in_chromium(chromium_driver, pop_report, single_report, tmp_path):
     from populora.report import write_compare
 
     for path, min_imgs in ((pop_report, 10), (single_report, 7)):
-        n, loaded, errors, title = _check_page(driver, path)
+        n, loaded, errors, title = _check_page(chromium_driver, path)
         assert n >= min_imgs and loaded == n, f"{path}: {loaded}/{n} images loaded"
         assert errors == [], errors
         assert title.startswith("PopuLoRA report")
     cmp = write_compare([pop_report.parent, single_report.parent], tmp_path / "cmp.html")
-    n, loaded, errors, _ = _check_page(driver, cmp)
+    n, loaded, errors, _ = _check_page(chromium_driver, cmp)
     assert n == 7 and loaded == 7 and errors == []
     # a broken image would be caught: the check is not vacuous
     bad = tmp_path / "bad.html"
@@ -68,7 +50,7 @@ def test_report_renders_in_chromium(driver, pop_report, single_report, tmp_path)
         '<!DOCTYPE html><html><head><link rel="icon" href="data:,"></head>'
         '<body><img src="data:image/png;base64,AAAA"></body></html>'
     )
-    n, loaded, _, _ = _check_page(driver, bad)
+    n, loaded, _, _ = _check_page(chromium_driver, bad)
     assert n == 1 and loaded == 0
 
 
