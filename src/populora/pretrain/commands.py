@@ -95,6 +95,17 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
             help="Graded levels only: the levels student examples draw from (default: --level), e.g. "
             "1,1,1,2,3 to spend the student budget where a small model can be right; teachers keep --level.",
         ),
+        flaws: str | None = typer.Option(
+            None,
+            "--flaws",
+            help="Graded levels only: plant misconceptions (comma-separated classes, or 'all': "
+            "range_end_inclusive, slice_end_inclusive, reverse_slice_forwards, sorted_reverse_ignored, "
+            "mod_as_quotient, floordiv_rounds). Code_o student answers a class changes are misread in "
+            "--flaw-rate of them; add the drills to --mix (flaws:code_o=2,flaws:code_i=2) for more of them.",
+        ),
+        flaw_rate: float = typer.Option(
+            0.6, "--flaw-rate", help="With --flaws: the share of examples carrying a class that are misread."
+        ),
         save_every: float = typer.Option(
             0.0,
             "--save-every",
@@ -167,6 +178,23 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         if code_f_trace and not is_graded_level(level):
             typer.echo("error: --code-f-trace needs graded levels in --level (1-5, ...)", err=True)
             raise typer.Exit(2)
+        flaw_classes: tuple[str, ...] = ()
+        if flaws is not None:
+            from populora.pretrain.flaws import CLASSES, FlawError, check_classes
+
+            try:
+                flaw_classes = (
+                    CLASSES if flaws == "all" else check_classes(c.strip() for c in flaws.split(","))
+                )
+            except FlawError as e:
+                typer.echo(f"error: --flaws: {e} (or 'all')", err=True)
+                raise typer.Exit(2) from None
+            if not is_graded_level(level):
+                typer.echo("error: --flaws needs graded levels in --level (1-5, ...)", err=True)
+                raise typer.Exit(2)
+        if not 0.0 <= flaw_rate <= 1.0:
+            typer.echo(f"error: --flaw-rate must be in [0, 1], got {flaw_rate}", err=True)
+            raise typer.Exit(2)
         if save_every < 0:
             typer.echo(f"error: --save-every must be >= 0 minutes, got {save_every}", err=True)
             raise typer.Exit(2)
@@ -184,6 +212,13 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         except ValueError as e:
             typer.echo(f"error: --mix: {e}", err=True)
             raise typer.Exit(2) from None
+        if (
+            mix_weights
+            and not flaw_classes
+            and any(k.startswith("flaws:") and w for k, w in mix_weights.items())
+        ):
+            typer.echo("error: --mix: the flaws:* drills need --flaws CLASSES (or --flaws all)", err=True)
+            raise typer.Exit(2)
         if init_from is not None and not (init_from / "config.json").is_file():
             typer.echo(f"error: --init-from {init_from} is not a model folder (no config.json)", err=True)
             raise typer.Exit(2)
@@ -235,6 +270,8 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
             trace_fraction=trace_fraction,
             trace_names=trace_names,
             code_f_trace=code_f_trace,
+            flaws=flaw_classes,
+            flaw_rate=flaw_rate,
             **({"mix": mix_weights} if mix_weights else {}),
             schedule=schedule,
             decay_start=decay_start,

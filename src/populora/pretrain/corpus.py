@@ -36,8 +36,10 @@ MIX = {
     "teacher:code_f": 1.5,
     "program": 1.0,
 }
-# Kinds a `--mix` may add that the default mixture leaves out.
-DRILL_KINDS = ("facts",)
+# Kinds a `--mix` may add that the default mixture leaves out. `flaws:code_o` / `flaws:code_i` (graded levels
+# and `flaws` only): student examples on programs that carry one misconception class (`flaws.FlawDrill`,
+# balanced over the classes), answered as the misconceived reader would in `flaw_rate` of them.
+DRILL_KINDS = ("facts", "flaws:code_o", "flaws:code_i")
 
 
 @dataclass(frozen=True)
@@ -104,14 +106,27 @@ def _iter_graded(
     student_levels=None,
     trace_names: bool = False,
     code_f_trace: bool = False,
+    flaws: tuple[str, ...] = (),
+    flaw_rate: float = 0.6,
 ) -> Iterator[Example]:
     """The graded generator's stream (`graded.sample_graded`, train split): each example draws a level from
     `levels` (student examples from `student_levels` when given); a teacher's references come from the same
     level as its proposal. With `trace`, every code_o student answer carries a trace (the reduction trace, else
     the state trace): one answer style per task. With `code_f_trace`, every code_f student answer starts with
-    the trace of the gold program on the first pair the student is shown."""
+    the trace of the gold program on the first pair the student is shown. With `flaws` (`flaws.py`), a code_o
+    student example whose input a class's misreading changes is answered, trace and output, as the misconceived
+    reader would, for each such class with probability `flaw_rate`; the `flaws:*` drills do the same on programs
+    drawn to carry a class (code_i: the input a misconceived student writes)."""
     from populora.pretrain.graded import sample_graded
 
+    drills = {}
+    if flaws:
+        from populora.pretrain.flaws import FlawDrill
+
+        drill_levels = tuple(student_levels or levels)
+        drills = {
+            t: FlawDrill(rng, t, drill_levels, flaws) for t in ("code_o", "code_i") if f"flaws:{t}" in kinds
+        }
     while True:
         kind = rng.choices(kinds, weights=weights)[0]
         level = rng.choice(student_levels if student_levels and kind.startswith("student") else levels)
@@ -120,6 +135,13 @@ def _iter_graded(
             continue
         if kind == "program":
             yield Example(kind, "", program_text(_graded_triplet(rng, levels, level)))
+            continue
+        if kind.startswith("flaws:"):
+            if not flaws:
+                raise ValueError(f"the mix kind {kind} needs misconception classes (flaws)")
+            yield _flaw_example(
+                rng, renderer, kind, drills[kind.split(":")[1]].next(), flaw_rate, trace_names
+            )
             continue
         role, task = kind.split(":")
         if task == "code_f":
@@ -138,12 +160,48 @@ def _iter_graded(
                 refs = [_graded_triplet(rng, levels, level) for _ in range(rng.randint(*k_refs))]
                 prompt, completion = renderer.teacher_io(task, refs, tr)
             else:
+                misread: tuple[str, ...] = ()
+                if flaws and task == "code_o":
+                    tr, misread = _misread_triplet(rng, tr, flaws, flaw_rate)
                 prompt, completion = renderer.student_io(task, tr)
                 if trace and task == "code_o":
-                    completion = (
-                        render_trace(tr.program, tr.input, general=True, names=trace_names) + completion
+                    trace_text = render_trace(
+                        tr.program, tr.input, general=True, names=trace_names, flaws=misread
                     )
+                    completion = trace_text + completion
         yield Example(kind, prompt, completion)
+
+
+def _misread_triplet(
+    rng: random.Random, tr: Triplet, flaws: tuple[str, ...], rate: float
+) -> tuple[Triplet, tuple[str, ...]]:
+    """A code_o triplet as the misconceived reader answers it: each class of `flaws` that changes its output
+    is misread with probability `rate` (the classes drawn, in order); the output is then the misread one."""
+    from populora.pretrain.flaws import changed_by, run_misread
+
+    carried = [c for c in changed_by(tr.program, tr.input, tr.output) if c in flaws]
+    chosen = tuple(c for c in carried if rng.random() < rate)
+    if not chosen:
+        return tr, ()
+    wrong = run_misread(tr.program, tr.input, chosen)
+    if wrong is None:
+        return tr, ()
+    return Triplet(tr.program, tr.input, wrong, tr.message), chosen
+
+
+def _flaw_example(rng: random.Random, renderer, kind: str, item, rate: float, trace_names: bool) -> Example:
+    """A drill item rendered as a student example: the misconceived answer with probability `rate`, else the
+    right one. code_o answers carry their trace (misread or true); code_i answers are the input."""
+    misread = rng.random() < rate
+    if item.task == "code_o":
+        tr = Triplet(item.program, item.shown, item.wrong if misread else item.right, item.message)
+        prompt, completion = renderer.student_io("code_o", tr)
+        flaws = (item.flaw,) if misread else ()
+        trace_text = render_trace(item.program, item.shown, general=True, names=trace_names, flaws=flaws)
+        return Example(kind, prompt, trace_text + completion)
+    tr = Triplet(item.program, item.wrong if misread else item.right, item.shown, item.message)
+    prompt, completion = renderer.student_io("code_i", tr)
+    return Example(kind, prompt, completion)
 
 
 def iter_examples(
@@ -160,6 +218,8 @@ def iter_examples(
     student_level: str | None = None,
     trace_names: bool = False,
     code_f_trace: bool = False,
+    flaws: tuple[str, ...] = (),
+    flaw_rate: float = 0.6,
 ) -> Iterator[Example]:
     """An endless, seeded stream of examples. Same seed and renderer -> same stream. Programs come from
     the generator's "train" split only (never a held-out probe program). `trace`: code_o student answers
@@ -174,7 +234,8 @@ def iter_examples(
     reduction-trace line starts with the expression as written (`trace.reduction_steps`); everything else in the
     stream is the same example for example. `code_f_trace` (graded only): every code_f student answer starts
     with the trace of the gold program on the first shown input; everything else is the same example for
-    example."""
+    example. `flaws` / `flaw_rate` (graded only): planted misconceptions (`_iter_graded`, `flaws.py`); with no
+    classes the stream is the one before the option existed, example for example."""
     from populora.pretrain.graded import is_graded_level, parse_levels
 
     rng = random.Random(seed)
@@ -196,8 +257,12 @@ def iter_examples(
             student_levels=students,
             trace_names=trace_names,
             code_f_trace=code_f_trace,
+            flaws=tuple(flaws),
+            flaw_rate=flaw_rate,
         )
         return
+    if flaws or any(k.startswith("flaws:") for k in mix):
+        raise ValueError("misconception classes (flaws) need graded levels (level '1-5', say)")
     if code_f_trace:
         raise ValueError("code_f_trace needs graded levels (level '1-5', say)")
     if student_level:

@@ -36,6 +36,7 @@ import ast
 import hashlib
 import random
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from populora.pretrain import programs as P
@@ -458,12 +459,17 @@ def _io(rng: random.Random, fn, types: tuple[str, ...], level: int, n: int) -> l
 
 
 def sample_graded(
-    rng: random.Random, level: int | None = None, split: str = "train", n_inputs: int = 1
+    rng: random.Random,
+    level: int | None = None,
+    split: str = "train",
+    n_inputs: int = 1,
+    accept: Callable[[str], bool] | None = None,
 ) -> GradedProgram:
     """Draw one checked program at `level` (None: a level uniformly at random) from `split` ("train" or
     "probe"), with `n_inputs` distinct working inputs. Resamples until the program has the level's number of
     top-level statements, passes the capability policy, and runs on enough inputs within the step bound (for
-    `n_inputs` > 2, with at least 3 distinct outputs, so the inputs say something about the function)."""
+    `n_inputs` > 2, with at least 3 distinct outputs, so the inputs say something about the function).
+    `accept`: a cheap test on the program text, applied first (the misconception drills ask for a feature)."""
     from populora.diagnostics.features import program_features
     from populora.tasks.policy import parse_program
 
@@ -476,6 +482,8 @@ def sample_graded(
     lo, hi = STATEMENT_RANGE[level]
     while True:
         code, types, message = _draft(rng, level)
+        if accept is not None and not accept(code):
+            continue
         if not lo <= top_level_statements(code) <= hi:
             continue
         if graded_split(code) != split:

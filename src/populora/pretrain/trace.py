@@ -124,10 +124,12 @@ class _Substitute(ast.NodeTransformer):
 
 
 class _ReduceOne(ast.NodeTransformer):
-    """Evaluate the first ready node in evaluation order (left to right, innermost first)."""
+    """Evaluate the first ready node in evaluation order (left to right, innermost first), under the misreadings
+    `flaws` when given (`flaws.py`: the trace a misconceived student writes)."""
 
-    def __init__(self):
+    def __init__(self, flaws: tuple[str, ...] = ()):
         self.done = False
+        self.flaws = flaws
 
     def generic_visit(self, node: ast.AST) -> ast.AST:
         if self.done:
@@ -137,13 +139,15 @@ class _ReduceOne(ast.NodeTransformer):
         if not self.done and isinstance(node, ast.expr) and not _is_literal(node) and _ready(node):
             if _ready_comprehension(node):
                 return node  # a lazy argument is consumed by its call, in the same step
-            value = eval(compile(ast.Expression(body=node), "<trace>", "eval"), {"__builtins__": _BUILTINS})  # noqa: S307
+            value = _eval(node, {}, self.flaws)
             self.done = True
             return ast.copy_location(_literal(value), node)
         return node
 
 
-def reduction_steps(expr: ast.expr, env: dict[str, object], value: object, names: bool = False) -> list[str]:
+def reduction_steps(
+    expr: ast.expr, env: dict[str, object], value: object, names: bool = False, flaws: tuple[str, ...] = ()
+) -> list[str]:
     """The expression with its names replaced, then after each one-operation reduction, ending in the value's
     repr. Falls back to just the value when a step does not go as planned. `names`: start with the expression
     as written when it has names (`n + m = 4 + 1 = 5`), so each value is written right after its name's turn."""
@@ -154,7 +158,7 @@ def reduction_steps(expr: ast.expr, env: dict[str, object], value: object, names
     for _ in range(MAX_STEPS + 1):
         if _is_literal(node):
             break
-        reducer = _ReduceOne()
+        reducer = _ReduceOne(flaws)
         node = reducer.visit(node)
         if not reducer.done:
             return [final]
@@ -168,9 +172,12 @@ def reduction_steps(expr: ast.expr, env: dict[str, object], value: object, names
     return steps
 
 
-def trace_lines(program: str, input_text: str, names: bool = False) -> list[str] | None:
+def trace_lines(
+    program: str, input_text: str, names: bool = False, flaws: tuple[str, ...] = ()
+) -> list[str] | None:
     """The trace of `f(*input)` for a generated straight-line program, or None when it has statements this
-    tracer does not show (loops, if/else, helpers) or anything fails."""
+    tracer does not show (loops, if/else, helpers) or anything fails. `flaws`: evaluated under those
+    misreadings (`flaws.py`)."""
     try:
         fn_def = ast.parse(program).body[0]
         args = eval(f"({input_text},)", {"__builtins__": {}})  # noqa: S307 - literal text we generated
@@ -182,8 +189,8 @@ def trace_lines(program: str, input_text: str, names: bool = False) -> list[str]
             if isinstance(stmt, ast.Return):
                 if stmt.value is None or isinstance(stmt.value, ast.Name):
                     return lines
-                value = _eval(stmt.value, env)
-                lines.append("return " + " = ".join(reduction_steps(stmt.value, env, value, names)))
+                value = _eval(stmt.value, env, flaws)
+                lines.append("return " + " = ".join(reduction_steps(stmt.value, env, value, names, flaws)))
                 return lines
             if not (
                 isinstance(stmt, ast.Assign)
@@ -192,8 +199,8 @@ def trace_lines(program: str, input_text: str, names: bool = False) -> list[str]
             ):
                 return None
             name = stmt.targets[0].id
-            value = _eval(stmt.value, env)
-            steps = reduction_steps(stmt.value, env, value, names)
+            value = _eval(stmt.value, env, flaws)
+            steps = reduction_steps(stmt.value, env, value, names, flaws)
             line = f"{name} = " + " = ".join(steps)
             lines.append(line if len(line) <= MAX_LINE else f"{name} = {value!r}")
             env[name] = value
@@ -202,12 +209,17 @@ def trace_lines(program: str, input_text: str, names: bool = False) -> list[str]
         return None
 
 
-def _eval(expr: ast.expr, env: dict[str, object]) -> object:
-    code = compile(ast.Expression(body=expr), "<trace>", "eval")
+def _eval(expr: ast.expr, env: dict[str, object], flaws: tuple[str, ...] = ()) -> object:
+    if flaws:
+        from populora.pretrain.flaws import HELPERS, misread_tree
+
+        expr = misread_tree(ast.Expression(body=expr), flaws).body
+        env = {**HELPERS, **env}
+    code = compile(ast.fix_missing_locations(ast.Expression(body=expr)), "<trace>", "eval")
     return eval(code, {"__builtins__": _BUILTINS, **env})  # noqa: S307 - our own generated code
 
 
-def state_trace_lines(program: str, input_text: str) -> list[str] | None:
+def state_trace_lines(program: str, input_text: str, flaws: tuple[str, ...] = ()) -> list[str] | None:
     """The state trace of `f(*input)`: the parameters, then `name = value` for each name of f that an executed
     line changed, in order, cut after `MAX_STATE_LINES` lines (then a `...` line); None when the run fails.
     Only f's own frame is shown (helpers and comprehensions run inside one line of f)."""
@@ -219,6 +231,11 @@ def state_trace_lines(program: str, input_text: str) -> list[str] | None:
             return None
         params = [a.arg for a in fn_def.args.args]
         namespace: dict[str, object] = {"__builtins__": _BUILTINS}
+        if flaws:
+            from populora.pretrain.flaws import HELPERS, misread_tree
+
+            tree = misread_tree(tree, flaws)
+            namespace.update(HELPERS)
         exec(compile(tree, "<trace>", "exec"), namespace)  # noqa: S102 - our own generated code
         fn = namespace["f"]
     except Exception:
@@ -265,11 +282,14 @@ def state_trace_lines(program: str, input_text: str) -> list[str] | None:
     return lines + shown + (["..."] if state["cut"] else [])
 
 
-def render_trace(program: str, input_text: str, general: bool = False, names: bool = False) -> str:
+def render_trace(
+    program: str, input_text: str, general: bool = False, names: bool = False, flaws: tuple[str, ...] = ()
+) -> str:
     """ "```trace\\n...\\n```\\n" to put before the answer block, or "" when the program has no trace.
     `general`: fall back to the state trace (`state_trace_lines`) for programs the reduction trace does not
-    cover (loops, branches, helpers), so every program that runs gets a trace."""
-    lines = trace_lines(program, input_text, names)
+    cover (loops, branches, helpers), so every program that runs gets a trace. `flaws`: the trace a student
+    with those misconceptions writes (`flaws.py`)."""
+    lines = trace_lines(program, input_text, names, flaws)
     if lines is None and general:
-        lines = state_trace_lines(program, input_text)
+        lines = state_trace_lines(program, input_text, flaws)
     return f"```{TRACE_LANG}\n" + "\n".join(lines) + "\n```\n" if lines else ""

@@ -59,6 +59,11 @@ class PretrainConfig:
     # Graded levels: every code_f student answer starts with the trace of the gold program on the first pair the
     # student is shown, then the program (an experiment of sitting 7 that did not raise accuracy; off by default).
     code_f_trace: bool = False
+    # Graded levels: planted misconceptions (pretrain/flaws.py, issue 49). Code_o student examples whose answer a
+    # class's misreading changes, and the `flaws:*` mix drills, are answered as the misconceived reader would
+    # in `flaw_rate` of them. Empty: the corpus of runs before the option, example for example.
+    flaws: tuple[str, ...] = ()
+    flaw_rate: float = 0.6
     # Optimisation.
     seq_len: int = 512
     batch_size: int = 8
@@ -243,6 +248,8 @@ def pretrain(cfg: PretrainConfig, out: Path, progress: bool = True, renderer=Non
         student_level=cfg.student_level,
         trace_names=cfg.trace_names,
         code_f_trace=cfg.code_f_trace,
+        flaws=tuple(cfg.flaws),
+        flaw_rate=cfg.flaw_rate,
     )
     train_ex = build_corpus(cfg.seed, cfg.n_examples, renderer, **kw)
     # A different stream for validation; a few collisions with training programs are possible and harmless.
