@@ -177,3 +177,40 @@ def test_probe_items_are_fixed_distinct_and_read_as_literals():
     assert not is_misconceived(item, Answer(item.right))
     assert not is_misconceived(item, Answer("__import__('os')"))  # read as a literal, never run
     assert rates([[1, 0, 0, 0], [0, 0, 0, 0], [1, 1, 1, 1]], 4) == {"pass@1": 5 / 12, "pass@4": 2 / 3}
+
+
+def test_the_step_bound_that_trips_while_a_long_output_is_checked_gives_no_output():
+    # `programs.run` checks the output after f returns, still under run_bounded's tracer; the bound hitting
+    # there once escaped as an exception and stopped a corpus build
+    from populora.pretrain import programs as P
+    from populora.pretrain.graded import run_bounded
+
+    fn = P.compile_program("def f(n):\n    return [[i] for i in range(n)]")
+    outs = {run_bounded(fn, "12", max_steps=m) for m in range(1, 300)}  # some bounds trip inside the check
+    assert outs == {None, repr([[i] for i in range(12)])}
+
+
+def test_bench_tiny_model_flaws_scores_the_bundled_model_per_class(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from populora.cli import app
+
+    out = tmp_path / "flaws.json"
+    res = CliRunner().invoke(
+        app, ["bench", "tiny-model", "--flaws", "--n", "1", "--threads", "1", "--out", str(out)]
+    )
+    assert res.exit_code == 0, res.output
+    got = json.loads(out.read_text())
+    assert set(got["tasks"]["code_o"]) == set(CLASSES)
+    assert set(got["tasks"]["code_i"]) == set(CLASSES) - {"sorted_reverse_ignored"}
+    for rows in got["tasks"].values():
+        for row in rows.values():
+            assert row["n"] == 1 and 0 <= row["pass@1"] <= row["pass@8"] <= 1
+            assert row["greedy_right"] + row["greedy_misconceived"] <= 1
+    assert "misconception probe" in res.output
+    res = CliRunner().invoke(app, ["bench", "tiny-model", "--flaws", "--skills"])
+    assert res.exit_code == 2 and "pick one" in res.output
+    res = CliRunner().invoke(app, ["bench", "tiny-model", "--flaws", "--level", "1"])
+    assert res.exit_code == 2 and "--flaws has its own items" in res.output

@@ -319,6 +319,13 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
             "it reads the gold program's arguments, uses its operations, its constants, its shape "
             "(default --out bench/results/tiny_model_induction.json).",
         ),
+        flaws: bool = typer.Option(
+            False,
+            "--flaws",
+            help="Instead: the misconception probe, per planted class and task type (code_o, code_i): greedy "
+            "right and misconceived rates, the right answer's pass@1 and pass@8 at T=1 (--n items per class, "
+            "default 16, 8 with --quick; default --out bench/results/tiny_model_flaws.json).",
+        ),
     ) -> None:
         """Valid-proposal rate and student accuracy of the tiny model per task type (and per graded level)."""
         from populora.pretrain.bench import generator_settings, run, run_levels
@@ -329,9 +336,20 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
                 f"error: no model at {model}; run `populora pretrain-tiny --out {model}` first", err=True
             )
             raise typer.Exit(2)
-        if skills and induction:
-            typer.echo("error: --skills and --induction are two probes; pick one", err=True)
+        if skills + induction + flaws > 1:
+            typer.echo("error: --skills, --induction and --flaws are separate probes; pick one", err=True)
             raise typer.Exit(2)
+        if flaws:
+            from populora.pretrain.flaw_probe import run_flaw_probe
+
+            if level is not None or max_statements is not None:
+                typer.echo("error: --flaws has its own items; drop --level / --max-statements", err=True)
+                raise typer.Exit(2)
+            if n is not None and n < 1:
+                typer.echo(f"error: --n must be >= 1, got {n}", err=True)
+                raise typer.Exit(2)
+            run_flaw_probe(model=model, per_class=n or (8 if quick else 16), out=out, threads=threads)
+            return
         if induction:
             from populora.pretrain.induction import run_induction
 

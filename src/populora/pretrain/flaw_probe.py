@@ -25,6 +25,7 @@ from pathlib import Path
 from populora.pretrain.flaws import CLASSES, CODE_I_CLASSES, FlawItem, sample_flaw_item
 
 FLAW_PROBE_SEED = 49_049
+DEFAULT_FLAWS_OUT = Path("bench/results/tiny_model_flaws.json")
 FLAW_PROBE_LEVELS: tuple[int, ...] = (1, 1, 2)  # where the bundled model's answers can be right
 FLAW_TASKS = ("code_o", "code_i")
 
@@ -161,4 +162,60 @@ def score_flaw_probe(
                 }
                 result["tasks"].setdefault(task, {})[flaw] = row
                 bar.advance(job)
+    return result
+
+
+def flaw_table(result: dict):
+    """A rich table of `score_flaw_probe`'s result, one row per task type and class."""
+    from rich.table import Table
+
+    k = result["samples"]
+    table = Table(
+        title=f"misconception probe: {result['model']} ({result['per_class']} items a class, T={result['temperature']})"
+    )
+    for col in (
+        "task",
+        "class",
+        "n",
+        "greedy right",
+        "greedy misconceived",
+        "pass@1",
+        f"pass@{k}",
+        "sampled misconceived",
+    ):
+        table.add_column(col, justify="left" if col in ("task", "class") else "right")
+    for task, rows in result["tasks"].items():
+        for flaw, row in rows.items():
+            table.add_row(
+                task,
+                flaw,
+                str(row["n"]),
+                *(
+                    f"{100 * row[key]:.0f}%"
+                    for key in (
+                        "greedy_right",
+                        "greedy_misconceived",
+                        "pass@1",
+                        f"pass@{k}",
+                        "sampled_misconceived",
+                    )
+                ),
+            )
+    return table
+
+
+def run_flaw_probe(model: Path, per_class: int = 16, out: Path | None = None, threads: int = 2) -> dict:
+    """`populora bench tiny-model --flaws`: score, print the table, write JSON (with the seconds taken)."""
+    import json
+    import time
+
+    from rich.console import Console
+
+    t0 = time.time()
+    result = score_flaw_probe(Path(model), per_class=per_class, threads=threads)
+    result["seconds"] = round(time.time() - t0, 1)
+    Console().print(flaw_table(result))
+    out = Path(out or DEFAULT_FLAWS_OUT)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
     return result

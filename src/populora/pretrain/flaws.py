@@ -254,10 +254,15 @@ class FlawItem:
     message: str = ""
 
 
+_GUESSABLE = ("True", "False")  # a bool answer is right or misconceived half the time by chance: no reading
+
+
 def code_o_item(program: str, level: int, message: str, pairs, flaw: str | None = None) -> FlawItem | None:
     """From a program and its (input, output) pairs: the first input on which exactly one class changes the
-    output (that class, when `flaw` is given)."""
+    output (that class, when `flaw` is given), the output not a bool."""
     for text, out in pairs:
+        if out in _GUESSABLE:
+            continue
         changed = changed_by(program, text, out)
         if len(changed) == 1 and (flaw is None or changed[0] == flaw):
             wrong = run_misread(program, text, changed)
@@ -286,12 +291,14 @@ def _neighbours(value: object) -> list[object]:
 def code_i_item(program: str, level: int, message: str, pairs, flaw: str | None = None) -> FlawItem | None:
     """From a program and its (input, output) pairs: an output y = f(x*) (x* is the right answer) and an input
     x, a small edit of x*, that the misreading maps to y while f(x) != y (the misconceived answer), where exactly
-    one class changes f(x)."""
+    one class changes f(x); y not a bool."""
     from populora.pretrain import programs as P
     from populora.pretrain.graded import MAX_INPUT_CHARS, run_bounded
 
     fn = _compiled(program, ())
     for right, y in pairs:
+        if y in _GUESSABLE:
+            continue
         args = eval(f"({right},)", {"__builtins__": {}})  # noqa: S307 - literal text we generated
         for i, arg in enumerate(args):
             for edit in _neighbours(arg):

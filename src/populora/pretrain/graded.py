@@ -394,6 +394,8 @@ def run_bounded(fn, input_text: str, max_steps: int = MAX_STEPS) -> str | None:
     sys.settrace(tracer)
     try:
         return P.run(fn, input_text)
+    except _StepLimit:
+        return None  # the bound hit after f returned, while `run` checked a long output (outside its own try)
     finally:
         sys.settrace(old)
 
