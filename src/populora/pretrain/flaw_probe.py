@@ -183,7 +183,7 @@ def flaw_table(result: dict):
         f"pass@{k}",
         "sampled misconceived",
     ):
-        table.add_column(col, justify="left" if col in ("task", "class") else "right")
+        table.add_column(col, justify="left" if col in ("task", "class") else "right", no_wrap=True)
     for task, rows in result["tasks"].items():
         for flaw, row in rows.items():
             table.add_row(
@@ -214,7 +214,7 @@ def run_flaw_probe(model: Path, per_class: int = 16, out: Path | None = None, th
     t0 = time.time()
     result = score_flaw_probe(Path(model), per_class=per_class, threads=threads)
     result["seconds"] = round(time.time() - t0, 1)
-    Console().print(flaw_table(result))
+    Console(width=150).print(flaw_table(result))  # whole class names, whatever the terminal
     out = Path(out or DEFAULT_FLAWS_OUT)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
