@@ -14,7 +14,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from populora.diagnostics.run import Run
-from populora.report.plots import _fig, _legend, _plot_line, _single_point_xlim
+from populora.report.figure_style import _fig, _legend, _plot_line, _single_point_xlim
 
 # The two sides of the game: a member as teacher (the hall's students solve its proposals) and as student
 # (it solves the hall's teachers' exams).

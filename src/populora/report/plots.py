@@ -1,15 +1,15 @@
-"""Matplotlib figures for the run report and the comparison page (Agg, no pyplot global state).
+"""Matplotlib figures for the run report (Agg, no pyplot global state).
 
-Every function takes a `Run` (or a list of them) and returns a `Figure`, or None when the run holds no
-data for that plot; `to_png_base64(fig)` turns a figure into the data the HTML page embeds.
+Every function takes a `Run` and returns a `Figure`, or None when the run holds no data for that plot. The
+shared colours and helpers are in figure_style.py, the comparison page's figures in compare_plots.py. The
+report page looks each figure up here by name (`plots.rewards_figure`), so a test can swap one out. `DPI`,
+`RUN_COLORS` and `to_png_base64` are re-exported (`X as X`) for the experiment pages, which draw through
+`plots`.
 """
 
 from __future__ import annotations
 
-import base64
-import io
 import warnings
-from collections.abc import Sequence
 
 import numpy as np
 from matplotlib.figure import Figure
@@ -24,107 +24,29 @@ from populora.diagnostics.dynamics import (
     proposer_roles,
     rating_history,
     smooth,
-    smoothing_window,
     solve_rates_by_type,
-    solver_roles,
 )
 from populora.diagnostics.features import FEATURE_LABELS, FEATURES
 from populora.diagnostics.probe import probe_by_role
 from populora.diagnostics.run import Run
+from populora.report.figure_style import DPI as DPI
+from populora.report.figure_style import (
+    MANY,
+    ROLE_COLOR,
+    ROLE_LABEL,
+    TASK_COLOR,
+    TASK_LABEL,
+    _fig,
+    _legend,
+    _mark_evolution,
+    _plot_line,
+    _single_point_xlim,
+    _window,
+    member_colors,
+)
+from populora.report.figure_style import RUN_COLORS as RUN_COLORS
+from populora.report.figure_style import to_png_base64 as to_png_base64
 from populora.report.games import RESULTS, member_games, role_games
-
-ROLE_COLOR = {"teacher": "#d9480f", "student": "#1c7ed6", "single": "#7048e8"}
-ROLE_LABEL = {"teacher": "teachers", "student": "students", "single": "single agent"}
-TASK_COLOR = {"code_i": "#2b8a3e", "code_o": "#e67700", "code_f": "#5f3dc4", "all": "#343a40"}
-TASK_LABEL = {
-    "code_i": "code_i (infer input)",
-    "code_o": "code_o (infer output)",
-    "code_f": "code_f (infer function)",
-    "all": "all types",
-}
-RUN_COLORS = ["#1c7ed6", "#d9480f", "#2b8a3e", "#7048e8", "#e67700", "#c2255c", "#0c8599", "#5c940d"]
-# Warm hues for teachers, cool hues for students, each list ordered for maximal contrast between neighbours.
-_TEACHER_SHADES = ["#d9480f", "#c2255c", "#f59f00", "#862e9c", "#a61e1e", "#e8590c", "#e64980", "#946c00"]
-_STUDENT_SHADES = ["#1c7ed6", "#0ca678", "#5f3dc4", "#15aabf", "#2f9e44", "#364fc7", "#66a80f", "#0b7285"]
-
-WIDE = (9.0, 3.4)
-MANY = 8  # above this many members in a plot, per-member legends give way to direct labels or none
-DPI = 100
-
-
-def _fig(size: tuple[float, float] = WIDE, ncols: int = 1, nrows: int = 1, **kw):
-    fig = Figure(figsize=size, dpi=DPI, layout="constrained")
-    axes = fig.subplots(nrows, ncols, squeeze=False, **kw)
-    for ax in axes.flat:
-        ax.grid(True, color="#e9ecef", linewidth=0.8)
-        ax.set_axisbelow(True)
-        for side in ("top", "right"):
-            ax.spines[side].set_visible(False)
-    return fig, axes
-
-
-def to_png_base64(fig: Figure) -> str:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=DPI)
-    return base64.b64encode(buf.getvalue()).decode("ascii")
-
-
-def member_colors(run: Run) -> dict[str, str]:
-    out, ti, si = {}, 0, 0
-    for m in run.members:
-        role = run.role_of(m)
-        if role == "teacher":
-            out[m] = _TEACHER_SHADES[ti % len(_TEACHER_SHADES)]
-            ti += 1
-        elif role == "student":
-            out[m] = _STUDENT_SHADES[si % len(_STUDENT_SHADES)]
-            si += 1
-        else:
-            out[m] = ROLE_COLOR["single"]
-    return out
-
-
-def _window(run: Run) -> int:
-    return smoothing_window(run.n_steps)
-
-
-def _plot_line(ax, x, y, **kw) -> bool:
-    """Plot y against x (NaN gaps kept); a single finite point is drawn as a marker. True if drawn."""
-    y = np.asarray(y, dtype=float)
-    fin = np.isfinite(y)
-    if not fin.any():
-        return False
-    if fin.sum() == 1:
-        kw = {k: v for k, v in kw.items() if k not in ("linestyle", "ls")}
-        ax.plot(np.asarray(x)[fin], y[fin], marker="o", linestyle="none", **kw)
-    else:
-        ax.plot(x, y, **kw)
-    return True
-
-
-def _mark_evolution(ax, run: Run, label: bool = True) -> None:
-    steps = sorted({int(e["step"]) for e in run.events_of("evolution")})
-    for i, s in enumerate(steps):
-        ax.axvline(
-            s,
-            color="#868e96",
-            linestyle=":",
-            linewidth=1.0,
-            label="evolution" if (label and i == 0) else None,
-            zorder=1.5,
-        )
-
-
-def _legend(ax, **kw) -> None:
-    handles, labels = ax.get_legend_handles_labels()
-    if handles:
-        ax.legend(frameon=False, fontsize=8, **kw)
-
-
-def _single_point_xlim(ax, steps: np.ndarray) -> None:
-    if steps.size == 1:
-        ax.set_xlim(steps[0] - 1, steps[0] + 1)
-
 
 # -- single-run figures ---------------------------------------------------------------------------------
 
@@ -641,131 +563,3 @@ def probe_figure(run: Run, which: str = "probe") -> Figure | None:
         ax.set_xlabel("step")
     _legend(axes[0, 0], loc="best")
     return fig
-
-
-# -- comparison figures ---------------------------------------------------------------------------------
-
-
-def _run_styles(runs: Sequence[Run]) -> list[str]:
-    return [RUN_COLORS[i % len(RUN_COLORS)] for i in range(len(runs))]
-
-
-def compare_solve_figure(runs: Sequence[Run]) -> Figure | None:
-    """Solver solve rate (all types, smoothed) of every run on one axis, plus per-type panels."""
-    fig, axes = _fig(size=(9.0, 5.4), ncols=2, nrows=2, sharey=True)
-    drawn = False
-    for run, color in zip(runs, _run_styles(runs), strict=True):
-        rates = solve_rates_by_type(run)
-        for ax, task in zip(axes.flat, ("all", *TASKS), strict=True):
-            drawn |= _plot_line(
-                ax, run.steps, smooth(rates[task], _window(run)), color=color, linewidth=2.0, label=run.label
-            )
-            ax.set_title(TASK_LABEL[task], fontsize=10)
-            ax.set_ylim(-0.03, 1.03)
-    _legend(axes[0, 0], loc="lower right")
-    for ax in axes[1]:
-        ax.set_xlabel("step")
-    return fig if drawn else None
-
-
-def compare_probe_figure(runs: Sequence[Run], which: str = "probe") -> Figure | None:
-    """Fixed-probe accuracy of each run's solvers (students, or the single agent): the mean member (solid)
-    and the best member (dashed), over all task types and per type. `which="probe_valid"`: the proposers'
-    valid-proposal rate on the fixed teacher prompts."""
-    fig, axes = _fig(size=(9.0, 5.4), ncols=2, nrows=2, sharey=True)
-    drawn = False
-    label = "valid proposals" if which == "probe_valid" else "probe"
-    for run, color in zip(runs, _run_styles(runs), strict=True):
-        curves = probe_by_role(run, which)
-        roles = proposer_roles(run) if which == "probe_valid" else solver_roles(run)
-        role = next((r for r in roles if r in curves), None)
-        if role is None:
-            continue
-        for ax, key in zip(axes.flat, ("all", *TASKS), strict=True):
-            c = curves[role][key]
-            drawn |= _plot_line(
-                ax, c.steps, c.mean, color=color, linewidth=2.0, marker="o", ms=3, label=run.label
-            )
-            _plot_line(ax, c.steps, c.best, color=color, linewidth=1.0, linestyle="--")
-            ax.set_title(f"{label}: {TASK_LABEL[key]}", fontsize=10)
-    _legend(axes[0, 0], loc="best")
-    for ax in axes[1]:
-        ax.set_xlabel("step")
-    return fig if drawn else None
-
-
-def compare_metric_figure(runs: Sequence[Run], key: str, title: str) -> Figure | None:
-    """A per-role metric (entropy, response length, reward) of every run: proposers left, solvers right."""
-    fig, axes = _fig(ncols=2, sharey=True)
-    drawn = False
-    for run, color in zip(runs, _run_styles(runs), strict=True):
-        for ax, roles in ((axes[0, 0], proposer_roles(run)), (axes[0, 1], solver_roles(run))):
-            drawn |= _plot_line(
-                ax,
-                run.steps,
-                smooth(run.role_series(roles, key), _window(run)),
-                color=color,
-                linewidth=2.0,
-                label=run.label,
-            )
-    axes[0, 0].set_title(f"{title}: proposers (teachers / single agent)", fontsize=10)
-    axes[0, 1].set_title(f"{title}: solvers (students / single agent)", fontsize=10)
-    for ax in axes.flat:
-        ax.set_xlabel("step")
-    _legend(axes[0, 1], loc="best")
-    return fig if drawn else None
-
-
-def compare_valid_figure(runs: Sequence[Run]) -> Figure | None:
-    """Valid-proposal rate of every run's proposers (smoothed)."""
-    fig, axes = _fig(size=(9.0, 3.0))
-    ax = axes[0, 0]
-    drawn = False
-    for run, color in zip(runs, _run_styles(runs), strict=True):
-        drawn |= _plot_line(
-            ax,
-            run.steps,
-            smooth(run.role_series(proposer_roles(run), "valid_rate"), _window(run)),
-            color=color,
-            linewidth=2.0,
-            label=run.label,
-        )
-    ax.set_ylim(-0.03, 1.03)
-    ax.set_xlabel("step")
-    ax.set_ylabel("valid-proposal rate")
-    _legend(ax, loc="lower right")
-    return fig if drawn else None
-
-
-def compare_complexity_figure(runs: Sequence[Run]) -> Figure | None:
-    fig, axes = _fig(size=(9.0, 4.8), ncols=2, nrows=2)
-    drawn = False
-    for run, color in zip(runs, _run_styles(runs), strict=True):
-        curves = complexity_curves(run)
-        for ax, f in zip(axes.flat, FEATURES, strict=True):
-            if f in curves:
-                st, mean, _ = curves[f]
-                drawn |= _plot_line(
-                    ax, st, smooth(mean, _window(run)), color=color, linewidth=2.0, label=run.label
-                )
-            ax.set_title(FEATURE_LABELS[f], fontsize=10)
-    _legend(axes[0, 0], loc="best")
-    for ax in axes[1]:
-        ax.set_xlabel("step")
-    return fig if drawn else None
-
-
-def compare_coverage_figure(runs: Sequence[Run]) -> Figure | None:
-    fig, axes = _fig(size=(9.0, 3.0))
-    ax = axes[0, 0]
-    drawn = False
-    for run, color in zip(runs, _run_styles(runs), strict=True):
-        steps, cov, _ = coverage_curve(run)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            drawn |= _plot_line(ax, steps, 100 * cov, color=color, linewidth=2.2, label=run.label)
-    ax.set_ylabel("cells filled (%)")
-    ax.set_xlabel("step")
-    ax.set_ylim(bottom=0)
-    _legend(ax, loc="upper left")
-    return fig if drawn else None
