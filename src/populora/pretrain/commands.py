@@ -339,15 +339,20 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         if skills + induction + flaws > 1:
             typer.echo("error: --skills, --induction and --flaws are separate probes; pick one", err=True)
             raise typer.Exit(2)
-        if flaws:
-            from populora.pretrain.flaw_probe import run_flaw_probe
 
+        def own_items(flag: str) -> None:
+            """A probe with its own items takes no generator settings, and --n items a cell."""
             if level is not None or max_statements is not None:
-                typer.echo("error: --flaws has its own items; drop --level / --max-statements", err=True)
+                typer.echo(f"error: {flag} has its own items; drop --level / --max-statements", err=True)
                 raise typer.Exit(2)
             if n is not None and n < 1:
                 typer.echo(f"error: --n must be >= 1, got {n}", err=True)
                 raise typer.Exit(2)
+
+        if flaws:
+            from populora.pretrain.flaw_probe import run_flaw_probe
+
+            own_items("--flaws")
             run_flaw_probe(model=model, per_class=n or (8 if quick else 16), out=out, threads=threads)
             return
         if induction:
@@ -372,12 +377,7 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         if skills:
             from populora.pretrain.skills import run_skills
 
-            if level is not None or max_statements is not None:
-                typer.echo("error: --skills has its own items; drop --level / --max-statements", err=True)
-                raise typer.Exit(2)
-            if n is not None and n < 1:
-                typer.echo(f"error: --n must be >= 1, got {n}", err=True)
-                raise typer.Exit(2)
+            own_items("--skills")
             run_skills(quick=quick, out=out, model=model, n=n, threads=threads)
             return
         graded = level if level is not None else generator_settings(model)["level"]
