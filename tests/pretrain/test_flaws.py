@@ -214,3 +214,13 @@ def test_bench_tiny_model_flaws_scores_the_bundled_model_per_class(tmp_path):
     assert res.exit_code == 2 and "pick one" in res.output
     res = CliRunner().invoke(app, ["bench", "tiny-model", "--flaws", "--level", "1"])
     assert res.exit_code == 2 and "--flaws has its own items" in res.output
+
+
+def test_probe_items_of_the_train_split_read_what_the_corpus_draws():
+    from populora.pretrain.flaw_probe import flaw_probe_items
+    from populora.pretrain.graded import graded_split
+
+    train = flaw_probe_items("code_o", 2, split="train")
+    held_out = flaw_probe_items("code_o", 2)
+    assert all(graded_split(i.program) == "train" for v in train.values() for i in v)
+    assert all(graded_split(i.program) == "probe" for v in held_out.values() for i in v)

@@ -35,10 +35,15 @@ def classes_for(task: str) -> tuple[str, ...]:
 
 
 def flaw_probe_items(
-    task: str, per_class: int, seed: int = FLAW_PROBE_SEED, levels: tuple[int, ...] = FLAW_PROBE_LEVELS
+    task: str,
+    per_class: int,
+    seed: int = FLAW_PROBE_SEED,
+    levels: tuple[int, ...] = FLAW_PROBE_LEVELS,
+    split: str = "probe",
 ) -> dict[str, list[FlawItem]]:
     """`per_class` held-out items per class of `task`, distinct programs; the same for the same arguments
-    (a prefix of a longer set: item k does not depend on `per_class`)."""
+    (a prefix of a longer set: item k does not depend on `per_class`). `split="train"`: items of the kind the
+    corpus draws (whether a model learnt a misreading at all, apart from carrying it to new programs)."""
     from populora.tasks.masking import program_key
 
     out: dict[str, list[FlawItem]] = {}
@@ -47,7 +52,7 @@ def flaw_probe_items(
         seen: set[str] = set()
         items: list[FlawItem] = []
         while len(items) < per_class:
-            item = sample_flaw_item(rng, task, levels, split="probe", flaw=flaw)
+            item = sample_flaw_item(rng, task, levels, split=split, flaw=flaw)
             key = program_key(item.program) or item.program
             if key not in seen:
                 seen.add(key)
@@ -100,6 +105,7 @@ def score_flaw_probe(
     tasks: Sequence[str] = FLAW_TASKS,
     seed: int = FLAW_PROBE_SEED,
     progress: bool = True,
+    split: str = "probe",
 ) -> dict:
     """Score a model folder on the probe: `{task: {class: {n, greedy_right, greedy_misconceived, pass@1,
     pass@<samples>, sampled_misconceived}}}` plus the settings."""
@@ -119,12 +125,13 @@ def score_flaw_probe(
         "temperature": temperature,
         "seed": seed,
         "levels": list(FLAW_PROBE_LEVELS),
+        "split": split,
         "tasks": {},
     }
     with Sandbox(workers=2) as sb, Progress(transient=True, disable=not progress) as bar:
         for task in tasks:
             t = get(task)
-            sets = flaw_probe_items(task, per_class, seed)
+            sets = flaw_probe_items(task, per_class, seed, split=split)
             job = bar.add_task(f"misconception probe {task}", total=len(sets))
             for flaw, items in sets.items():
                 problems = [_problem(i) for i in items]
