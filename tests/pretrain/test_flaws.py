@@ -127,8 +127,12 @@ def test_the_corpus_misreads_about_the_asked_share_and_leaves_the_old_stream_alo
 
     renderer = get_renderer()
     kw = dict(level="1,2", trace=True)
-    plain = build_corpus(3, 40, renderer, **kw)
-    assert plain == build_corpus(3, 40, renderer, **kw, flaws=(), flaw_rate=0.9)
+    import hashlib
+
+    plain = build_corpus(3, 40, renderer, **kw, flaws=(), flaw_rate=0.9)
+    # the stream of the code before the option (commit 1c7349f), example for example
+    digest = hashlib.sha256(repr([(e.kind, e.prompt, e.completion) for e in plain]).encode()).hexdigest()
+    assert digest == "6f22c135ff828f8ad5db58fc6f37e5449ff772139f7e892d950accd89986559f"
     drills = build_corpus(3, 60, renderer, **kw, mix={"flaws:code_o": 1.0}, flaws=("range_end_inclusive",))
     assert {e.kind for e in drills} == {"flaws:code_o"}
     # a misread answer lists one element past the range's end: its trace's `range(k)) = [...]` has k + 1 items
