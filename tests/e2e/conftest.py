@@ -8,17 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-FAST = [
-    "tasks.prompts=3",
-    "rl.rollouts=2",
-    "tasks.teacher_max_new_tokens=48",
-    "tasks.student_max_new_tokens=24",
-    "sandbox.workers=1",
-    "train.threads=1",
-    "tasks.references=1",
-    "tasks.seed_synthetic=2",
-]
+from fast_runs import FAST
 
 
 @pytest.fixture(scope="session")

@@ -5,20 +5,15 @@ a member's rank (M6 within lora.rank_range)."""
 import re
 from pathlib import Path
 
+from fast_runs import FAST as SHARED_FAST
+
 from populora.config import load_config
 from populora.diagnostics.sinks import read_jsonl
 from populora.train.trainer import Trainer
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 FAST = [
-    "tasks.prompts=3",
-    "rl.rollouts=2",
-    "tasks.teacher_max_new_tokens=48",
-    "tasks.student_max_new_tokens=24",
-    "sandbox.workers=1",
-    "train.threads=1",
-    "tasks.references=1",
-    "tasks.seed_synthetic=2",
+    *SHARED_FAST,
     "train.steps=4",
     "train.checkpoint_every=4",
     "evolution.every=1",  # an evolution event after steps 1, 2 and 3

@@ -8,6 +8,7 @@ import shutil
 
 import pytest
 import torch
+from fast_runs import FAST as SHARED_FAST
 
 from populora.config import load_config
 from populora.diagnostics.run import load_run
@@ -21,14 +22,7 @@ from populora.train.setup import build_engine
 from populora.train.trainer import Trainer
 
 FAST = [
-    "tasks.prompts=3",
-    "rl.rollouts=2",
-    "tasks.teacher_max_new_tokens=48",
-    "tasks.student_max_new_tokens=24",
-    "sandbox.workers=1",
-    "train.threads=1",
-    "tasks.references=1",
-    "tasks.seed_synthetic=2",
+    *SHARED_FAST,
     "hof.every=1",
     "hof.size=1",
 ]
