@@ -8,100 +8,36 @@ the ready handshake, dispatching `run_many` over the workers in parallel with or
 overall deadline, and on the determinism check's variant pools: `variant=k` for k >= 1 runs on workers of
 their own, each pool with its own random hash seed and heap layout, so k = 1..R are R processes that differ in
 everything a process can differ in), healing (a worker that dies, wedges or cannot start a job is killed and replaced; an interrupted
-call replaces the workers it left mid-job), and a clean `close()`.
+call replaces the workers it left mid-job), and a clean `close()`. What jobs may import under each profile is
+in `profiles`, the handle of one worker process (framing, pipes, shutdown) in `worker_handle`; this module
+re-exports their names.
 """
 
 from __future__ import annotations
 
 import atexit
 import itertools
-import json
 import os
 import selectors
-import struct
 import subprocess
-import sys
 import threading
 import time
 import warnings
 import weakref
 from collections import deque
 from collections.abc import Sequence
-from pathlib import Path
 
 from populora.sandbox.contract import Limits, Outcome
-
-WORKER_SCRIPT = Path(__file__).with_name("_worker.py")
-
-#: Standard-library modules every worker imports before forking jobs. A job that has dropped to `nobody`
-#: cannot read the interpreter's files (on machines where they live under /root), so these (and `LAZY_MODULES`)
-#: are the modules a job can import. Which imports are *allowed* is the tasks package's AST policy, not ours.
-DEFAULT_PRELOAD: tuple[str, ...] = (
-    "abc",
-    "array",
-    "ast",
-    "base64",
-    "binascii",
-    "bisect",
-    "calendar",
-    "cmath",
-    "codecs",
-    "collections",
-    "collections.abc",
-    "contextlib",
-    "copy",
-    "dataclasses",
-    "datetime",
-    "_strptime",
-    "decimal",
-    "difflib",
-    "enum",
-    "fractions",
-    "functools",
-    "graphlib",
-    "hashlib",
-    "heapq",
-    "hmac",
-    "io",
-    "itertools",
-    "json",
-    "keyword",
-    "math",
-    "numbers",
-    "operator",
-    "pprint",
-    "re",
-    "string",
-    "struct",
-    "textwrap",
-    "time",
-    "types",
-    "typing",
-    "unicodedata",
-    "uuid",
-    "weakref",
-    "zlib",
-    "encodings.ascii",
-    "encodings.latin_1",
-    "encodings.utf_16",
-    "encodings.utf_32",
-    "encodings.cp1252",
+from populora.sandbox.profiles import (
+    DEFAULT_PRELOAD,
+    EVAL_IMPORT_PACKAGES,
+    EVAL_PACKAGE_PRELOAD,
+    EVAL_THREADS,
+    LAZY_MODULES,
+    PROFILES,
+    package_roots,
 )
-
-#: Modules imported only by the jobs whose source mentions them, in the job's process before it drops its
-#: privileges (a few ms for those jobs). They stay out of the warm worker because they register at-fork
-#: hooks (`random` reseeds, `threading` rebuilds its state) that would make *every* fork slower (~40% more
-#: page faults per job); `statistics` and `secrets` import `random`, `queue` imports `threading`.
-LAZY_MODULES: tuple[str, ...] = ("random", "statistics", "secrets", "queue", "threading")
-
-#: The evaluation profile (`Sandbox(profile="eval")`): what the official evalplus lets a solution do, on top of
-#: every OS layer of the default ("train") profile. Packages outside the standard library a job may import
-#: (bound read-only into the minimal root; `EVAL_PACKAGE_PRELOAD` of them imported in the worker already, so a
-#: job pays nothing for them), and how many threads the job uid may run at once (fork and exec stay refused).
-EVAL_IMPORT_PACKAGES: tuple[str, ...] = ("numpy",)
-EVAL_PACKAGE_PRELOAD: tuple[str, ...] = ("numpy", "numpy.random", "numpy.linalg", "numpy.fft")
-EVAL_THREADS = 64
-PROFILES = ("train", "eval")
+from populora.sandbox.worker_handle import WORKER_SCRIPT, _frame, _interpreter, _shutdown, _Worker
 
 NOBODY = 65534
 #: More workers than this is a mistake (each is a process tree and a tmpfs), never a need.
@@ -113,132 +49,8 @@ _WARNED: set[str] = set()
 _ids = itertools.count()
 
 
-def _interpreter() -> str:
-    """The real interpreter binary: resolve venv symlinks and never go through a pyenv shim (a shell script)."""
-    for cand in (sys.executable, getattr(sys, "_base_executable", "")):
-        if not cand:
-            continue
-        path = os.path.realpath(cand)
-        try:
-            with open(path, "rb") as fh:
-                if fh.read(4) == b"\x7fELF":
-                    return path
-        except OSError:
-            continue
-    return os.path.realpath(sys.executable)
-
-
-def package_roots(names: Sequence[str]) -> list[str]:
-    """The host folders that make packages `names` importable: each package's folder and, for a wheel that
-    vendors shared libraries (``numpy.libs``), that folder beside it. Resolved here in the caller, which has
-    site-packages (the worker starts without it)."""
-    import importlib.util
-
-    roots = []
-    for name in names:
-        if not name or "." in name:
-            raise ValueError(f"import_packages: {name!r} is not a top-level package name (e.g. 'numpy')")
-        spec = importlib.util.find_spec(name)
-        if spec is None or not spec.submodule_search_locations:
-            raise ValueError(
-                f"import_packages: package {name!r} is not installed for {sys.executable}; install it or "
-                "leave it out of import_packages"
-            )
-        folder = os.path.realpath(list(spec.submodule_search_locations)[0])
-        roots.append(folder)
-        libs = folder + ".libs"
-        if os.path.isdir(libs):
-            roots.append(libs)
-    return roots
-
-
-def _frame(msg: dict) -> bytes:
-    data = json.dumps(msg).encode()
-    return struct.pack(">I", len(data)) + data
-
-
 class SandboxError(RuntimeError):
     """The sandbox itself failed (a worker could not start), as opposed to a job failing."""
-
-
-class _Worker:
-    """Parent-side handle of one worker process and the jobs sent to it."""
-
-    def __init__(self, proc: subprocess.Popen) -> None:
-        self.proc = proc
-        self.rfd = proc.stdout.fileno()
-        self.wfd = proc.stdin.fileno()
-        # Requests go out non-blocking through `out`: a blocking write of a large program to a worker that is
-        # itself blocked writing a large result to us would deadlock.
-        os.set_blocking(self.wfd, False)
-        self.out = bytearray()
-        self.buf = bytearray()
-        self.inflight: deque[tuple[int, int, float]] = deque()  # (job index, job id, sent at)
-        self.info: dict = {}
-        self.broken = False  # replaced before the next call (killed by an interrupted call or a deadline)
-
-    def frames(self, data: bytes) -> list[dict]:
-        self.buf += data
-        out = []
-        while len(self.buf) >= 4:
-            (n,) = struct.unpack(">I", self.buf[:4])
-            if len(self.buf) - 4 < n:
-                break
-            out.append(json.loads(bytes(self.buf[4 : 4 + n])))
-            del self.buf[: 4 + n]
-        return out
-
-    def flush(self) -> None:
-        """Write as much of the pending requests as the pipe takes now."""
-        while self.out:
-            try:
-                n = os.write(self.wfd, self.out)
-            except BlockingIOError:
-                return
-            except OSError:  # the worker is gone; the EOF on its stdout heals it
-                self.out.clear()
-                return
-            del self.out[:n]
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            try:
-                self.proc.kill()
-            except OSError:
-                pass
-        try:
-            self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
-        for f in (self.proc.stdin, self.proc.stdout):
-            try:
-                f.close()
-            except OSError:
-                pass
-
-
-def _shutdown(pools: dict[int, list[_Worker]], owner_pid: int) -> None:
-    """Close every worker: EOF on its request pipe makes it exit; kill the ones that do not within 2 s.
-    In a forked copy of the owning process (a DataLoader worker, a plain `os.fork`) this does nothing: the
-    workers belong to the parent, which is still using them."""
-    workers = [w for pool in pools.values() for w in pool]
-    for pool in pools.values():
-        pool.clear()
-    if os.getpid() != owner_pid:
-        return
-    for w in workers:
-        try:
-            w.proc.stdin.close()
-        except OSError:
-            pass
-    deadline = time.monotonic() + 2.0
-    for w in workers:
-        try:
-            w.proc.wait(timeout=max(0.01, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            pass
-        w.kill()
-    workers.clear()
 
 
 class Sandbox:
