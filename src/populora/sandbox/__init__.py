@@ -6,10 +6,11 @@
         outs = sb.run_many([(program, call), ...])                  # parallel, order kept
     Sandbox(profile="eval")  # benchmarks: also numpy and threads (evalplus's rules), every OS layer kept
 
-Modules: `contract` (Limits, Outcome), `pool` (Sandbox, the parent side), `_worker` (the worker script: the
-supervisor, with `_isolation`, `_template` (every job is forked from it), `_job`, `_channel`, `_cleanup`, `_libc`,
-`_seccomp`), `values` (parsing and comparing `value_repr`s outside the sandbox), `private` (owner-only run
-folders), `commands`/`bench`.
+Modules: `contract` (Limits, Outcome), `pool` (Sandbox, the parent side), `worker_handle` (one worker process
+seen from the parent: start, frame, shut down), `profiles` (what each profile preloads and allows), `_worker`
+(the worker script: the supervisor, with `_isolation`, `_template` (every job is forked from it), `_job`,
+`_channel`, `_cleanup`, `_libc`, `_seccomp`), `values` (parsing and comparing `value_repr`s outside the
+sandbox), `private` (owner-only run folders), `commands`/`bench`.
 """
 
 from populora.sandbox.contract import STATUSES, Limits, Outcome

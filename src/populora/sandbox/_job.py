@@ -160,7 +160,7 @@ def run_child(job_r: int, res_w: int, cfg: dict, iso: dict) -> None:
         lim = job["limits"]
         out = Capture(lim["max_stdout_chars"])
         program = job["program"]
-        if "import" in program:  # while we can still read the stdlib (see LAZY_MODULES in pool.py)
+        if "import" in program:  # while we can still read the stdlib (see LAZY_MODULES in profiles.py)
             for name in cfg["lazy"]:
                 if name in program and name not in sys.modules:
                     try:
