@@ -20,28 +20,15 @@ import hashlib
 import random
 from dataclasses import dataclass
 
-from populora.pretrain.grammar import EASY_OPS as EASY_OPS
 from populora.pretrain.grammar import EASY_STATEMENTS as EASY_STATEMENTS
-from populora.pretrain.grammar import RETURN_TYPES as RETURN_TYPES
 from populora.pretrain.grammar import STATEMENTS as STATEMENTS
 from populora.pretrain.grammar import _Builder as _Builder
-from populora.pretrain.grammar import _cond_on_char as _cond_on_char
 from populora.pretrain.grammar import _cond_on_int as _cond_on_int
 from populora.pretrain.grammar import _final_return as _final_return
 from populora.pretrain.grammar import _int_atom as _int_atom
 from populora.pretrain.grammar import _int_expr as _int_expr
-from populora.pretrain.grammar import _st_dict as _st_dict
-from populora.pretrain.grammar import _st_dict_reduce as _st_dict_reduce
 from populora.pretrain.grammar import _st_helper as _st_helper
-from populora.pretrain.grammar import _st_if_else as _st_if_else
 from populora.pretrain.grammar import _st_int_expr as _st_int_expr
-from populora.pretrain.grammar import _st_list_expr as _st_list_expr
-from populora.pretrain.grammar import _st_loop_int as _st_loop_int
-from populora.pretrain.grammar import _st_loop_list as _st_loop_list
-from populora.pretrain.grammar import _st_loop_str as _st_loop_str
-from populora.pretrain.grammar import _st_str_expr as _st_str_expr
-from populora.pretrain.grammar import _st_strs_expr as _st_strs_expr
-from populora.pretrain.grammar import _st_while as _st_while
 from populora.pretrain.vocab import INT_OPS as INT_OPS
 from populora.pretrain.vocab import LETTERS as LETTERS
 from populora.pretrain.vocab import PARAM_NAMES as PARAM_NAMES

@@ -28,13 +28,9 @@ from typing import TYPE_CHECKING, Any
 
 from populora import pyparse
 from populora.tasks.extract import FENCE, answer_region, clean_code, fenced_blocks, find_blocks
-from populora.tasks.jobs import _DEADLINE as _DEADLINE
-from populora.tasks.jobs import _ERROR_TYPE_SHAPE as _ERROR_TYPE_SHAPE
 from populora.tasks.jobs import OVER_BUDGET as OVER_BUDGET
 from populora.tasks.jobs import VALIDATION_DEADLINE as VALIDATION_DEADLINE
-from populora.tasks.jobs import _Cut as _Cut
 from populora.tasks.jobs import _cut as _cut
-from populora.tasks.jobs import _error_type_shown as _error_type_shown
 from populora.tasks.jobs import _plain_value as _plain_value
 from populora.tasks.jobs import _run_scoring as _run_scoring
 from populora.tasks.jobs import _run_until as _run_until
