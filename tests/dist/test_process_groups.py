@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from populora.engine.dist import _live_in_groups
+from populora.engine.dist_lifecycle import _live_in_groups
 
 
 def test_a_group_is_live_while_any_member_runs_and_not_after():

@@ -126,7 +126,7 @@ def test_on_finish_hands_over_each_row_as_it_stops(make_engine, base_and_tok, pa
     """`generate(on_finish=)`: each request once, the same object the call returns, nothing sampled differs,
     and a row is handed over at the decode step it stops, while longer rows of its batch still decode. Three
     batches (gen_batch_size=4) and a zero-token request cover the chunking and the early return."""
-    import populora.engine.hf as hf
+    import populora.engine.hf_generate as hf  # where the decoding loops call sample_next
 
     eng = _stopping_engine(make_engine, base_and_tok)
     eng.gen_path, eng.gen_batch_size = path, 4

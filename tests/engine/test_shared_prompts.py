@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from populora.engine import TrainBatch, TrainRow
-from populora.engine import hf as hf_module
+from populora.engine import hf_train as hf_module  # the training half calls shared_prompt_hidden
 from populora.engine.shared_prompts import pack_groups, prompt_groups, shared_cost, split_shared
 from populora.rl.loss import row_weights
 

@@ -283,7 +283,7 @@ def test_unlink_new_orphans_waits_for_a_dying_holder_that_ends_between_the_look_
     The holder is ended for real at that moment (the group read is wrapped, not replaced)."""
     import secrets
 
-    import populora.engine.vllm as vllm_module
+    import populora.engine.vllm_cleanup as vllm_module  # where unlink_new_orphans reads process_group
 
     if not SHM.is_dir():
         pytest.skip("no /dev/shm here")
@@ -430,7 +430,7 @@ def test_still_running_is_the_same_program_alive_and_not_a_zombie_or_a_kernel_th
     on purpose; `make test` hit it once under load, when the test below found its process still exiting.)"""
     import time
 
-    from populora.engine.vllm import _still_running
+    from populora.engine.vllm_cleanup import _still_running
 
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:

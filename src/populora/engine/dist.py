@@ -30,35 +30,69 @@ otherwise) and holds the frozen base and every slot: an `HFEngine`, or with back
   again), and only then kills them. A stopped engine (dead worker, Ctrl-C, SIGTERM) does the same.
 
 Needs `ray` (the `gpu` and `dev` extras). `dist.workers=1` never imports it.
+
+This module is the driver: `deal` and `DistributedEngine`'s calls. The worker (the Ray actor) is in
+engine/dist_worker.py; Ray's start-up checks, worker deaths and the shutdown steps that `close` runs are
+in engine/dist_lifecycle.py. Every name is importable from here as before.
 """
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import logging
 import os
 import random
-import signal
-import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from populora.engine.dist_lifecycle import (
+    CLOSE_TIMEOUT_S,
+    JOIN_TRIES,
+    NAMESPACE,
+    PROBE_TIMEOUT_S,
+    DistCleanup,
+    _died,
+    _python_sigterm_handler,
+    _restore_sigterm,
+    actor_names,
+    death_among,
+    probe_address,
+    ray_init_line,
+    require_ray,
+)
+from populora.engine.dist_worker import (
+    LOG_TAIL_LINES,
+    DistWorker,
+    check_worker_gpu,
+    log_tail,
+    own_log_files,
+    worker_build_kwargs,
+    worker_seed,
+)
 from populora.engine.types import EngineError, Generation, GenRequest, PeftFolderIO, TrainBatch
 from populora.lora.adapter import LoRAAdapter
 
-
-def require_ray():
-    try:
-        import ray
-    except ImportError as e:
-        raise EngineError(
-            "dist.workers > 1 needs the ray package (`pip install 'populora[gpu]'` or `pip install ray`); "
-            "or set dist.workers=1."
-        ) from e
-    return ray
+__all__ = [
+    "CLOSE_TIMEOUT_S",
+    "JOIN_TRIES",
+    "LOG_TAIL_LINES",
+    "NAMESPACE",
+    "PROBE_TIMEOUT_S",
+    "DistWorker",
+    "DistributedEngine",
+    "actor_names",
+    "check_worker_gpu",
+    "deal",
+    "death_among",
+    "log_tail",
+    "own_log_files",
+    "probe_address",
+    "ray_init_line",
+    "require_ray",
+    "worker_build_kwargs",
+    "worker_seed",
+]
 
 
 def deal(sizes: Sequence[int], slots: Sequence[int], workers: int) -> list[list[int]]:
@@ -84,253 +118,7 @@ def deal(sizes: Sequence[int], slots: Sequence[int], workers: int) -> list[list[
     return [sorted(s) for s in shares]
 
 
-def ray_init_line(err: BaseException, address: str | None) -> str:
-    """One line for a failed `ray.init`, naming the fix: Ray's token authentication (on by default from Ray
-    2.59 on local clusters; a driver joining a cluster needs the cluster's token), no cluster at the address,
-    anything else with its first line."""
-    text = " ".join(str(err).split()) or type(err).__name__
-    where = f"dist.address={address}" if address else "dist.workers > 1 (a local Ray instance)"
-    auth = type(err).__name__ == "AuthenticationError" or any(
-        k in text.lower() for k in ("invalidauthtoken", "auth token", "unauthenticated", "authentication")
-    )
-    if auth:
-        return (
-            f"{where}: the Ray cluster refused this process's token (Ray token authentication: "
-            f"{text[:160]}); give it the cluster's token: run `ray get-auth-token` on the head node and copy "
-            "the token to ~/.ray/auth_token here (or export RAY_AUTH_TOKEN=...), the same on every node that "
-            "runs `ray start --address=HEAD:6379` (docs/engine.md, Scale-out)."
-        )
-    if address and any(k in text.lower() for k in ("could not find any running ray", "connect", "timed out")):
-        return (
-            f"{where}: no Ray cluster reachable there ({text[:160]}); start one with `ray start --head "
-            "--port=6379` and pass HEAD_IP:6379 (or dist.address=auto on the head node), or drop "
-            "dist.address to let the run start Ray itself."
-        )
-    return f"{where}: ray.init failed ({type(err).__name__}: {text[:200]}); see docs/engine.md, Scale-out."
-
-
-PROBE_TIMEOUT_S = 5.0  # a TCP connect to dist.address: a live Ray head answers in milliseconds
-# Ray's tries when joining a cluster (`RAY_gcs_server_port_wait_time_s`, unless set): a port that answers TCP but
-# is no Ray GCS costs ~40 s a try (measured: 5 s connect, 5 s pubsub, 30 s cluster id), Ray's default 20 ~13 min;
-# a live cluster answers the first.
-JOIN_TRIES = "1"
-
-
-def probe_address(address: str | None, timeout_s: float = PROBE_TIMEOUT_S) -> None:
-    """Raise `EngineError` (one line, the fix) when `dist.address` names a HOST:PORT (or ray://HOST:PORT) that
-    accepts no TCP connection within `timeout_s`: Ray itself retries such an address for minutes without a
-    word. "auto", "local" and addresses without a port are left to Ray."""
-    import socket
-    from urllib.parse import urlsplit
-
-    text = (address or "").strip()
-    if not text or text.lower() in ("auto", "local"):
-        return
-    rest = text.split("://", 1)[1] if "://" in text else text
-    try:
-        parts = urlsplit("//" + rest)
-        host, port = parts.hostname, parts.port
-    except ValueError as err:  # a port that is not a number, or out of range
-        raise EngineError(
-            f"dist.address={text}: not HOST:PORT ({err}); give the Ray head's address, e.g. "
-            "dist.address=10.0.0.1:6379, or dist.address=auto on a node of the cluster."
-        ) from None
-    if not host or port is None:
-        return
-    try:
-        with socket.create_connection((host, port), timeout=timeout_s):
-            return
-    except socket.gaierror as err:
-        why = f"unknown host: {err.strerror or err}"
-    except TimeoutError:
-        why = f"no answer within {timeout_s:.0f} s"
-    except OSError as err:
-        why = (err.strerror or str(err) or type(err).__name__).lower()
-    raise EngineError(
-        f"dist.address={text}: nothing answers at {host}:{port} ({why}); start the cluster there with "
-        f"`ray start --head --port={port}` and pass HEAD_IP:{port} (or dist.address=auto on the head node), "
-        "or drop dist.address to let the run start Ray itself."
-    )
-
-
-NAMESPACE = "populora"
-CLOSE_TIMEOUT_S = 30.0  # per stage (close, then release): a vLLM engine core takes up to 5 s to stop
-_ENGINES_MADE = [0]
-
-
-def actor_names(workers: int) -> list[str]:
-    """Names of the next engine's actors in Ray namespace "populora": `populora-dist-<driver pid>-<rank>`
-    (`.<n>` after the pid from this process's second engine on), so `ray list actors` shows whose they are."""
-    n = _ENGINES_MADE[0]
-    _ENGINES_MADE[0] += 1
-    tag = f"{os.getpid()}" if n == 0 else f"{os.getpid()}.{n}"
-    return [f"populora-dist-{tag}-{rank}" for rank in range(workers)]
-
-
-def worker_seed(seed: int, rank: int) -> int:
-    """A 63-bit seed for worker `rank` from the call's `seed` (distinct workers, distinct streams)."""
-    digest = hashlib.blake2b(f"populora-dist:{seed}:{rank}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little") >> 1
-
-
-def worker_build_kwargs(build_kwargs: dict, rank: int) -> dict:
-    """Worker `rank`'s `build` arguments: the driver's, with a vLLM engine seed of its own. Every worker keeps
-    the same `seed` (identical initial adapters), but requests without a seed of their own
-    (model.vllm_seeded=false) draw from vLLM's engine generator, so equal engine seeds would give two workers
-    the same samples for the same prompt. In [0, 2**31 - 1): vLLM seeds numpy with it."""
-    out = dict(build_kwargs)
-    if out.get("backend") == "vllm":
-        out["vllm_seed"] = worker_seed(int(out.get("seed") or 0), rank) % (2**31 - 1)
-    return out
-
-
-def check_worker_gpu(plan: Any, rank: int) -> None:
-    """The memory preflight on worker `rank`'s GPU: an `EngineError` (one line, the keys to change) if the
-    plan (`populora.engine.memory.MemoryPlan`) does not fit, or if this worker sees no GPU."""
-    from populora.config import ConfigError
-    from populora.engine.memory import check_plan_on_gpu, cuda_problem
-
-    problem = cuda_problem()
-    if problem:
-        raise EngineError(f"dist worker {rank} (node {os.uname().nodename}): {problem}.")
-    try:
-        check_plan_on_gpu(plan)
-    except ConfigError as err:
-        raise EngineError(f"dist worker {rank}: {err}") from None
-
-
-class DistWorker:
-    """One data-parallel worker (a Ray actor): an engine with every slot, and its rank in the process group."""
-
-    def __init__(self, rank: int, world: int) -> None:
-        self.rank, self.world = rank, world
-        self.group = False
-
-    def start(self, model: Any, tokenizer: Any, build_kwargs: dict) -> None:
-        """Build the engine (a method, not `__init__`, so that an `EngineError` reaches the driver as is)."""
-        import torch
-
-        from populora.engine import build
-
-        threads = build_kwargs.get("train_threads")
-        if threads:
-            torch.set_num_threads(int(threads))
-        build_kwargs = worker_build_kwargs(build_kwargs, self.rank)
-        plan = build_kwargs.pop("memory_plan", None)
-        if plan is not None and str(build_kwargs.get("device", "")).startswith("cuda"):
-            check_worker_gpu(plan, self.rank)  # the driver has no GPU to check: each worker checks its own
-        self.engine = build(model=model, tokenizer=tokenizer, **build_kwargs)
-        self.hf = getattr(self.engine, "hf", self.engine)  # the vllm engine trains in its HFEngine
-        self.hf.dropout_salt = self.rank  # lora.dropout: each worker's rows get their own masks
-
-    def info(self) -> dict:
-        return {
-            "n_slots": self.hf.n_slots,
-            "model_name": self.hf.model_name,
-            "targets": self.hf.targets,
-            "device": str(self.hf.device),
-            "backend": getattr(self.engine, "backend", "hf"),
-            "pid": os.getpid(),
-            "node": os.uname().nodename,
-            # what vLLM's processes hold in /dev/shm: the driver unlinks it should this worker die with them
-            "shm": dict(getattr(self.engine, "shm", None) or {}),
-            "shm_before": getattr(self.engine, "shm_before", None),  # /dev/shm before its vLLM started
-            "vllm_pids": dict(getattr(self.engine, "vllm_pids", None) or {}),
-            "tmp_files": list(getattr(self.engine, "tmp_files", None) or []),
-            "loss_agg": self.hf.loss_agg,
-            "entropy_coef": self.hf.entropy_coef,
-            "ppo": self.hf.clip_eps is not None,
-        }
-
-    def tokenizer(self):
-        return self.engine.tokenizer
-
-    def logs(self) -> dict:
-        """Where this worker's output goes (asked before `start`, so a failed start can be shown too)."""
-        return {"node": os.uname().nodename, "pid": os.getpid(), "files": own_log_files()}
-
-    def address(self) -> tuple[str, int]:
-        """This node's IP and a free TCP port (rank 0 hosts the process group's rendezvous)."""
-        import socket
-
-        import ray
-
-        with socket.socket() as s:
-            s.bind(("", 0))
-            port = s.getsockname()[1]
-        return ray.util.get_node_ip_address(), port
-
-    def init_group(self, host: str, port: int) -> float:
-        import torch
-        import torch.distributed as dist
-
-        backend = "nccl" if self.hf.device.type == "cuda" else "gloo"
-        dist.init_process_group(
-            backend, init_method=f"tcp://{host}:{port}", rank=self.rank, world_size=self.world
-        )
-        self.group = True
-        probe = torch.ones(1, device=self.hf.device)
-        dist.all_reduce(probe)  # fails here, at start-up, if the workers cannot reach each other
-        return float(probe)
-
-    def generate(self, requests: list[GenRequest], seed: int) -> tuple[list[Generation], float]:
-        t0 = time.perf_counter()
-        out = self.engine.generate(requests, seed=seed) if requests else []
-        return out, time.perf_counter() - t0
-
-    def train(self, rows: list, weights: list[float], slots: list[int]) -> tuple[dict, Any, dict]:
-        """Gradients of this worker's rows (with the whole batch's weights), all-reduced, then one step."""
-        import torch
-        import torch.distributed as dist
-
-        t0 = time.perf_counter()
-        # vLLM's share of the GPU goes to the backward pass where vLLM allows it (model.vllm_sleep), as in the
-        # one-process step: sleep, the step, the cached memory handed back, wake (also when the step fails).
-        window = self.engine.asleep() if self.engine is not self.hf else contextlib.nullcontext()
-        with window:
-            sums = self.hf.accumulate_gradients(rows, weights) if rows else {}
-            t1 = time.perf_counter()
-            params = self.hf.params
-            for p in params:
-                if p.grad is None:  # no rows here (or none touching this tensor): contribute zeros
-                    p.grad = torch.zeros_like(p)
-            handles = [dist.all_reduce(p.grad, op=dist.ReduceOp.SUM, async_op=True) for p in params]
-            for h in handles:
-                h.wait()
-            t2 = time.perf_counter()
-            norms = self.hf.apply_gradients(slots)
-        if self.engine is not self.hf:  # the vllm engine refreshes the slots it saw change
-            for s in slots:
-                self.engine.set_adapter(s, self.hf.get_adapter(s), reset_optimizer=False)
-        t3 = time.perf_counter()
-        return sums, norms.cpu(), {"s": t3 - t0, "backward_s": t1 - t0, "allreduce_s": t2 - t1}
-
-    def call(self, name: str, *args: Any, **kwargs: Any) -> Any:
-        return getattr(self.engine, name)(*args, **kwargs)
-
-    def adapters(self) -> list[LoRAAdapter]:
-        return [self.hf.get_adapter(s) for s in range(self.hf.n_slots)]
-
-    def release(self) -> None:
-        """Free what would outlive this process once it is killed (the vllm engine's engine-core process,
-        with its shared memory and semaphores, and its scratch adapter folder). Called by the driver in the
-        actor's "control" concurrency group, so it runs even while another call is in flight or stuck in an
-        all-reduce; the worker is killed right after, so the engine may be left unusable. Idempotent."""
-        engine = getattr(self, "engine", None)
-        if engine is not None and engine is not getattr(self, "hf", None) and hasattr(engine, "close"):
-            engine.close()
-
-    def close(self) -> None:
-        if hasattr(getattr(self, "engine", None), "close"):
-            self.engine.close()
-        if self.group:
-            import torch.distributed as dist
-
-            dist.destroy_process_group()
-            self.group = False
-
-
-class DistributedEngine(PeftFolderIO):
+class DistributedEngine(DistCleanup, PeftFolderIO):
     """The PolicyEngine on `workers` Ray actors; see the module docstring and `populora.engine.build`."""
 
     def __init__(
@@ -718,115 +506,6 @@ class DistributedEngine(PeftFolderIO):
         return out
 
     # ------------------------------------------------------------------ shutdown
-    def _wait(self, refs: list, timeout_s: float) -> list:
-        """Wait at most `timeout_s` for `refs` (failed ones count as done); return those not done."""
-        ray = require_ray()
-        if not refs:
-            return []
-        try:
-            _, pending = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
-        except Exception:  # noqa: BLE001 - a dead actor or a Ray shutting down: nothing left to wait for
-            return []
-        return pending
-
-    def _release_all(self) -> None:
-        """Ask every worker to `release()` through its control thread (answered even mid-call or inside a
-        stuck all-reduce); wait at most `close_timeout_s`. Workers already dead fail at once."""
-        refs = []
-        for a in self._actors:
-            try:
-                refs.append(a.release.options(concurrency_group="control").remote())
-            except Exception:  # noqa: BLE001 - an actor handle Ray no longer knows
-                pass
-        pending = self._wait(refs, self.close_timeout_s)
-        if pending:
-            logging.getLogger(__name__).warning(
-                "dist: %d worker(s) did not release within %.0fs; killing them anyway",
-                len(pending),
-                self.close_timeout_s,
-            )
-
-    def _kill_all(self) -> None:
-        """Release, then kill every worker and remove the placement group; then sweep what killed workers
-        on this node could not delete themselves (their vLLM scratch folders)."""
-        ray = require_ray()
-        if self._actors:
-            self._release_all()
-        for a in self._actors:
-            try:
-                ray.kill(a, no_restart=True)
-            except Exception:  # noqa: BLE001 - already gone
-                pass
-        if self.pg is not None:
-            try:
-                from ray.util.placement_group import remove_placement_group
-
-                remove_placement_group(self.pg)
-            except Exception:  # noqa: BLE001
-                pass
-            self.pg = None
-        if self._actors and getattr(self, "backend", None) == "vllm":
-            self._sweep_local_scratch()
-
-    def _sweep_local_scratch(self) -> None:
-        """After the kill: what this engine's workers on this node could not release themselves (a worker
-        that died, or one killed before its `release()` finished). First their vLLM processes, which outlive
-        them (vLLM's engine core ignores its parent's end); then, once those are gone, the /dev/shm segments
-        and semaphores they held, vLLM's rendezvous files and stale socket files in the temp dir, and the
-        scratch adapter folders. Only what the workers reported at start-up (pids with their command line,
-        /dev/shm entries by inode, file names) or folders named for a dead pid are touched. Workers on other
-        nodes are swept there by the next vllm engine's start-up."""
-        import tempfile
-
-        from populora.engine.vllm import (
-            RELEASE_TIMEOUT_S,
-            end_orphaned_vllm,
-            release_shm,
-            remove_files,
-            sweep_ipc_sockets,
-            sweep_stale_scratch,
-            unlink_new_orphans,
-            vllm_in_groups,
-        )
-
-        here = [i for i in self._infos if i.get("node") == os.uname().nodename]
-        if not here:
-            return
-        # ray.kill returns before the processes are gone. Ray makes each worker a process-group leader and
-        # kills the group; wait for the whole group (vLLM's processes included, even one the record missed),
-        # since a process still mapping a /dev/shm entry keeps it from being unlinked.
-        groups = {int(i["pid"]) for i in here} - {os.getpgid(0)}
-        deadline = time.monotonic() + 10.0
-        while time.monotonic() < deadline and (
-            any(_alive(int(i["pid"])) for i in here) or _live_in_groups(groups)
-        ):
-            time.sleep(0.1)
-        orphans: dict[int, str] = vllm_in_groups(groups)  # vLLM's processes of the groups, recorded or not
-        shm: dict[str, int] = {}
-        for i in here:
-            orphans.update({int(p): c for p, c in (i.get("vllm_pids") or {}).items()})
-            shm.update(i.get("shm") or {})
-        end_orphaned_vllm(orphans)
-        remove_files([f for i in here for f in i.get("tmp_files") or []])
-        if shm:  # retried until nobody holds them: a process that held an entry may take a while to exit
-            release_shm(shm)
-        befores = [i["shm_before"] for i in here if i.get("shm_before") is not None]
-        if befores:  # what the record missed: new since every local worker's vLLM started, held by nobody
-            unlink_new_orphans(
-                {n: ino for n, ino in befores[0].items() if all(b.get(n) == ino for b in befores)},
-                dying_groups=groups,  # a killed worker's process still ending: waited for, not skipped
-                timeout_s=RELEASE_TIMEOUT_S,
-            )
-        root = self._scratch_root or ("/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir())
-        sweep_stale_scratch(Path(root))
-        sweep_ipc_sockets()
-
-    def _shutdown_ray(self) -> None:
-        ray = require_ray()
-        if self._owns_ray and ray.is_initialized():
-            ray.shutdown()
-        self._owns_ray = False
-
     def close(self) -> None:
         """Stop the workers: each is asked to close (its vLLM engine, its process group; at most
         `close_timeout_s`), whoever did not is asked to release (at most `close_timeout_s` more), then the
@@ -845,95 +524,3 @@ class DistributedEngine(PeftFolderIO):
             self._kill_all()
             self._actors = []
         self._shutdown_ray()
-
-
-def death_among(pending: list, rank_of: dict, what: str, workers: int, grace_s: float = 10.0) -> str | None:
-    """`"worker K of N died during WHAT (REASON)"` for the first of the `pending` Ray refs whose actor dies
-    within `grace_s` seconds (`rank_of` maps a ref to its worker's rank), else None: the others are alive (e.g.
-    blocked in a collective) or failed themselves (a task error is not a death)."""
-    ray = require_ray()
-    deadline = time.monotonic() + grace_s
-    waiting = list(pending)
-    while waiting:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return None
-        ready, waiting = ray.wait(waiting, num_returns=1, timeout=left)
-        if not ready:
-            return None
-        try:
-            ray.get(ready[0])
-        except ray.exceptions.RayTaskError:
-            continue
-        except ray.exceptions.RayError as err:  # actor died, node lost, out of memory
-            return _died(rank_of[ready[0]], workers, what, err)
-    return None
-
-
-def _died(rank: int, workers: int, what: str, err: BaseException) -> str:
-    """The stop line's cause for a worker whose actor died: the first line of Ray's error (200 characters at
-    most), or its type's name when it has no text."""
-    text = str(err).strip()
-    reason = text.splitlines()[0][:200] if text else type(err).__name__
-    return f"worker {rank} of {workers} died during {what} ({reason})"
-
-
-LOG_TAIL_LINES = 20  # per file of a failed worker, copied to the driver's log
-
-
-def own_log_files() -> list[str]:
-    """This process's stdout and stderr files, where they are files: a Ray worker's, in Ray's session logs
-    folder on its node (`worker-*.out` / `.err`); vLLM's engine core, started by the worker, writes there too."""
-    files: list[str] = []
-    for fd in (1, 2):
-        try:
-            path = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            continue
-        if os.path.isfile(path) and path not in files:
-            files.append(path)
-    return files
-
-
-def log_tail(path: str, lines: int = LOG_TAIL_LINES) -> list[str]:
-    """The last `lines` non-blank lines of a text file (read from its last 64 KiB); [] when it cannot be read."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - 65536))
-            text = f.read().decode("utf-8", "replace")
-    except OSError:
-        return []
-    return [line for line in text.splitlines() if line.strip()][-lines:]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _live_in_groups(groups: set[int]) -> bool:
-    """Whether a live (not zombie) process belongs to one of process groups `groups` (Linux /proc)."""
-    from populora.engine.vllm import processes_in_groups
-
-    return bool(processes_in_groups(groups))
-
-
-def _python_sigterm_handler() -> Any:
-    """The SIGTERM handler a Python caller installed (the trainer's: stop and clean up), else None."""
-    if threading.current_thread() is not threading.main_thread():
-        return None
-    h = signal.getsignal(signal.SIGTERM)
-    return h if callable(h) else None
-
-
-def _restore_sigterm(handler: Any) -> None:
-    """`ray.init` replaces the process's SIGTERM handler (with `sys.exit`, and at the C level with its crash
-    reporter, which aborts): put the caller's back so that SIGTERM still stops the run cleanly."""
-    if handler is not None and threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, handler)
