@@ -12,20 +12,28 @@ print is what a run would use. Light: imports only the config modules, never tor
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from populora.cli_errors import fail
-from populora.config import ConfigError, field_docs, to_dict, to_yaml
-from populora.config_sources import DEFAULT, Resolved, bare_overrides, read_run_config, resolve
+from populora.config import ConfigError
+
+if TYPE_CHECKING:
+    from populora.config_sources import Resolved
+
+# The config models (pydantic) and the config sources load inside the functions: `populora --help` imports
+# this module and should not pay for building them.
 
 
 def print_config_help(resolved: Resolved) -> None:
     """Every key with its resolved value, the layer it came from and its meaning (`train --help-config`)."""
+    from populora.config import field_docs, to_dict
+
     values = to_dict(resolved.cfg)
     typer.echo(
         f"config keys resolved from {resolved.label}; each value's source in brackets "
-        "([default] = the dataclass default, used by no layer)"
+        "([default] = the config model's default, used by no layer)"
     )
     for key, doc in field_docs().items():
         section, name = key.split(".", 1)
@@ -34,6 +42,9 @@ def print_config_help(resolved: Resolved) -> None:
 
 def _show_yaml(resolved: Resolved) -> str:
     """`to_yaml` (each key under its docstring) with a header naming the layers and the keys they set."""
+    from populora.config import to_yaml
+    from populora.config_sources import DEFAULT
+
     changed = [k for k, src in resolved.origin.items() if src != DEFAULT]
     head = [
         f"# resolved from: {resolved.label}",
@@ -72,6 +83,8 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:  # noqa: ARG001 - th
         ),
     ) -> None:
         """Print the fully resolved config as YAML (each key under its meaning); starts nothing."""
+        from populora.config_sources import bare_overrides, read_run_config, resolve
+
         args = list(args or [])
         run_dirs = [a for a in args if "=" not in a or Path(a).is_dir()]
         try:

@@ -2,7 +2,7 @@
 
 Layers, the later one wins:
 
-1. the dataclass defaults (`populora.config`);
+1. the models' defaults (`populora.config`);
 2. a preset (`--preset NAME` or a YAML path; its `base:` chain first; default `tiny`);
 3. a user file (`--config FILE.yaml`): a preset's structure, only the keys it changes; its base is its own
    `base:` (a preset name, or a YAML path relative to the file), else `--preset`, else `tiny`;
@@ -26,15 +26,15 @@ from populora.config import (
     PRESET_DIR,
     Config,
     ConfigError,
-    _preset_path,
     all_keys,
-    apply_mapping,
+    build,
+    merge,
     parse_override,
+    preset_path,
     read_yaml,
     resume_config,
-    set_value,
+    set_key,
     show,
-    validate,
     yaml_problem,
 )
 
@@ -93,7 +93,7 @@ def _base_path(name: str, relative_to: Path | None) -> Path:
         near = relative_to / name
         if near.is_file():
             return near
-    return _preset_path(name)
+    return preset_path(name)
 
 
 def _chain(name: str, relative_to: Path | None = None, seen: tuple[Path, ...] = ()) -> list[tuple[str, dict]]:
@@ -134,21 +134,21 @@ def resolve(
     overrides: list[str] | tuple[str, ...] = (),
     check: bool = True,
 ) -> Resolved:
-    """Build the config from its layers (module docstring); `check` validates it (ConfigError on a bad value)."""
-    cfg = Config()
+    """Build the config from its layers (module docstring), validated (ConfigError on a bad value); `check`
+    also checks what it names on this machine (`populora.config.build`)."""
+    raw: dict = {}
     origin = dict.fromkeys(all_keys(), DEFAULT)
     layers = _layers(preset, config_file)
     for label, data in layers:
-        apply_mapping(cfg, data, label)
+        merge(raw, data, label)
         for section, values in data.items():
             if section != "base" and isinstance(values, dict):
                 origin.update(dict.fromkeys((f"{section}.{name}" for name in values), label))
     for text in overrides:
         key, value = parse_override(text)
-        set_value(cfg, key, value)
+        set_key(raw, key, value)
         origin[key] = SET
-    if check:
-        validate(cfg)
+    cfg = build(raw, check)
     label = " + ".join(lbl for lbl, _ in layers) + (" + --set" if overrides else "")
     return Resolved(cfg, origin, label)
 

@@ -9,7 +9,7 @@ PAGE = Path(__file__).resolve().parents[2] / "docs" / "architecture.md"
 
 
 def _unit_name(cell: str) -> str:
-    """`train/` -> populora.train, `config.py` -> populora.config."""
+    """`train/` -> populora.train, `config_cli.py` -> populora.config_cli."""
     return "populora." + cell.strip().strip("`").removesuffix("/").removesuffix(".py")
 
 

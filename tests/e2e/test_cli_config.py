@@ -60,7 +60,7 @@ def test_help_config_resolves_the_preset_and_marks_sources():
     assert "lora.rank = 32  [preset paper-7b]" in lines
     assert "rl.rollouts = 4  [--set]" in lines
     assert "ratings.lcb_k = 1.0  [default]" in lines  # no preset sets it
-    res = _cli("train", "--help-config")  # the default preset is tiny, not the dataclass defaults
+    res = _cli("train", "--help-config")  # the default preset is tiny, not the models' defaults
     assert "train.steps = 24  [preset tiny]" in res.output.splitlines()
 
 

@@ -1,7 +1,6 @@
 """Typed config: presets, --set overrides, validation messages, YAML round trip."""
 
-import dataclasses
-
+import pydantic
 import pytest
 import yaml
 
@@ -148,8 +147,8 @@ def test_yaml_round_trip_and_preset_file(tmp_path):
 def test_defaults_validate():
     from populora.config import validate
 
-    validate(Config())
-    assert dataclasses.is_dataclass(Config())
+    assert validate(Config()) == Config()
+    assert isinstance(Config(), pydantic.BaseModel)
 
 
 def test_log_sinks_are_config_keys_and_reach_the_run_folder(tmp_path):

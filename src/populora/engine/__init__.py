@@ -61,8 +61,9 @@ def build(
     `workers` > 1: a `DistributedEngine` of that many Ray actors (one GPU each on CUDA), each holding the base
     and every slot; `address` joins an existing Ray cluster ("auto", "host:port"), else Ray starts locally.
     """
-    rank = LoRAConfig.rank if rank is None else rank
-    alpha = LoRAConfig.alpha if alpha is None else alpha
+    defaults = LoRAConfig()
+    rank = defaults.rank if rank is None else rank
+    alpha = defaults.alpha if alpha is None else alpha
     if backend not in BACKENDS:
         raise EngineError(f"unknown engine backend {backend!r}; choose one of {BACKENDS}.")
     if not isinstance(workers, int) or workers < 1:

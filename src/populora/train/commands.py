@@ -14,7 +14,6 @@ import typer
 
 from populora.cli_errors import fail
 from populora.config import ConfigError
-from populora.config_sources import bare_overrides, read_run_config, resolve
 
 OVERRIDES_HELP = "Config overrides KEY=VALUE, as with --set (e.g. train.steps=5 rl.lr=1e-4)."
 
@@ -22,6 +21,8 @@ OVERRIDES_HELP = "Config overrides KEY=VALUE, as with --set (e.g. train.steps=5 
 def _overrides(set_: list[str], bare: list[str] | None) -> list[str]:
     """`--set` values, then bare `key=value` arguments (torchtune / Hydra style) in the order given."""
     try:
+        from populora.config_sources import bare_overrides  # the config models load only when a command runs
+
         return list(set_) + bare_overrides(bare)
     except ConfigError as err:
         fail(str(err))
@@ -127,6 +128,7 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         sets = _overrides(set_, overrides)
         if help_config:
             from populora.config_cli import print_config_help
+            from populora.config_sources import read_run_config, resolve
 
             try:
                 # with --resume: the run's saved config, as the resumed run will use it
