@@ -12,6 +12,7 @@ from populora.config import load_config
 from populora.engine import Generation, TrainBatch, build
 from populora.engine.testing import random_model
 from populora.rl.loss import row_weights
+from populora.train import evolve as evolve_mod
 from populora.train import trainer as trainer_mod
 from populora.train.records import ProposalTrace
 from populora.train.trainer import Trainer
@@ -184,7 +185,7 @@ def test_no_evolution_after_the_last_step(stepper):
 
 
 def test_the_lineage_records_the_operator_applied(stepper, monkeypatch):
-    real = trainer_mod.apply
+    real = evolve_mod.apply
 
     def declining(name, parents, seed=0, **params):
         # a real child whose operator declined its recipe, as X4 does when its parents disagree
@@ -192,7 +193,7 @@ def test_the_lineage_records_the_operator_applied(stepper, monkeypatch):
         child.metadata["lineage"]["operator"] = "X5"
         return child
 
-    monkeypatch.setattr(trainer_mod, "apply", declining)
+    monkeypatch.setattr(evolve_mod, "apply", declining)  # the operators as phase (5) calls them
     stepper.rng = random.Random(0)
     for m in stepper.pop.members.values():
         m.games = 1

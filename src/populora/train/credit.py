@@ -18,6 +18,7 @@ import bisect
 import re
 from collections.abc import Sequence
 
+from populora import tasks
 from populora.tasks.extract import fenced_blocks
 
 _INPUT_K = re.compile(r"input (\d+):")
@@ -70,4 +71,20 @@ def span_advantages(advantage: float, n_tokens: int, tokens: range) -> list[floa
     return out if any(out) else None
 
 
-__all__ = ["blamed_tokens", "failure_span", "span_advantages"]
+def blame_spans(rows: list, owners: list, tokenizer) -> None:
+    """Give each invalid proposal's row (`owners[i]` is row i's trace, None for a student row) its advantage
+    only on the block its reason names; a row whose reason names no block keeps sequence credit."""
+    n_inputs = tasks.get("code_f").config.n_inputs
+    for row, trace in zip(rows, owners, strict=True):
+        if trace is None or trace.valid:
+            continue
+        span = failure_span(trace.task, trace.gen.text, trace.reason, n_inputs)
+        if span is None:
+            continue
+        ids = trace.gen.token_ids
+        per_token = span_advantages(row.advantages, len(ids), blamed_tokens(tokenizer, ids, span))
+        if per_token is not None:
+            row.advantages = per_token
+
+
+__all__ = ["blame_spans", "blamed_tokens", "failure_span", "span_advantages"]

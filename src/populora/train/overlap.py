@@ -9,7 +9,8 @@ queued, runs it as one batch (one `validate` per task type, one `score_many`), t
 `join` ends the lane after the phase's generation and waits for the last batch: the phase after it (validate,
 score) then only waits for what decoding could not hide. The step's deadlines for validation and scoring count
 from `joined_at` (the end of generation) or, for a batch begun before it, from the batch's start, so neither
-phase ends later after generation than without the lane (`Trainer.check_proposals`, `Trainer.score_ready`).
+phase ends later after generation than without the lane (train/validate.py `check_proposals`, train/score.py
+`score_ready`).
 
 Results are the sequential path's: validation and scoring give a proposal or a problem the same verdict in any
 batch (`CodeTask.validate`, `tasks.score_many`), the lane writes nothing the main thread reads before `join`,
@@ -25,7 +26,8 @@ import inspect
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 _END = object()  # put by `join` / `abort`: no more items
@@ -101,4 +103,21 @@ def accepts_on_finish(fn: Callable) -> bool:
         return False
 
 
-__all__ = ["SandboxLane", "accepts_on_finish"]
+@contextmanager
+def open_lane(work: Callable[[list[Any]], None], enabled: bool = True) -> Iterator[SandboxLane | None]:
+    """A `SandboxLane` running `work` while the block runs (None when not `enabled`: `train.overlap` off).
+    An error in the block aborts it, so its thread never outlives the step; otherwise it is joined at the end
+    (a no-op when the phase joined it already)."""
+    if not enabled:
+        yield None
+        return
+    lane = SandboxLane(work)
+    try:
+        yield lane
+    except BaseException:
+        lane.abort()
+        raise
+    lane.join()
+
+
+__all__ = ["SandboxLane", "accepts_on_finish", "open_lane"]

@@ -1,6 +1,7 @@
 """What a run needs before its first step: the engine (a memory preflight, then `populora.engine.build` with
-the config's model, slots, LoRA shape and optimiser settings) and the synthetic seed problems that fill the
-task buffers. Kept apart from the loop (`trainer.py`), which only uses them."""
+the config's model, slots, LoRA shape and optimiser settings) and the task buffers with their seed problems
+(`seeded_buffers`: seed files, each family's seeds, synthetic seeds). Kept apart from the loop (`trainer.py`),
+which only uses them."""
 
 from __future__ import annotations
 
@@ -29,7 +30,11 @@ from populora.lora.adapter import AdapterError
 from populora.names import TASKS
 from populora.pretrain.programs import sample_code_f, sample_triplet
 from populora.sandbox import Sandbox
+from populora.tasks import registry
+from populora.tasks.buffers import TaskBuffers
 from populora.train.errors import TrainError
+from populora.train.progress import note
+from populora.train.seed_files import SeedFileError, resolve_seed_file
 from populora.train.targets_check import check_targets, local_model_folder
 
 
@@ -87,6 +92,38 @@ def graded_seed_levels(model_folder: Path) -> tuple[int, ...] | None:
     except (OSError, ValueError):
         return None
     return parse_levels(level) if isinstance(level, str) and is_graded_level(level) else None
+
+
+def seeded_buffers(cfg: Config, sandbox: Sandbox, guard, quiet: bool = False) -> TaskBuffers:
+    """The run's task buffers, seeded: from the seed files (`tasks.seed_io`, `tasks.seed_code_f`), then each
+    non-AZR family's seed problems, then (`tasks.seed_synthetic`, AZR) synthetic seeds from the base model's
+    own generator, checked in the sandbox. A program equal to a probe program (`guard`, train/probe_guard.py)
+    never enters them."""
+    tk = cfg.tasks
+    try:
+        buffers = TaskBuffers.seeded(
+            tk.buffer_size,
+            seed_io=resolve_seed_file(tk.seed_io, "tasks.seed_io") or None,
+            seed_code_f=resolve_seed_file(tk.seed_code_f, "tasks.seed_code_f") or None,
+            sandbox=sandbox,
+            tasks=registry.buffer_types(tk.families),
+        )
+    except SeedFileError as err:
+        raise TrainError(str(err)) from None
+    except OSError as err:
+        raise TrainError(f"tasks.seed_io / tasks.seed_code_f: cannot read the seed file ({err}).") from None
+    # each non-AZR type's buffer gets its family's seeds (at least `tasks.references`), made in the sandbox
+    # behind the policy (tasks/registry.py)
+    n = max(tk.seed_synthetic, tk.references, 1)
+    for t in registry.buffer_types(tk.families)[len(tasks.TASK_NAMES) :]:
+        buffers[t].extend(registry.seed_problems(t, n, sandbox, cfg.train.seed))
+    if tk.seed_synthetic and "azr" in tk.families:
+        note(f"seeding the buffers ({tk.seed_synthetic} problems per task, checked in the sandbox)", quiet)
+        levels = graded_seed_levels(resolve_model(cfg.model.name, cfg.model.revision or None))
+        for p in synthetic_seeds(tk.seed_synthetic, sandbox, cfg.train.seed, levels):
+            if not guard.collides(p.program):  # the probe's twins never enter the buffers
+                buffers.add(p)
+    return buffers
 
 
 def preflight(cfg: Config) -> str:
