@@ -121,10 +121,7 @@ def _st_str_chain(b: P._Builder) -> bool:
     if not opts:
         return False
     expr, typ, op = rng.choice(opts)
-    name = b.fresh(typ)
-    b.lines.append(f"{name} = {expr}")
-    b.ops.append(op)
-    b.bind(name, typ)
+    b.assign(expr, typ, op)
     return True
 
 
@@ -219,10 +216,7 @@ def _st_call_helper(b: P._Builder) -> bool:
     if xs:
         opts += [(f"[{g}(v) for v in {xs}]", "list"), (f"sum({g}(v) for v in {xs})", "int")]
     expr, typ = rng.choice(opts)
-    name = b.fresh(typ)
-    b.lines.append(f"{name} = {expr}")
-    b.ops.append("nested calls")
-    b.bind(name, typ)
+    b.assign(expr, typ, "nested calls")
     return True
 
 

@@ -55,6 +55,15 @@ class _Builder:
     def bind(self, name: str, typ: str) -> None:
         self.env.append((name, typ))
 
+    def assign(self, expr: str, typ: str, op: str) -> str:
+        """The line `NAME = expr`, NAME a fresh variable of `typ` then in scope; `op` names the operation for the
+        program's message. Draws only what `fresh` draws, so the generator's stream is the same as writing it out."""
+        self.ops.append(op)
+        name = self.fresh(typ)
+        self.lines.append(f"{name} = {expr}")
+        self.bind(name, typ)
+        return name
+
 
 def _int_atom(b: _Builder) -> str:
     rng = b.rng
@@ -171,10 +180,7 @@ def _st_str_expr(b: _Builder) -> bool:
     if not options:
         return False
     expr, op = rng.choice(options)
-    b.ops.append(op)
-    name = b.fresh("str")
-    b.lines.append(f"{name} = {expr}")
-    b.bind(name, "str")
+    b.assign(expr, "str", op)
     return True
 
 
@@ -217,10 +223,7 @@ def _st_list_expr(b: _Builder) -> bool:
     if not options:
         return False
     expr, op = rng.choice(options)
-    b.ops.append(op)
-    name = b.fresh("list")
-    b.lines.append(f"{name} = {expr}")
-    b.bind(name, "list")
+    b.assign(expr, "list", op)
     return True
 
 
@@ -241,10 +244,7 @@ def _st_strs_expr(b: _Builder) -> bool:
     if not options:
         return False
     expr, op = rng.choice(options)
-    b.ops.append(op)
-    name = b.fresh("strs")
-    b.lines.append(f"{name} = {expr}")
-    b.bind(name, "strs")
+    b.assign(expr, "strs", op)
     return True
 
 
@@ -306,10 +306,7 @@ def _st_dict_reduce(b: _Builder) -> bool:
         (f"{d}.get('{rng.choice('abcx')}', {rng.randint(0, 3)})", "int", "lookup"),
     ]
     expr, typ, op = rng.choice(options)
-    b.ops.append(op)
-    name = b.fresh(typ)
-    b.lines.append(f"{name} = {expr}")
-    b.bind(name, typ)
+    b.assign(expr, typ, op)
     return True
 
 
