@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from train_rows import random_rows
 
-from populora.engine import TrainBatch, TrainRow
+from populora.engine import TrainBatch
 from populora.lora.peft_io import load_peft
 
 TOL = 2e-6
@@ -15,15 +16,7 @@ OPTS = dict(lr=1e-2, eps=1.0, weight_decay=0.1)  # eps=1 as in test_engine_train
 
 
 def _rows(slots, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    rows = []
-    for k, s in enumerate(slots):
-        p = torch.randint(0, 256, (3 + k % 4,), generator=g).tolist()
-        r = torch.randint(0, 256, (2 + (k * 3) % 5,), generator=g).tolist()
-        rows.append(
-            TrainRow(slot=s, prompt_ids=p, response_ids=r, advantages=float(torch.randn((), generator=g)))
-        )
-    return rows
+    return random_rows(slots, seed)
 
 
 def test_mixed_rank_step_equals_a_uniform_engine_and_padding_stays_zero(make_engine, tmp_path):

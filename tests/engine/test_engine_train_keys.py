@@ -7,8 +7,9 @@ from __future__ import annotations
 import json
 
 import torch
+from train_rows import random_rows
 
-from populora.engine import GenRequest, TrainBatch, TrainRow
+from populora.engine import GenRequest, TrainBatch
 from populora.lora.peft_io import load_peft
 from populora.rl.loss import row_weights
 
@@ -17,15 +18,7 @@ LIN = dict(lr=1e-2, eps=1.0)  # AdamW eps=1: the update ~ lr * g, so weights com
 
 
 def _rows(slots=(0, 1, 2, 1, 0, 1, 2, 2), seed=0):
-    g = torch.Generator().manual_seed(seed)
-    rows = []
-    for k, s in enumerate(slots):
-        p = torch.randint(0, 256, (3 + k % 4,), generator=g).tolist()
-        r = torch.randint(0, 256, (2 + (k * 3) % 5,), generator=g).tolist()
-        rows.append(
-            TrainRow(slot=s, prompt_ids=p, response_ids=r, advantages=float(torch.randn((), generator=g)))
-        )
-    return rows
+    return random_rows(slots, seed)
 
 
 def _grads(eng, rows):
