@@ -185,3 +185,30 @@ def test_resume_config_changes_only_the_resumable_keys():
         resume_config(saved, ["lora.rank=4"])
     with pytest.raises(ConfigError, match="train.steps: must be >= 1"):
         resume_config(saved, ["train.steps=0"])
+
+
+@pytest.mark.parametrize(
+    "section, key, value, message",
+    [
+        ("train", "steps", 0, "train.steps: must be >= 1, got 0; set e.g. --set train.steps=10."),
+        (
+            "model",
+            "backend",
+            "vlm",
+            "model.backend: 'vlm' is not allowed (did you mean 'vllm'?); use one of hf, vllm.",
+        ),
+        ("rl", "lr", "abc", "rl.lr: expected a number, got 'abc'; set it like `--set rl.lr=...`."),
+        ("train", "setps", 1, "unknown config key 'train.setps'; did you mean 'train.steps'?"),
+    ],
+)
+def test_an_assignment_in_code_is_refused_with_the_set_message(section, key, value, message):
+    """Python users who change a loaded config in place get the CLI's one line, not pydantic's report."""
+    cfg = load_config("tiny", [])
+    with pytest.raises(ConfigError) as err:
+        setattr(getattr(cfg, section), key, value)
+    assert str(err.value) == message
+    with pytest.raises(ConfigError) as cli:
+        load_config("tiny", [f"{section}.{key}={value}"])
+    assert str(cli.value) == message  # the same words as --set
+    cfg.train.steps = 7  # a good value is taken
+    assert cfg.train.steps == 7

@@ -114,19 +114,23 @@ def _number(value: Any) -> str:
     return show(value)
 
 
-def _one_line(err: ValidationError, data: dict) -> ConfigError:
-    """The first of `err`'s errors (unknown keys, then wrong types, then the rest) as one ConfigError line."""
+_UNKNOWN = ("extra_forbidden", "no_such_attribute")  # a key no section has: in a mapping, in an assignment
+
+
+def _one_line(err: ValidationError, data: dict, section: str | None = None) -> ConfigError:
+    """The first of `err`'s errors (unknown keys, then wrong types, then the rest) as one ConfigError line;
+    `section`: the errors are a section's own (an assignment to one of its fields), located without it."""
     errors = sorted(
         err.errors(),
-        key=lambda e: 0 if e["type"] == "extra_forbidden" else 2 if e["type"] in _RANGE_ERRORS else 1,
+        key=lambda e: 0 if e["type"] in _UNKNOWN else 2 if e["type"] in _RANGE_ERRORS else 1,
     )
     e = errors[0]
     cause = (e.get("ctx") or {}).get("error")
     if isinstance(cause, ConfigError):  # a model's own check: its message names the key and the fix
         return cause
-    loc = [str(p) for p in e["loc"]]
+    loc = ([section] if section else []) + [str(p) for p in e["loc"]]
     key = ".".join(loc[:2])
-    if e["type"] == "extra_forbidden":
+    if e["type"] in _UNKNOWN:
         return unknown_key(key)
     info = _field(key)
     if info is None:  # a section that is not a mapping (`merge` refuses those first)
@@ -201,6 +205,15 @@ def build(raw: dict, check: bool = True) -> Config:
         return Config.model_validate(raw, context={"check": check})
     except ValidationError as err:
         raise _one_line(err, raw) from None
+
+
+def assignment_error(
+    section_model: type[BaseModel], name: str, value: Any, err: ValidationError
+) -> ConfigError:
+    """`cfg.SECTION.NAME = value` refused by the section's model, as the one line `--set SECTION.NAME=value`
+    would give."""
+    section = next(s for s, cls in _sections().items() if cls is section_model)
+    return _one_line(err, {section: {name: value}}, section)
 
 
 def validate(cfg: Config) -> Config:

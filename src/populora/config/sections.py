@@ -12,7 +12,15 @@ import difflib
 import typing
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
 from populora.config.errors import ConfigError, show
@@ -38,6 +46,15 @@ class Section(BaseModel):
     model_config = ConfigDict(
         extra="forbid", validate_assignment=True, use_attribute_docstrings=True, coerce_numbers_to_str=True
     )
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        """An assignment in code (`cfg.train.steps = 0`) is refused with the same one line as `--set`."""
+        try:
+            super().__setattr__(name, value)
+        except ValidationError as err:
+            from populora.config.loading import assignment_error
+
+            raise assignment_error(type(self), name, value, err) from None
 
     @field_validator("*", mode="before")
     @classmethod
