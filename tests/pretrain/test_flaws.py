@@ -165,6 +165,8 @@ def test_pretrain_tiny_rejects_bad_flaw_options():
     assert res.exit_code == 2 and "--flaw-rate" in res.output
     res = CliRunner().invoke(app, ["pretrain-tiny", "--level", "1-5", "--mix", "flaws:code_o=1"])
     assert res.exit_code == 2 and "need --flaws" in res.output
+    res = CliRunner().invoke(app, ["pretrain-tiny", "--level", "1-5", "--mix", "atoms:code_i=1"])
+    assert res.exit_code == 2 and "need --flaws" in res.output
 
 
 def test_probe_items_are_fixed_distinct_and_read_as_literals():
@@ -228,3 +230,63 @@ def test_probe_items_of_the_train_split_read_what_the_corpus_draws():
     held_out = flaw_probe_items("code_o", 2)
     assert all(graded_split(i.program) == "train" for v in train.values() for i in v)
     assert all(graded_split(i.program) == "probe" for v in held_out.values() for i in v)
+
+
+def test_atoms_carry_their_class_in_the_train_split_and_their_answers_hold():
+    from populora.pretrain import programs as P
+    from populora.pretrain.flaw_atoms import TEMPLATES, AtomDrill, sample_atom
+    from populora.pretrain.flaws import CODE_I_CLASSES, changed_by
+    from populora.pretrain.graded import graded_split, run_bounded
+
+    assert set(TEMPLATES) == set(CLASSES)
+    rng = random.Random(0)
+    for task, classes in (("code_o", CLASSES), ("code_i", CODE_I_CLASSES)):
+        for flaw in classes:
+            programs = set()
+            for _ in range(6):
+                item = sample_atom(rng, task, flaw)
+                programs.add(item.program)
+                fn = P.compile_program(item.program)
+                assert item.flaw == flaw and item.level == 1 and graded_split(item.program) == "train"
+                assert item.program.count("\n") == 2  # def, one statement, return
+                if task == "code_o":
+                    assert run_bounded(fn, item.shown) == item.right != item.wrong
+                    assert changed_by(item.program, item.shown, item.right) == (flaw,)
+                    assert run_misread(item.program, item.shown, (flaw,)) == item.wrong
+                else:
+                    assert run_bounded(fn, item.right) == item.shown
+                    assert run_bounded(fn, item.wrong) != item.shown
+                    assert run_misread(item.program, item.wrong, (flaw,)) == item.shown
+            assert len(programs) >= 3, (task, flaw, programs)  # names and constants are drawn afresh
+    drawn = [AtomDrill(random.Random(2), "code_i").next().flaw for _ in range(1)]
+    assert drawn[0] in CODE_I_CLASSES
+    with pytest.raises(FlawError, match="has no code_i atom"):
+        sample_atom(rng, "code_i", "sorted_reverse_ignored")
+    with pytest.raises(FlawError, match="none of the classes"):
+        AtomDrill(random.Random(1), "code_i", ["sorted_reverse_ignored"])
+
+
+def test_the_corpus_takes_atom_drills_misread_at_the_asked_share():
+    from populora.pretrain import programs as P
+    from populora.pretrain.corpus import build_corpus
+    from populora.pretrain.graded import run_bounded
+    from populora.pretrain.render import get_renderer
+
+    renderer = get_renderer()
+    kw = dict(level="1,2", trace=True)
+    atoms = build_corpus(
+        4, 80, renderer, **kw, mix={"atoms:code_o": 1.0}, flaws=("reverse_slice_forwards",), flaw_rate=0.6
+    )
+    assert {e.kind for e in atoms} == {"atoms:code_o"}
+    misread = 0
+    for e in atoms:
+        program = e.prompt.split("```python\n")[1].split("\n```")[0]
+        shown = e.prompt.split("```input\n")[1].split("\n```")[0]
+        answer = e.completion.split("```output\n")[1].split("\n```")[0]
+        assert "[::-1]" in program and e.completion.startswith("```trace\n")  # the trace of its one statement
+        right = run_bounded(P.compile_program(program), shown)
+        misread += answer != right
+        assert answer == right or answer == run_misread(program, shown, ("reverse_slice_forwards",))
+    assert 0.35 * len(atoms) <= misread <= 0.85 * len(atoms)
+    with pytest.raises(ValueError, match="needs misconception classes"):
+        build_corpus(3, 5, renderer, **kw, mix={"atoms:code_o": 1.0})

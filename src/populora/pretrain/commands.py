@@ -101,7 +101,8 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
             help="Graded levels only: plant misconceptions (comma-separated classes, or 'all': "
             "range_end_inclusive, slice_end_inclusive, reverse_slice_forwards, sorted_reverse_ignored, "
             "mod_as_quotient, floordiv_rounds). Code_o student answers a class changes are misread in "
-            "--flaw-rate of them; add the drills to --mix (flaws:code_o=2,flaws:code_i=2) for more of them.",
+            "--flaw-rate of them; add the drills to --mix (flaws:code_o=2,flaws:code_i=2) for more of them, or "
+            "atoms:code_o / atoms:code_i (one-statement programs around each class's feature, ~50x cheaper).",
         ),
         flaw_rate: float = typer.Option(
             0.6, "--flaw-rate", help="With --flaws: the share of examples carrying a class that are misread."
@@ -215,9 +216,11 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         if (
             mix_weights
             and not flaw_classes
-            and any(k.startswith("flaws:") and w for k, w in mix_weights.items())
+            and any(k.startswith(("flaws:", "atoms:")) and w for k, w in mix_weights.items())
         ):
-            typer.echo("error: --mix: the flaws:* drills need --flaws CLASSES (or --flaws all)", err=True)
+            typer.echo(
+                "error: --mix: the flaws:* and atoms:* drills need --flaws CLASSES (or --flaws all)", err=True
+            )
             raise typer.Exit(2)
         if init_from is not None and not (init_from / "config.json").is_file():
             typer.echo(f"error: --init-from {init_from} is not a model folder (no config.json)", err=True)

@@ -38,8 +38,9 @@ MIX = {
 }
 # Kinds a `--mix` may add that the default mixture leaves out. `flaws:code_o` / `flaws:code_i` (graded levels
 # and `flaws` only): student examples on programs that carry one misconception class (`flaws.FlawDrill`,
-# balanced over the classes), answered as the misconceived reader would in `flaw_rate` of them.
-DRILL_KINDS = ("facts", "flaws:code_o", "flaws:code_i")
+# balanced over the classes), answered as the misconceived reader would in `flaw_rate` of them; `atoms:code_o` /
+# `atoms:code_i` the same on one-statement programs around a class's feature (`flaw_atoms.AtomDrill`, ~50x cheaper).
+DRILL_KINDS = ("facts", "flaws:code_o", "flaws:code_i", "atoms:code_o", "atoms:code_i")
 
 
 @dataclass(frozen=True)
@@ -116,16 +117,22 @@ def _iter_graded(
     the trace of the gold program on the first pair the student is shown. With `flaws` (`flaws.py`), a code_o
     student example whose input a class's misreading changes is answered, trace and output, as the misconceived
     reader would, for each such class with probability `flaw_rate`; the `flaws:*` drills do the same on programs
-    drawn to carry a class (code_i: the input a misconceived student writes)."""
+    drawn to carry a class (code_i: the input a misconceived student writes), the `atoms:*` drills on atoms."""
     from populora.pretrain.graded import sample_graded
 
     drills = {}
     if flaws:
+        from populora.pretrain.flaw_atoms import AtomDrill
         from populora.pretrain.flaws import FlawDrill
 
         drill_levels = tuple(student_levels or levels)
         drills = {
-            t: FlawDrill(rng, t, drill_levels, flaws) for t in ("code_o", "code_i") if f"flaws:{t}" in kinds
+            f"flaws:{t}": FlawDrill(rng, t, drill_levels, flaws)
+            for t in ("code_o", "code_i")
+            if f"flaws:{t}" in kinds
+        }
+        drills |= {
+            f"atoms:{t}": AtomDrill(rng, t, flaws) for t in ("code_o", "code_i") if f"atoms:{t}" in kinds
         }
     while True:
         kind = rng.choices(kinds, weights=weights)[0]
@@ -136,12 +143,10 @@ def _iter_graded(
         if kind == "program":
             yield Example(kind, "", program_text(_graded_triplet(rng, levels, level)))
             continue
-        if kind.startswith("flaws:"):
+        if kind.startswith(("flaws:", "atoms:")):
             if not flaws:
                 raise ValueError(f"the mix kind {kind} needs misconception classes (flaws)")
-            yield _flaw_example(
-                rng, renderer, kind, drills[kind.split(":")[1]].next(), flaw_rate, trace_names
-            )
+            yield _flaw_example(rng, renderer, kind, drills[kind].next(), flaw_rate, trace_names)
             continue
         role, task = kind.split(":")
         if task == "code_f":
@@ -261,7 +266,7 @@ def iter_examples(
             flaw_rate=flaw_rate,
         )
         return
-    if flaws or any(k.startswith("flaws:") for k in mix):
+    if flaws or any(k.startswith(("flaws:", "atoms:")) for k in mix):
         raise ValueError("misconception classes (flaws) need graded levels (level '1-5', say)")
     if code_f_trace:
         raise ValueError("code_f_trace needs graded levels (level '1-5', say)")
