@@ -3,37 +3,25 @@ golden metrics.jsonl, problems.jsonl and events.jsonl written by the code before
 removed (tests/golden_logs.py). A change that is meant to change behaviour regenerates them
 (tests/train/golden/README.md); a refactor never does.
 
-The overrides are written out here, not taken from tests/fast_runs.py: a golden is the output of exactly these
-settings, and a change to what "fast" means elsewhere must not invalidate it."""
+The overrides are pinned in tests/golden_logs.py, not taken from tests/fast_runs.py."""
 
 from __future__ import annotations
 
 import pytest
-from golden_logs import check_golden  # tests/: pytest puts the rootdir conftest's folder on sys.path
+from golden_logs import PINNED as GOLDEN_PINNED
+from golden_logs import (  # tests/: pytest puts the rootdir conftest's folder on sys.path
+    check_golden,
+    require_bundled_model,
+)
 
-from populora.engine import EngineError, resolve_model
 from populora.train.launch import train
 
-PINNED = [
-    "model.name=tiny",
-    "tasks.prompts=3",
-    "rl.rollouts=2",
-    "tasks.teacher_max_new_tokens=48",
-    "tasks.student_max_new_tokens=24",
-    "sandbox.workers=1",
-    "train.threads=1",
-    "tasks.references=1",
-    "tasks.seed_synthetic=2",
-    "train.keep_checkpoints=0",
-]
+PINNED = [*GOLDEN_PINNED, "train.threads=1"]
 
 
 @pytest.fixture(autouse=True, scope="module")
 def _bundled_model():
-    try:
-        resolve_model("tiny")
-    except EngineError:
-        pytest.skip("the goldens were made on the bundled tiny model, which is absent")
+    require_bundled_model()
 
 
 def test_population_run_matches_the_golden(tmp_path):
