@@ -212,3 +212,9 @@ def test_an_assignment_in_code_is_refused_with_the_set_message(section, key, val
     assert str(cli.value) == message  # the same words as --set
     cfg.train.steps = 7  # a good value is taken
     assert cfg.train.steps == 7
+
+
+def test_every_section_knows_its_key_in_the_config():
+    """An assignment's error names `section.key`; the section finds its name from its class name."""
+    for name, info in Config.model_fields.items():
+        assert info.annotation.section_key() == name

@@ -12,8 +12,9 @@ with one line that names the field and the fix; the CLI prints it without a trac
 This package imports nothing heavy (pydantic and PyYAML, no torch): the CLI validates before loading a model.
 
 Modules: `errors` (ConfigError, plain YAML, bounded quotes), `sections` (the section models and their checks),
-`model` (`Config`, the checks between sections and of this machine), `loading` (presets, overrides, pydantic's
-errors as one line, the run folder's YAML), `resume` (what `--resume` may change).
+`model` (`Config`, the checks between sections and of this machine), `loading` (presets, overrides, the run
+folder's YAML), `messages` (pydantic's errors as one line, for `loading` and for assignments in code), `resume`
+(what `--resume` may change).
 """
 
 from importlib import import_module

@@ -24,6 +24,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from populora.config.errors import ConfigError, show
+from populora.config.messages import one_line, unknown_key_among
 from populora.names import LIVE_OPERATORS, OPERATORS, TASKS
 
 SECONDS = "a number of seconds"
@@ -52,9 +53,19 @@ class Section(BaseModel):
         try:
             super().__setattr__(name, value)
         except ValidationError as err:
-            from populora.config.loading import assignment_error
+            section, fields = self.section_key(), type(self).model_fields
+            raise one_line(
+                err,
+                {section: {name: value}},
+                lambda key: fields.get(key.partition(".")[2]),
+                lambda key: unknown_key_among(key, [f"{section}.{n}" for n in fields]),
+                section,
+            ) from None
 
-            raise assignment_error(type(self), name, value, err) from None
+    @classmethod
+    def section_key(cls) -> str:
+        """The section's name in a config: `TrainConfig` -> "train", `LoRAConfig` -> "lora"."""
+        return cls.__name__.removesuffix("Config").lower()
 
     @field_validator("*", mode="before")
     @classmethod
