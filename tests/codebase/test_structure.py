@@ -125,3 +125,13 @@ def test_nothing_imports_the_trainer_or_the_cli():
     # trainer (they run trainings) and nothing imports them.
     assert users == ["populora.experiment"], users
     assert not [src for src, dsts in graph.items() if "populora.experiment" in dsts]
+
+
+MAX_LINES = 700  # issue 52: a room a maintainer can read in one sitting; split along a seam past it
+
+
+def test_no_source_file_is_over_700_lines():
+    root = SRC.parent.parent
+    files = [*SRC.rglob("*.py"), *(root / "bench").glob("*.py")]
+    long = {str(p.relative_to(root)): n for p in files if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert not long, f"over {MAX_LINES} lines (split each along a seam, docs/architecture.md): {long}"
