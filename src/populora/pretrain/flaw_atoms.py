@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import random
 
-from populora.pretrain.flaws import CLASSES, CODE_I_CLASSES, FlawError, FlawItem, check_classes
+from populora.pretrain.flaws import CLASSES, CODE_I_CLASSES, FlawError, FlawItem, check_classes, task_classes
 
-# Per class: (parameter types, result type, expression over the parameters {p0} {p1} and constants {c} {c2}, the
+# Per class: (parameter types, result type, expression over the parameters {p0} {p1} and constants {c0} {c}, the
 # message's word). Each expression is a form the class's misreading changes on common inputs.
 TEMPLATES: dict[str, list[tuple[tuple[str, ...], str, str, str]]] = {
     "range_end_inclusive": [
@@ -124,10 +124,7 @@ class AtomDrill:
     draw picks a class uniformly from `classes` (those the task has a form for). Deterministic for a given `rng`."""
 
     def __init__(self, rng: random.Random, task: str, classes=CLASSES):
-        allowed = CODE_I_CLASSES if task == "code_i" else CLASSES
-        self.classes = tuple(c for c in check_classes(classes) if c in allowed)
-        if not self.classes:
-            raise FlawError(f"none of the classes has a {task} form; {task} takes {', '.join(allowed)}")
+        self.classes = task_classes(task, classes)
         self.rng, self.task = rng, task
 
     def next(self) -> FlawItem:

@@ -349,6 +349,15 @@ def sample_flaw_item(
 CODE_I_CLASSES: tuple[str, ...] = tuple(c for c in CLASSES if c != "sorted_reverse_ignored")
 
 
+def task_classes(task: str, classes: Iterable[str] = CLASSES) -> tuple[str, ...]:
+    """Those of `classes` that `task` has a natural form for (code_i: `CODE_I_CLASSES`); FlawError if none."""
+    allowed = CODE_I_CLASSES if task == "code_i" else CLASSES
+    out = tuple(c for c in check_classes(classes) if c in allowed)
+    if not out:
+        raise FlawError(f"none of the classes has a {task} form; {task} takes {', '.join(allowed)}")
+    return out
+
+
 class FlawDrill:
     """A class-balanced stream of items for the corpus: each draw picks a class uniformly from `classes` (those
     the task has a natural form for), then draws graded programs from the "train" split until one carries it (a
@@ -357,10 +366,7 @@ class FlawDrill:
     def __init__(
         self, rng: random.Random, task: str, levels: tuple[int, ...], classes: Iterable[str] = CLASSES
     ):
-        allowed = CODE_I_CLASSES if task == "code_i" else CLASSES
-        self.classes = tuple(c for c in check_classes(classes) if c in allowed)
-        if not self.classes:
-            raise FlawError(f"none of the classes has a {task} form; {task} takes {', '.join(allowed)}")
+        self.classes = task_classes(task, classes)
         self.rng, self.task, self.levels = rng, task, levels
         self.queues: dict[str, list[FlawItem]] = {c: [] for c in self.classes}
 
