@@ -38,3 +38,14 @@ OPERATORS: tuple[str, ...] = (
 
 # Prompt template sets shipped in populora/tasks/templates (tasks.template; a folder path works too).
 TEMPLATE_NAMES: tuple[str, ...] = ("azr", "compact", "azr-short", "compact-prefix")
+
+
+# The planted misconception classes of the tiny-flaws world (issue 49; their semantics: pretrain/flaws.py).
+FLAW_CLASSES: tuple[str, ...] = (
+    "range_end_inclusive",
+    "slice_end_inclusive",
+    "reverse_slice_forwards",
+    "sorted_reverse_ignored",
+    "mod_as_quotient",
+    "floordiv_rounds",
+)

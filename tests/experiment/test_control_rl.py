@@ -107,6 +107,7 @@ def test_the_arms_differ_only_in_what_reaches_the_update(model_name, sandbox, mo
         (["--arms", "real,random"], "--arms: real,random: pick from real, shuffled, none"),
         (["--eval-temperatures", "1,0"], "--eval-temperatures: expected numbers > 0"),
         (["--probe-every", "-1"], "--probe-every must be >= 0"),
+        (["--probe-set", "flaws", "--flaw-per-class", "65"], "--flaw-per-class must be in [1, 64]"),
         (["--set", "rl.loss_norm=by_task"], "--set: rl.loss_norm"),
     ],
 )
@@ -137,3 +138,37 @@ def test_a_long_control_says_so_before_it_starts_and_a_quick_one_does_not():
     assert line is not None and line.startswith("this will take about ") and "continues" in line
     quick = control_rl.parse(["--quick"])
     assert control_rl.up_front_line(quick, [("fresh", 3e-3, "real", 0)], measure_base=True) is None
+
+
+def test_the_flaws_probe_reads_each_planted_class_flawed_and_unflawed(model_name, tmp_path):
+    out = tmp_path / "flaws.json"
+    argv = ["--quick", "--types", "code_i", "--probe-set", "flaws", "--probe-levels", "1", "--threads", "1"]
+    control_rl.main([*argv, "--model", model_name, "--arms", "real,shuffled", "--out", str(out)])
+    rec = json.loads(out.read_text())
+    from populora.pretrain.flaws import CODE_I_CLASSES
+
+    tags = rec["probe_tags"]["code_i"]
+    # --quick: 2 items a class first, then the 4 graded items, each tagged by the class its input carries
+    assert tags[: 2 * len(CODE_I_CLASSES)] == [*CODE_I_CLASSES, *CODE_I_CLASSES]
+    assert len(tags) == 2 * len(CODE_I_CLASSES) + 4 and len(rec["base"]["greedy"]["code_i"]) == len(tags)
+    held = rec["summary"]["held_out"]["fresh lr 0.003"]["greedy"]
+    assert {f"code_i/{c}" for c in CODE_I_CLASSES} | {"code_i", "all", "flawed"} <= set(held)
+    assert "real_minus_shuffled" in held["flawed"]
+    assert ("unflawed" in held) == ("unflawed" in tags)
+
+
+def test_summary_rows_pool_the_tagged_items_by_hand():
+    from populora.experiment.controlled.rl_measure import item_groups, item_scores
+
+    tags = {"code_o": ["mod_as_quotient", "unflawed", "mod_as_quotient", "several"], "code_i": ["unflawed"]}
+    groups = item_groups(["code_o", "code_i"], tags)
+    assert groups["code_o/mod_as_quotient"] == {"code_o": [0, 2]}
+    assert groups["flawed"] == {"code_o": [0, 2]} and groups["unflawed"] == {"code_o": [1], "code_i": [0]}
+    assert set(item_groups(["code_o"])) == {"code_o", "all"}  # untagged: per type and all, as before
+    m = {
+        "greedy": {"code_o": [1, 0, 0, 1], "code_i": [1]},
+        "sampled": {"1": {"code_o": [2, 4, 0, 1], "code_i": [3]}},
+    }
+    assert list(item_scores(m, "greedy", 4, groups["unflawed"])) == [0.0, 1.0]
+    assert list(item_scores(m, "1", 4, groups["code_o/mod_as_quotient"])) == [0.5, 0.0]
+    assert list(item_scores(m, "1", 4, ["code_i", "code_o"])) == [0.75, 0.5, 1.0, 0.0, 0.25]

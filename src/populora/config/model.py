@@ -27,6 +27,7 @@ from populora.config.sections import (
     _require,
 )
 from populora.names import TEMPLATE_NAMES
+from populora.paths import NAMED_MODELS
 
 
 class Config(BaseModel):
@@ -116,8 +117,7 @@ def check_machine(cfg: Config) -> None:
         "folder.",
     )
     _require(
-        not model.revision
-        or (model.name not in ("tiny", "smol") and not Path(model.name).expanduser().exists()),
+        not model.revision or (model.name not in NAMED_MODELS and not Path(model.name).expanduser().exists()),
         f"model.revision: applies to hub ids only, but model.name={show(model.name)} is a bundled name or "
         "a local folder; set model.revision=''.",
     )
@@ -142,7 +142,7 @@ def _check_families(families: list[str], types: list[str]) -> None:
 
 def check_model_path(name: str) -> None:
     """Fail early, with the fix, when `model.name` looks like a local path that does not exist."""
-    if name in ("tiny", "smol"):
+    if name in NAMED_MODELS:
         return
     path = Path(name).expanduser()
     if path.exists():

@@ -85,7 +85,9 @@ def _same_model(value: Any, saved: str) -> bool:
 
 def _inside(name: str, run_dir: str | Path) -> bool:
     """`name` (a model.name) is a path inside the run folder `run_dir` (links resolved)."""
-    if name in ("tiny", "smol"):
+    from populora.paths import NAMED_MODELS
+
+    if name in NAMED_MODELS:
         return False
     try:
         path, root = Path(name).expanduser().resolve(), Path(run_dir).expanduser().resolve()

@@ -548,6 +548,18 @@ class DiagnosticsConfig(Section):
     levels), with per-level accuracy in metrics.jsonl `probe_levels`; the tiny presets probe the bundled asset
     v2 on these, its own generator's held-out split."""
 
+    # issue 49 §2 (pretrain/flaw_probe_sets.py): the misconception probe beside the graded one.
+    probe_flaws: int = F(0, ge=0, le=64, note="0 = off; 64 = the whole sets", hint="e.g. 16")
+    """Also answer, greedy, this many held-out items per planted misconception class of code_o and code_i (the
+    bundled misconception sets, 64 a class) at every probe, and log each member's right and misconceived rate
+    per class (metrics.jsonl `probe_flaws`, per-item verdicts in probe_items.jsonl `flaws`): whether the
+    students repair what the `tiny-flaws` model gets consistently wrong. 0 = off."""
+
+    flaw_coverage: bool = False
+    """Log which planted misconception classes each valid code_o / code_i proposal carries on its input
+    (problems.jsonl `flaws`, metrics.jsonl `members[T].flaws`: per teacher, valid proposals per class), read in
+    the sandbox (train/flaw_coverage.py): the teachers' coverage of what the students get wrong on tiny-flaws."""
+
     @model_validator(mode="after")
     def _check(self) -> DiagnosticsConfig:
         _require(

@@ -5,6 +5,7 @@ one role to the best, the mean and the worst member at that step (per task type,
 'all': a member's 'all' is the mean of its task accuracies). The report, `populora compare` and
 `populora experiment` all read the probe through these functions. `which="probe_valid"` reads the teachers'
 validity probe (metrics.jsonl `probe_valid`: each teacher's valid-proposal rate on fixed prompts) the same way.
+`flaw_curves` reads the misconception probe (`probe_flaws`, `diagnostics.probe_flaws`) per task type and class.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import numpy as np
 from populora.diagnostics.run import Run
 from populora.names import ROLES, TASKS
 
-__all__ = ["PROBE_KEYS", "ProbeCurve", "member_probe", "probe_by_role", "probe_change"]
+__all__ = ["PROBE_KEYS", "ProbeCurve", "flaw_curves", "member_probe", "probe_by_role", "probe_change"]
 
 PROBE_KEYS: tuple[str, ...] = (*TASKS, "all")
 
@@ -86,3 +87,33 @@ def probe_change(
     if fin.size < 2:
         return None
     return float(y[fin[-1]] - y[fin[0]])
+
+
+def flaw_curves(run: Run, rate: str = "right") -> dict[str, dict[str, tuple[np.ndarray, np.ndarray]]]:
+    """The misconception probe (`probe_flaws`) of the solvers (students, or the single agent): `{task: {class:
+    (steps, mean member's rate)}}` where `rate` is "right" or "misconceived"; {} when the run has none."""
+    probes = [p for p in run.probes if isinstance(p.get("probe_flaws"), dict)]
+    out: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]] = {}
+    if not probes:
+        return out
+    steps = np.asarray([p["step"] for p in probes])
+    keys = sorted(
+        {
+            (t, c)
+            for p in probes
+            for by_task in p["probe_flaws"].values()
+            for t, v in by_task.items()
+            for c in v
+        }
+    )
+    for task, flaw in keys:
+        ys = []
+        for p in probes:
+            vals = [
+                by_task[task][flaw][rate]
+                for m, by_task in p["probe_flaws"].items()
+                if run.role_of(m) in ("student", "single") and flaw in by_task.get(task, {})
+            ]
+            ys.append(float(np.mean(vals)) if vals else np.nan)
+        out.setdefault(task, {})[flaw] = (steps, np.asarray(ys))
+    return out

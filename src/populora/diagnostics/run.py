@@ -72,8 +72,8 @@ class Run:
     events: list[dict[str, Any]]
     label: str = ""
     probes: list[dict[str, Any]] = field(default_factory=list)
-    """`{"step", "probe"[, "probe_valid", "probe_sampled"]}` of every metrics record that holds a `probe` (step 0
-    included)."""
+    """`{"step", "probe"[, "probe_valid", "probe_sampled", "probe_flaws"]}` of every metrics record that holds a
+    `probe` (step 0 included)."""
     # What could not be read (corrupt metrics lines, steps missing from metrics.jsonl): the report shows these.
     warnings: list[str] = field(default_factory=list)
     _roles: dict[str, str] = field(default_factory=dict, repr=False)
@@ -274,7 +274,11 @@ def load_run(path: str | Path, label: str | None = None) -> Run:
     probes = [
         {
             "step": int(r["step"]),
-            **{k: r[k] for k in ("probe", "probe_valid", "probe_sampled") if isinstance(r.get(k), dict)},
+            **{
+                k: r[k]
+                for k in ("probe", "probe_valid", "probe_sampled", "probe_flaws")
+                if isinstance(r.get(k), dict)
+            },
         }
         for r in records
         if isinstance(r.get("probe"), dict)

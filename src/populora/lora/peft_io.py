@@ -110,11 +110,12 @@ def portable_base(name: str | None) -> tuple[str | None, str | None]:
         repo = parts[-3][len("models--") :].split("--")
         if len(repo) == 2 and all(repo):
             return "/".join(repo), parts[-1]
-    from populora.paths import TINY_MODEL_DIR, model_cache_dir
+    from populora.paths import BUNDLED_MODELS, model_cache_dir
 
     real = path.resolve()
-    if real == TINY_MODEL_DIR.resolve():
-        return "tiny", None
+    for bundled, folder in BUNDLED_MODELS.items():
+        if real == folder.resolve():
+            return bundled, None
     if real == (model_cache_dir() / "smol").resolve():
         return "smol", None
     return name, None

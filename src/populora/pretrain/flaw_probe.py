@@ -2,7 +2,8 @@
 
 Items come from the graded generator's "probe" split (`flaws.sample_flaw_item` with `split="probe"`; the split
 is on the constant- and name-masked program, so no item has a masked twin in any corpus), each on a program whose
-answer exactly one class's misreading changes. A model's answer is read three ways:
+answer exactly one class's misreading changes; the default probe reads the bundled sets built from them
+(`flaw_probe_sets.py`, 64 a class, validated in the sandbox). A model's answer is read three ways:
 
 - **right**: the task's own verifier in the real sandbox says it solves the problem (code_o: the output;
   code_i: an input the program maps to the shown output);
@@ -22,16 +23,10 @@ import random
 from collections.abc import Sequence
 from pathlib import Path
 
-from populora.pretrain.flaws import CLASSES, CODE_I_CLASSES, FlawItem, sample_flaw_item
+from populora.pretrain.flaw_probe_sets import FLAW_PROBE_LEVELS, FLAW_PROBE_SEED, FLAW_TASKS, classes_for
+from populora.pretrain.flaws import FlawItem, sample_flaw_item
 
-FLAW_PROBE_SEED = 49_049
 DEFAULT_FLAWS_OUT = Path("bench/results/tiny_model_flaws.json")
-FLAW_PROBE_LEVELS: tuple[int, ...] = (1, 1, 2)  # where the bundled model's answers can be right
-FLAW_TASKS = ("code_o", "code_i")
-
-
-def classes_for(task: str) -> tuple[str, ...]:
-    return CODE_I_CLASSES if task == "code_i" else CLASSES
 
 
 def flaw_probe_items(
@@ -73,8 +68,13 @@ def _literal(text: str | None) -> object:
 def is_misconceived(item: FlawItem, answer) -> bool:
     """Whether a parsed answer (`tasks.Answer`; a `FormatError` when unparseable) is the misconceived reader's (compared
     as literals; never run)."""
+    return answers_wrong(answer, item.wrong)
+
+
+def answers_wrong(answer, wrong: str) -> bool:
+    """Whether a parsed answer is the literal `wrong` (the misconceived reader's answer); never run."""
     got = _literal(getattr(answer, "text", None))  # a FormatError (unparseable) has no text
-    return got is not None and got == _literal(item.wrong)
+    return got is not None and got == _literal(wrong)
 
 
 def _problem(item: FlawItem):
@@ -93,6 +93,26 @@ def rates(right: Sequence[Sequence[int]], k: int) -> dict[str, float]:
     return {
         "pass@1": sum(sum(v) / len(v) for v in right) / len(right),
         f"pass@{k}": sum(any(v[:k]) for v in right) / len(right),
+    }
+
+
+def probe_sets(
+    task: str, per_class: int, seed: int = FLAW_PROBE_SEED, split: str = "probe"
+) -> dict[str, list]:
+    """`{class: [(Problem, misconceived answer)]}`, `per_class` a class: the bundled held-out sets
+    (`flaw_probe_sets`, validated in the sandbox) for the default probe; items drawn afresh for another seed,
+    the train split, or more items than the sets hold."""
+    from populora.pretrain.flaw_probe_sets import FLAW_PROBE_PER_CLASS, load_flaw_probe
+
+    if split == "probe" and seed == FLAW_PROBE_SEED and per_class <= FLAW_PROBE_PER_CLASS:
+        out: dict[str, list] = {c: [] for c in classes_for(task)}
+        for item in load_flaw_probe(task):
+            if len(out[item.flaw]) < per_class:
+                out[item.flaw].append((item.problem, item.wrong))
+        return out
+    return {
+        flaw: [(_problem(i), i.wrong) for i in items]
+        for flaw, items in flaw_probe_items(task, per_class, seed, split=split).items()
     }
 
 
@@ -131,10 +151,11 @@ def score_flaw_probe(
     with Sandbox(workers=2) as sb, Progress(transient=True, disable=not progress) as bar:
         for task in tasks:
             t = get(task)
-            sets = flaw_probe_items(task, per_class, seed, split=split)
+            sets = probe_sets(task, per_class, seed, split)
             job = bar.add_task(f"misconception probe {task}", total=len(sets))
-            for flaw, items in sets.items():
-                problems = [_problem(i) for i in items]
+            for flaw, pairs in sets.items():
+                problems = [p for p, _ in pairs]
+                items = [w for _, w in pairs]
                 prompts = [t.student_prompt(p, template=TEMPLATE) for p in problems]
                 greedy = generate(lm, tok, prompts, MAX_NEW_TOKENS[task], 0.0, seed=seed)
                 sampled = generate(
@@ -153,7 +174,7 @@ def score_flaw_probe(
                     for i, p in enumerate(problems)
                 ]
                 s_wrong = [
-                    is_misconceived(items[i], a)
+                    answers_wrong(a, items[i])
                     for i in range(len(items))
                     for a in s_answers[i * samples : (i + 1) * samples]
                 ]
@@ -161,7 +182,7 @@ def score_flaw_probe(
                     "n": len(items),
                     "greedy_right": sum(g_right) / len(items),
                     "greedy_misconceived": sum(
-                        is_misconceived(i, a) for i, a in zip(items, g_answers, strict=True)
+                        answers_wrong(a, w) for w, a in zip(items, g_answers, strict=True)
                     )
                     / len(items),
                     **rates(s_right, samples),

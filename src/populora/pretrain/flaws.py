@@ -33,14 +33,9 @@ import random
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-CLASSES: tuple[str, ...] = (
-    "range_end_inclusive",
-    "slice_end_inclusive",
-    "reverse_slice_forwards",
-    "sorted_reverse_ignored",
-    "mod_as_quotient",
-    "floordiv_rounds",
-)
+from populora.names import FLAW_CLASSES
+
+CLASSES: tuple[str, ...] = FLAW_CLASSES  # the names live in populora.names: run-folder checks read them
 DESCRIPTIONS: dict[str, str] = {
     "range_end_inclusive": "range(a, b) read as stopping at b inclusive",
     "slice_end_inclusive": "s[a:b] read as including index b",
@@ -104,6 +99,17 @@ HELPERS: dict[str, object] = {
     "__flaw_mod": _flaw_mod,
     "__flaw_floordiv": _flaw_floordiv,
 }
+
+
+def misread_source(code: str, classes: Iterable[str]) -> str:
+    """The misread program as source that runs on its own (the helpers' definitions first): what the sandbox
+    runs to read a *model's* program the misconceived way. `compile_misread` runs only our generated programs
+    in this process; a teacher's program never runs outside the sandbox."""
+    import inspect
+
+    helpers = [inspect.getsource(fn) for fn in (_both_ints, *HELPERS.values())]
+    names = [f"{alias} = {fn.__name__}" for alias, fn in HELPERS.items()]
+    return "\n".join([*helpers, *names, ast.unparse(misread(code, classes))]) + "\n"
 
 
 def _call(name: str, args: list[ast.expr], like: ast.AST) -> ast.Call:

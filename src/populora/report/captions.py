@@ -114,6 +114,25 @@ def probe_sampled(run: Run) -> str:
     )
 
 
+def probe_flaws(run: Run) -> str:
+    from populora.diagnostics.probe import flaw_curves
+
+    ends = []
+    for task, by_class in flaw_curves(run).items():
+        for c, (_, y) in by_class.items():
+            fin = np.flatnonzero(np.isfinite(y))
+            if fin.size:
+                ends.append(f"{task} {esc(c)} {rate(y[fin[0]])} → {rate(y[fin[-1]])}")
+    return (
+        "The misconception probe: the solvers' greedy answers to the first "
+        f"{esc(run.cfg('diagnostics.probe_flaws', '?'))} held-out items of each planted class (the bundled "
+        "misconception sets), right (solid) and the misconceived reader's answer (dotted), mean over the solver "
+        "members; a class counts as repaired when the right rate passes 50% (dashed). On the tiny-flaws model "
+        "the base answers these consistently wrong though it samples the right answer often. Right rate, first "
+        "probe → last: " + "; ".join(ends) + "."
+    )
+
+
 def probe_valid(run: Run) -> str:
     return (
         "Valid-proposal rate of every teacher on fixed prompts (diagnostics.probe_proposals per task type, "

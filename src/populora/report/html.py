@@ -87,6 +87,14 @@ def _render_report(run: Run) -> str:
             "No sampled probe logged (add it to the probe with --set diagnostics.probe_samples=8).",
         ),
         figure_card(
+            "probe_flaws",
+            "Misconception probe: planted classes",
+            lambda: plots.flaws_figure(run),
+            lambda: captions.probe_flaws(run),
+            "No misconception probe logged (add it with --set diagnostics.probe_flaws=16; the tiny-flaws presets "
+            "turn it on).",
+        ),
+        figure_card(
             "probe_valid",
             "Fixed probe: teachers' valid proposals",
             lambda: plots.probe_figure(run, "probe_valid"),
@@ -230,6 +238,14 @@ def _render_compare(runs: Sequence[Run]) -> str:
             "agent): the mean member (solid, with dots at the probed steps) and the best member (dashed); "
             "step 0 is the base model before any update.",
             "No run logged a probe (enable it with --set diagnostics.probe_every=N).",
+        ),
+        figure_card(
+            "probe_flaws",
+            "Misconception probe: planted classes",
+            lambda: plots.flaws_figure(run),
+            lambda: captions.probe_flaws(run),
+            "No misconception probe logged (add it with --set diagnostics.probe_flaws=16; the tiny-flaws presets "
+            "turn it on).",
         ),
         figure_card(
             "probe_valid",

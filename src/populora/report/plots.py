@@ -27,7 +27,7 @@ from populora.diagnostics.dynamics import (
     solve_rates_by_type,
 )
 from populora.diagnostics.features import FEATURE_LABELS, FEATURES
-from populora.diagnostics.probe import probe_by_role
+from populora.diagnostics.probe import flaw_curves, probe_by_role
 from populora.diagnostics.run import Run
 from populora.report.figure_style import DPI as DPI
 from populora.report.figure_style import (
@@ -562,4 +562,29 @@ def probe_figure(run: Run, which: str = "probe") -> Figure | None:
     for ax in axes[-1]:
         ax.set_xlabel("step")
     _legend(axes[0, 0], loc="best")
+    return fig
+
+
+def flaws_figure(run: Run) -> Figure | None:
+    """The misconception probe of the solvers per task type (columns): each planted class's greedy right rate
+    (solid) and misconceived rate (dotted, same colour), mean over the solver members, step 0 being the base."""
+    right, wrong = flaw_curves(run, "right"), flaw_curves(run, "misconceived")
+    if not right:
+        return None
+    tasks = [t for t in ("code_o", "code_i") if t in right]
+    fig, axes = _fig(size=(9.0, 3.4), ncols=len(tasks), sharey=True)
+    classes = sorted({c for t in tasks for c in right[t]})
+    colors = {c: RUN_COLORS[i % len(RUN_COLORS)] for i, c in enumerate(classes)}
+    for ax, task in zip(axes[0], tasks, strict=True):
+        for c, (steps, y) in right[task].items():
+            _plot_line(ax, steps, y, color=colors[c], linewidth=2.0, marker="o", ms=3, label=c)
+            _plot_line(ax, steps, wrong[task][c][1], color=colors[c], linewidth=1.0, linestyle=":")
+            _single_point_xlim(ax, steps)
+        _mark_evolution(ax, run, label=False)
+        ax.axhline(0.5, color="0.6", linewidth=0.8, linestyle="--")  # a class counts as repaired above this
+        ax.set_title(f"solvers: {task}", fontsize=9)
+        ax.set_ylim(-0.02, 1.02)
+        ax.set_xlabel("step")
+    axes[0, 0].set_ylabel("greedy right (solid) / misconceived (dotted)")
+    _legend(axes[0, -1], loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return fig

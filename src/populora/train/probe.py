@@ -391,8 +391,11 @@ class Prober:
         roles: str = "all",
         samples: int = 0,
         temperature: float = 1.0,
+        flaws: int = 0,
     ) -> None:
         self.every = every
+        self.flaws = flaws  # items per planted class of the misconception probe; 0 = off
+        self._flaw_sets: tuple[dict, dict, dict] | None = None
         self.samples, self.temperature = samples, temperature  # the sampled probe (train/probe_sampled.py)
         if roles not in PROBE_ROLES:
             raise ValueError(f"probe roles {roles!r}: choose one of {', '.join(PROBE_ROLES)}")
@@ -434,6 +437,7 @@ class Prober:
             getattr(d, "probe_roles", "all"),
             getattr(d, "probe_samples", 0),
             getattr(d, "probe_temperature", 1.0),
+            getattr(d, "probe_flaws", 0),
         )
 
     @property
@@ -530,6 +534,37 @@ class Prober:
         )
         return {m: counts[aliases.get(m, m)] for m in slots}
 
+    def score_flaws(self, trainer: Any) -> tuple[dict, dict] | None:
+        """The misconception probe (`diagnostics.probe_flaws`): `({member: {task: {class: {"right", "misconceived"}}}},
+        the probe_items.jsonl `flaws` entry)`, the members the greedy probe asks; None when off."""
+        if self.flaws <= 0:
+            return None
+        from populora.pretrain.flaw_probe_sets import flaw_probe_selection
+        from populora.train.probe_flaws import flaw_readings
+
+        if self._flaw_sets is None:
+            self._flaw_sets = flaw_probe_selection(self.flaws)
+        problems, classes, wrong = self._flaw_sets
+        members = trainer.pop.ordered()
+        if self.roles == "solvers":
+            members = [m for m in members if m.role in SOLVER_ROLES]
+        slots = {m.id: m.slot for m in members}
+        aliases = same_adapters(trainer.engine, slots) if hasattr(trainer.engine, "get_adapter") else {}
+        asked = {m: slot for m, slot in slots.items() if aliases.get(m, m) == m}
+        from populora.pretrain.graded_probe import MAX_NEW_TOKENS as GRADED_BUDGET
+
+        scores = probe_members(
+            trainer.engine,
+            asked,
+            problems,
+            trainer.sandbox,
+            self.template,
+            {**self.budget, **{t: GRADED_BUDGET[t] for t in problems}},
+            None,
+            self._phase(trainer),
+        ).copied({m: aliases.get(m, m) for m in slots})
+        return flaw_readings(scores, classes, wrong)
+
     def score(self, trainer: Any) -> dict[str, dict[str, float]]:
         """`{member_id: {task: acc}}` for the members alive now (after this step's evolution)."""
         return self.scores(trainer).accuracy()
@@ -576,6 +611,9 @@ class Prober:
 
             out["probe_sampled"] = pass_at_1(sampled, self.samples)
             items.update(sampled=sampled, samples=self.samples, temperature=self.temperature)
+        flaws = self.score_flaws(trainer)
+        if flaws is not None:
+            out["probe_flaws"], items["flaws"] = flaws
         valid = self.score_valid(trainer)
         if valid is not None:
             out["probe_valid"] = valid

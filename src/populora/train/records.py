@@ -58,6 +58,9 @@ class ProposalTrace:
     from_buffer: bool = False  # a solver problem drawn from the buffers (single mode, AZR): no proposal
     train_rewards: list[float] | None = None
     probe_collision: bool = False
+    flaws: tuple[str, ...] | None = (
+        None  # diagnostics.flaw_coverage: the planted classes a valid problem carries
+    )
 
     @property
     def proposed(self) -> bool:
@@ -176,6 +179,11 @@ def metrics_record(
             "n_valid": n_valid if teacher_like else None,
             "n_proposed": len(as_teacher) if teacher_like else None,
         }
+        read = [t for t in as_teacher if t.flaws is not None]
+        if teacher_like and read:  # diagnostics.flaw_coverage: valid proposals carrying each planted class
+            from populora.train.flaw_coverage import coverage_counts
+
+            out[m.id]["flaws"] = coverage_counts(read)
     gen_s = timings["teacher"] + timings["student"]
     return {
         "step": step,
@@ -233,6 +241,7 @@ def problem_records(step: int, traces: list[ProposalTrace]) -> list[dict]:
                 "solve_rate": t.solve_rate,
                 "reward": t.reward,
                 "features": t.features,
+                **({"flaws": list(t.flaws)} if t.flaws is not None else {}),
             }
         )
     return out

@@ -38,12 +38,12 @@ def describe_miss(targets, model: nn.Module) -> str:
 
 
 def local_model_folder(name: str) -> Path | None:
-    """The model folder of `model.name` when it is on this machine without a download ('tiny', a local folder),
-    else None (a hub id: the engine build checks it after the download)."""
-    from populora.engine.models import TINY_DIR
+    """The model folder of `model.name` when it is on this machine without a download ('tiny', 'tiny-flaws', a
+    local folder), else None (a hub id: the engine build checks it after the download)."""
+    from populora.paths import BUNDLED_MODELS
 
-    if name == "tiny":
-        return TINY_DIR
+    if name in BUNDLED_MODELS:
+        return BUNDLED_MODELS[name]
     p = Path(name).expanduser()
     return p if (p / "config.json").is_file() else None
 

@@ -42,6 +42,10 @@ def validate(tr, traces: list[ProposalTrace], step: int, *, checked: bool = Fals
     if not checked:
         tr.check_proposals(traces, step)
     tr.drop_probe_collisions(traces)
+    if tr.cfg.diagnostics.flaw_coverage:  # the planted classes each valid proposal carries (in the sandbox)
+        from populora.train.flaw_coverage import mark_flaws
+
+        mark_flaws(traces, tr.sandbox)
     for trace in traces:
         if trace.valid:
             tr.buffers.add(trace.problem)

@@ -61,12 +61,13 @@ from populora.train.setup import build_engine, graded_seed_levels, synthetic_see
 SAME_FOR_RESUME = (
     "model", "per_type", "rollouts", "temperature", "steps_fixed", "steps_fresh", "probe_size", "types",
     "probe_set", "probe_levels", "eval_samples", "eval_temperatures", "base_temperatures", "overrides",
+    "flaw_per_class",
 )  # fmt: skip
 #: settings that decide the base model's measurement: --base-from needs them equal (the --set overrides do not
 #: matter: every adapter starts at zero, so the base reads the same whatever the loss settings)
 SAME_FOR_BASE = (
     "model", "temperature", "probe_size", "types", "probe_set", "probe_levels", "eval_samples",
-    "eval_temperatures", "base_temperatures",
+    "eval_temperatures", "base_temperatures", "flaw_per_class",
 )  # fmt: skip
 
 
@@ -195,9 +196,17 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     )
     ap.add_argument(
         "--probe-set",
-        choices=PROBE_SETS,
+        choices=(*PROBE_SETS, "flaws"),
         default="graded",
-        help="the probe's items: the graded sets (asset v2's levels, default) or the fixed ones (level easy)",
+        help="the probe's items: the graded sets (asset v2's levels, default), the fixed ones (level easy), or "
+        "flaws: the misconception sets (--flaw-per-class items a planted class, code_o and code_i) beside the "
+        "graded items, read per class, flawed and unflawed (the positive control on tiny-flaws)",
+    )
+    ap.add_argument(
+        "--flaw-per-class",
+        type=int,
+        default=64,
+        help="with --probe-set flaws: held-out items per planted class and task type (1-64, default 64)",
     )
     ap.add_argument(
         "--probe-levels",
@@ -244,8 +253,14 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         args.levels = parse_levels(args.probe_levels) if args.probe_levels.strip() else ()
     except GradedError as err:
         ap.error(f"--probe-levels: {err}")
-    if args.levels and args.probe_set != "graded":
-        ap.error("--probe-levels needs --probe-set graded (the fixed probe sets have no levels)")
+    if args.levels and args.probe_set == "fixed":
+        ap.error("--probe-levels needs --probe-set graded or flaws (the fixed probe sets have no levels)")
+    if not 1 <= args.flaw_per_class <= 64:
+        ap.error(
+            f"--flaw-per-class must be in [1, 64] (the bundled sets hold 64 a class), got {args.flaw_per_class}"
+        )
+    if args.probe_set != "flaws":
+        args.flaw_per_class = None  # not part of what a run measured
     args.lrs = _floats(args.lrs, "--lrs", ap)
     args.eval_temperatures = _floats(args.eval_temperatures, "--eval-temperatures", ap)
     args.base_temperatures = _floats(args.base_temperatures, "--base-temperatures", ap)
@@ -258,12 +273,29 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     if args.quick:
         args.per_type, args.rollouts, args.steps_fixed, args.steps_fresh = 1, 2, 2, 2
         args.probe_size, args.eval_samples, args.seeds = 4, 2, 1
+        args.flaw_per_class = 2 if args.flaw_per_class else None
         args.base_temperatures = [1.0]
     try:
         _config(args)  # the overrides, checked before anything runs
     except ConfigError as err:
         ap.error(f"--set: {err}")
     return args
+
+
+def probe_items(args) -> tuple[dict[str, list], dict[str, list[str]] | None]:
+    """The held-out items (`{task: [Problem]}`) and, with --probe-set flaws, each item's tag: the misconception
+    sets' items (their class) first, then the graded items (`unflawed` where no class's misreading changes the
+    answer on the item's input)."""
+    if args.probe_set != "flaws":
+        return probe_selection(args.probe_set, args.probe_size, args.types, args.levels)[0], None
+    from populora.pretrain.flaw_probe_sets import flaw_probe_selection, unflawed_tags
+
+    flawed, classes, _ = flaw_probe_selection(args.flaw_per_class, args.types)
+    graded, _ = probe_selection("graded", args.probe_size, args.types, args.levels)
+    plain = unflawed_tags(graded)
+    probe = {t: [*flawed.get(t, []), *graded[t]] for t in args.types}
+    tags = {t: [*classes.get(t, []), *plain.get(t, ["other"] * len(graded[t]))] for t in args.types}
+    return probe, tags
 
 
 def _load(path: Path, settings: dict) -> dict:
@@ -311,6 +343,13 @@ def _save(path: Path, out: dict) -> None:
     os.replace(tmp, path)  # a kill while writing leaves the last finished run's file whole
 
 
+def probe_items_per_type(args) -> int:
+    """Held-out items a task type reads at most (code_o's six planted classes with --probe-set flaws)."""
+    from populora.pretrain.flaws import CLASSES
+
+    return args.probe_size + (len(CLASSES) * args.flaw_per_class if args.flaw_per_class else 0)
+
+
 def up_front_line(args, todo: list[tuple], measure_base: bool) -> str | None:
     """The line a run over 10 minutes prints before it starts: its estimate from this command's own timings."""
     per_item = 1 + args.eval_samples * len(args.eval_temperatures)
@@ -319,13 +358,13 @@ def up_front_line(args, todo: list[tuple], measure_base: bool) -> str | None:
         {"fixed": args.steps_fixed, "fresh": args.steps_fresh},
         args.per_type,
         args.rollouts,
-        args.probe_size * per_item,
+        probe_items_per_type(args) * per_item,
         args.types,
     )
     if measure_base:  # the base's measure: every temperature of both sweeps
         temps = {*args.eval_temperatures, *args.base_temperatures, args.temperature}
         per_item = 1 + args.eval_samples * len(temps)
-        seconds += args.probe_size * per_item * sum(EVAL_ANSWER_S[t] for t in args.types)
+        seconds += probe_items_per_type(args) * per_item * sum(EVAL_ANSWER_S[t] for t in args.types)
     return long_line(
         seconds,
         "the same command continues where it stopped",
@@ -360,7 +399,9 @@ def main(argv: list[str] | None = None) -> None:
     if line:
         print(line, flush=True)
     with Sandbox(workers=2, limits=Limits(timeout_s=2.0, memory_mb=256)) as sb:
-        probe, _ = probe_selection(args.probe_set, args.probe_size, args.types, args.levels)
+        probe, tags = probe_items(args)
+        if tags:
+            out["probe_tags"] = tags
         levels_of_model = graded_seed_levels(resolve_model(args.model))
         out["problem_levels"] = list(levels_of_model) if levels_of_model else None
         if "base" not in out and args.base_from:
@@ -391,7 +432,7 @@ def main(argv: list[str] | None = None) -> None:
             _save(out_path, out)
     k = temperature_key(args.temperature)
     out["headroom"] = headroom(out["base"], args.eval_samples, k, args.types)
-    out["summary"] = summarise(out["base"], out["runs"], settings)
+    out["summary"] = summarise(out["base"], out["runs"], settings, out.get("probe_tags"))
     out["seconds_this_sitting"] = round(time.time() - t0, 1)
     _save(out_path, out)
     print_summary(out, args)

@@ -69,19 +69,66 @@ def measure(engine, probe: Mapping[str, Sequence], sandbox, samples: int, temper
     return {"greedy": {t: list(v) for t, v in greedy.items()}, "sampled": sampled}
 
 
-def item_scores(m: Mapping, reading: str, samples: int, types: Sequence[str]) -> np.ndarray:
-    """One number in [0, 1] per item of `types` (concatenated in order): `reading` is "greedy" or a temperature
-    key (sampled pass@1 of that item: solves / samples)."""
-    if reading == "greedy":
-        return np.concatenate([np.asarray(m["greedy"][t], dtype=float) for t in types])
-    return np.concatenate([np.asarray(m["sampled"][reading][t], dtype=float) / samples for t in types])
+#: which items a summary row pools: `{task: item indices, or None for all of that task's items}`
+Selection = Mapping[str, Sequence[int] | None]
 
 
-def base_best_temperature(base: Mapping, samples: int, types: Sequence[str]) -> dict:
-    """Per task type and "all": the temperature at which the base's sampled pass@1 is highest, and that pass@1."""
+def item_scores(m: Mapping, reading: str, samples: int, types: Sequence[str] | Selection) -> np.ndarray:
+    """One number in [0, 1] per item of `types` (concatenated in order; a `Selection` picks items within each
+    type): `reading` is "greedy" or a temperature key (sampled pass@1 of that item: solves / samples)."""
+    selection = types if isinstance(types, Mapping) else dict.fromkeys(types)
+    parts = []
+    for t, idx in selection.items():
+        if reading == "greedy":
+            v = np.asarray(m["greedy"][t], dtype=float)
+        else:
+            v = np.asarray(m["sampled"][reading][t], dtype=float) / samples
+        parts.append(v if idx is None else v[list(idx)])
+    return np.concatenate(parts) if parts else np.zeros(0)
+
+
+def item_groups(
+    types: Sequence[str], tags: Mapping[str, Sequence[str]] | None = None
+) -> dict[str, Selection]:
+    """The rows of a summary: each task type, "all"; with the items' tags (`--probe-set flaws`: a planted
+    class, `unflawed`, or another tag for graded items that carry a class) also one row per task type and class
+    (`code_o/range_end_inclusive`), "flawed" (every class-set item) and "unflawed" (graded items no class's
+    misreading changes: the "nothing else broke" check)."""
+    from populora.pretrain.flaw_probe_sets import UNFLAWED
+    from populora.pretrain.flaws import CLASSES
+
+    groups: dict[str, Selection] = {t: {t: None} for t in types}
+    groups["all"] = dict.fromkeys(types)
+    if not tags:
+        return groups
+    flawed: dict[str, list[int]] = {}
+    unflawed: dict[str, list[int]] = {}
+    for t in types:
+        tt = list(tags.get(t, ()))
+        for c in CLASSES:
+            idx = [i for i, x in enumerate(tt) if x == c]
+            if idx:
+                groups[f"{t}/{c}"] = {t: idx}
+                flawed.setdefault(t, []).extend(idx)
+        plain = [i for i, x in enumerate(tt) if x == UNFLAWED]
+        if plain:
+            unflawed[t] = plain
+    if flawed:
+        groups["flawed"] = {t: sorted(v) for t, v in flawed.items()}
+    if unflawed:
+        groups["unflawed"] = unflawed
+    return groups
+
+
+def base_best_temperature(
+    base: Mapping, samples: int, groups: Sequence[str] | Mapping[str, Selection]
+) -> dict:
+    """Per row (each task type and "all", or the rows of `item_groups`): the temperature at which the base's
+    sampled pass@1 is highest, and that pass@1."""
+    rows = groups if isinstance(groups, Mapping) else item_groups(groups)
     out = {}
-    for name, ts in [*((t, [t]) for t in types), ("all", list(types))]:
-        rates = {k: float(item_scores(base, k, samples, ts).mean()) for k in base["sampled"]}
+    for name, sel in rows.items():
+        rates = {k: float(item_scores(base, k, samples, sel).mean()) for k in base["sampled"]}
         best = max(rates, key=lambda k: (rates[k], -float(k)))
         out[name] = {"temperature": float(best), "pass@1": round(rates[best], 4), "by_temperature": rates}
     return out
@@ -109,13 +156,20 @@ def in_points(ci: dict) -> dict:
     }
 
 
-def summarise(base: Mapping, runs: Mapping[str, Mapping], settings: Mapping) -> dict:
+def summarise(
+    base: Mapping,
+    runs: Mapping[str, Mapping],
+    settings: Mapping,
+    tags: Mapping[str, Sequence[str]] | None = None,
+) -> dict:
     """Every reading's change over the base per arm, real - shuffled (paired by seed), and real against the base's
-    best-temperature pass@1, per task type and over all items; plus the stream's solve rate per arm."""
+    best-temperature pass@1, per task type and over all items (with the items' `tags`: also per class, flawed and
+    unflawed, `item_groups`); plus the stream's solve rate per arm."""
     types = list(settings["types"])
     samples = settings["eval_samples"]
     readings = ["greedy", *(temperature_key(t) for t in settings["eval_temperatures"])]
-    best = base_best_temperature(base, samples, types)
+    rows = item_groups(types, tags)
+    best = base_best_temperature(base, samples, rows)
     out: dict = {"base_best_temperature": best, "held_out": {}, "stream": {}}
     groups = {}  # (mode, lr) -> {arm: {seed: run}}
     for r in runs.values():
@@ -124,7 +178,7 @@ def summarise(base: Mapping, runs: Mapping[str, Mapping], settings: Mapping) -> 
         key = f"{mode} lr {lr:g}"
         held: dict = {}
         for reading in readings:
-            for name, ts in [*((t, [t]) for t in types), ("all", types)]:
+            for name, ts in rows.items():
                 per_type: dict = {}
                 start = item_scores(base, reading, samples, ts)
                 change = {}
@@ -198,6 +252,7 @@ __all__ = [
     "estimate_seconds",
     "headroom",
     "in_points",
+    "item_groups",
     "item_scores",
     "measure",
     "summarise",

@@ -1,0 +1,262 @@
+"""The bundled misconception probe sets: held-out items per planted class, validated, tagged with their class.
+
+`populora/assets/probe_flaws/<task>.jsonl.gz` (code_o, code_i) hold `FLAW_PROBE_PER_CLASS` (64) items per class
+of `flaws.CLASSES` (code_i: `CODE_I_CLASSES`), drawn by `flaw_probe.flaw_probe_items` from the graded generator's
+"probe" split (constant- and name-masked, so no item has a masked twin in any corpus) at the levels where the
+bundled models' answers can be right. Each item was validated by its task in the real sandbox (the program's
+output on the item's input is the item's right answer). Lines are `{"flaw", "level", "message", "wrong",
+"problem": Problem.to_dict()}`, interleaved by class (a, b, c, ..., a, b, c, ...), so the first k items of a set
+are spread evenly over the classes whatever k.
+
+Drawing the items costs 0.1-0.3 s each (programs are redrawn until one carries the class); reading the bundled
+sets costs milliseconds, so the trainer's probe, `experiment control rl --probe-set flaws` and `bench tiny-model
+--flaws` read these. This module owns the sets and the per-class reading of verdicts; `flaw_probe.py` owns the
+items and the scoring of a model folder.
+
+Rebuild (only when the graded generator or the classes change): `python -m populora.pretrain.flaw_probe_sets`.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from populora.pretrain.flaws import CLASSES, CODE_I_CLASSES
+
+FLAW_PROBE_SEED = 49_049
+FLAW_PROBE_LEVELS: tuple[int, ...] = (1, 1, 2)  # where the bundled models' answers can be right
+FLAW_TASKS = ("code_o", "code_i")
+FLAW_PROBE_DIR = Path(__file__).resolve().parents[1] / "assets" / "probe_flaws"
+FLAW_PROBE_PER_CLASS = 64
+UNFLAWED = "unflawed"  # the tag of a graded probe item whose input no class's misreading changes
+
+
+class FlawProbeError(RuntimeError):
+    """A misconception probe set is missing or malformed; the message says how to rebuild it."""
+
+
+@dataclass(frozen=True)
+class FlawProbeItem:
+    """One validated item: the task's `Problem`, its class and the misconceived reader's answer (`wrong`)."""
+
+    flaw: str
+    problem: object  # tasks.Problem
+    wrong: str
+    level: int
+    message: str = ""
+
+
+def classes_for(task: str) -> tuple[str, ...]:
+    """The planted classes `task` has items of (code_i: `CODE_I_CLASSES`)."""
+    return CODE_I_CLASSES if task == "code_i" else CLASSES
+
+
+def flaw_probe_path(task: str, folder: Path | None = None) -> Path:
+    if task not in FLAW_TASKS:
+        raise FlawProbeError(
+            f"unknown task {task!r}; misconception probe sets exist for {', '.join(FLAW_TASKS)}"
+        )
+    return Path(folder or FLAW_PROBE_DIR) / f"{task}.jsonl.gz"
+
+
+def build_flaw_probe(
+    task: str, sandbox, per_class: int = FLAW_PROBE_PER_CLASS, seed: int = FLAW_PROBE_SEED, progress=None
+) -> list[FlawProbeItem]:
+    """`per_class` validated items per class of `task`, interleaved by class: each class's own stream of
+    held-out programs (`flaws.sample_flaw_item`, probe split, `FLAW_PROBE_LEVELS`), items distinct as (program,
+    input). Distinct *masked* programs run out for the rarer classes at levels 1-2 (about half of
+    `sorted_reverse_ignored`'s draws repeat one), so a set may hold a masked program twice with other constants
+    or inputs: `masked_programs` counts them per class. Items the task refuses, or whose sandboxed answer differs
+    from the generator's, are skipped. `progress(task, flaw, count)` is called after each class."""
+    from populora.pretrain.flaws import sample_flaw_item
+    from populora.tasks import InvalidProblem, get
+
+    t = get(task)
+    by_class: dict[str, list[FlawProbeItem]] = {}
+    for flaw in classes_for(task):
+        rng = random.Random(f"{seed}:{task}:{flaw}")  # flaw_probe.flaw_probe_items' stream
+        seen: set[tuple[str, str]] = set()
+        got: list[FlawProbeItem] = []
+        while len(got) < per_class:
+            item = sample_flaw_item(rng, task, FLAW_PROBE_LEVELS, split="probe", flaw=flaw)
+            given, gold = (item.shown, item.right) if task == "code_o" else (item.right, item.shown)
+            if (item.program, given) in seen:
+                continue
+            seen.add((item.program, given))
+            try:
+                p = t.problem_from(sandbox, item.program, [given], "", "probe", 0)
+            except InvalidProblem:
+                continue
+            if p.outputs[0] == gold:
+                got.append(FlawProbeItem(flaw, p, item.wrong, item.level, item.message))
+        by_class[flaw] = got
+        if progress is not None:
+            progress(task, flaw, len(got))
+    out: list[FlawProbeItem] = []
+    for i in range(per_class):
+        out += [by_class[c][i] for c in classes_for(task)]
+    return out
+
+
+def masked_programs(items: Sequence[FlawProbeItem]) -> dict[str, int]:
+    """Distinct constant- and name-masked programs per class (how independent a class's items are)."""
+    from populora.tasks.masking import program_key
+
+    keys: dict[str, set[str]] = {}
+    for i in items:
+        keys.setdefault(i.flaw, set()).add(program_key(i.problem.program) or i.problem.program)
+    return {c: len(v) for c, v in keys.items()}
+
+
+def write_flaw_probe(items: Sequence[FlawProbeItem], path: Path) -> None:
+    """gzip'd JSON lines (mtime 0, so the same items give the same bytes)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    raw = "".join(
+        json.dumps(
+            {
+                "flaw": i.flaw,
+                "level": i.level,
+                "message": i.message,
+                "wrong": i.wrong,
+                "problem": i.problem.to_dict(),
+            },
+            sort_keys=True,
+        )
+        + "\n"
+        for i in items
+    ).encode()
+    with open(path, "wb") as fh, gzip.GzipFile(fileobj=fh, mode="wb", mtime=0, filename="") as gz:
+        gz.write(raw)
+
+
+def load_flaw_probe(task: str, folder: Path | None = None) -> list[FlawProbeItem]:
+    """The items of one task type, in file order (interleaved by class)."""
+    from populora.tasks import Problem
+
+    path = flaw_probe_path(task, folder)
+    if not path.is_file():
+        raise FlawProbeError(
+            f"no misconception probe set at {path}; rebuild it with `python -m populora.pretrain.flaw_probe_sets "
+            f"--out {path.parent}`"
+        )
+    allowed = set(classes_for(task))
+    out = []
+    with gzip.open(path, "rt", encoding="utf-8") as fh:
+        for n, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            d = json.loads(line)
+            if d.get("flaw") not in allowed or d.get("problem", {}).get("task") != task:
+                raise FlawProbeError(f"{path} line {n}: not a class-tagged {task} item; rebuild the set")
+            out.append(
+                FlawProbeItem(
+                    d["flaw"], Problem.from_dict(d["problem"]), d["wrong"], int(d["level"]), d["message"]
+                )
+            )
+    return out
+
+
+def flaw_probe_selection(
+    per_class: int, types: Sequence[str] = FLAW_TASKS
+) -> tuple[dict[str, list], dict[str, list[str]], dict[str, list[str]]]:
+    """The first `per_class` items of each class for the flawed types among `types`:
+    `({task: [Problem]}, {task: [class per item]}, {task: [misconceived answer per item]})`."""
+    if not 1 <= per_class <= FLAW_PROBE_PER_CLASS:
+        raise FlawProbeError(
+            f"per_class must be in [1, {FLAW_PROBE_PER_CLASS}] (the bundled sets hold {FLAW_PROBE_PER_CLASS} items "
+            f"a class), got {per_class}"
+        )
+    problems: dict[str, list] = {}
+    tags: dict[str, list[str]] = {}
+    wrong: dict[str, list[str]] = {}
+    for task in (t for t in types if t in FLAW_TASKS):
+        items = load_flaw_probe(task)[: per_class * len(classes_for(task))]
+        problems[task] = [i.problem for i in items]
+        tags[task] = [i.flaw for i in items]
+        wrong[task] = [i.wrong for i in items]
+    return problems, tags, wrong
+
+
+def unflawed_tags(problems: Mapping[str, Sequence]) -> dict[str, list[str]]:
+    """Per item of code_o / code_i probe problems: the one class whose misreading changes its answer on the
+    item's input, `"several"` when more do, or `UNFLAWED` ("nothing else broke" is read on these)."""
+    from populora.pretrain.flaws import changed_by
+
+    out: dict[str, list[str]] = {}
+    for task, ps in problems.items():
+        if task not in FLAW_TASKS:
+            continue
+        tags = []
+        for p in ps:
+            changed = changed_by(p.program, p.inputs[0], p.outputs[0])
+            tags.append(UNFLAWED if not changed else changed[0] if len(changed) == 1 else "several")
+        out[task] = tags
+    return out
+
+
+def class_accuracy(
+    correct: Mapping[str, Mapping[str, Sequence[int]]], tags: Mapping[str, Sequence[str]]
+) -> dict[str, dict[str, dict[str, float]]]:
+    """`{member: {task: {class: accuracy}}}` from per-item verdicts `{member: {task: [0/1]}}` and the items'
+    classes `{task: [class]}`."""
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for member, by_task in correct.items():
+        for task, verdicts in by_task.items():
+            if task not in tags:
+                continue
+            if len(tags[task]) != len(verdicts):
+                raise FlawProbeError(f"{task}: {len(verdicts)} verdicts for {len(tags[task])} tagged items")
+            groups: dict[str, list[int]] = {}
+            for tag, ok in zip(tags[task], verdicts, strict=True):
+                groups.setdefault(tag, []).append(int(ok))
+            out.setdefault(member, {})[task] = {c: sum(v) / len(v) for c, v in groups.items()}
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+
+    from populora.sandbox import Sandbox
+
+    ap = argparse.ArgumentParser(
+        description="Build the bundled misconception probe sets (held-out, per class)."
+    )
+    ap.add_argument("--out", type=Path, default=FLAW_PROBE_DIR)
+    ap.add_argument("--per-class", type=int, default=FLAW_PROBE_PER_CLASS)
+    ap.add_argument("--seed", type=int, default=FLAW_PROBE_SEED)
+    args = ap.parse_args(argv)
+
+    def say(task: str, flaw: str, n: int) -> None:
+        print(f"  {task} {flaw}: {n} items", flush=True)
+
+    with Sandbox(workers=2) as sb:
+        for task in FLAW_TASKS:
+            items = build_flaw_probe(task, sb, args.per_class, args.seed, say)
+            write_flaw_probe(items, flaw_probe_path(task, args.out))
+            print(f"{task}: {len(items)} items -> {flaw_probe_path(task, args.out)}", flush=True)
+            print(f"  distinct masked programs per class: {masked_programs(items)}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
+
+
+__all__ = [
+    "FLAW_PROBE_DIR",
+    "FLAW_PROBE_PER_CLASS",
+    "UNFLAWED",
+    "FlawProbeError",
+    "FlawProbeItem",
+    "build_flaw_probe",
+    "class_accuracy",
+    "flaw_probe_path",
+    "flaw_probe_selection",
+    "load_flaw_probe",
+    "masked_programs",
+    "unflawed_tags",
+    "write_flaw_probe",
+]
