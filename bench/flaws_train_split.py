@@ -20,7 +20,9 @@ def main(argv: list[str]) -> None:
     model = Path(argv[0])
     per_class = int(argv[1]) if len(argv) > 1 else 12
     out = Path(argv[2]) if len(argv) > 2 else Path("flaws_train_split.json")
-    result = score_flaw_probe(model, per_class=per_class, threads=1, tasks=("code_o",), split="train")
+    result = score_flaw_probe(
+        model, per_class=per_class, threads=1, tasks=("code_o",), split="train", kind="graded"
+    )
     out.write_text(json.dumps(result, indent=1) + "\n")
     for flaw, row in result["tasks"]["code_o"].items():
         print(flaw, {k: round(v, 2) for k, v in row.items()})

@@ -143,8 +143,10 @@ def test_a_long_control_says_so_before_it_starts_and_a_quick_one_does_not():
 def test_the_flaws_probe_reads_each_planted_class_flawed_and_unflawed(model_name, tmp_path):
     out = tmp_path / "flaws.json"
     argv = ["--quick", "--types", "code_i", "--probe-set", "flaws", "--probe-levels", "1", "--threads", "1"]
+    argv += ["--problems", "mixed"]
     control_rl.main([*argv, "--model", model_name, "--arms", "real,shuffled", "--out", str(out)])
     rec = json.loads(out.read_text())
+    assert rec["settings"]["problems"] == "mixed" and rec["settings"]["flaw_set"] == "atoms"
     from populora.pretrain.flaws import CODE_I_CLASSES
 
     tags = rec["probe_tags"]["code_i"]
@@ -172,3 +174,18 @@ def test_summary_rows_pool_the_tagged_items_by_hand():
     assert list(item_scores(m, "greedy", 4, groups["unflawed"])) == [0.0, 1.0]
     assert list(item_scores(m, "1", 4, groups["code_o/mod_as_quotient"])) == [0.5, 0.0]
     assert list(item_scores(m, "1", 4, ["code_i", "code_o"])) == [0.75, 0.5, 1.0, 0.0, 0.25]
+
+
+def test_the_stream_mixes_atoms_and_graded_problems_of_the_train_split(sandbox):
+    from populora.pretrain.graded import graded_split
+
+    args = control_rl.parse(["--types", "code_o,code_f", "--problems", "mixed"])
+    pool = control_rl.stream_pool(args, 6, sandbox, 0, (1, 2))
+    one_line = [p.program.count("\n") == 2 and "return" in p.program.splitlines()[2] for p in pool["code_o"]]
+    assert len(pool["code_o"]) == 6 and one_line[::2] == [True] * 3  # atom, graded, atom, graded, ...
+    assert all(graded_split(p.program) == "train" for p in pool["code_o"] + pool["code_f"])
+    assert len(pool["code_f"]) >= 6  # code_f has no atoms: graded only
+    args.problems = "atoms"
+    assert all(
+        p.program.count("\n") == 2 for p in control_rl.stream_pool(args, 4, sandbox, 0, (1,))["code_o"]
+    )

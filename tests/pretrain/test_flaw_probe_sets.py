@@ -19,17 +19,20 @@ from populora.pretrain.flaws import CLASSES, CODE_I_CLASSES, changed_by, run_mis
 from populora.tasks import Problem
 
 
+@pytest.mark.parametrize("kind", ["atoms", "graded"])
 @pytest.mark.parametrize("task,classes", [("code_o", CLASSES), ("code_i", CODE_I_CLASSES)])
-def test_the_bundled_sets_hold_64_held_out_items_a_class_interleaved(task, classes):
+def test_the_bundled_sets_hold_64_held_out_items_a_class_interleaved(task, classes, kind):
     from populora.pretrain.graded import graded_split
 
-    items = load_flaw_probe(task)
+    items = load_flaw_probe(task, kind=kind)
     assert len(items) == FLAW_PROBE_PER_CLASS * len(classes)
     assert [i.flaw for i in items[: len(classes)]] == list(classes)  # any prefix spreads over the classes
     assert all(graded_split(i.problem.program) == "probe" for i in items)
     assert len({(i.problem.program, i.problem.inputs[0]) for i in items}) == len(items)
     masked = masked_programs(items)  # rare classes repeat a masked program with other constants or inputs
-    assert set(masked) == set(classes) and all(16 <= n <= FLAW_PROBE_PER_CLASS for n in masked.values())
+    assert set(masked) == set(classes) and all(8 <= n <= FLAW_PROBE_PER_CLASS for n in masked.values())
+    if kind == "atoms":  # one statement between the signature and the return
+        assert all(i.problem.program.count("\n") == 2 for i in items)
     for i in items:
         p = i.problem
         given = p.inputs[0]
@@ -46,11 +49,17 @@ def test_a_rebuild_draws_the_same_items_validated_in_the_real_sandbox(tmp_path):
 
     with Sandbox(workers=1) as sb:
         items = build_flaw_probe("code_i", sb, per_class=2)
+        assert (
+            build_flaw_probe("code_o", sb, per_class=1, kind="graded")
+            == load_flaw_probe("code_o", kind="graded")[: len(CLASSES)]
+        )
     assert items == load_flaw_probe("code_i")[: 2 * len(CODE_I_CLASSES)]  # a prefix of the bundled set
-    write_flaw_probe(items, tmp_path / "code_i.jsonl.gz")
-    again = tmp_path / "again" / "code_i.jsonl.gz"
+    write_flaw_probe(items, tmp_path / "atoms_code_i.jsonl.gz")
+    again = tmp_path / "again" / "atoms_code_i.jsonl.gz"
     write_flaw_probe(load_flaw_probe("code_i", tmp_path), again)
-    assert again.read_bytes() == (tmp_path / "code_i.jsonl.gz").read_bytes()  # same items, same bytes
+    assert again.read_bytes() == (tmp_path / "atoms_code_i.jsonl.gz").read_bytes()  # same items, same bytes
+    with pytest.raises(FlawProbeError, match="unknown misconception set 'easy'; the sets are atoms, graded"):
+        load_flaw_probe("code_i", kind="easy")
 
 
 def test_selection_takes_a_prefix_per_class_and_refuses_what_the_sets_lack(tmp_path):
@@ -63,10 +72,9 @@ def test_selection_takes_a_prefix_per_class_and_refuses_what_the_sets_lack(tmp_p
         flaw_probe_selection(65)
     with pytest.raises(FlawProbeError, match="rebuild it with `python -m populora.pretrain.flaw_probe_sets"):
         load_flaw_probe("code_o", tmp_path)
-    (tmp_path / "code_o.jsonl.gz").write_bytes(b"")
     import gzip
 
-    with gzip.open(tmp_path / "code_o.jsonl.gz", "wt") as fh:
+    with gzip.open(tmp_path / "atoms_code_o.jsonl.gz", "wt") as fh:
         fh.write('{"flaw": "no_such_class", "problem": {"task": "code_o"}}\n')
     with pytest.raises(FlawProbeError, match="line 1: not a class-tagged code_o item; rebuild"):
         load_flaw_probe("code_o", tmp_path)

@@ -554,6 +554,9 @@ class DiagnosticsConfig(Section):
     bundled misconception sets, 64 a class) at every probe, and log each member's right and misconceived rate
     per class (metrics.jsonl `probe_flaws`, per-item verdicts in probe_items.jsonl `flaws`): whether the
     students repair what the `tiny-flaws` model gets consistently wrong. 0 = off."""
+    probe_flaws_set: Literal["atoms", "graded"] = "atoms"
+    """Which misconception set `probe_flaws` reads: `atoms` (one-statement programs around each class's feature,
+    the form tiny-flaws was drilled on) or `graded` (whole level 1-2 programs that carry the class)."""
 
     flaw_coverage: bool = False
     """Log which planted misconception classes each valid code_o / code_i proposal carries on its input

@@ -329,6 +329,12 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
             "right and misconceived rates, the right answer's pass@1 and pass@8 at T=1 (--n items per class, "
             "default 16, 8 with --quick; default --out bench/results/tiny_model_flaws.json).",
         ),
+        flaw_set: str = typer.Option(
+            "atoms",
+            "--flaw-set",
+            help="With --flaws: the held-out items, atoms (one-statement programs around each class's feature, "
+            "the form tiny-flaws was drilled on) or graded (whole level 1-2 programs carrying the class).",
+        ),
     ) -> None:
         """Valid-proposal rate and student accuracy of the tiny model per task type (and per graded level)."""
         from populora.pretrain.bench import generator_settings, run, run_levels
@@ -356,7 +362,18 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
             from populora.pretrain.flaw_probe import run_flaw_probe
 
             own_items("--flaws")
-            run_flaw_probe(model=model, per_class=n or (8 if quick else 16), out=out, threads=threads)
+            if flaw_set not in ("atoms", "graded"):
+                typer.echo(f"error: --flaw-set must be atoms or graded, got {flaw_set!r}", err=True)
+                raise typer.Exit(2)
+            if (n or 0) > 64:
+                typer.echo(
+                    f"error: --n must be at most 64 with --flaws (the sets hold 64 a class), got {n}",
+                    err=True,
+                )
+                raise typer.Exit(2)
+            run_flaw_probe(
+                model=model, per_class=n or (8 if quick else 16), out=out, threads=threads, kind=flaw_set
+            )
             return
         if induction:
             from populora.pretrain.induction import run_induction

@@ -86,10 +86,11 @@ def atom_program(rng: random.Random, flaw: str) -> tuple[str, tuple[str, ...], s
 
 
 def sample_atom(
-    rng: random.Random, task: str, flaw: str, n_inputs: int = 4, max_tries: int = 200
+    rng: random.Random, task: str, flaw: str, n_inputs: int = 4, max_tries: int = 200, split: str = "train"
 ) -> FlawItem:
-    """A `task` item ("code_o" or "code_i") on an atom of `flaw` from the "train" split: atoms are redrawn until
-    one is in the split and carries the class on one of `n_inputs` random inputs."""
+    """A `task` item ("code_o" or "code_i") on an atom of `flaw` from `split` (the corpus: "train"; the probe:
+    "probe"): atoms are redrawn until one is in the split and carries the class on one of `n_inputs` random
+    inputs."""
     from populora.pretrain.flaws import _compiled, code_i_item, code_o_item
     from populora.pretrain.graded import MAX_INPUT_CHARS, graded_split, run_bounded
     from populora.pretrain.programs import input_text
@@ -102,7 +103,7 @@ def sample_atom(
     make = code_o_item if task == "code_o" else code_i_item
     for _ in range(max_tries):
         code, types, message = atom_program(rng, flaw)
-        if graded_split(code) != "train":
+        if graded_split(code) != split:
             continue
         fn = _compiled(code, ())
         pairs = []
@@ -116,7 +117,7 @@ def sample_atom(
         item = make(code, 1, message, pairs, flaw)
         if item is not None:
             return item
-    raise FlawError(f"no {task} atom of {flaw} in the train split carrying it in {max_tries} draws")
+    raise FlawError(f"no {task} atom of {flaw} in the {split} split carrying it in {max_tries} draws")
 
 
 class AtomDrill:

@@ -97,16 +97,22 @@ def rates(right: Sequence[Sequence[int]], k: int) -> dict[str, float]:
 
 
 def probe_sets(
-    task: str, per_class: int, seed: int = FLAW_PROBE_SEED, split: str = "probe"
+    task: str, per_class: int, seed: int = FLAW_PROBE_SEED, split: str = "probe", kind: str = "atoms"
 ) -> dict[str, list]:
-    """`{class: [(Problem, misconceived answer)]}`, `per_class` a class: the bundled held-out sets
-    (`flaw_probe_sets`, validated in the sandbox) for the default probe; items drawn afresh for another seed,
-    the train split, or more items than the sets hold."""
-    from populora.pretrain.flaw_probe_sets import FLAW_PROBE_PER_CLASS, load_flaw_probe
+    """`{class: [(Problem, misconceived answer)]}`, `per_class` a class: the bundled held-out sets of `kind`
+    (`flaw_probe_sets`, validated in the sandbox) for the default probe; graded items drawn afresh for another
+    seed, the train split, or more items than the sets hold."""
+    from populora.pretrain.flaw_probe_sets import FLAW_PROBE_PER_CLASS, FlawProbeError, load_flaw_probe
 
-    if split == "probe" and seed == FLAW_PROBE_SEED and per_class <= FLAW_PROBE_PER_CLASS:
+    bundled = split == "probe" and seed == FLAW_PROBE_SEED and per_class <= FLAW_PROBE_PER_CLASS
+    if kind == "atoms" and not bundled:
+        raise FlawProbeError(
+            f"the atoms probe reads the bundled held-out sets (probe split, seed {FLAW_PROBE_SEED}, at most "
+            f"{FLAW_PROBE_PER_CLASS} a class); for other items use the graded set"
+        )
+    if bundled:
         out: dict[str, list] = {c: [] for c in classes_for(task)}
-        for item in load_flaw_probe(task):
+        for item in load_flaw_probe(task, kind=kind):
             if len(out[item.flaw]) < per_class:
                 out[item.flaw].append((item.problem, item.wrong))
         return out
@@ -126,6 +132,7 @@ def score_flaw_probe(
     seed: int = FLAW_PROBE_SEED,
     progress: bool = True,
     split: str = "probe",
+    kind: str = "atoms",
 ) -> dict:
     """Score a model folder on the probe: `{task: {class: {n, greedy_right, greedy_misconceived, pass@1,
     pass@<samples>, sampled_misconceived}}}` plus the settings."""
@@ -146,12 +153,13 @@ def score_flaw_probe(
         "seed": seed,
         "levels": list(FLAW_PROBE_LEVELS),
         "split": split,
+        "set": kind,
         "tasks": {},
     }
     with Sandbox(workers=2) as sb, Progress(transient=True, disable=not progress) as bar:
         for task in tasks:
             t = get(task)
-            sets = probe_sets(task, per_class, seed, split)
+            sets = probe_sets(task, per_class, seed, split, kind)
             job = bar.add_task(f"misconception probe {task}", total=len(sets))
             for flaw, pairs in sets.items():
                 problems = [p for p, _ in pairs]
@@ -199,7 +207,8 @@ def flaw_table(result: dict):
 
     k = result["samples"]
     table = Table(
-        title=f"misconception probe: {result['model']} ({result['per_class']} items a class, T={result['temperature']})"
+        title=f"misconception probe ({result.get('set', 'graded')} set): {result['model']} "
+        f"({result['per_class']} items a class, T={result['temperature']})"
     )
     for col in (
         "task",
@@ -232,7 +241,9 @@ def flaw_table(result: dict):
     return table
 
 
-def run_flaw_probe(model: Path, per_class: int = 16, out: Path | None = None, threads: int = 2) -> dict:
+def run_flaw_probe(
+    model: Path, per_class: int = 16, out: Path | None = None, threads: int = 2, kind: str = "atoms"
+) -> dict:
     """`populora bench tiny-model --flaws`: score, print the table, write JSON (with the seconds taken)."""
     import json
     import time
@@ -240,7 +251,7 @@ def run_flaw_probe(model: Path, per_class: int = 16, out: Path | None = None, th
     from rich.console import Console
 
     t0 = time.time()
-    result = score_flaw_probe(Path(model), per_class=per_class, threads=threads)
+    result = score_flaw_probe(Path(model), per_class=per_class, threads=threads, kind=kind)
     result["seconds"] = round(time.time() - t0, 1)
     Console(width=150).print(flaw_table(result))  # whole class names, whatever the terminal
     out = Path(out or DEFAULT_FLAWS_OUT)

@@ -1,19 +1,28 @@
 """The bundled misconception probe sets: held-out items per planted class, validated, tagged with their class.
 
-`populora/assets/probe_flaws/<task>.jsonl.gz` (code_o, code_i) hold `FLAW_PROBE_PER_CLASS` (64) items per class
-of `flaws.CLASSES` (code_i: `CODE_I_CLASSES`), drawn by `flaw_probe.flaw_probe_items` from the graded generator's
-"probe" split (constant- and name-masked, so no item has a masked twin in any corpus) at the levels where the
-bundled models' answers can be right. Each item was validated by its task in the real sandbox (the program's
-output on the item's input is the item's right answer). Lines are `{"flaw", "level", "message", "wrong",
-"problem": Problem.to_dict()}`, interleaved by class (a, b, c, ..., a, b, c, ...), so the first k items of a set
-are spread evenly over the classes whatever k.
+Two kinds, each in `populora/assets/probe_flaws/<kind>_<task>.jsonl.gz` (code_o, code_i), `FLAW_PROBE_PER_CLASS`
+(64) items per class of `flaws.CLASSES` (code_i: `CODE_I_CLASSES`), all from the "probe" split (constant- and
+name-masked, so no item has a masked twin in any corpus or RL stream, which draw from "train"):
 
-Drawing the items costs 0.1-0.3 s each (programs are redrawn until one carries the class); reading the bundled
-sets costs milliseconds, so the trainer's probe, `experiment control rl --probe-set flaws` and `bench tiny-model
---flaws` read these. This module owns the sets and the per-class reading of verdicts; `flaw_probe.py` owns the
-items and the scoring of a model folder.
+- `atoms` (the default): one-statement programs around the class's feature (`flaw_atoms.sample_atom`), the form
+  the planted model (`tiny-flaws`) was drilled on: where a misconception shows as a rule on new programs;
+- `graded`: whole programs of the graded generator at levels 1, 1, 2 that carry the class
+  (`flaws.sample_flaw_item`): whether the misreading carries to longer programs.
 
-Rebuild (only when the graded generator or the classes change): `python -m populora.pretrain.flaw_probe_sets`.
+Each item was validated by its task in the real sandbox (the program's output on the item's input is the
+item's right answer) and is distinct as (program, input); `masked_programs` counts the distinct masked programs
+a class has (the rarer classes repeat one with other constants or inputs). Lines are `{"flaw", "level",
+"message", "wrong", "problem": Problem.to_dict()}`, interleaved by class (a, b, c, ..., a, b, c, ...), so the
+first k items of a set are spread evenly over the classes whatever k.
+
+Drawing graded items costs 0.5-3 s each (programs are redrawn until one carries the class; 28 minutes for both
+graded sets here), atoms a few ms; reading the bundled sets costs milliseconds, so the trainer's probe
+(`diagnostics.probe_flaws`), `experiment control rl --probe-set flaws` and `bench tiny-model --flaws` read these.
+This module owns the sets and the per-class reading of verdicts; `flaw_probe.py` owns the scoring of a model
+folder.
+
+Rebuild (only when a generator or the classes change): `python -m populora.pretrain.flaw_probe_sets [--kind
+atoms|graded]`.
 """
 
 from __future__ import annotations
@@ -32,6 +41,7 @@ FLAW_PROBE_LEVELS: tuple[int, ...] = (1, 1, 2)  # where the bundled models' answ
 FLAW_TASKS = ("code_o", "code_i")
 FLAW_PROBE_DIR = Path(__file__).resolve().parents[1] / "assets" / "probe_flaws"
 FLAW_PROBE_PER_CLASS = 64
+FLAW_PROBE_KINDS = ("atoms", "graded")
 UNFLAWED = "unflawed"  # the tag of a graded probe item whose input no class's misreading changes
 
 
@@ -55,34 +65,49 @@ def classes_for(task: str) -> tuple[str, ...]:
     return CODE_I_CLASSES if task == "code_i" else CLASSES
 
 
-def flaw_probe_path(task: str, folder: Path | None = None) -> Path:
+def flaw_probe_path(task: str, folder: Path | None = None, kind: str = "atoms") -> Path:
     if task not in FLAW_TASKS:
         raise FlawProbeError(
             f"unknown task {task!r}; misconception probe sets exist for {', '.join(FLAW_TASKS)}"
         )
-    return Path(folder or FLAW_PROBE_DIR) / f"{task}.jsonl.gz"
+    if kind not in FLAW_PROBE_KINDS:
+        raise FlawProbeError(
+            f"unknown misconception set {kind!r}; the sets are {', '.join(FLAW_PROBE_KINDS)}"
+        )
+    return Path(folder or FLAW_PROBE_DIR) / f"{kind}_{task}.jsonl.gz"
 
 
 def build_flaw_probe(
-    task: str, sandbox, per_class: int = FLAW_PROBE_PER_CLASS, seed: int = FLAW_PROBE_SEED, progress=None
+    task: str,
+    sandbox,
+    per_class: int = FLAW_PROBE_PER_CLASS,
+    seed: int = FLAW_PROBE_SEED,
+    progress=None,
+    kind: str = "atoms",
 ) -> list[FlawProbeItem]:
     """`per_class` validated items per class of `task`, interleaved by class: each class's own stream of
-    held-out programs (`flaws.sample_flaw_item`, probe split, `FLAW_PROBE_LEVELS`), items distinct as (program,
-    input). Distinct *masked* programs run out for the rarer classes at levels 1-2 (about half of
-    `sorted_reverse_ignored`'s draws repeat one), so a set may hold a masked program twice with other constants
-    or inputs: `masked_programs` counts them per class. Items the task refuses, or whose sandboxed answer differs
+    held-out items (`kind` "atoms": `flaw_atoms.sample_atom`; "graded": `flaws.sample_flaw_item` at
+    `FLAW_PROBE_LEVELS`), distinct as (program, input). Items the task refuses, or whose sandboxed answer differs
     from the generator's, are skipped. `progress(task, flaw, count)` is called after each class."""
+    from populora.pretrain.flaw_atoms import sample_atom
     from populora.pretrain.flaws import sample_flaw_item
     from populora.tasks import InvalidProblem, get
 
+    flaw_probe_path(task, kind=kind)  # names a bad task or kind
     t = get(task)
     by_class: dict[str, list[FlawProbeItem]] = {}
     for flaw in classes_for(task):
-        rng = random.Random(f"{seed}:{task}:{flaw}")  # flaw_probe.flaw_probe_items' stream
+        if kind == "atoms":
+            rng = random.Random(f"{seed}:atoms:{task}:{flaw}")
+        else:
+            rng = random.Random(f"{seed}:{task}:{flaw}")  # flaw_probe.flaw_probe_items' stream
         seen: set[tuple[str, str]] = set()
         got: list[FlawProbeItem] = []
         while len(got) < per_class:
-            item = sample_flaw_item(rng, task, FLAW_PROBE_LEVELS, split="probe", flaw=flaw)
+            if kind == "atoms":
+                item = sample_atom(rng, task, flaw, split="probe")
+            else:
+                item = sample_flaw_item(rng, task, FLAW_PROBE_LEVELS, split="probe", flaw=flaw)
             given, gold = (item.shown, item.right) if task == "code_o" else (item.right, item.shown)
             if (item.program, given) in seen:
                 continue
@@ -133,15 +158,15 @@ def write_flaw_probe(items: Sequence[FlawProbeItem], path: Path) -> None:
         gz.write(raw)
 
 
-def load_flaw_probe(task: str, folder: Path | None = None) -> list[FlawProbeItem]:
-    """The items of one task type, in file order (interleaved by class)."""
+def load_flaw_probe(task: str, folder: Path | None = None, kind: str = "atoms") -> list[FlawProbeItem]:
+    """The items of one task type's `kind` set, in file order (interleaved by class)."""
     from populora.tasks import Problem
 
-    path = flaw_probe_path(task, folder)
+    path = flaw_probe_path(task, folder, kind)
     if not path.is_file():
         raise FlawProbeError(
             f"no misconception probe set at {path}; rebuild it with `python -m populora.pretrain.flaw_probe_sets "
-            f"--out {path.parent}`"
+            f"--kind {kind} --out {path.parent}`"
         )
     allowed = set(classes_for(task))
     out = []
@@ -161,20 +186,20 @@ def load_flaw_probe(task: str, folder: Path | None = None) -> list[FlawProbeItem
 
 
 def flaw_probe_selection(
-    per_class: int, types: Sequence[str] = FLAW_TASKS
+    per_class: int, types: Sequence[str] = FLAW_TASKS, kind: str = "atoms"
 ) -> tuple[dict[str, list], dict[str, list[str]], dict[str, list[str]]]:
-    """The first `per_class` items of each class for the flawed types among `types`:
+    """The first `per_class` items of each class of the `kind` sets, for the flawed types among `types`:
     `({task: [Problem]}, {task: [class per item]}, {task: [misconceived answer per item]})`."""
     if not 1 <= per_class <= FLAW_PROBE_PER_CLASS:
         raise FlawProbeError(
-            f"per_class must be in [1, {FLAW_PROBE_PER_CLASS}] (the bundled sets hold {FLAW_PROBE_PER_CLASS} items "
-            f"a class), got {per_class}"
+            f"per_class must be in [1, {FLAW_PROBE_PER_CLASS}] (the bundled sets hold {FLAW_PROBE_PER_CLASS} "
+            f"items a class), got {per_class}"
         )
     problems: dict[str, list] = {}
     tags: dict[str, list[str]] = {}
     wrong: dict[str, list[str]] = {}
     for task in (t for t in types if t in FLAW_TASKS):
-        items = load_flaw_probe(task)[: per_class * len(classes_for(task))]
+        items = load_flaw_probe(task, kind=kind)[: per_class * len(classes_for(task))]
         problems[task] = [i.problem for i in items]
         tags[task] = [i.flaw for i in items]
         wrong[task] = [i.wrong for i in items]
@@ -228,17 +253,21 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", type=Path, default=FLAW_PROBE_DIR)
     ap.add_argument("--per-class", type=int, default=FLAW_PROBE_PER_CLASS)
     ap.add_argument("--seed", type=int, default=FLAW_PROBE_SEED)
+    ap.add_argument("--kind", choices=(*FLAW_PROBE_KINDS, "all"), default="all")
     args = ap.parse_args(argv)
 
     def say(task: str, flaw: str, n: int) -> None:
         print(f"  {task} {flaw}: {n} items", flush=True)
 
+    kinds = FLAW_PROBE_KINDS if args.kind == "all" else (args.kind,)
     with Sandbox(workers=2) as sb:
-        for task in FLAW_TASKS:
-            items = build_flaw_probe(task, sb, args.per_class, args.seed, say)
-            write_flaw_probe(items, flaw_probe_path(task, args.out))
-            print(f"{task}: {len(items)} items -> {flaw_probe_path(task, args.out)}", flush=True)
-            print(f"  distinct masked programs per class: {masked_programs(items)}", flush=True)
+        for kind in kinds:
+            for task in FLAW_TASKS:
+                items = build_flaw_probe(task, sb, args.per_class, args.seed, say, kind)
+                path = flaw_probe_path(task, args.out, kind)
+                write_flaw_probe(items, path)
+                print(f"{kind} {task}: {len(items)} items -> {path}", flush=True)
+                print(f"  distinct masked programs per class: {masked_programs(items)}", flush=True)
 
 
 if __name__ == "__main__":
@@ -247,6 +276,7 @@ if __name__ == "__main__":
 
 __all__ = [
     "FLAW_PROBE_DIR",
+    "FLAW_PROBE_KINDS",
     "FLAW_PROBE_PER_CLASS",
     "UNFLAWED",
     "FlawProbeError",

@@ -392,9 +392,10 @@ class Prober:
         samples: int = 0,
         temperature: float = 1.0,
         flaws: int = 0,
+        flaws_set: str = "atoms",
     ) -> None:
         self.every = every
-        self.flaws = flaws  # items per planted class of the misconception probe; 0 = off
+        self.flaws, self.flaws_set = flaws, flaws_set  # the misconception probe: items a class (0 = off), set
         self._flaw_sets: tuple[dict, dict, dict] | None = None
         self.samples, self.temperature = samples, temperature  # the sampled probe (train/probe_sampled.py)
         if roles not in PROBE_ROLES:
@@ -438,6 +439,7 @@ class Prober:
             getattr(d, "probe_samples", 0),
             getattr(d, "probe_temperature", 1.0),
             getattr(d, "probe_flaws", 0),
+            getattr(d, "probe_flaws_set", "atoms"),
         )
 
     @property
@@ -543,7 +545,7 @@ class Prober:
         from populora.train.probe_flaws import flaw_readings
 
         if self._flaw_sets is None:
-            self._flaw_sets = flaw_probe_selection(self.flaws)
+            self._flaw_sets = flaw_probe_selection(self.flaws, kind=self.flaws_set)
         problems, classes, wrong = self._flaw_sets
         members = trainer.pop.ordered()
         if self.roles == "solvers":

@@ -61,13 +61,15 @@ from populora.train.setup import build_engine, graded_seed_levels, synthetic_see
 SAME_FOR_RESUME = (
     "model", "per_type", "rollouts", "temperature", "steps_fixed", "steps_fresh", "probe_size", "types",
     "probe_set", "probe_levels", "eval_samples", "eval_temperatures", "base_temperatures", "overrides",
-    "flaw_per_class",
+    "flaw_per_class", "flaw_set", "problems",
 )  # fmt: skip
+#: what a file written before a setting existed measured (its value then)
+OLD_DEFAULTS = {"problems": "graded"}
 #: settings that decide the base model's measurement: --base-from needs them equal (the --set overrides do not
 #: matter: every adapter starts at zero, so the base reads the same whatever the loss settings)
 SAME_FOR_BASE = (
     "model", "temperature", "probe_size", "types", "probe_set", "probe_levels", "eval_samples",
-    "eval_temperatures", "base_temperatures", "flaw_per_class",
+    "eval_temperatures", "base_temperatures", "flaw_per_class", "flaw_set",
 )  # fmt: skip
 
 
@@ -209,9 +211,24 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         help="with --probe-set flaws: held-out items per planted class and task type (1-64, default 64)",
     )
     ap.add_argument(
+        "--flaw-set",
+        choices=("atoms", "graded"),
+        default="atoms",
+        help="with --probe-set flaws: atoms (one-statement programs around each class's feature, default) or "
+        "graded (whole level 1-2 programs carrying the class)",
+    )
+    ap.add_argument(
         "--probe-levels",
         default="",
         help="with --probe-set graded: only items of these levels (1, 1,2 or 1-3); default all",
+    )
+    ap.add_argument(
+        "--problems",
+        choices=("graded", "atoms", "mixed"),
+        default="graded",
+        help="the RL stream's problems (train split): the graded generator the model was pretrained on "
+        "(default), atoms (one-statement programs around a planted class's feature; code_o and code_i only), or "
+        "mixed (half each): on tiny-flaws, where the misconceptions show",
     )
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--modes", default="fresh", help="which controls to run (fixed, fresh or both)")
@@ -260,7 +277,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
             f"--flaw-per-class must be in [1, 64] (the bundled sets hold 64 a class), got {args.flaw_per_class}"
         )
     if args.probe_set != "flaws":
-        args.flaw_per_class = None  # not part of what a run measured
+        args.flaw_per_class = args.flaw_set = None  # not part of what a run measured
     args.lrs = _floats(args.lrs, "--lrs", ap)
     args.eval_temperatures = _floats(args.eval_temperatures, "--eval-temperatures", ap)
     args.base_temperatures = _floats(args.base_temperatures, "--base-temperatures", ap)
@@ -282,6 +299,42 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def stream_pool(args, size: int, sb, seed: int, levels) -> dict[str, list]:
+    """`{task: [Problem]}`, `size` a type, for one run seed (the same stream for every arm): `--problems` graded
+    (`synthetic_seeds`: the generator the model was pretrained on), atoms (`flaw_atoms.AtomDrill`, class-balanced,
+    validated in the sandbox; code_f stays graded) or mixed (half each, interleaved). All from the train split:
+    never a probe item."""
+    graded_types = [t for t in args.types if args.problems != "atoms" or t not in ("code_o", "code_i")]
+    pool: dict[str, list] = {t: [] for t in args.types}
+    if graded_types:
+        problems = synthetic_seeds(size, sb, 1000 + seed, levels, tuple(graded_types))
+        for p in problems:
+            pool[p.task].append(p)
+    if args.problems == "graded":
+        return pool
+    from populora.pretrain.flaw_atoms import AtomDrill
+    from populora.tasks import InvalidProblem, get
+
+    rng = random.Random(f"atoms/{1000 + seed}")
+    for t in (t for t in args.types if t in ("code_o", "code_i")):
+        drill, atoms = AtomDrill(rng, t), []
+        want = size if args.problems == "atoms" else (size + 1) // 2
+        while len(atoms) < want:
+            item = drill.next()
+            try:
+                atoms.append(
+                    get(t).problem_from(sb, item.program, [item.shown if t == "code_o" else item.right])
+                )
+            except InvalidProblem:
+                continue
+        if args.problems == "atoms":
+            pool[t] = atoms
+        else:  # mixed: atom, graded, atom, graded, ...
+            graded = pool[t][: size - want]
+            pool[t] = [p for pair in zip(atoms, graded, strict=False) for p in pair] + atoms[len(graded) :]
+    return pool
+
+
 def probe_items(args) -> tuple[dict[str, list], dict[str, list[str]] | None]:
     """The held-out items (`{task: [Problem]}`) and, with --probe-set flaws, each item's tag: the misconception
     sets' items (their class) first, then the graded items (`unflawed` where no class's misreading changes the
@@ -290,7 +343,7 @@ def probe_items(args) -> tuple[dict[str, list], dict[str, list[str]] | None]:
         return probe_selection(args.probe_set, args.probe_size, args.types, args.levels)[0], None
     from populora.pretrain.flaw_probe_sets import flaw_probe_selection, unflawed_tags
 
-    flawed, classes, _ = flaw_probe_selection(args.flaw_per_class, args.types)
+    flawed, classes, _ = flaw_probe_selection(args.flaw_per_class, args.types, args.flaw_set)
     graded, _ = probe_selection("graded", args.probe_size, args.types, args.levels)
     plain = unflawed_tags(graded)
     probe = {t: [*flawed.get(t, []), *graded[t]] for t in args.types}
@@ -309,7 +362,7 @@ def _load(path: Path, settings: dict) -> dict:
             f"--out {path}: not a readable experiment file ({err}); move it or pick another --out"
         ) from None
     was = old.get("settings", {})
-    differ = [k for k in SAME_FOR_RESUME if was.get(k) != settings.get(k)]
+    differ = [k for k in SAME_FOR_RESUME if was.get(k, OLD_DEFAULTS.get(k)) != settings.get(k)]
     if differ:
         raise SystemExit(
             f"--out {path} holds runs with other settings ({'; '.join(f'{k}: {was.get(k)!r} there, {settings.get(k)!r} now' for k in differ)});"
@@ -418,14 +471,8 @@ def main(argv: list[str] | None = None) -> None:
             if seed not in pools:
                 # the generator the model was pretrained on, its train split with a seed of its own per run
                 # seed (the same stream for every arm): never the probe's problems
-                problems = synthetic_seeds(
-                    args.per_type * (args.steps_fresh + 1) + 8,
-                    sb,
-                    1000 + seed,
-                    levels_of_model,
-                    tuple(args.types),
-                )
-                pools[seed] = {t: [p for p in problems if p.task == t] for t in args.types}
+                size = args.per_type * (args.steps_fresh + 1) + 8
+                pools[seed] = stream_pool(args, size, sb, seed, levels_of_model)
             out["runs"][f"{mode}/{lr:g}/{arm}/{seed}"] = run(
                 mode, lr, arm, seed, args, sb, pools[seed], probe, probe_budget
             )
