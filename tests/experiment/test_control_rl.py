@@ -153,6 +153,7 @@ def test_the_flaws_probe_reads_each_planted_class_flawed_and_unflawed(model_name
     # --quick: 2 items a class first, then the 4 graded items, each tagged by the class its input carries
     assert tags[: 2 * len(CODE_I_CLASSES)] == [*CODE_I_CLASSES, *CODE_I_CLASSES]
     assert len(tags) == 2 * len(CODE_I_CLASSES) + 4 and len(rec["base"]["greedy"]["code_i"]) == len(tags)
+    assert all(x == "unflawed" or x.startswith("carries:") for x in tags[2 * len(CODE_I_CLASSES) :])
     held = rec["summary"]["held_out"]["fresh lr 0.003"]["greedy"]
     assert {f"code_i/{c}" for c in CODE_I_CLASSES} | {"code_i", "all", "flawed"} <= set(held)
     assert "real_minus_shuffled" in held["flawed"]

@@ -341,11 +341,13 @@ def probe_items(args) -> tuple[dict[str, list], dict[str, list[str]] | None]:
     answer on the item's input)."""
     if args.probe_set != "flaws":
         return probe_selection(args.probe_set, args.probe_size, args.types, args.levels)[0], None
-    from populora.pretrain.flaw_probe_sets import flaw_probe_selection, unflawed_tags
+    from populora.pretrain.flaw_probe_sets import UNFLAWED, flaw_probe_selection, unflawed_tags
 
     flawed, classes, _ = flaw_probe_selection(args.flaw_per_class, args.types, args.flaw_set)
     graded, _ = probe_selection("graded", args.probe_size, args.types, args.levels)
-    plain = unflawed_tags(graded)
+    # a graded item that carries a class is tagged "carries:<class>": the class rows read the misconception
+    # sets' items only, "unflawed" the graded items no class's misreading changes
+    plain = {t: [x if x == UNFLAWED else f"carries:{x}" for x in v] for t, v in unflawed_tags(graded).items()}
     probe = {t: [*flawed.get(t, []), *graded[t]] for t in args.types}
     tags = {t: [*classes.get(t, []), *plain.get(t, ["other"] * len(graded[t]))] for t in args.types}
     return probe, tags
