@@ -7,7 +7,7 @@ Everything else (rewards, losses, gradient norms, ratings, programs, verdicts, t
 must match exactly, floats to the last bit.
 
 The goldens hold on the platform that wrote them (`platform.json`: torch, transformers, the CPU's vector
-capability); elsewhere the same seed can round a matmul differently and every sampled token after it, so a
+capability and vendor); elsewhere the same seed can round a matmul differently and every sampled token after it, so a
 mismatch there skips instead of failing. Regenerate ONLY when behaviour is meant to change (see
 tests/train/golden/README.md): `POPULORA_WRITE_GOLDEN=1 python -m pytest tests/train/test_trainer_golden.py
 tests/dist/test_dist_golden.py`.
@@ -64,6 +64,19 @@ def normalized(run: Path) -> dict[str, str]:
     return out
 
 
+def cpu_vendor() -> str:
+    """The CPU's vendor (`vendor_id` of /proc/cpuinfo: GenuineIntel, AuthenticAMD), else `platform.processor()`:
+    two AVX512 CPUs of different vendors round the same seeded run differently (measured: an AMD EPYC host
+    differs from the goldens' in the 7th digit of a loss)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("vendor_id"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
 def platform_key() -> dict:
     """What the floats of a seeded CPU run depend on besides the code."""
     import torch
@@ -74,6 +87,7 @@ def platform_key() -> dict:
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "cpu_vendor": cpu_vendor(),
     }
 
 

@@ -8,7 +8,6 @@ from populora.pretrain.flaw_probe_sets import (
     UNFLAWED,
     FlawProbeError,
     build_flaw_probe,
-    class_accuracy,
     flaw_probe_selection,
     load_flaw_probe,
     masked_programs,
@@ -89,11 +88,3 @@ def test_graded_items_are_tagged_by_the_class_their_input_carries():
     empty_range = problem("def f(n):\n    return list(range(n))", "0", "[]")  # inclusive: [0], so it carries
     tags = unflawed_tags({"code_o": [plain, ranged, empty_range], "code_f": [plain]})
     assert tags == {"code_o": [UNFLAWED, "range_end_inclusive", "range_end_inclusive"]}
-
-
-def test_class_accuracy_reads_verdicts_per_class():
-    correct = {"s0": {"code_o": [1, 0, 1, 1], "code_f": [1]}}
-    tags = {"code_o": ["a", "b", "a", UNFLAWED]}
-    assert class_accuracy(correct, tags) == {"s0": {"code_o": {"a": 1.0, "b": 0.0, UNFLAWED: 1.0}}}
-    with pytest.raises(FlawProbeError, match="3 verdicts for 4 tagged items"):
-        class_accuracy({"s0": {"code_o": [1, 0, 1]}}, tags)

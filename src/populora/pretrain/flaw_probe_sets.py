@@ -18,7 +18,7 @@ first k items of a set are spread evenly over the classes whatever k.
 Drawing graded items costs 0.5-3 s each (programs are redrawn until one carries the class; 28 minutes for both
 graded sets here), atoms a few ms; reading the bundled sets costs milliseconds, so the trainer's probe
 (`diagnostics.probe_flaws`), `experiment control rl --probe-set flaws` and `bench tiny-model --flaws` read these.
-This module owns the sets and the per-class reading of verdicts; `flaw_probe.py` owns the scoring of a model
+This module owns the sets and their tags (`unflawed_tags`); `flaw_probe.py` owns the scoring of a model
 folder.
 
 Rebuild (only when a generator or the classes change): `python -m populora.pretrain.flaw_probe_sets [--kind
@@ -27,8 +27,6 @@ atoms|graded]`.
 
 from __future__ import annotations
 
-import gzip
-import json
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -139,23 +137,21 @@ def masked_programs(items: Sequence[FlawProbeItem]) -> dict[str, int]:
 
 def write_flaw_probe(items: Sequence[FlawProbeItem], path: Path) -> None:
     """gzip'd JSON lines (mtime 0, so the same items give the same bytes)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    raw = "".join(
-        json.dumps(
+    from populora.pretrain.graded_probe import write_jsonl_gz
+
+    write_jsonl_gz(
+        (
             {
                 "flaw": i.flaw,
                 "level": i.level,
                 "message": i.message,
                 "wrong": i.wrong,
                 "problem": i.problem.to_dict(),
-            },
-            sort_keys=True,
-        )
-        + "\n"
-        for i in items
-    ).encode()
-    with open(path, "wb") as fh, gzip.GzipFile(fileobj=fh, mode="wb", mtime=0, filename="") as gz:
-        gz.write(raw)
+            }
+            for i in items
+        ),
+        path,
+    )
 
 
 def load_flaw_probe(task: str, folder: Path | None = None, kind: str = "atoms") -> list[FlawProbeItem]:
@@ -169,19 +165,17 @@ def load_flaw_probe(task: str, folder: Path | None = None, kind: str = "atoms") 
             f"--kind {kind} --out {path.parent}`"
         )
     allowed = set(classes_for(task))
+    from populora.pretrain.graded_probe import read_jsonl_gz
+
     out = []
-    with gzip.open(path, "rt", encoding="utf-8") as fh:
-        for n, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            d = json.loads(line)
-            if d.get("flaw") not in allowed or d.get("problem", {}).get("task") != task:
-                raise FlawProbeError(f"{path} line {n}: not a class-tagged {task} item; rebuild the set")
-            out.append(
-                FlawProbeItem(
-                    d["flaw"], Problem.from_dict(d["problem"]), d["wrong"], int(d["level"]), d["message"]
-                )
+    for n, d in read_jsonl_gz(path):
+        if d.get("flaw") not in allowed or d.get("problem", {}).get("task") != task:
+            raise FlawProbeError(f"{path} line {n}: not a class-tagged {task} item; rebuild the set")
+        out.append(
+            FlawProbeItem(
+                d["flaw"], Problem.from_dict(d["problem"]), d["wrong"], int(d["level"]), d["message"]
             )
+        )
     return out
 
 
@@ -220,25 +214,6 @@ def unflawed_tags(problems: Mapping[str, Sequence]) -> dict[str, list[str]]:
             changed = changed_by(p.program, p.inputs[0], p.outputs[0])
             tags.append(UNFLAWED if not changed else changed[0] if len(changed) == 1 else "several")
         out[task] = tags
-    return out
-
-
-def class_accuracy(
-    correct: Mapping[str, Mapping[str, Sequence[int]]], tags: Mapping[str, Sequence[str]]
-) -> dict[str, dict[str, dict[str, float]]]:
-    """`{member: {task: {class: accuracy}}}` from per-item verdicts `{member: {task: [0/1]}}` and the items'
-    classes `{task: [class]}`."""
-    out: dict[str, dict[str, dict[str, float]]] = {}
-    for member, by_task in correct.items():
-        for task, verdicts in by_task.items():
-            if task not in tags:
-                continue
-            if len(tags[task]) != len(verdicts):
-                raise FlawProbeError(f"{task}: {len(verdicts)} verdicts for {len(tags[task])} tagged items")
-            groups: dict[str, list[int]] = {}
-            for tag, ok in zip(tags[task], verdicts, strict=True):
-                groups.setdefault(tag, []).append(int(ok))
-            out.setdefault(member, {})[task] = {c: sum(v) / len(v) for c, v in groups.items()}
     return out
 
 
@@ -282,7 +257,6 @@ __all__ = [
     "FlawProbeError",
     "FlawProbeItem",
     "build_flaw_probe",
-    "class_accuracy",
     "flaw_probe_path",
     "flaw_probe_selection",
     "load_flaw_probe",

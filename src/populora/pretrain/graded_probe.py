@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import gzip
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from populora.pretrain.graded import LEVELS, TASKS
@@ -65,14 +65,25 @@ def build_graded_probe(
     return interleave(probe_items(task, n, seed=seed, sandbox=sandbox))
 
 
-def write_graded_probe(items: Sequence[tuple[int, object]], path: Path) -> None:
-    """gzip'd JSON lines (mtime 0, so the same items give the same bytes)."""
+def write_jsonl_gz(records: Iterable[Mapping], path: Path) -> None:
+    """gzip'd JSON lines, keys sorted, mtime 0: the same records give the same bytes (the bundled probe sets)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    raw = "".join(
-        json.dumps({"level": lv, "problem": p.to_dict()}, sort_keys=True) + "\n" for lv, p in items
-    ).encode()
+    raw = "".join(json.dumps(r, sort_keys=True) + "\n" for r in records).encode()
     with open(path, "wb") as fh, gzip.GzipFile(fileobj=fh, mode="wb", mtime=0, filename="") as gz:
         gz.write(raw)
+
+
+def read_jsonl_gz(path: Path) -> Iterator[tuple[int, dict]]:
+    """(line number, record) of each non-blank line of a `write_jsonl_gz` file."""
+    with gzip.open(path, "rt", encoding="utf-8") as fh:
+        for n, line in enumerate(fh, 1):
+            if line.strip():
+                yield n, json.loads(line)
+
+
+def write_graded_probe(items: Sequence[tuple[int, object]], path: Path) -> None:
+    """gzip'd JSON lines (mtime 0, so the same items give the same bytes)."""
+    write_jsonl_gz(({"level": lv, "problem": p.to_dict()} for lv, p in items), path)
 
 
 def load_graded_probe(task: str, folder: Path | None = None) -> list[tuple[int, object]]:
@@ -86,14 +97,10 @@ def load_graded_probe(task: str, folder: Path | None = None) -> list[tuple[int, 
             f"--out {path.parent}`"
         )
     out = []
-    with gzip.open(path, "rt", encoding="utf-8") as fh:
-        for n, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            d = json.loads(line)
-            if d.get("level") not in LEVELS or d.get("problem", {}).get("task") != task:
-                raise GradedProbeError(f"{path} line {n}: not a level-tagged {task} item; rebuild the set")
-            out.append((int(d["level"]), Problem.from_dict(d["problem"])))
+    for n, d in read_jsonl_gz(path):
+        if d.get("level") not in LEVELS or d.get("problem", {}).get("task") != task:
+            raise GradedProbeError(f"{path} line {n}: not a level-tagged {task} item; rebuild the set")
+        out.append((int(d["level"]), Problem.from_dict(d["problem"])))
     return out
 
 

@@ -240,14 +240,6 @@ def _render_compare(runs: Sequence[Run]) -> str:
             "No run logged a probe (enable it with --set diagnostics.probe_every=N).",
         ),
         figure_card(
-            "probe_flaws",
-            "Misconception probe: planted classes",
-            lambda: plots.flaws_figure(run),
-            lambda: captions.probe_flaws(run),
-            "No misconception probe logged (add it with --set diagnostics.probe_flaws=16; the tiny-flaws presets "
-            "turn it on).",
-        ),
-        figure_card(
             "probe_valid",
             "Fixed probe: teachers' valid proposals",
             lambda: compare_plots.compare_probe_figure(runs, "probe_valid"),

@@ -480,15 +480,20 @@ class Prober:
 
         return phase
 
-    def scores(self, trainer: Any, step: int | None = None) -> ProbeScores:
-        """Every verdict of the members alive now (after this step's evolution)."""
+    def asked(self, trainer: Any) -> tuple[dict[str, int], dict[str, str], dict[str, int]]:
+        """(`{member: slot}` of the members the probe reads (all, or the solvers: the students or the single
+        agent), `{member: member it answers like}`, the slots actually asked): members with equal adapters
+        answer alike, so one of them is asked (all four at step 0)."""
         members = trainer.pop.ordered()
-        if self.roles == "solvers":  # the students, or the single agent (its own solver)
+        if self.roles == "solvers":
             members = [m for m in members if m.role in SOLVER_ROLES]
         slots = {m.id: m.slot for m in members}
-        # Members with equal adapters answer alike (greedy): ask one of them (all four at step 0).
         aliases = same_adapters(trainer.engine, slots) if hasattr(trainer.engine, "get_adapter") else {}
-        asked = {m: slot for m, slot in slots.items() if aliases.get(m, m) == m}
+        return slots, aliases, {m: slot for m, slot in slots.items() if aliases.get(m, m) == m}
+
+    def scores(self, trainer: Any, step: int | None = None) -> ProbeScores:
+        """Every verdict of the members alive now (after this step's evolution)."""
+        slots, aliases, asked = self.asked(trainer)
         if (
             step is not None and trainer.live is not None and trainer.live.bar is None
         ):  # a log: say what waits
@@ -517,12 +522,7 @@ class Prober:
 
         if self.samples <= 0:
             return None
-        members = trainer.pop.ordered()
-        if self.roles == "solvers":
-            members = [m for m in members if m.role in SOLVER_ROLES]
-        slots = {m.id: m.slot for m in members}
-        aliases = same_adapters(trainer.engine, slots) if hasattr(trainer.engine, "get_adapter") else {}
-        asked = {m: slot for m, slot in slots.items() if aliases.get(m, m) == m}
+        slots, aliases, asked = self.asked(trainer)
         counts = sampled_solves(
             trainer.engine,
             asked,
@@ -547,12 +547,7 @@ class Prober:
         if self._flaw_sets is None:
             self._flaw_sets = flaw_probe_selection(self.flaws, kind=self.flaws_set)
         problems, classes, wrong = self._flaw_sets
-        members = trainer.pop.ordered()
-        if self.roles == "solvers":
-            members = [m for m in members if m.role in SOLVER_ROLES]
-        slots = {m.id: m.slot for m in members}
-        aliases = same_adapters(trainer.engine, slots) if hasattr(trainer.engine, "get_adapter") else {}
-        asked = {m: slot for m, slot in slots.items() if aliases.get(m, m) == m}
+        slots, aliases, asked = self.asked(trainer)
         from populora.pretrain.graded_probe import MAX_NEW_TOKENS as GRADED_BUDGET
 
         scores = probe_members(
